@@ -1,0 +1,283 @@
+/* core/data.c - the input side of a retrieval pipeline: reader -> transforms -> one row
+ * per user holding its time-ordered items, then the leave-one-out split used by the
+ * published full-ranking protocols (last item: test, second last: validation, the rest:
+ * training), the training examples and the item catalog. */
+#include "pipeline.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct vec64 {
+    int64_t *v;
+    int64_t n, cap;
+} vec64;
+
+static grm_status vec_push(vec64 *a, const int64_t *x, int64_t n)
+{
+    if (a->n + n > a->cap) {
+        int64_t cap = a->cap ? a->cap : 1024;
+        while (cap < a->n + n) cap *= 2;
+        int64_t *nv = realloc(a->v, (size_t)cap * sizeof *nv);
+        if (!nv) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+        a->v = nv;
+        a->cap = cap;
+    }
+    memcpy(a->v + a->n, x, (size_t)n * sizeof *x);
+    a->n += n;
+    return GRM_OK;
+}
+
+typedef struct collector {
+    const grm__pipeline *p;
+    vec64 users, offsets, items, times;
+    int want_times;
+} collector;
+
+static const grm_column *find_col(const grm_chunk *c, const char *name)
+{
+    for (int32_t i = 0; i < c->ncols; i++)
+        if (strcmp(c->cols[i].name, name) == 0) return &c->cols[i];
+    return NULL;
+}
+
+static grm_status col_error(const grm__pipeline *p, const grm_chunk *c, const char *what,
+                            const char *name, const char *type)
+{
+    char have[512];
+    size_t len = 0;
+    have[0] = '\0';
+    for (int32_t i = 0; i < c->ncols && len < sizeof have - 64; i++)
+        len += (size_t)snprintf(have + len, sizeof have - len, "%s%s", i ? ", " : "",
+                                c->cols[i].name);
+    return grm_errorf(GRM_EINVAL, "%s: [train] %s = %s: the data after the last transform "
+                      "has no %s column of that name (columns: %s); build sequences with a "
+                      "transform (sequence_by) or fix the name", p->cfg->path, what, name, type,
+                      have);
+}
+
+/* Append one chunk of sequence rows. */
+static grm_status collect(collector *co, const grm_chunk *c)
+{
+    const grm__settings *s = &co->p->set;
+    const grm_column *u = find_col(c, s->user_column);
+    const grm_column *seq = find_col(c, s->sequence_column);
+    const grm_column *ts = co->want_times ? find_col(c, s->time_column) : NULL;
+    grm_status st;
+    if (!u || u->type != GRM_COL_I64) return col_error(co->p, c, "user_column", s->user_column, "I64");
+    if (!seq || seq->type != GRM_COL_LIST_I64)
+        return col_error(co->p, c, "sequence_column", s->sequence_column, "LIST_I64");
+    if (co->want_times && (!ts || ts->type != GRM_COL_LIST_I64))
+        return col_error(co->p, c, "time_column", s->time_column, "LIST_I64");
+    const int64_t *uv = u->values, *sv = seq->values;
+    for (int64_t r = 0; r < c->rows; r++) {
+        int64_t b = seq->offsets[r], e = seq->offsets[r + 1];
+        if (e - b <= 0) continue;
+        if (ts && ts->offsets[r + 1] - ts->offsets[r] != e - b)
+            return grm_errorf(GRM_EFORMAT, "%s: user %lld has %lld items but %lld timestamps",
+                              co->p->cfg->path, (long long)uv[r], (long long)(e - b),
+                              (long long)(ts->offsets[r + 1] - ts->offsets[r]));
+        int64_t off = co->items.n;
+        if ((st = vec_push(&co->users, &uv[r], 1)) != GRM_OK
+            || (st = vec_push(&co->offsets, &off, 1)) != GRM_OK
+            || (st = vec_push(&co->items, sv + b, e - b)) != GRM_OK)
+            return st;
+        if (ts && (st = vec_push(&co->times, (const int64_t *)ts->values + ts->offsets[r],
+                                 e - b)) != GRM_OK)
+            return st;
+    }
+    return GRM_OK;
+}
+
+/* Push a chunk through transforms [from, n) and into the collector. */
+static grm_status push(grm__pipeline *p, collector *co, int32_t from, const grm_chunk *c)
+{
+    for (int32_t i = from; c && i < p->ntransforms; i++) {
+        const grm_transform_ops *ops = p->transforms[i].plugin->info->ops;
+        const grm_chunk *out = NULL;
+        grm_status st = ops->apply(p->transforms[i].inst, c, &out);
+        if (st != GRM_OK) {
+            grm_error_prefix("[%s] %s: ", p->transforms[i].label,
+                             p->transforms[i].plugin->info->name);
+            return st;
+        }
+        c = out;
+    }
+    return c ? collect(co, c) : GRM_OK;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static grm_status finish(grm__pipeline *p, collector *co, grm__dataset *ds)
+{
+    int64_t U = co->users.n, total = co->items.n;
+    ds->nusers = U;
+    ds->users = co->users.v;
+    ds->items = co->items.v;
+    ds->times = co->want_times ? co->times.v : NULL;
+    co->users.v = co->items.v = NULL;
+    if (!co->want_times) free(co->times.v);
+    co->times.v = NULL;
+    ds->offsets = malloc((size_t)(U + 1) * sizeof *ds->offsets);
+    ds->train_end = malloc((size_t)(U ? U : 1) * sizeof *ds->train_end);
+    ds->has_eval = calloc((size_t)(U ? U : 1), sizeof *ds->has_eval);
+    if (!ds->offsets || !ds->train_end || !ds->has_eval)
+        return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    if (U) memcpy(ds->offsets, co->offsets.v, (size_t)U * sizeof *ds->offsets);
+    ds->offsets[U] = total;
+
+    /* leave-one-out; users with fewer than 3 items only train */
+    int64_t nex = 0;
+    for (int64_t u = 0; u < U; u++) {
+        int64_t b = ds->offsets[u], n = ds->offsets[u + 1] - b;
+        ds->has_eval[u] = n >= 3;
+        ds->train_end[u] = n >= 3 ? b + n - 2 : b + n;
+        nex += ds->train_end[u] - b - 1 > 0 ? ds->train_end[u] - b - 1 : 0;
+        if (ds->users[u] > ds->max_user) ds->max_user = ds->users[u];
+    }
+    ds->ex_user = malloc((size_t)(nex ? nex : 1) * sizeof *ds->ex_user);
+    ds->ex_pos = malloc((size_t)(nex ? nex : 1) * sizeof *ds->ex_pos);
+    if (!ds->ex_user || !ds->ex_pos) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    ds->nexamples = 0;
+    for (int64_t u = 0; u < U; u++)
+        for (int64_t t = ds->offsets[u] + 1; t < ds->train_end[u]; t++) {
+            ds->ex_user[ds->nexamples] = u;
+            ds->ex_pos[ds->nexamples++] = t;
+        }
+
+    /* catalog: every distinct item of the data; popularity from the training part */
+    int64_t *sorted = malloc((size_t)(total ? total : 1) * sizeof *sorted);
+    if (!sorted) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    memcpy(sorted, ds->items, (size_t)total * sizeof *sorted);
+    qsort(sorted, (size_t)total, sizeof *sorted, cmp_i64);
+    int64_t C = 0;
+    for (int64_t i = 0; i < total; i++)
+        if (i == 0 || sorted[i] != sorted[i - 1]) sorted[C++] = sorted[i];
+    ds->ncatalog = C;
+    ds->catalog_ids = sorted;
+    ds->catalog_counts = calloc((size_t)(C ? C : 1), sizeof *ds->catalog_counts);
+    if (!ds->catalog_counts) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    for (int64_t u = 0; u < U; u++)
+        for (int64_t t = ds->offsets[u]; t < ds->train_end[u]; t++) {
+            int64_t *hit = bsearch(&ds->items[t], sorted, (size_t)C, sizeof *sorted, cmp_i64);
+            ds->catalog_counts[hit - sorted]++;
+        }
+    ds->max_item = C ? sorted[C - 1] : 0;
+    if (C && sorted[0] < 0)
+        return grm_errorf(GRM_EFORMAT, "%s: item id %lld is negative; ids must be >= 0 (hash "
+                          "or shift them in a transform)", p->cfg->path, (long long)sorted[0]);
+    return GRM_OK;
+}
+
+/* The input stages are needed only while the dataset is built. */
+static void close_input(grm__pipeline *p)
+{
+    const grm_reader_ops *rops = p->reader.plugin->info->ops;
+    rops->close(p->reader.inst);
+    p->reader.inst = NULL;
+    for (int32_t i = 0; i < p->ntransforms; i++) {
+        const grm_transform_ops *tops = p->transforms[i].plugin->info->ops;
+        tops->destroy(p->transforms[i].inst);
+        p->transforms[i].inst = NULL;
+    }
+}
+
+grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
+{
+    grm_status st;
+    collector co = { .p = p, .want_times = p->set.time_column[0] != '\0' };
+    grm__dataset *ds = calloc(1, sizeof *ds);
+    const grm_reader_ops *rops = p->reader.plugin->info->ops;
+    const grm_comm_ops *cops = p->comm_handle.ops;
+    int32_t rank = cops ? cops->rank(p->comm_handle.inst) : 0;
+    int32_t size = cops ? cops->size(p->comm_handle.inst) : 1;
+    *out = NULL;
+    if (!ds) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+
+    /* Every rank reads the whole input for now: leave-one-out needs each user's full
+     * sequence. TODO(issue-4): shard by user once the reader can route rows by key. */
+    (void)rank;
+    (void)size;
+    if ((st = rops->open(p->reader.config.data, 0, 1, &p->reader.inst)) != GRM_OK) {
+        grm_error_prefix("[reader] %s: ", p->reader.plugin->info->name);
+        goto fail;
+    }
+    const grm_schema *schema;
+    if ((st = rops->schema(p->reader.inst, &schema)) != GRM_OK) goto fail;
+    for (int32_t i = 0; i < p->ntransforms; i++) {
+        const grm_transform_ops *tops = p->transforms[i].plugin->info->ops;
+        if ((st = tops->create(p->transforms[i].config.data, schema, &p->transforms[i].inst))
+            != GRM_OK) {
+            grm_error_prefix("%s: [%s] %s: ", p->cfg->path, p->transforms[i].label,
+                             p->transforms[i].plugin->info->name);
+            goto fail;
+        }
+        if ((st = tops->schema(p->transforms[i].inst, &schema)) != GRM_OK) goto fail;
+    }
+    for (;;) {
+        const grm_chunk *c = NULL;
+        if ((st = rops->next(p->reader.inst, &c)) != GRM_OK) {
+            grm_error_prefix("[reader] %s: ", p->reader.plugin->info->name);
+            goto fail;
+        }
+        if (!c) break;
+        ds->raw_rows += c->rows;
+        if ((st = push(p, &co, 0, c)) != GRM_OK) goto fail;
+    }
+    for (int32_t i = 0; i < p->ntransforms; i++) {
+        const grm_transform_ops *tops = p->transforms[i].plugin->info->ops;
+        if (!GRM_HAS_OP(grm_transform_ops, tops, flush)) continue;
+        for (;;) {
+            const grm_chunk *c = NULL;
+            if ((st = tops->flush(p->transforms[i].inst, &c)) != GRM_OK) {
+                grm_error_prefix("[%s] %s: ", p->transforms[i].label,
+                                 p->transforms[i].plugin->info->name);
+                goto fail;
+            }
+            if (!c) break;
+            if ((st = push(p, &co, i + 1, c)) != GRM_OK) goto fail;
+        }
+    }
+    if (GRM_HAS_OP(grm_reader_ops, rops, stats)) {
+        grm_reader_stats rs = { 0 };
+        if (rops->stats(p->reader.inst, &rs) == GRM_OK) ds->bad_rows = rs.bad_rows;
+    }
+    if ((st = finish(p, &co, ds)) != GRM_OK) goto fail;
+    if (ds->nexamples == 0) {
+        st = grm_errorf(GRM_EFORMAT, "%s: the data yields no training examples (%lld users, "
+                        "%lld items); check the reader's path and columns", p->cfg->path,
+                        (long long)ds->nusers, (long long)(ds->offsets ? ds->offsets[ds->nusers] : 0));
+        goto fail;
+    }
+    free(co.offsets.v);
+    close_input(p);
+    *out = ds;
+    return GRM_OK;
+fail:
+    close_input(p);
+    free(co.users.v);
+    free(co.offsets.v);
+    free(co.items.v);
+    free(co.times.v);
+    grm__dataset_destroy(ds);
+    return st;
+}
+
+void grm__dataset_destroy(grm__dataset *ds)
+{
+    if (!ds) return;
+    free(ds->users);
+    free(ds->offsets);
+    free(ds->items);
+    free(ds->times);
+    free(ds->train_end);
+    free(ds->has_eval);
+    free(ds->ex_user);
+    free(ds->ex_pos);
+    free(ds->catalog_ids);
+    free(ds->catalog_counts);
+    free(ds);
+}

@@ -1,0 +1,159 @@
+/* core/grm_core.h - libgrmcore's internal interface, shared by grmhost and the tests.
+ * Nothing here is part of the plugin ABI: plugins see only sdk/include/grm/. */
+#ifndef GRM_CORE_H
+#define GRM_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <grm/grm.h>
+
+/* ---- errors (core/error.c) ---- */
+
+/* Set this thread's last error and return `status` (STYLE.md §6). */
+grm_status grm_errorf(grm_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+grm_status grm_verrorf(grm_status status, const char *fmt, va_list ap);
+/* Put "prefix" in front of this thread's last error; returns nothing. */
+void grm_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* This thread's last error message ("" when none). */
+const char *grm_last_error(void);
+/* Static name of a status ("GRM_EINVAL"). */
+const char *grm_status_str(grm_status status);
+
+/* Broken invariants only (never data, config or I/O); enabled in release builds. */
+#define GRM_ASSERT(cond)                                                              \
+    do {                                                                              \
+        if (!(cond)) grm__assert_fail(#cond, __FILE__, __LINE__);                     \
+    } while (0)
+void grm__assert_fail(const char *cond, const char *file, int line)
+    __attribute__((noreturn));
+
+/* ---- logging (core/log.c) ---- */
+
+void grm__log(int32_t level, const char *who, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void grm__log_set_level(int32_t level);   /* grm_log_level; default GRM_LOG_INFO */
+int32_t grm__log_level(void);
+
+/* ---- allocation and the thread pool (core/pool.c) ---- */
+
+void *grm__alloc(grm_device device, size_t bytes, size_t align);
+void grm__free(grm_device device, void *ptr);
+/* Start the pool with `threads` workers (0: number of online CPUs). Idempotent. */
+grm_status grm__pool_init(int32_t threads);
+void grm__pool_fini(void);
+grm_status grm__parallel_for(int64_t n, int64_t grain, grm_range_fn fn, void *ctx);
+int32_t grm__num_threads(void);
+
+/* Step scratch arena: grm__scratch hands out memory until grm__scratch_reset. */
+void *grm__scratch(size_t bytes, size_t align);
+void grm__scratch_reset(void);
+void grm__scratch_fini(void);
+
+/* ---- the host API table (core/host.c) ---- */
+
+/* The table handed to every plugin; static storage. */
+const grm_host_api *grm__host_api(void);
+/* Give config_get a source (the pipeline's config; NULL to clear). */
+struct grm__config;
+void grm__host_set_config(const struct grm__config *cfg);
+void grm__host_set_comm(grm_comm_handle *comm);
+
+/* ---- plugin loading (core/loader.c) ---- */
+
+/* One loaded plugin. */
+typedef struct grm__plugin {
+    const grm_plugin_info *info;   /* static in the .so */
+    char *path;                    /* owned: the .so it came from */
+} grm__plugin;
+
+typedef struct grm__registry grm__registry;
+
+grm_status grm__registry_create(grm__registry **out);
+void grm__registry_destroy(grm__registry *reg);
+/* Load one .so and run every check of STYLE.md §5.4; on refusal the message is one line
+ * naming the file, what it found, what was expected and the fix. */
+grm_status grm__registry_load_file(grm__registry *reg, const char *path);
+/* Load every *.so in dir (and in dir/<subdir>/.libs for build trees). Stops at the first
+ * refused plugin. A missing dir is GRM_ENOTFOUND. */
+grm_status grm__registry_load_dir(grm__registry *reg, const char *dir);
+/* Load the default search path: GRM_PLUGIN_PATH (colon-separated), then the build tree
+ * when grmhost runs from it, else the installed plugin directory. */
+grm_status grm__registry_load_default(grm__registry *reg);
+/* The plugin named `name` or NULL (GRM_ENOTFOUND set, with a did-you-mean). */
+const grm__plugin *grm__registry_find(const grm__registry *reg, const char *name);
+/* Like find, but also checks the kind. */
+grm_status grm__registry_get(const grm__registry *reg, const char *name, int32_t kind,
+                             const grm__plugin **out);
+int32_t grm__registry_count(const grm__registry *reg);
+const grm__plugin *grm__registry_at(const grm__registry *reg, int32_t i);
+/* Minimum struct_size of each kind's 1.0 ops table; 0 for an unknown kind. */
+size_t grm__kind_ops_min_size(int32_t kind);
+const char *grm__kind_name(int32_t kind);   /* "reader", ... or NULL */
+
+/* ---- INI config (core/config.c) ---- */
+
+typedef struct grm__kv {
+    char *key;
+    char *value;
+    int line;
+    int used;            /* set when a consumer reads the key */
+} grm__kv;
+
+typedef struct grm__section {
+    char *name;          /* "reader", "feature.item", ... */
+    int line;
+    grm__kv *kv;
+    int nkv;
+} grm__section;
+
+typedef struct grm__config {
+    char *path;          /* the file, as given */
+    grm__section *sec;
+    int nsec;
+} grm__config;
+
+/* Parse an INI file. Errors name path:line (also for lines too long for inih). */
+grm_status grm__config_load(const char *path, grm__config **out);
+/* Parse INI text from memory (tests); `name` is used in messages. */
+grm_status grm__config_parse(const char *name, const char *text, grm__config **out);
+void grm__config_destroy(grm__config *cfg);
+grm__section *grm__config_section(const grm__config *cfg, const char *name);
+grm__kv *grm__section_kv(const grm__section *sec, const char *key);
+
+/* ---- declared parameters (core/params.c) ---- */
+
+/* A filled plugin config: the struct the plugin's params describe. */
+typedef struct grm__pconfig {
+    void *data;                /* owned: config_size bytes */
+    char **strings;            /* owned copies the struct points into */
+    int nstrings;
+} grm__pconfig;
+
+/* Fill a config struct for `info` from the keys of `sec` (NULL: defaults only),
+ * skipping keys listed in `skip` (NULL-terminated; keys the host itself consumes).
+ * Unknown keys, missing required keys, bad types and out-of-range values are
+ * GRM_EINVAL naming file:line, the key and the fix. `file` names the INI in messages. */
+grm_status grm__params_fill(const grm_plugin_info *info, const grm__section *sec,
+                            const char *file, const char *const *skip, grm__pconfig *out);
+/* Fill from "key=value" strings (tests, CLI overrides). */
+grm_status grm__params_fill_kv(const grm_plugin_info *info, const char *const *kvs, int n,
+                               grm__pconfig *out);
+void grm__pconfig_fini(grm__pconfig *pc);
+/* Check a plugin's declarations: known types, fields inside config_size, enum choices,
+ * no duplicate names, defaults that parse and lie in range. GRM_EABI naming path. */
+grm_status grm__params_check_decls(const grm_plugin_info *info, const char *path);
+/* Print the declared parameters of info (grmhost plugins NAME). */
+void grm__params_print(FILE *f, const grm_plugin_info *info);
+/* Print the resolved values of a filled config, one "key = value" per line. */
+void grm__params_print_values(FILE *f, const grm_plugin_info *info, const void *config,
+                              const char *indent);
+/* Levenshtein distance, for did-you-mean. */
+int grm__edit_distance(const char *a, const char *b);
+/* Name in `names` [n] closest to `word` within a small distance, or NULL. */
+const char *grm__closest(const char *word, const char *const *names, int n);
+
+#endif /* GRM_CORE_H */

@@ -1,0 +1,15 @@
+# libgrmcore (convenience library shared by grmhost and the tests) and grmhost.
+noinst_LTLIBRARIES += libgrmcore.la
+libgrmcore_la_SOURCES = \
+	%reldir%/grm_core.h %reldir%/error.c %reldir%/log.c %reldir%/pool.c %reldir%/host.c \
+	%reldir%/loader.c %reldir%/config.c %reldir%/params.c \
+	%reldir%/pipeline.h %reldir%/pipeline.c %reldir%/data.c %reldir%/metrics.c \
+	%reldir%/train.c %reldir%/gen.h %reldir%/gen.c
+libgrmcore_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(UV_CFLAGS) $(ZSTD_CFLAGS) $(BLAS_CFLAGS) \
+	-DGRM_PLUGIN_DIR='"$(plugindir)"' -DGRM_BUILD_DIR='"$(abs_top_builddir)"'
+libgrmcore_la_LIBADD = $(INIH_LIBS) $(UV_LIBS) $(ZSTD_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
+
+bin_PROGRAMS += grmhost
+grmhost_SOURCES = %reldir%/main.c
+grmhost_CPPFLAGS = $(AM_CPPFLAGS) -DGRM_PLUGIN_DIR='"$(plugindir)"'
+grmhost_LDADD = libgrmcore.la

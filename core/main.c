@@ -1,0 +1,306 @@
+/* core/main.c - grmhost, the command-line front end. The only place a status becomes an
+ * exit code (0 ok, 1 failure, 2 usage or configuration error) and the only writer of
+ * stdout (STYLE.md §6). */
+#include "gen.h"
+#include "pipeline.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage_main[] =
+    "usage: grmhost [--version] [--help] COMMAND [ARGS]\n"
+    "\n"
+    "Train generative recommendation models from a pipeline INI file; every component\n"
+    "(reader, transforms, embedding store, dense blocks, optimizers, checkpoint format,\n"
+    "communicator) is a plugin.\n"
+    "\n"
+    "commands:\n"
+    "  train FILE.ini     train the pipeline (resumes from its newest checkpoint)\n"
+    "  eval FILE.ini --checkpoint DIR|FILE\n"
+    "                     evaluate a checkpoint: HR@K, NDCG@K on validation and test\n"
+    "  check FILE.ini     validate the file and print the wired pipeline\n"
+    "  plugins [NAME]     list plugins, or show one plugin's parameters\n"
+    "  generate           write the synthetic sample data of the quick start\n"
+    "\n"
+    "`grmhost COMMAND --help` describes each command. Plugins are searched in\n"
+    "GRM_PLUGIN_PATH (colon-separated), then [pipeline] plugin_dirs, then the build tree\n"
+    "(when grmhost runs from it) or " GRM_PLUGIN_DIR ".\n"
+    "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n";
+
+static const char usage_train[] =
+    "usage: grmhost train [OPTIONS] FILE.ini\n"
+    "\n"
+    "Read the data, train, evaluate on the validation and test splits (leave-one-out,\n"
+    "full ranking) against a most-popular baseline, and print a summary table on stdout.\n"
+    "If [checkpoint] dir holds checkpoints, training resumes from the newest one.\n"
+    "SIGINT or SIGTERM finish the current step, write a checkpoint and exit 0.\n"
+    "\n"
+    "options:\n"
+    "  --fresh              ignore existing checkpoints and start from step 0\n"
+    "  --metrics-out FILE   append every metric as a JSON object per line\n"
+    "                       ({\"step\",\"split\",\"name\",\"value\"}); overrides [train] metrics_out\n"
+    "  --max-steps N        stop after N more steps (a checkpoint is written)\n"
+    "  -q, --quiet          print only errors and the final table\n"
+    "  -v, --verbose        print debug messages\n"
+    "  -h, --help           this text\n";
+
+static const char usage_eval[] =
+    "usage: grmhost eval [OPTIONS] FILE.ini --checkpoint DIR|FILE\n"
+    "\n"
+    "Load the newest checkpoint in DIR (or FILE), evaluate it on the validation and test\n"
+    "splits of the pipeline's data, and print HR@K, NDCG@K and MRR beside the\n"
+    "most-popular baseline.\n"
+    "\n"
+    "options:\n"
+    "  --checkpoint PATH    checkpoint directory or file (required)\n"
+    "  --metrics-out FILE   append metrics as JSON lines\n"
+    "  -q, --quiet / -v, --verbose / -h, --help\n";
+
+static const char usage_check[] =
+    "usage: grmhost check FILE.ini\n"
+    "\n"
+    "Validate the pipeline file: every section and key against the plugins' declared\n"
+    "parameters (unknown keys, wrong types, out-of-range values and missing required keys\n"
+    "are errors naming the file and line). Print the wired pipeline: each stage, its\n"
+    "plugin, file and resolved parameters. Exit 0 when valid, 2 otherwise.\n";
+
+static const char usage_plugins[] =
+    "usage: grmhost plugins [NAME]\n"
+    "\n"
+    "Without NAME, list every plugin found (name, kind, version, ABI, file). With NAME,\n"
+    "print its description and parameters (type, range, default, help). The names\n"
+    "[pipeline], [train], [checkpoint] and [feature.*] describe grmhost's own sections.\n";
+
+static const char usage_generate[] =
+    "usage: grmhost generate [OPTIONS]\n"
+    "\n"
+    "Write synthetic interaction rows `user<TAB>item<TAB>ts` (with a header line):\n"
+    "Zipf item popularity within taste clusters, long-tail sequence lengths, timestamps\n"
+    "and sequential structure. The same options always write the same bytes.\n"
+    "\n"
+    "options:\n"
+    "  --out FILE        output file (default: stdout)\n"
+    "  --users N         users (default 3000)\n"
+    "  --items N         items (default 2000)\n"
+    "  --clusters N      taste clusters (default 40)\n"
+    "  --seed N          seed (default 1)\n";
+
+enum { OPT_FRESH = 256, OPT_METRICS, OPT_CKPT, OPT_MAXSTEPS, OPT_OUT, OPT_USERS, OPT_ITEMS,
+       OPT_CLUSTERS, OPT_SEED };
+
+static int fail(grm_status st)
+{
+    fprintf(stderr, "grmhost: %s\n", grm_last_error());
+    return st == GRM_EINVAL || st == GRM_EABI || st == GRM_ENOTFOUND ? 2 : 1;
+}
+
+static int usage_error(const char *usage, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "grmhost: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n%s", usage);
+    return 2;
+}
+
+static int parse_i64(const char *s, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || end == s || v < 0) return 0;
+    *out = v;
+    return 1;
+}
+
+static int cmd_run(int argc, char **argv, int eval)
+{
+    static const struct option longopts[] = {
+        { "fresh", no_argument, NULL, OPT_FRESH },
+        { "metrics-out", required_argument, NULL, OPT_METRICS },
+        { "checkpoint", required_argument, NULL, OPT_CKPT },
+        { "max-steps", required_argument, NULL, OPT_MAXSTEPS },
+        { "quiet", no_argument, NULL, 'q' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *usage = eval ? usage_eval : usage_train;
+    grm__run_opts o = { 0 };
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "qvh", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_FRESH: o.fresh = 1; break;
+        case OPT_METRICS: o.metrics_out = optarg; break;
+        case OPT_CKPT: o.checkpoint = optarg; break;
+        case OPT_MAXSTEPS:
+            if (!parse_i64(optarg, &o.max_steps))
+                return usage_error(usage, "--max-steps: '%s' is not a count", optarg);
+            break;
+        case 'q': o.quiet = 1; break;
+        case 'v': o.verbose = 1; break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: fprintf(stderr, "\n%s", usage); return 2;
+        }
+    }
+    if (optind != argc - 1)
+        return usage_error(usage, "%s", optind >= argc ? "expected a pipeline FILE.ini"
+                                                        : "expected exactly one FILE.ini");
+    if (eval && !o.checkpoint)
+        return usage_error(usage, "%s", "eval needs --checkpoint DIR|FILE");
+    if (o.quiet) grm__log_set_level(GRM_LOG_WARN);
+    if (o.verbose) grm__log_set_level(GRM_LOG_DEBUG);
+    grm__pipeline *p;
+    grm_status st = grm__pipeline_load(argv[optind], &p);
+    if (st != GRM_OK) return fail(st);
+    st = eval ? grm__eval(p, &o) : grm__train(p, &o);
+    grm__pipeline_destroy(p);
+    grm__pool_fini();
+    return st == GRM_OK ? 0 : fail(st);
+}
+
+static int cmd_check(int argc, char **argv)
+{
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(usage_check, stdout);
+        return 0;
+    }
+    if (argc != 2) return usage_error(usage_check, "%s", "expected exactly one FILE.ini");
+    grm__pipeline *p;
+    grm_status st = grm__pipeline_load(argv[1], &p);
+    if (st != GRM_OK) return fail(st);
+    grm__pipeline_print(stdout, p);
+    grm__pipeline_destroy(p);
+    return 0;
+}
+
+static int cmd_plugins(int argc, char **argv)
+{
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        fputs(usage_plugins, stdout);
+        return 0;
+    }
+    if (argc > 2) return usage_error(usage_plugins, "%s", "expected at most one NAME");
+    grm__registry *reg;
+    grm_status st = grm__registry_create(&reg);
+    if (st == GRM_OK) st = grm__registry_load_default(reg);
+    if (st != GRM_OK) {
+        grm__registry_destroy(reg);
+        return fail(st);
+    }
+    int rc = 0;
+    if (argc == 1) {
+        printf("%-24s %-10s %-8s %-5s %s\n", "NAME", "KIND", "VERSION", "ABI", "FILE");
+        for (int32_t i = 0; i < grm__registry_count(reg); i++) {
+            const grm__plugin *pl = grm__registry_at(reg, i);
+            printf("%-24s %-10s %-8s %u.%-3u %s\n", pl->info->name,
+                   grm__kind_name(pl->info->kind), pl->info->version, pl->info->abi_major,
+                   pl->info->abi_minor, pl->path);
+        }
+    } else {
+        const grm_plugin_info *info = NULL;
+        const char *path = "grmhost";
+        for (int i = 0; grm__host_sections[i]; i++)
+            if (!strcmp(grm__host_sections[i]->name, argv[1])) info = grm__host_sections[i];
+        if (!info) {
+            const grm__plugin *pl = grm__registry_find(reg, argv[1]);
+            if (!pl) {
+                rc = fail(GRM_ENOTFOUND);
+                goto out;
+            }
+            info = pl->info;
+            path = pl->path;
+        }
+        printf("%s %s (%s, ABI %u.%u)\n  %s\n  file: %s\n\nparameters:\n", info->name,
+               info->version ? info->version : GRM_VERSION_STRING,
+               info->kind ? grm__kind_name(info->kind) : "grmhost section", info->abi_major,
+               info->abi_minor, info->description ? info->description : "", path);
+        grm__params_print(stdout, info);
+    }
+out:
+    grm__registry_destroy(reg);
+    return rc;
+}
+
+static int cmd_generate(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "out", required_argument, NULL, OPT_OUT },
+        { "users", required_argument, NULL, OPT_USERS },
+        { "items", required_argument, NULL, OPT_ITEMS },
+        { "clusters", required_argument, NULL, OPT_CLUSTERS },
+        { "seed", required_argument, NULL, OPT_SEED },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    grm__gen_opts o = { .users = 3000, .items = 2000, .clusters = 40, .min_len = 5,
+                        .max_len = 200, .seed = 1 };
+    const char *out = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int64_t v = 0;
+        if (c != 'h' && c != OPT_OUT && c != '?' && (!parse_i64(optarg, &v) || v == 0))
+            return usage_error(usage_generate, "'%s' is not a positive integer", optarg);
+        switch (c) {
+        case OPT_OUT: out = optarg; break;
+        case OPT_USERS: o.users = v; break;
+        case OPT_ITEMS: o.items = v; break;
+        case OPT_CLUSTERS: o.clusters = v; break;
+        case OPT_SEED: o.seed = (uint64_t)v; break;
+        case 'h': fputs(usage_generate, stdout); return 0;
+        default: fprintf(stderr, "\n%s", usage_generate); return 2;
+        }
+    }
+    if (optind != argc) return usage_error(usage_generate, "unexpected argument '%s'", argv[optind]);
+    if (o.clusters > o.items) o.clusters = o.items;
+    FILE *f = stdout;
+    char tmp[4096];
+    if (out) {
+        snprintf(tmp, sizeof tmp, "%s.tmp", out);
+        f = fopen(tmp, "w");
+        if (!f) {
+            fprintf(stderr, "grmhost: %s: cannot create: %s\n", tmp, strerror(errno));
+            return 1;
+        }
+    }
+    grm_status st = grm__generate(&o, f);
+    if (out) {
+        if (fclose(f) != 0 && st == GRM_OK)
+            st = grm_errorf(GRM_EIO, "%s: write failed: %s", tmp, strerror(errno));
+        if (st == GRM_OK && rename(tmp, out) != 0)
+            st = grm_errorf(GRM_EIO, "%s: rename failed: %s", out, strerror(errno));
+        if (st != GRM_OK) remove(tmp);
+    }
+    return st == GRM_OK ? 0 : fail(st);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(usage_main, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("grmhost %s (plugin ABI %d.%d)\n", GRM_VERSION_STRING, GRM_ABI_MAJOR,
+               GRM_ABI_MINOR);
+        return 0;
+    }
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(usage_main, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "train")) return cmd_run(argc - 1, argv + 1, 0);
+    if (!strcmp(cmd, "eval")) return cmd_run(argc - 1, argv + 1, 1);
+    if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
+    if (!strcmp(cmd, "plugins")) return cmd_plugins(argc - 1, argv + 1);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
+    static const char *const cmds[] = { "train", "eval", "check", "plugins", "generate" };
+    const char *near = grm__closest(cmd, cmds, 5);
+    fprintf(stderr, "grmhost: unknown command '%s'%s%s%s\n\n%s", cmd,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", usage_main);
+    return 2;
+}

@@ -1,0 +1,202 @@
+/* core/metrics.c - ranking and classification metrics, and the metrics sink.
+ *
+ * HR@K and NDCG@K follow the leave-one-out full-ranking protocol (S3-Rec/ICLRec code,
+ * see ../shared/data/README.md): one held-out target per user, ranked against every
+ * catalog item; with a single relevant item NDCG@K = 1 / log2(rank + 2) when rank < K. */
+#include "pipeline.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void grm__rank_acc_init(grm__rank_acc *a, const grm_int_list *topk)
+{
+    memset(a, 0, sizeof *a);
+    a->nk = (int32_t)topk->n;
+    for (int32_t i = 0; i < a->nk; i++) a->k[i] = topk->v[i];
+}
+
+void grm__rank_acc_add(grm__rank_acc *a, int64_t rank)
+{
+    for (int32_t i = 0; i < a->nk; i++)
+        if (rank < a->k[i]) {
+            a->hr[i] += 1;
+            a->ndcg[i] += 1.0 / log2((double)rank + 2.0);
+        }
+    a->mrr += 1.0 / ((double)rank + 1.0);
+    a->n++;
+}
+
+void grm__rank_acc_merge(grm__rank_acc *into, const grm__rank_acc *from)
+{
+    for (int32_t i = 0; i < into->nk; i++) {
+        into->hr[i] += from->hr[i];
+        into->ndcg[i] += from->ndcg[i];
+    }
+    into->mrr += from->mrr;
+    into->n += from->n;
+}
+
+/* ---- AUC ---- */
+
+typedef struct scored {
+    float s;
+    float y;
+} scored;
+
+static int cmp_scored(const void *a, const void *b)
+{
+    float x = ((const scored *)a)->s, y = ((const scored *)b)->s;
+    return (x > y) - (x < y);
+}
+
+/* Mann-Whitney U over sorted scores; tied scores share their average rank. */
+static double auc_sorted(const scored *v, int64_t n)
+{
+    double pos = 0, neg = 0, rank_sum = 0;
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i;
+        while (j < n && v[j].s == v[i].s) j++;
+        double avg = (double)(i + j + 1) / 2.0;   /* 1-based ranks i+1..j */
+        for (int64_t k = i; k < j; k++)
+            if (v[k].y > 0.5) rank_sum += avg;
+        i = j;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (v[i].y > 0.5) pos++;
+        else neg++;
+    }
+    if (pos == 0 || neg == 0) return NAN;
+    return (rank_sum - pos * (pos + 1) / 2.0) / (pos * neg);
+}
+
+double grm__auc(const float *scores, const float *labels, int64_t n)
+{
+    scored *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v) return NAN;
+    for (int64_t i = 0; i < n; i++) v[i] = (scored){ scores[i], labels[i] };
+    qsort(v, (size_t)n, sizeof *v, cmp_scored);
+    double a = auc_sorted(v, n);
+    free(v);
+    return a;
+}
+
+typedef struct gscored {
+    int64_t g;
+    float s, y;
+} gscored;
+
+static int cmp_gscored(const void *a, const void *b)
+{
+    const gscored *x = a, *y = b;
+    if (x->g != y->g) return (x->g > y->g) - (x->g < y->g);
+    return (x->s > y->s) - (x->s < y->s);
+}
+
+double grm__gauc(const float *scores, const float *labels, const int64_t *groups, int64_t n)
+{
+    gscored *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    scored *w = malloc((size_t)(n ? n : 1) * sizeof *w);
+    double num = 0, den = 0;
+    if (!v || !w) {
+        free(v);
+        free(w);
+        return NAN;
+    }
+    for (int64_t i = 0; i < n; i++) v[i] = (gscored){ groups[i], scores[i], labels[i] };
+    qsort(v, (size_t)n, sizeof *v, cmp_gscored);
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i;
+        while (j < n && v[j].g == v[i].g) j++;
+        for (int64_t k = i; k < j; k++) w[k - i] = (scored){ v[k].s, v[k].y };
+        double a = auc_sorted(w, j - i);
+        if (!isnan(a)) {
+            num += a * (double)(j - i);
+            den += (double)(j - i);
+        }
+        i = j;
+    }
+    free(v);
+    free(w);
+    return den > 0 ? num / den : NAN;
+}
+
+/* ---- sink ---- */
+
+typedef struct metric_last {
+    char split[16], name[32];
+    int64_t step;
+    double value;
+} metric_last;
+
+struct grm__metrics {
+    FILE *f;                 /* JSON lines, or NULL */
+    metric_last *last;
+    int n, cap;
+};
+
+grm_status grm__metrics_open(const char *path, grm__metrics **out)
+{
+    grm__metrics *m = calloc(1, sizeof *m);
+    *out = NULL;
+    if (!m) return grm_errorf(GRM_ENOMEM, "out of memory");
+    if (path && path[0]) {
+        m->f = fopen(path, "a");
+        if (!m->f) {
+            free(m);
+            return grm_errorf(GRM_EIO, "%s: cannot open metrics file: %s", path,
+                              strerror(errno));
+        }
+    }
+    *out = m;
+    return GRM_OK;
+}
+
+void grm__metrics_close(grm__metrics *m)
+{
+    if (!m) return;
+    if (m->f) fclose(m->f);
+    free(m->last);
+    free(m);
+}
+
+void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const char *name,
+                       double value)
+{
+    if (m->f) {
+        if (isfinite(value))
+            fprintf(m->f, "{\"step\":%lld,\"split\":\"%s\",\"name\":\"%s\",\"value\":%.9g}\n",
+                    (long long)step, split, name, value);
+        else
+            fprintf(m->f, "{\"step\":%lld,\"split\":\"%s\",\"name\":\"%s\",\"value\":null}\n",
+                    (long long)step, split, name);
+        fflush(m->f);
+    }
+    for (int i = 0; i < m->n; i++)
+        if (strcmp(m->last[i].split, split) == 0 && strcmp(m->last[i].name, name) == 0) {
+            m->last[i].step = step;
+            m->last[i].value = value;
+            return;
+        }
+    if (m->n == m->cap) {
+        int cap = m->cap ? m->cap * 2 : 32;
+        metric_last *nl = realloc(m->last, (size_t)cap * sizeof *nl);
+        if (!nl) return;
+        m->last = nl;
+        m->cap = cap;
+    }
+    metric_last *l = &m->last[m->n++];
+    snprintf(l->split, sizeof l->split, "%s", split);
+    snprintf(l->name, sizeof l->name, "%s", name);
+    l->step = step;
+    l->value = value;
+}
+
+void grm__metrics_summary(grm__metrics *m, FILE *f)
+{
+    fprintf(f, "%-10s %-16s %10s %12s\n", "split", "metric", "step", "value");
+    for (int i = 0; i < m->n; i++)
+        fprintf(f, "%-10s %-16s %10lld %12.6f\n", m->last[i].split, m->last[i].name,
+                (long long)m->last[i].step, m->last[i].value);
+}

@@ -1,0 +1,525 @@
+/* core/pipeline.c - from a pipeline INI to a validated, wired set of stages
+ * (DESIGN.md §4). The host's own sections are declared with the same grm_param_decl
+ * tables plugins use, so every key gets the same checks and did-you-mean. */
+#include "pipeline.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- host-declared sections ---- */
+
+typedef struct pipeline_cfg {
+    const char *name;
+    grm_str_list plugin_dirs;
+    int64_t threads;
+} pipeline_cfg;
+
+static const grm_param_decl pipeline_params[] = {
+    { "name", GRM_PARAM_STRING, 0, offsetof(pipeline_cfg, name), "grm", GRM_PARAM_ANY, NULL,
+      "pipeline name, shown in logs and checkpoint metadata" },
+    { "plugin_dirs", GRM_PARAM_STR_LIST, 0, offsetof(pipeline_cfg, plugin_dirs), NULL,
+      GRM_PARAM_ANY, NULL, "extra directories searched for plugins, before the defaults" },
+    { "threads", GRM_PARAM_INT, 0, offsetof(pipeline_cfg, threads), "0", GRM_PARAM_RANGE(0, 1024),
+      NULL, "worker threads for the host pool (0: one per online CPU)" },
+    { NULL },
+};
+
+typedef struct train_cfg {
+    int32_t task;
+    const char *user_column, *sequence_column, *time_column, *item_table, *metrics_out;
+    int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
+    grm_int_list topk;
+} train_cfg;
+
+static const grm_param_decl train_params[] = {
+    { "task", GRM_PARAM_ENUM, 0, offsetof(train_cfg, task), "retrieval", GRM_PARAM_ANY,
+      "retrieval", "what is trained: next-item retrieval over user sequences" },
+    { "user_column", GRM_PARAM_STRING, 0, offsetof(train_cfg, user_column), "user",
+      GRM_PARAM_ANY, NULL, "I64 column holding the user id of each sequence" },
+    { "sequence_column", GRM_PARAM_STRING, 0, offsetof(train_cfg, sequence_column), "item",
+      GRM_PARAM_ANY, NULL, "LIST_I64 column holding each user's items in time order" },
+    { "time_column", GRM_PARAM_STRING, 0, offsetof(train_cfg, time_column), "", GRM_PARAM_ANY,
+      NULL, "LIST_I64 column of timestamps beside the sequence (optional)" },
+    { "item_table", GRM_PARAM_STRING, 0, offsetof(train_cfg, item_table), "", GRM_PARAM_ANY,
+      NULL, "table whose rows are the candidate items (default: the sequence feature's)" },
+    { "metrics_out", GRM_PARAM_STRING, 0, offsetof(train_cfg, metrics_out), "", GRM_PARAM_ANY,
+      NULL, "write every metric as one JSON object per line to this file" },
+    { "max_seq_len", GRM_PARAM_INT, 0, offsetof(train_cfg, max_seq_len), "50",
+      GRM_PARAM_RANGE(1, 1 << 20), NULL, "most recent items of the history a sample sees" },
+    { "batch_size", GRM_PARAM_INT, 0, offsetof(train_cfg, batch_size), "256",
+      GRM_PARAM_RANGE(1, 1 << 20), NULL, "samples per training step" },
+    { "epochs", GRM_PARAM_INT, 0, offsetof(train_cfg, epochs), "1", GRM_PARAM_RANGE(1, 100000),
+      NULL, "passes over the training examples" },
+    { "steps", GRM_PARAM_INT, 0, offsetof(train_cfg, steps), "0", GRM_PARAM_RANGE(0, 1e15),
+      NULL, "stop after this many steps (0: epochs decide)" },
+    { "seed", GRM_PARAM_INT, 0, offsetof(train_cfg, seed), "42", GRM_PARAM_RANGE(0, 9e18), NULL,
+      "seed of every random choice: initialization, shuffling, negatives, dropout" },
+    { "log_every", GRM_PARAM_INT, 0, offsetof(train_cfg, log_every), "100",
+      GRM_PARAM_RANGE(1, 1e12), NULL, "steps between progress lines and train metrics" },
+    { "eval_every", GRM_PARAM_INT, 0, offsetof(train_cfg, eval_every), "0",
+      GRM_PARAM_RANGE(0, 1e12), NULL, "steps between validation runs (0: after each epoch)" },
+    { "eval_batch", GRM_PARAM_INT, 0, offsetof(train_cfg, eval_batch), "256",
+      GRM_PARAM_RANGE(1, 1 << 20), NULL, "users scored at once in evaluation" },
+    { "topk", GRM_PARAM_INT_LIST, 0, offsetof(train_cfg, topk), "5,10,20",
+      GRM_PARAM_RANGE(1, 1e9), NULL, "K of HR@K and NDCG@K (full ranking, leave-one-out)" },
+    { NULL },
+};
+
+typedef struct ckpt_cfg {
+    const char *dir;
+    int64_t every, keep;
+} ckpt_cfg;
+
+static const grm_param_decl ckpt_host_params[] = {
+    { "dir", GRM_PARAM_STRING, 0, offsetof(ckpt_cfg, dir), "", GRM_PARAM_ANY, NULL,
+      "directory for checkpoints (empty: none; relative paths from the working directory)" },
+    { "every", GRM_PARAM_INT, 0, offsetof(ckpt_cfg, every), "0", GRM_PARAM_RANGE(0, 1e12), NULL,
+      "steps between checkpoints (0: after each epoch); one is always written at the end" },
+    { "keep", GRM_PARAM_INT, 0, offsetof(ckpt_cfg, keep), "3", GRM_PARAM_RANGE(1, 1e6), NULL,
+      "newest checkpoints kept; older ones are deleted" },
+    { NULL },
+};
+
+typedef struct feature_cfg {
+    const char *source, *table;
+    int64_t dim, window, rows;
+    int32_t pooling, init;
+    double init_scale;
+} feature_cfg;
+
+static const grm_param_decl feature_params[] = {
+    { "source", GRM_PARAM_STRING, 1, offsetof(feature_cfg, source), NULL, GRM_PARAM_ANY, NULL,
+      "column the ids come from: the sequence column or the user column" },
+    { "table", GRM_PARAM_STRING, 0, offsetof(feature_cfg, table), "", GRM_PARAM_ANY, NULL,
+      "embedding table (default: the feature's name); features may share a table" },
+    { "dim", GRM_PARAM_INT, 1, offsetof(feature_cfg, dim), NULL, GRM_PARAM_RANGE(1, 65536), NULL,
+      "floats per embedding row" },
+    { "pooling", GRM_PARAM_ENUM, 0, offsetof(feature_cfg, pooling), "mean", GRM_PARAM_ANY,
+      "mean|sum", "how a sequence's rows become one vector" },
+    { "window", GRM_PARAM_INT, 0, offsetof(feature_cfg, window), "0",
+      GRM_PARAM_RANGE(0, 1 << 20), NULL, "most recent ids pooled (0: train.max_seq_len)" },
+    { "rows", GRM_PARAM_INT, 0, offsetof(feature_cfg, rows), "0", GRM_PARAM_RANGE(0, 1e12),
+      NULL, "table rows for fixed-size stores (0: largest id in the data + 1)" },
+    { "init", GRM_PARAM_ENUM, 0, offsetof(feature_cfg, init), "normal", GRM_PARAM_ANY,
+      "zeros|uniform|normal", "row initializer, a pure function of (seed, table, id)" },
+    { "init_scale", GRM_PARAM_DOUBLE, 0, offsetof(feature_cfg, init_scale), "0.05",
+      GRM_PARAM_RANGE(0, 100), NULL, "uniform: U(-a, a); normal: N(0, a^2)" },
+    { NULL },
+};
+
+#define HOST_INFO(var, nm, table, cfgtype)                                              \
+    static const grm_plugin_info var = { GRM_PLUGIN_INFO_HEADER, .kind = 0, .name = nm, \
+                                         .params = table, .config_size = sizeof(cfgtype) }
+HOST_INFO(pipeline_info, "[pipeline]", pipeline_params, pipeline_cfg);
+HOST_INFO(train_info, "[train]", train_params, train_cfg);
+HOST_INFO(ckpt_host_info, "[checkpoint]", ckpt_host_params, ckpt_cfg);
+HOST_INFO(feature_info, "[feature.*]", feature_params, feature_cfg);
+
+/* The host-owned sections, for `grmhost plugins` style help. */
+const grm_plugin_info *const grm__host_sections[] = {
+    &pipeline_info, &train_info, &ckpt_host_info, &feature_info, NULL,
+};
+
+/* ---- helpers ---- */
+
+static char *dupstr(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
+
+static void stage_fini(grm__stage *s)
+{
+    grm__pconfig_fini(&s->config);
+    free(s->label);
+    memset(s, 0, sizeof *s);
+}
+
+/* Names of the params of info plus extra, NULL-terminated; caller frees the array. */
+static const char **skip_list(const grm_plugin_info *info, const char *const *extra)
+{
+    int n = 0, m = 0;
+    while (info && info->params && info->params[n].name) n++;
+    while (extra && extra[m]) m++;
+    const char **l = calloc((size_t)(n + m + 1), sizeof *l);
+    if (!l) return NULL;
+    for (int i = 0; i < n; i++) l[i] = info->params[i].name;
+    for (int i = 0; i < m; i++) l[n + i] = extra[i];
+    return l;
+}
+
+/* Resolve [section] plugin = NAME of `kind` (or `def` when the section or key is absent)
+ * and fill its config, skipping the host's keys `host_keys`. */
+static grm_status stage_setup(grm__pipeline *p, grm__stage *st, const char *section,
+                              int32_t kind, const char *def, const char *const *host_keys)
+{
+    const grm__section *sec = grm__config_section(p->cfg, section);
+    const grm__kv *kv = sec ? grm__section_kv(sec, "plugin") : NULL;
+    const char *name = kv ? kv->value : def;
+    memset(st, 0, sizeof *st);
+    st->label = strdup(section);
+    st->section = sec;
+    if (!st->label) return grm_errorf(GRM_ENOMEM, "out of memory");
+    if (!name) {
+        if (sec)
+            return grm_errorf(GRM_EINVAL, "%s:%d: [%s] needs 'plugin = <%s plugin>'; `grmhost "
+                              "plugins` lists them", p->cfg->path, sec->line, section,
+                              grm__kind_name(kind));
+        return grm_errorf(GRM_EINVAL, "%s: section [%s] is missing; add it with 'plugin = "
+                          "<%s plugin>'", p->cfg->path, section, grm__kind_name(kind));
+    }
+    grm_status s = grm__registry_get(p->reg, name, kind, &st->plugin);
+    if (s != GRM_OK) {
+        if (kv)
+            grm_error_prefix("%s:%d: [%s] plugin: ", p->cfg->path, kv->line, section);
+        else
+            grm_error_prefix("%s: [%s] default plugin: ", p->cfg->path, section);
+        return s;
+    }
+    if (kv) ((grm__kv *)kv)->used = 1;
+    const char *skip[16] = { "plugin" };
+    int ns = 1;
+    for (int i = 0; host_keys && host_keys[i] && ns < 15; i++) skip[ns++] = host_keys[i];
+    skip[ns] = NULL;
+    return grm__params_fill(st->plugin->info, sec, p->cfg->path, skip, &st->config);
+}
+
+static int cmp_dense(const void *a, const void *b)
+{
+    const grm__stage *x = a, *y = b;
+    long nx = strtol(x->label + 6, NULL, 10), ny = strtol(y->label + 6, NULL, 10);
+    return (nx > ny) - (nx < ny);
+}
+
+static int is_uint(const char *s)
+{
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s)) return 0;
+    return 1;
+}
+
+/* ---- load ---- */
+
+grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
+{
+    grm_status st;
+    grm__pipeline *p = calloc(1, sizeof *p);
+    *out = NULL;
+    if (!p) return grm_errorf(GRM_ENOMEM, "out of memory");
+    if ((st = grm__config_load(path, &p->cfg)) != GRM_OK) goto fail;
+    grm__host_set_config(p->cfg);
+
+    /* known sections */
+    static const char *const fixed[] = { "pipeline", "reader", "embedding", "head", "train",
+                                         "optimizer.sparse", "optimizer.dense", "checkpoint",
+                                         "distributed", NULL };
+    for (int i = 0; i < p->cfg->nsec; i++) {
+        const grm__section *sec = &p->cfg->sec[i];
+        int ok = 0;
+        for (int j = 0; fixed[j]; j++) ok |= strcmp(sec->name, fixed[j]) == 0;
+        ok |= strncmp(sec->name, "transform.", 10) == 0 && sec->name[10];
+        ok |= strncmp(sec->name, "feature.", 8) == 0 && sec->name[8];
+        if (strncmp(sec->name, "dense.", 6) == 0) {
+            if (!is_uint(sec->name + 6)) {
+                st = grm_errorf(GRM_EINVAL, "%s:%d: [%s]: dense sections are numbered "
+                                "[dense.0], [dense.1], ... in stack order", path, sec->line,
+                                sec->name);
+                goto fail;
+            }
+            ok = 1;
+        }
+        if (!ok) {
+            static const char *const all[] = { "pipeline", "reader", "embedding", "head",
+                                               "train", "optimizer.sparse", "optimizer.dense",
+                                               "checkpoint", "distributed", "transform.NAME",
+                                               "feature.NAME", "dense.N" };
+            const char *near = grm__closest(sec->name, all, 12);
+            st = grm_errorf(GRM_EINVAL, "%s:%d: unknown section [%s]%s%s%s", path, sec->line,
+                            sec->name, near ? "; did you mean [" : "", near ? near : "",
+                            near ? "]?" : "");
+            goto fail;
+        }
+    }
+
+    /* [pipeline] first: it may add plugin directories */
+    if ((st = grm__params_fill(&pipeline_info, grm__config_section(p->cfg, "pipeline"), path,
+                               NULL, &p->set_pipeline)) != GRM_OK)
+        goto fail;
+    const pipeline_cfg *pc = p->set_pipeline.data;
+    p->set.name = pc->name;
+    p->set.plugin_dirs = pc->plugin_dirs;
+    p->set.threads = pc->threads;
+    if ((st = grm__registry_create(&p->reg)) != GRM_OK) goto fail;
+    for (int64_t i = 0; i < pc->plugin_dirs.n; i++) {
+        if ((st = grm__registry_load_dir(p->reg, pc->plugin_dirs.v[i])) != GRM_OK) {
+            const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "pipeline"),
+                                                "plugin_dirs");
+            grm_error_prefix("%s:%d: [pipeline] plugin_dirs: ", path, kv ? kv->line : 0);
+            goto fail;
+        }
+    }
+    if ((st = grm__registry_load_default(p->reg)) != GRM_OK) goto fail;
+
+    /* [train] */
+    if ((st = grm__params_fill(&train_info, grm__config_section(p->cfg, "train"), path, NULL,
+                               &p->set_train)) != GRM_OK)
+        goto fail;
+    const train_cfg *tc = p->set_train.data;
+    p->set.task = tc->task;
+    p->set.user_column = tc->user_column;
+    p->set.sequence_column = tc->sequence_column;
+    p->set.time_column = tc->time_column;
+    p->set.item_table = tc->item_table;
+    p->set.metrics_out = tc->metrics_out;
+    p->set.max_seq_len = tc->max_seq_len;
+    p->set.batch_size = tc->batch_size;
+    p->set.epochs = tc->epochs;
+    p->set.steps = tc->steps;
+    p->set.seed = tc->seed;
+    p->set.log_every = tc->log_every;
+    p->set.eval_every = tc->eval_every;
+    p->set.eval_batch = tc->eval_batch;
+    p->set.topk = tc->topk;
+
+    /* plugins */
+    if ((st = stage_setup(p, &p->reader, "reader", GRM_KIND_READER, NULL, NULL)) != GRM_OK)
+        goto fail;
+    for (int i = 0; i < p->cfg->nsec; i++) {
+        const grm__section *sec = &p->cfg->sec[i];
+        if (strncmp(sec->name, "transform.", 10) == 0) {
+            grm__stage *nt = realloc(p->transforms, (size_t)(p->ntransforms + 1) * sizeof *nt);
+            if (!nt) {
+                st = grm_errorf(GRM_ENOMEM, "out of memory");
+                goto fail;
+            }
+            p->transforms = nt;
+            st = stage_setup(p, &p->transforms[p->ntransforms++], sec->name,
+                             GRM_KIND_TRANSFORM, NULL, NULL);
+            if (st != GRM_OK) goto fail;
+        } else if (strncmp(sec->name, "dense.", 6) == 0) {
+            grm__stage *nd = realloc(p->dense, (size_t)(p->ndense + 1) * sizeof *nd);
+            if (!nd) {
+                st = grm_errorf(GRM_ENOMEM, "out of memory");
+                goto fail;
+            }
+            p->dense = nd;
+            st = stage_setup(p, &p->dense[p->ndense++], sec->name, GRM_KIND_DENSE, NULL, NULL);
+            if (st != GRM_OK) goto fail;
+        } else if (strncmp(sec->name, "feature.", 8) == 0) {
+            grm__pconfig fpc;
+            if ((st = grm__params_fill(&feature_info, sec, path, NULL, &fpc)) != GRM_OK)
+                goto fail;
+            const feature_cfg *fc = fpc.data;
+            grm__feature *nf = realloc(p->features, (size_t)(p->nfeatures + 1) * sizeof *nf);
+            if (!nf) {
+                grm__pconfig_fini(&fpc);
+                st = grm_errorf(GRM_ENOMEM, "out of memory");
+                goto fail;
+            }
+            p->features = nf;
+            grm__feature *f = &p->features[p->nfeatures++];
+            memset(f, 0, sizeof *f);
+            f->name = dupstr(sec->name + 8);
+            f->source = dupstr(fc->source);
+            f->table = dupstr(fc->table[0] ? fc->table : sec->name + 8);
+            f->dim = (int32_t)fc->dim;
+            f->pooling = fc->pooling;
+            f->window = fc->window ? fc->window : p->set.max_seq_len;
+            f->rows = fc->rows;
+            f->init = fc->init;
+            f->init_scale = fc->init_scale;
+            f->line = sec->line;
+            f->is_sequence = strcmp(fc->source, p->set.sequence_column) == 0;
+            grm__pconfig_fini(&fpc);
+            if (!f->name || !f->source || !f->table) {
+                st = grm_errorf(GRM_ENOMEM, "out of memory");
+                goto fail;
+            }
+            if (!f->is_sequence && strcmp(f->source, p->set.user_column) != 0) {
+                st = grm_errorf(GRM_EINVAL, "%s:%d: [%s] source = %s: a retrieval pipeline's "
+                                "features read the sequence column '%s' or the user column "
+                                "'%s'", path, sec->line, sec->name, f->source,
+                                p->set.sequence_column, p->set.user_column);
+                goto fail;
+            }
+        }
+    }
+    if (p->ndense == 0) {
+        st = grm_errorf(GRM_EINVAL, "%s: no [dense.0] section; a model needs at least one "
+                        "dense block (e.g. plugin = dense-mlp)", path);
+        goto fail;
+    }
+    qsort(p->dense, (size_t)p->ndense, sizeof *p->dense, cmp_dense);
+    if (p->nfeatures == 0) {
+        st = grm_errorf(GRM_EINVAL, "%s: no [feature.NAME] section; declare at least the "
+                        "item history (source = %s)", path, p->set.sequence_column);
+        goto fail;
+    }
+
+    /* tables: one per distinct table name, specs must agree */
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        grm__feature *f = &p->features[i];
+        int32_t t;
+        for (t = 0; t < p->ntables; t++)
+            if (strcmp(p->tables[t].name, f->table) == 0) break;
+        if (t == p->ntables) {
+            grm_emb_table_spec *ns = realloc(p->tables, (size_t)(t + 1) * sizeof *ns);
+            if (!ns) {
+                st = grm_errorf(GRM_ENOMEM, "out of memory");
+                goto fail;
+            }
+            p->tables = ns;
+            p->tables[t] = (grm_emb_table_spec){ .name = f->table, .rows = f->rows,
+                                                 .dim = f->dim, .init = f->init,
+                                                 .init_scale = f->init_scale,
+                                                 .seed = (uint64_t)p->set.seed };
+            p->ntables++;
+        } else if (p->tables[t].dim != f->dim || p->tables[t].init != f->init
+                   || p->tables[t].init_scale != f->init_scale) {
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] shares table '%s' but its dim, "
+                            "init or init_scale differ from the first feature using it; make "
+                            "them equal or name another table", path, f->line, f->name,
+                            f->table);
+            goto fail;
+        }
+        f->table_idx = t;
+    }
+    if (!p->set.item_table[0]) {
+        for (int32_t i = 0; i < p->nfeatures && !p->set.item_table[0]; i++)
+            if (p->features[i].is_sequence) p->set.item_table = p->features[i].table;
+        if (!p->set.item_table[0]) {
+            st = grm_errorf(GRM_EINVAL, "%s: no feature reads the sequence column '%s', so "
+                            "there is no item table; add one or set [train] item_table",
+                            path, p->set.sequence_column);
+            goto fail;
+        }
+    }
+    int found = 0;
+    for (int32_t t = 0; t < p->ntables; t++) found |= strcmp(p->tables[t].name, p->set.item_table) == 0;
+    if (!found) {
+        st = grm_errorf(GRM_EINVAL, "%s: [train] item_table = %s is not a table of any "
+                        "feature", path, p->set.item_table);
+        goto fail;
+    }
+
+    static const char *const ckpt_keys[] = { "dir", "every", "keep", NULL };
+    if ((st = stage_setup(p, &p->emb, "embedding", GRM_KIND_EMB, "emb-static", NULL)) != GRM_OK
+        || (st = stage_setup(p, &p->opt_sparse, "optimizer.sparse", GRM_KIND_OPT, "opt-adam",
+                             NULL)) != GRM_OK
+        || (st = stage_setup(p, &p->opt_dense, "optimizer.dense", GRM_KIND_OPT, "opt-adam",
+                             NULL)) != GRM_OK
+        || (st = stage_setup(p, &p->head, "head", GRM_KIND_DENSE, "dense-sampled-softmax",
+                             NULL)) != GRM_OK
+        || (st = stage_setup(p, &p->ckpt, "checkpoint", GRM_KIND_CKPT, "ckpt-grm", ckpt_keys))
+               != GRM_OK
+        || (st = stage_setup(p, &p->comm, "distributed", GRM_KIND_COMM, "comm-single", NULL))
+               != GRM_OK)
+        goto fail;
+    {
+        const char **skip = skip_list(p->ckpt.plugin->info, (const char *const[]){ "plugin",
+                                                                                 NULL });
+        if (!skip) {
+            st = grm_errorf(GRM_ENOMEM, "out of memory");
+            goto fail;
+        }
+        st = grm__params_fill(&ckpt_host_info, grm__config_section(p->cfg, "checkpoint"),
+                              path, skip, &p->set_ckpt);
+        free(skip);
+        if (st != GRM_OK) goto fail;
+        const ckpt_cfg *cc = p->set_ckpt.data;
+        p->set.ckpt_dir = cc->dir;
+        p->set.ckpt_every = cc->every;
+        p->set.ckpt_keep = cc->keep;
+    }
+    {
+        const grm_dense_ops *hops = p->head.plugin->info->ops;
+        if (!GRM_HAS_OP(grm_dense_ops, hops, loss) || !GRM_HAS_OP(grm_dense_ops, hops, loss_kind)
+            || !GRM_HAS_OP(grm_dense_ops, hops, negatives)) {
+            st = grm_errorf(GRM_EINVAL, "%s: [head] plugin = %s is not a retrieval head (it "
+                            "lacks the loss, loss_kind or negatives op); use "
+                            "dense-sampled-softmax", path, p->head.plugin->info->name);
+            goto fail;
+        }
+    }
+    *out = p;
+    return GRM_OK;
+fail:
+    grm__pipeline_destroy(p);
+    return st;
+}
+
+void grm__pipeline_destroy(grm__pipeline *p)
+{
+    if (!p) return;
+    stage_fini(&p->reader);
+    for (int32_t i = 0; i < p->ntransforms; i++) stage_fini(&p->transforms[i]);
+    free(p->transforms);
+    for (int32_t i = 0; i < p->ndense; i++) stage_fini(&p->dense[i]);
+    free(p->dense);
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        free(p->features[i].name);
+        free(p->features[i].source);
+        free(p->features[i].table);
+    }
+    free(p->features);
+    free(p->tables);
+    stage_fini(&p->emb);
+    stage_fini(&p->opt_sparse);
+    stage_fini(&p->opt_dense);
+    stage_fini(&p->head);
+    stage_fini(&p->ckpt);
+    stage_fini(&p->comm);
+    grm__pconfig_fini(&p->set_pipeline);
+    grm__pconfig_fini(&p->set_train);
+    grm__pconfig_fini(&p->set_ckpt);
+    grm__registry_destroy(p->reg);
+    grm__host_set_config(NULL);
+    grm__config_destroy(p->cfg);
+    free(p);
+}
+
+static void print_stage(FILE *f, const char *role, const grm__stage *s)
+{
+    const grm_plugin_info *info = s->plugin->info;
+    fprintf(f, "  %-18s %s %s (%s)\n", role, info->name, info->version, s->plugin->path);
+    grm__params_print_values(f, info, s->config.data, "                       ");
+}
+
+void grm__pipeline_print(FILE *f, const grm__pipeline *p)
+{
+    fprintf(f, "pipeline '%s' (%s): ok\n", p->set.name, p->cfg->path);
+    fprintf(f, "\nread -> transform -> lookup -> dense -> head -> loss -> backward -> "
+               "optimizers -> checkpoint\n\n");
+    print_stage(f, "[reader]", &p->reader);
+    for (int32_t i = 0; i < p->ntransforms; i++) {
+        char role[64];
+        snprintf(role, sizeof role, "[%s]", p->transforms[i].label);
+        print_stage(f, role, &p->transforms[i]);
+    }
+    fprintf(f, "  %-18s\n", "features");
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        const grm__feature *ft = &p->features[i];
+        fprintf(f, "                       %-10s column %-8s table %-8s dim %d, %s of the last "
+                   "%lld\n", ft->name, ft->source, ft->table, ft->dim,
+                ft->pooling ? "sum" : "mean", (long long)(ft->is_sequence ? ft->window : 1));
+    }
+    print_stage(f, "[embedding]", &p->emb);
+    fprintf(f, "                       tables:");
+    for (int32_t t = 0; t < p->ntables; t++)
+        fprintf(f, " %s(dim %d)", p->tables[t].name, p->tables[t].dim);
+    fprintf(f, "; items ranked from '%s'\n", p->set.item_table);
+    for (int32_t i = 0; i < p->ndense; i++) {
+        char role[64];
+        snprintf(role, sizeof role, "[%s]", p->dense[i].label);
+        print_stage(f, role, &p->dense[i]);
+    }
+    print_stage(f, "[head]", &p->head);
+    print_stage(f, "[optimizer.sparse]", &p->opt_sparse);
+    print_stage(f, "[optimizer.dense]", &p->opt_dense);
+    print_stage(f, "[checkpoint]", &p->ckpt);
+    grm__params_print_values(f, &ckpt_host_info, p->set_ckpt.data, "                       ");
+    print_stage(f, "[distributed]", &p->comm);
+    fprintf(f, "  %-18s\n", "[train]");
+    grm__params_print_values(f, &train_info, p->set_train.data, "                       ");
+}

@@ -1,0 +1,156 @@
+/* core/pipeline.h - a pipeline INI wired to plugin instances (DESIGN.md §4, §5), the
+ * in-memory dataset it reads, and the trainer that runs it. Internal to libgrmcore. */
+#ifndef GRM_PIPELINE_H
+#define GRM_PIPELINE_H
+
+#include "grm_core.h"
+
+/* A plugin instance: which plugin, its filled config, its section. */
+typedef struct grm__stage {
+    const grm__plugin *plugin;     /* borrowed from the registry */
+    grm__pconfig config;           /* owned */
+    const grm__section *section;   /* borrowed from the config; NULL when defaulted */
+    char *label;                   /* owned: "reader", "dense.0", ... */
+    void *inst;                    /* owned: created by the kind's create/open */
+} grm__stage;
+
+/* A [feature.NAME] section: one id or sequence column looked up in one table. */
+typedef struct grm__feature {
+    char *name;                    /* owned: NAME */
+    char *source;                  /* owned: column */
+    char *table;                   /* owned: table name */
+    int32_t table_idx;             /* index into pipeline tables */
+    int32_t dim;
+    int32_t pooling;               /* 0 mean, 1 sum */
+    int64_t window;                /* most recent ids used from a sequence (0: max_seq_len) */
+    int32_t is_sequence;           /* source is the sequence column */
+    int32_t init;                  /* grm_emb_init */
+    double init_scale;
+    int64_t rows;                  /* 0: from the data */
+    int line;
+} grm__feature;
+
+/* Host settings from [pipeline], [train], [checkpoint]. */
+typedef struct grm__settings {
+    /* [pipeline] */
+    const char *name;
+    grm_str_list plugin_dirs;
+    int64_t threads;
+    /* [train] */
+    int32_t task;                  /* 0 retrieval */
+    const char *user_column, *sequence_column, *time_column;
+    int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every;
+    int64_t eval_batch;
+    grm_int_list topk;
+    const char *metrics_out;
+    const char *item_table;
+    /* [checkpoint] */
+    const char *ckpt_dir;
+    int64_t ckpt_every, ckpt_keep;
+} grm__settings;
+
+/* The dataset: one row per user with its time-ordered items (from the reader and the
+ * transforms), split leave-one-out. */
+typedef struct grm__dataset {
+    int64_t nusers;
+    int64_t *users;                /* [U] user ids */
+    int64_t *offsets;              /* [U+1] into items */
+    int64_t *items;                /* [total] item ids, time order within a user */
+    int64_t *times;                /* [total] or NULL */
+    /* leave-one-out: user u trains on items[offsets[u] .. train_end[u]) */
+    int64_t *train_end;            /* [U] */
+    int32_t *has_eval;             /* [U] 1 when the user has valid and test targets */
+    /* training examples: (user, position t) predicting items[t] from items before t */
+    int64_t nexamples;
+    int64_t *ex_user;              /* [N] user index */
+    int64_t *ex_pos;               /* [N] absolute index into items */
+    /* the catalog for full ranking and negatives */
+    int64_t ncatalog;
+    int64_t *catalog_ids;          /* [C] sorted distinct item ids */
+    int64_t *catalog_counts;       /* [C] occurrences in the training part */
+    int64_t max_item, max_user;
+    int64_t bad_rows, raw_rows;
+} grm__dataset;
+
+typedef struct grm__pipeline {
+    grm__config *cfg;              /* owned */
+    grm__registry *reg;            /* owned */
+    grm__settings set;
+    grm__pconfig set_pipeline, set_train, set_ckpt;   /* owned backing of `set` */
+
+    grm__stage reader;
+    grm__stage *transforms;        /* [ntransforms] in file order */
+    int32_t ntransforms;
+    grm__feature *features;        /* [nfeatures] in file order */
+    int32_t nfeatures;
+    grm_emb_table_spec *tables;    /* [ntables] */
+    int32_t ntables;
+    grm__stage emb;
+    grm__stage opt_sparse, opt_dense;
+    grm__stage *dense;             /* [ndense] in [dense.N] order */
+    int32_t ndense;
+    grm__stage head;
+    grm__stage ckpt;
+    grm__stage comm;
+    grm_comm_handle comm_handle;
+    grm_optimizer sparse_opt;
+} grm__pipeline;
+
+/* Descriptors of the host's own sections ([pipeline], [train], [checkpoint],
+ * [feature.*]), NULL-terminated, for help output. */
+extern const grm_plugin_info *const grm__host_sections[];
+
+/* Load the file, load plugins, validate every section against the declared parameters,
+ * and resolve the wiring (no plugin instance is created yet). */
+grm_status grm__pipeline_load(const char *path, grm__pipeline **out);
+void grm__pipeline_destroy(grm__pipeline *p);
+/* Print the wired pipeline (grmhost check). */
+void grm__pipeline_print(FILE *f, const grm__pipeline *p);
+
+/* Read the data through the reader and transforms and split it (core/data.c). */
+grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out);
+void grm__dataset_destroy(grm__dataset *ds);
+
+/* Options of a train or eval run (grmhost's flags). */
+typedef struct grm__run_opts {
+    int fresh;                     /* ignore existing checkpoints */
+    int quiet, verbose;
+    const char *metrics_out;       /* overrides [train] metrics_out */
+    const char *checkpoint;        /* eval: directory or file */
+    int64_t max_steps;             /* >0: stop after this many steps (tests) */
+} grm__run_opts;
+
+grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts);
+grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts);
+
+/* ---- metrics (core/metrics.c) ---- */
+
+/* Rank of the target among candidates: the number of items scoring higher, plus those
+ * scoring equal with a smaller id (a deterministic tie rule shared by every scorer). */
+typedef struct grm__rank_acc {
+    int32_t nk;
+    int64_t k[GRM_PARAM_LIST_MAX];
+    double hr[GRM_PARAM_LIST_MAX], ndcg[GRM_PARAM_LIST_MAX];
+    double mrr;
+    int64_t n;
+} grm__rank_acc;
+
+void grm__rank_acc_init(grm__rank_acc *a, const grm_int_list *topk);
+void grm__rank_acc_add(grm__rank_acc *a, int64_t rank);
+void grm__rank_acc_merge(grm__rank_acc *into, const grm__rank_acc *from);
+
+/* Metrics sink: JSON lines (one object per metric) and the final summary table. */
+typedef struct grm__metrics grm__metrics;
+grm_status grm__metrics_open(const char *path, grm__metrics **out);
+void grm__metrics_close(grm__metrics *m);
+void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const char *name,
+                       double value);
+/* Print every value emitted last for each (split, name) as a table. */
+void grm__metrics_summary(grm__metrics *m, FILE *f);
+
+/* AUC of scores against 0/1 labels (ties count half); GAUC averages per-group AUC
+ * weighted by group size over groups with both classes (MTGRBoost §6.1). */
+double grm__auc(const float *scores, const float *labels, int64_t n);
+double grm__gauc(const float *scores, const float *labels, const int64_t *groups, int64_t n);
+
+#endif /* GRM_PIPELINE_H */

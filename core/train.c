@@ -1,0 +1,1243 @@
+/* core/train.c - the CPU training loop of DESIGN.md §5 for retrieval pipelines, and
+ * full-ranking evaluation.
+ *
+ * One step: sample B (user, position) examples -> for each feature, the ids of the
+ * history window -> per-table dedup into a step working set (each id looked up once and
+ * its gradient summed once, MTGRBoost §4.3's first stage) -> store lookup -> pooling ->
+ * dense stack -> head (sampled softmax: positives and negatives are rows of the item
+ * table) -> backward -> dense optimizer on every parameter, sparse optimizer on touched
+ * rows only -> periodic evaluation and checkpoint.
+ *
+ * Everything is a pure function of (seed, step): example order per epoch, negatives and
+ * dropout are seeded from them, and parallel loops write disjoint outputs, so a run
+ * resumed from a checkpoint continues exactly as the uninterrupted run would have. */
+#include "pipeline.h"
+
+#include <cblas.h>
+#include <dirent.h>
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define CPU ((grm_device){ GRM_DEVICE_CPU, 0 })
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- per-table step working set: the unique ids of a step ---- */
+
+typedef struct table_ws {
+    int32_t dim;
+    int64_t cap;          /* most unique ids per step */
+    int64_t hcap;         /* hash slots, a power of two >= 2 * cap */
+    int64_t *hkey;        /* [hcap] */
+    int64_t *hval;        /* [hcap] slot of the key */
+    uint32_t *hgen;       /* [hcap] generation that wrote the entry */
+    uint32_t gen;
+    int64_t n;            /* unique ids this step */
+    int64_t *ids;         /* [cap] unique ids, first-seen order */
+    float *rows;          /* [cap, dim] looked-up rows */
+    float *grads;         /* [cap, dim] summed row gradients */
+} table_ws;
+
+static void ws_reset(table_ws *w)
+{
+    w->n = 0;
+    if (++w->gen == 0) {
+        memset(w->hgen, 0, (size_t)w->hcap * sizeof *w->hgen);
+        w->gen = 1;
+    }
+}
+
+/* Slot of id in the working set, adding it when new. */
+static grm_status ws_slot(table_ws *w, int64_t id, int64_t *slot)
+{
+    uint64_t h = mix64((uint64_t)id) & (uint64_t)(w->hcap - 1);
+    for (;;) {
+        if (w->hgen[h] != w->gen) {
+            if (w->n >= w->cap)
+                return grm_errorf(GRM_EINTERNAL, "step working set overflow (%lld ids)",
+                                  (long long)w->cap);
+            w->hgen[h] = w->gen;
+            w->hkey[h] = id;
+            w->hval[h] = w->n;
+            w->ids[w->n] = id;
+            *slot = w->n++;
+            return GRM_OK;
+        }
+        if (w->hkey[h] == id) {
+            *slot = w->hval[h];
+            return GRM_OK;
+        }
+        h = (h + 1) & (uint64_t)(w->hcap - 1);
+    }
+}
+
+/* ---- dense parameters with their optimizer state ---- */
+
+typedef struct dparam {
+    char *name;               /* owned: "dense.0.layer0.weight" */
+    float *value, *grad;      /* borrowed from the block */
+    int64_t numel;
+    float *state;             /* owned: [state_floats * numel] */
+    int64_t steps;
+    grm_tensor shape;         /* value's tensor descriptor */
+} dparam;
+
+typedef struct trainer {
+    grm__pipeline *p;
+    grm__dataset *ds;
+    const grm__run_opts *opts;
+    const grm_emb_ops *eops;
+    const grm_dense_ops *hops;
+    const grm_opt_ops *dops;
+    void *dopt;
+    int32_t item_table;
+    int64_t B;                /* buffer rows: max(batch_size, eval_batch) */
+    int64_t R;                /* negatives per step */
+    table_ws *ws;             /* [ntables] */
+    int64_t **fslots;         /* [nfeatures][B * window] */
+    int64_t **foff;           /* [nfeatures][B+1] */
+    int64_t din;              /* sum of feature dims */
+    float **acts;             /* [ndense + 2]: x, block outputs, head output; [B, dim_i] */
+    float **dacts;            /* same shapes */
+    int64_t *dims;            /* [ndense + 2] */
+    int64_t *pos_slot, *neg_ids, *neg_slot;   /* [B], [R], [R] */
+    float *pos_rows, *neg_rows, *d_pos, *d_neg;
+    dparam *params;
+    int32_t nparams;
+    int32_t state_floats;
+    int64_t *perm;            /* [nexamples] current epoch's order */
+    int64_t perm_epoch;
+    int64_t step;             /* steps done */
+    int64_t total_steps, steps_per_epoch;
+    grm__metrics *metrics;
+    uv_loop_t loop;
+    uv_signal_t sigint, sigterm;
+    int loop_ok;
+    volatile int stop;
+    double t_batch, t_lookup, t_fwd, t_bwd, t_opt;
+    /* evaluation */
+    float *cat_rows;          /* [C, D] */
+    float *scores;            /* [eval_batch, C] */
+    int64_t *hist_end;        /* [B] */
+    int64_t *users;           /* [B] */
+} trainer;
+
+/* ---- setup ---- */
+
+static void *xalloc(size_t bytes)
+{
+    return grm__alloc(CPU, bytes ? bytes : 1, 64);
+}
+
+static grm_status create_instances(trainer *t)
+{
+    grm__pipeline *p = t->p;
+    grm_status st;
+    const grm_comm_ops *cops = p->comm.plugin->info->ops;
+    if ((st = cops->create(p->comm.config.data, &p->comm.inst)) != GRM_OK) return st;
+    p->comm_handle = (grm_comm_handle){ cops, p->comm.inst };
+    grm__host_set_comm(&p->comm_handle);
+
+    const grm_opt_ops *sops = p->opt_sparse.plugin->info->ops;
+    if ((st = sops->create(p->opt_sparse.config.data, &p->opt_sparse.inst)) != GRM_OK) {
+        grm_error_prefix("[optimizer.sparse] %s: ", p->opt_sparse.plugin->info->name);
+        return st;
+    }
+    p->sparse_opt = (grm_optimizer){ sops, p->opt_sparse.inst };
+    t->dops = p->opt_dense.plugin->info->ops;
+    if ((st = t->dops->create(p->opt_dense.config.data, &p->opt_dense.inst)) != GRM_OK) {
+        grm_error_prefix("[optimizer.dense] %s: ", p->opt_dense.plugin->info->name);
+        return st;
+    }
+    t->dopt = p->opt_dense.inst;
+    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    if ((st = kops->create(p->ckpt.config.data, &p->ckpt.inst)) != GRM_OK) return st;
+    return GRM_OK;
+}
+
+static grm_status setup(trainer *t)
+{
+    grm__pipeline *p = t->p;
+    grm__dataset *ds = t->ds;
+    grm_status st;
+    const grm__settings *s = &p->set;
+
+    t->B = s->batch_size > s->eval_batch ? s->batch_size : s->eval_batch;
+    /* table sizes for fixed-capacity stores come from the data unless given */
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        grm__feature *f = &p->features[i];
+        grm_emb_table_spec *ts = &p->tables[f->table_idx];
+        int64_t need = (f->is_sequence ? ds->max_item : ds->max_user) + 1;
+        if (f->rows == 0 && ts->rows < need) ts->rows = need;
+        if (f->rows > ts->rows) ts->rows = f->rows;
+    }
+    for (int32_t i = 0; i < p->ntables; i++)
+        if (strcmp(p->tables[i].name, s->item_table) == 0) t->item_table = i;
+    t->eops = p->emb.plugin->info->ops;
+    if ((st = t->eops->create(p->emb.config.data, p->tables, p->ntables, &p->sparse_opt,
+                              &p->emb.inst)) != GRM_OK) {
+        grm_error_prefix("[embedding] %s: ", p->emb.plugin->info->name);
+        return st;
+    }
+
+    /* dense stack */
+    t->dims = calloc((size_t)p->ndense + 2, sizeof *t->dims);
+    t->acts = calloc((size_t)p->ndense + 2, sizeof *t->acts);
+    t->dacts = calloc((size_t)p->ndense + 2, sizeof *t->dacts);
+    if (!t->dims || !t->acts || !t->dacts) return grm_errorf(GRM_ENOMEM, "out of memory");
+    for (int32_t i = 0; i < p->nfeatures; i++) t->din += p->features[i].dim;
+    t->dims[0] = t->din;
+    for (int32_t i = 0; i < p->ndense; i++) {
+        const grm_dense_ops *ops = p->dense[i].plugin->info->ops;
+        uint64_t seed = mix64((uint64_t)s->seed ^ mix64(0xd5e0 + (uint64_t)i));
+        if ((st = ops->create(p->dense[i].config.data, t->dims[i], seed, &p->dense[i].inst))
+            != GRM_OK) {
+            grm_error_prefix("[%s] %s: ", p->dense[i].label, p->dense[i].plugin->info->name);
+            return st;
+        }
+        t->dims[i + 1] = ops->out_dim(p->dense[i].inst);
+    }
+    t->hops = p->head.plugin->info->ops;
+    if ((st = t->hops->create(p->head.config.data, t->dims[p->ndense], (uint64_t)s->seed,
+                              &p->head.inst)) != GRM_OK) {
+        grm_error_prefix("[head] %s: ", p->head.plugin->info->name);
+        return st;
+    }
+    t->dims[p->ndense + 1] = t->hops->out_dim(p->head.inst);
+    int32_t D = p->tables[t->item_table].dim;
+    if (t->dims[p->ndense + 1] != D)
+        return grm_errorf(GRM_EINVAL, "%s: the dense stack ends in %lld features but item "
+                          "table '%s' has dim %d; make the last [dense.N] output %d",
+                          p->cfg->path, (long long)t->dims[p->ndense + 1], s->item_table, D, D);
+    if (t->hops->loss_kind(p->head.inst) != GRM_LOSS_RETRIEVAL)
+        return grm_errorf(GRM_EINVAL, "%s: [head] %s is not a retrieval head", p->cfg->path,
+                          p->head.plugin->info->name);
+    for (int32_t i = 0; i < p->ndense + 2; i++) {
+        t->acts[i] = xalloc((size_t)(t->B * t->dims[i]) * sizeof(float));
+        t->dacts[i] = xalloc((size_t)(t->B * t->dims[i]) * sizeof(float));
+        if (!t->acts[i] || !t->dacts[i]) return GRM_ENOMEM;
+    }
+
+    /* negatives: the head draws as many as its configuration asks for; one draw with a
+     * generous bound tells how many buffers must hold */
+    {
+        int64_t cap = 1 << 20, n = 0;
+        int64_t *tmp = xalloc((size_t)cap * sizeof *tmp);
+        grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
+        if (!tmp) return GRM_ENOMEM;
+        st = t->hops->negatives(p->head.inst, tmp, &n, cap, &cat, 1);
+        grm__free(CPU, tmp);
+        if (st != GRM_OK) {
+            grm_error_prefix("[head] %s negatives: ", p->head.plugin->info->name);
+            return st;
+        }
+        t->R = n;
+    }
+
+    /* step working sets */
+    t->ws = calloc((size_t)p->ntables, sizeof *t->ws);
+    t->fslots = calloc((size_t)p->nfeatures, sizeof *t->fslots);
+    t->foff = calloc((size_t)p->nfeatures, sizeof *t->foff);
+    if (!t->ws || !t->fslots || !t->foff) return grm_errorf(GRM_ENOMEM, "out of memory");
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        grm__feature *f = &p->features[i];
+        int64_t per = f->is_sequence ? f->window : 1;
+        t->ws[f->table_idx].cap += t->B * per;
+        t->fslots[i] = xalloc((size_t)(t->B * per) * sizeof(int64_t));
+        t->foff[i] = xalloc((size_t)(t->B + 1) * sizeof(int64_t));
+        if (!t->fslots[i] || !t->foff[i]) return GRM_ENOMEM;
+    }
+    t->ws[t->item_table].cap += t->B + t->R;
+    for (int32_t i = 0; i < p->ntables; i++) {
+        table_ws *w = &t->ws[i];
+        w->dim = p->tables[i].dim;
+        w->hcap = 16;
+        while (w->hcap < 2 * w->cap) w->hcap *= 2;
+        w->hkey = xalloc((size_t)w->hcap * sizeof *w->hkey);
+        w->hval = xalloc((size_t)w->hcap * sizeof *w->hval);
+        w->hgen = calloc((size_t)w->hcap, sizeof *w->hgen);
+        w->ids = xalloc((size_t)w->cap * sizeof *w->ids);
+        w->rows = xalloc((size_t)(w->cap * w->dim) * sizeof(float));
+        w->grads = xalloc((size_t)(w->cap * w->dim) * sizeof(float));
+        if (!w->hkey || !w->hval || !w->hgen || !w->ids || !w->rows || !w->grads)
+            return grm_errorf(GRM_ENOMEM, "out of memory");
+    }
+    t->pos_slot = xalloc((size_t)t->B * sizeof(int64_t));
+    t->neg_ids = xalloc((size_t)(t->R ? t->R : 1) * sizeof(int64_t));
+    t->neg_slot = xalloc((size_t)(t->R ? t->R : 1) * sizeof(int64_t));
+    t->pos_rows = xalloc((size_t)(t->B * D) * sizeof(float));
+    t->d_pos = xalloc((size_t)(t->B * D) * sizeof(float));
+    t->neg_rows = xalloc((size_t)((t->R ? t->R : 1) * D) * sizeof(float));
+    t->d_neg = xalloc((size_t)((t->R ? t->R : 1) * D) * sizeof(float));
+    t->hist_end = xalloc((size_t)t->B * sizeof(int64_t));
+    t->users = xalloc((size_t)t->B * sizeof(int64_t));
+    t->perm = xalloc((size_t)ds->nexamples * sizeof(int64_t));
+    t->cat_rows = xalloc((size_t)(ds->ncatalog * D) * sizeof(float));
+    t->scores = xalloc((size_t)(s->eval_batch * ds->ncatalog) * sizeof(float));
+    if (!t->pos_slot || !t->neg_ids || !t->neg_slot || !t->pos_rows || !t->d_pos
+        || !t->neg_rows || !t->d_neg || !t->hist_end || !t->users || !t->perm || !t->cat_rows
+        || !t->scores)
+        return GRM_ENOMEM;
+    t->perm_epoch = -1;
+
+    /* dense parameters and their optimizer state */
+    t->state_floats = t->dops->state_floats(t->dopt);
+    for (int32_t pass = 0; pass < 2; pass++) {
+        int32_t n = 0;
+        for (int32_t i = 0; i <= p->ndense; i++) {
+            grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
+            const grm_dense_ops *ops = stg->plugin->info->ops;
+            for (int32_t k = 0;; k++) {
+                grm_named_tensor v;
+                grm_tensor g;
+                st = ops->params(stg->inst, k, &v, &g);
+                if (st == GRM_ENOTFOUND) break;
+                if (st != GRM_OK) return st;
+                if (pass == 1) {
+                    dparam *dp = &t->params[n];
+                    char name[256];
+                    snprintf(name, sizeof name, "%s.%s", stg->label, v.name);
+                    dp->name = strdup(name);
+                    dp->value = v.tensor.data;
+                    dp->grad = g.data;
+                    dp->shape = v.tensor;
+                    dp->numel = 1;
+                    for (int32_t d = 0; d < v.tensor.ndim; d++) dp->numel *= v.tensor.shape[d];
+                    dp->state = calloc((size_t)(t->state_floats * dp->numel) + 1, sizeof(float));
+                    if (!dp->name || !dp->state) return grm_errorf(GRM_ENOMEM, "out of memory");
+                }
+                n++;
+            }
+        }
+        if (pass == 0) {
+            t->nparams = n;
+            t->params = calloc((size_t)n + 1, sizeof *t->params);
+            if (!t->params) return grm_errorf(GRM_ENOMEM, "out of memory");
+        }
+    }
+    t->steps_per_epoch = (ds->nexamples + s->batch_size - 1) / s->batch_size;
+    t->total_steps = s->steps ? s->steps : t->steps_per_epoch * s->epochs;
+    return GRM_OK;
+}
+
+static void teardown(trainer *t)
+{
+    grm__pipeline *p = t->p;
+    if (p->emb.inst) t->eops->destroy(p->emb.inst);
+    p->emb.inst = NULL;
+    for (int32_t i = 0; i < p->ndense; i++) {
+        if (p->dense[i].inst) ((const grm_dense_ops *)p->dense[i].plugin->info->ops)->destroy(p->dense[i].inst);
+        p->dense[i].inst = NULL;
+    }
+    if (p->head.inst) t->hops->destroy(p->head.inst);
+    p->head.inst = NULL;
+    if (p->opt_sparse.inst) ((const grm_opt_ops *)p->opt_sparse.plugin->info->ops)->destroy(p->opt_sparse.inst);
+    if (p->opt_dense.inst) t->dops->destroy(p->opt_dense.inst);
+    if (p->ckpt.inst) ((const grm_ckpt_ops *)p->ckpt.plugin->info->ops)->destroy(p->ckpt.inst);
+    if (p->comm.inst) ((const grm_comm_ops *)p->comm.plugin->info->ops)->destroy(p->comm.inst);
+    p->opt_sparse.inst = p->opt_dense.inst = p->ckpt.inst = p->comm.inst = NULL;
+    grm__host_set_comm(NULL);
+    if (t->ws) {
+        for (int32_t i = 0; i < p->ntables; i++) {
+            table_ws *w = &t->ws[i];
+            grm__free(CPU, w->hkey);
+            grm__free(CPU, w->hval);
+            free(w->hgen);
+            grm__free(CPU, w->ids);
+            grm__free(CPU, w->rows);
+            grm__free(CPU, w->grads);
+        }
+        free(t->ws);
+    }
+    for (int32_t i = 0; t->fslots && i < p->nfeatures; i++) {
+        grm__free(CPU, t->fslots[i]);
+        grm__free(CPU, t->foff[i]);
+    }
+    free(t->fslots);
+    free(t->foff);
+    for (int32_t i = 0; t->acts && i < p->ndense + 2; i++) {
+        grm__free(CPU, t->acts[i]);
+        grm__free(CPU, t->dacts[i]);
+    }
+    free(t->acts);
+    free(t->dacts);
+    free(t->dims);
+    void *bufs[] = { t->pos_slot, t->neg_ids, t->neg_slot, t->pos_rows, t->d_pos, t->neg_rows,
+                     t->d_neg, t->hist_end, t->users, t->perm, t->cat_rows, t->scores };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
+    for (int32_t i = 0; t->params && i < t->nparams; i++) {
+        free(t->params[i].name);
+        free(t->params[i].state);
+    }
+    free(t->params);
+    grm__metrics_close(t->metrics);
+    grm__scratch_fini();
+}
+
+/* ---- one batch: features -> lookup -> pooled input x ---- */
+
+typedef struct pool_ctx {
+    trainer *t;
+    int64_t b;
+} pool_ctx;
+
+static grm_status pool_range(void *vctx, int64_t lo, int64_t hi)
+{
+    pool_ctx *c = vctx;
+    trainer *t = c->t;
+    grm__pipeline *p = t->p;
+    float *x = t->acts[0];
+    for (int64_t b = lo; b < hi; b++) {
+        int64_t col = 0;
+        for (int32_t i = 0; i < p->nfeatures; i++) {
+            const grm__feature *f = &p->features[i];
+            const table_ws *w = &t->ws[f->table_idx];
+            float *dst = x + b * t->din + col;
+            int64_t s0 = t->foff[i][b], s1 = t->foff[i][b + 1];
+            memset(dst, 0, (size_t)f->dim * sizeof *dst);
+            for (int64_t s = s0; s < s1; s++) {
+                const float *row = w->rows + t->fslots[i][s] * w->dim;
+                for (int32_t d = 0; d < f->dim; d++) dst[d] += row[d];
+            }
+            if (f->pooling == 0 && s1 > s0) {
+                float inv = 1.0f / (float)(s1 - s0);
+                for (int32_t d = 0; d < f->dim; d++) dst[d] *= inv;
+            }
+            col += f->dim;
+        }
+    }
+    return GRM_OK;
+}
+
+/* Build the dense input for b samples: users[b] (dataset index) whose history ends
+ * (exclusively) at absolute item index hist_end[b]. Adds targets (train: pos ids and
+ * negatives) to the item table's working set when pos_ids is non-NULL. */
+static grm_status build_batch(trainer *t, int64_t b, const int64_t *pos_ids, int training)
+{
+    grm__pipeline *p = t->p;
+    grm__dataset *ds = t->ds;
+    grm_status st;
+    double t0 = now_s();
+    for (int32_t i = 0; i < p->ntables; i++) ws_reset(&t->ws[i]);
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        const grm__feature *f = &p->features[i];
+        table_ws *w = &t->ws[f->table_idx];
+        int64_t n = 0;
+        t->foff[i][0] = 0;
+        for (int64_t k = 0; k < b; k++) {
+            int64_t u = t->users[k];
+            if (f->is_sequence) {
+                int64_t end = t->hist_end[k], beg = end - f->window;
+                if (beg < ds->offsets[u]) beg = ds->offsets[u];
+                for (int64_t j = beg; j < end; j++)
+                    if ((st = ws_slot(w, ds->items[j], &t->fslots[i][n++])) != GRM_OK) return st;
+            } else {
+                if ((st = ws_slot(w, ds->users[u], &t->fslots[i][n++])) != GRM_OK) return st;
+            }
+            t->foff[i][k + 1] = n;
+        }
+    }
+    if (pos_ids) {
+        table_ws *w = &t->ws[t->item_table];
+        for (int64_t k = 0; k < b; k++)
+            if ((st = ws_slot(w, pos_ids[k], &t->pos_slot[k])) != GRM_OK) return st;
+        for (int64_t r = 0; r < t->R; r++)
+            if ((st = ws_slot(w, t->neg_ids[r], &t->neg_slot[r])) != GRM_OK) return st;
+    }
+    double t1 = now_s();
+    for (int32_t i = 0; i < p->ntables; i++) {
+        table_ws *w = &t->ws[i];
+        st = t->eops->lookup(p->emb.inst, w->rows, i, w->ids, w->n,
+                             training ? GRM_EMB_INSERT : 0);
+        if (st != GRM_OK) {
+            grm_error_prefix("[embedding] %s: ", p->emb.plugin->info->name);
+            return st;
+        }
+    }
+    pool_ctx c = { t, b };
+    st = grm__parallel_for(b, 16, pool_range, &c);
+    t->t_batch += t1 - t0;
+    t->t_lookup += now_s() - t1;
+    return st;
+}
+
+static grm_status dense_forward(trainer *t, int64_t b, int training, int64_t step)
+{
+    grm__pipeline *p = t->p;
+    grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = training, .step = step };
+    for (int32_t i = 0; i <= p->ndense; i++) {
+        grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
+        const grm_dense_ops *ops = stg->plugin->info->ops;
+        grm_tensor x = { .data = t->acts[i], .dtype = GRM_DTYPE_F32, .ndim = 2,
+                         .shape = { b, t->dims[i], 1, 1 }, .device = CPU };
+        grm_tensor y = { .data = t->acts[i + 1], .dtype = GRM_DTYPE_F32, .ndim = 2,
+                         .shape = { b, t->dims[i + 1], 1, 1 }, .device = CPU };
+        grm_status st = ops->forward(stg->inst, &y, &x, &ctx);
+        if (st != GRM_OK) {
+            grm_error_prefix("[%s] %s forward: ", stg->label, stg->plugin->info->name);
+            return st;
+        }
+    }
+    return GRM_OK;
+}
+
+/* ---- training step ---- */
+
+static void ensure_perm(trainer *t, int64_t epoch)
+{
+    if (t->perm_epoch == epoch) return;
+    int64_t n = t->ds->nexamples;
+    uint64_t s = mix64((uint64_t)t->p->set.seed ^ mix64(0xe90c + (uint64_t)epoch));
+    for (int64_t i = 0; i < n; i++) t->perm[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        s = mix64(s + 0x9e3779b97f4a7c15ULL);
+        int64_t j = (int64_t)(s % (uint64_t)(i + 1));
+        int64_t tmp = t->perm[i];
+        t->perm[i] = t->perm[j];
+        t->perm[j] = tmp;
+    }
+    t->perm_epoch = epoch;
+}
+
+static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
+{
+    grm__pipeline *p = t->p;
+    grm__dataset *ds = t->ds;
+    const grm__settings *s = &p->set;
+    grm_status st;
+    int64_t step = t->step + 1;
+    int64_t epoch = (step - 1) / t->steps_per_epoch;
+    int64_t pos = ((step - 1) % t->steps_per_epoch) * s->batch_size;
+    int64_t b = ds->nexamples - pos < s->batch_size ? ds->nexamples - pos : s->batch_size;
+    int32_t D = p->tables[t->item_table].dim;
+    ensure_perm(t, epoch);
+
+    int64_t *pos_ids = grm__scratch((size_t)b * sizeof *pos_ids, 64);
+    if (!pos_ids) return GRM_ENOMEM;
+    for (int64_t k = 0; k < b; k++) {
+        int64_t e = t->perm[pos + k];
+        t->users[k] = ds->ex_user[e];
+        t->hist_end[k] = ds->ex_pos[e];
+        pos_ids[k] = ds->items[ds->ex_pos[e]];
+    }
+    grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
+    int64_t nneg = 0;
+    uint64_t nseed = mix64((uint64_t)s->seed ^ mix64(0x5eed + (uint64_t)step));
+    if ((st = t->hops->negatives(p->head.inst, t->neg_ids, &nneg, t->R, &cat, nseed)) != GRM_OK)
+        return st;
+    int64_t R_saved = t->R;
+    t->R = nneg;
+    st = build_batch(t, b, pos_ids, 1);
+    if (st != GRM_OK) goto out;
+
+    double t0 = now_s();
+    if ((st = dense_forward(t, b, 1, step)) != GRM_OK) goto out;
+    table_ws *iw = &t->ws[t->item_table];
+    for (int64_t k = 0; k < b; k++)
+        memcpy(t->pos_rows + k * D, iw->rows + t->pos_slot[k] * D, (size_t)D * sizeof(float));
+    for (int64_t r = 0; r < nneg; r++)
+        memcpy(t->neg_rows + r * D, iw->rows + t->neg_slot[r] * D, (size_t)D * sizeof(float));
+    int32_t L = p->ndense + 1;
+    memset(t->dacts[L], 0, (size_t)(b * t->dims[L]) * sizeof(float));
+    memset(t->d_pos, 0, (size_t)(b * D) * sizeof(float));
+    memset(t->d_neg, 0, (size_t)((nneg ? nneg : 1) * D) * sizeof(float));
+    grm_loss_io io = { .struct_size = sizeof io, .rows = b, .dim = D, .pred = t->acts[L],
+                       .d_pred = t->dacts[L], .pos = t->pos_rows, .d_pos = t->d_pos,
+                       .pos_ids = pos_ids, .neg = t->neg_rows, .d_neg = t->d_neg,
+                       .neg_ids = t->neg_ids, .nneg = nneg };
+    if ((st = t->hops->loss(p->head.inst, &io)) != GRM_OK) {
+        grm_error_prefix("[head] %s loss: ", p->head.plugin->info->name);
+        goto out;
+    }
+    if (!isfinite(io.loss)) {
+        st = grm_errorf(GRM_EINVAL, "step %lld: loss is %g; lower the learning rates or check "
+                        "the data", (long long)step, io.loss);
+        goto out;
+    }
+    double t1 = now_s();
+
+    /* backward through head and stack */
+    for (int32_t i = 0; i < t->nparams; i++)
+        memset(t->params[i].grad, 0, (size_t)t->params[i].numel * sizeof(float));
+    grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 1, .step = step };
+    for (int32_t i = p->ndense; i >= 0; i--) {
+        grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
+        const grm_dense_ops *ops = stg->plugin->info->ops;
+        grm_tensor dy = { .data = t->dacts[i + 1], .dtype = GRM_DTYPE_F32, .ndim = 2,
+                          .shape = { b, t->dims[i + 1], 1, 1 }, .device = CPU };
+        grm_tensor dx = { .data = t->dacts[i], .dtype = GRM_DTYPE_F32, .ndim = 2,
+                          .shape = { b, t->dims[i], 1, 1 }, .device = CPU };
+        if ((st = ops->backward(stg->inst, &dx, &dy, &ctx)) != GRM_OK) {
+            grm_error_prefix("[%s] %s backward: ", stg->label, stg->plugin->info->name);
+            goto out;
+        }
+    }
+    /* sparse gradients: summed per unique id (duplicates of a step meet in one slot) */
+    for (int32_t i = 0; i < p->ntables; i++)
+        memset(t->ws[i].grads, 0, (size_t)(t->ws[i].n * t->ws[i].dim) * sizeof(float));
+    for (int64_t k = 0; k < b; k++) {
+        float *g = iw->grads + t->pos_slot[k] * D;
+        for (int32_t d = 0; d < D; d++) g[d] += t->d_pos[k * D + d];
+    }
+    for (int64_t r = 0; r < nneg; r++) {
+        float *g = iw->grads + t->neg_slot[r] * D;
+        for (int32_t d = 0; d < D; d++) g[d] += t->d_neg[r * D + d];
+    }
+    int64_t col = 0;
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        const grm__feature *f = &p->features[i];
+        table_ws *w = &t->ws[f->table_idx];
+        for (int64_t k = 0; k < b; k++) {
+            int64_t s0 = t->foff[i][k], s1 = t->foff[i][k + 1];
+            if (s1 == s0) continue;
+            const float *dx = t->dacts[0] + k * t->din + col;
+            float scale = f->pooling == 0 ? 1.0f / (float)(s1 - s0) : 1.0f;
+            for (int64_t sl = s0; sl < s1; sl++) {
+                float *g = w->grads + t->fslots[i][sl] * w->dim;
+                for (int32_t d = 0; d < f->dim; d++) g[d] += scale * dx[d];
+            }
+        }
+        col += f->dim;
+    }
+    double t2 = now_s();
+
+    /* optimizers: dense on every parameter, sparse on touched rows only */
+    for (int32_t i = 0; i < t->nparams; i++) {
+        dparam *dp = &t->params[i];
+        dp->steps++;
+        if ((st = t->dops->step(t->dopt, dp->value, dp->state, dp->grad, dp->numel, dp->steps))
+            != GRM_OK)
+            goto out;
+    }
+    for (int32_t i = 0; i < p->ntables; i++) {
+        table_ws *w = &t->ws[i];
+        if ((st = t->eops->update(p->emb.inst, i, w->ids, w->grads, w->n, step)) != GRM_OK) {
+            grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
+            goto out;
+        }
+    }
+    t->t_fwd += t1 - t0;
+    t->t_bwd += t2 - t1;
+    t->t_opt += now_s() - t2;
+    t->step = step;
+    *loss_out = io.loss;
+    *samples_out = b;
+out:
+    t->R = R_saved;
+    grm__scratch_reset();
+    return st;
+}
+
+/* ---- evaluation: leave-one-out, full ranking over the catalog ---- */
+
+typedef struct rank_ctx {
+    trainer *t;
+    int64_t b;
+    int split;                 /* 0 valid, 1 test */
+    int popularity;            /* score by training popularity instead of the model */
+    grm__rank_acc *acc;        /* [b] per-row results merged afterwards */
+    int64_t *ranks;            /* [b] */
+} rank_ctx;
+
+static int64_t catalog_index(const grm__dataset *ds, int64_t id)
+{
+    int64_t lo = 0, hi = ds->ncatalog - 1;
+    while (lo <= hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (ds->catalog_ids[mid] == id) return mid;
+        if (ds->catalog_ids[mid] < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
+{
+    rank_ctx *c = vctx;
+    trainer *t = c->t;
+    const grm__dataset *ds = t->ds;
+    int64_t C = ds->ncatalog;
+    for (int64_t k = lo; k < hi; k++) {
+        int64_t u = t->users[k], end = t->hist_end[k];
+        int64_t target = ds->items[end];
+        float *sc = t->scores + k * C;
+        if (c->popularity)
+            for (int64_t j = 0; j < C; j++) sc[j] = (float)ds->catalog_counts[j];
+        /* items already in the user's history are not candidates */
+        for (int64_t j = ds->offsets[u]; j < end; j++) {
+            int64_t ci = catalog_index(ds, ds->items[j]);
+            if (ci >= 0 && ds->items[j] != target) sc[ci] = -FLT_MAX;
+        }
+        int64_t ti = catalog_index(ds, target);
+        float ts = sc[ti];
+        int64_t rank = 0;
+        for (int64_t j = 0; j < C; j++)
+            rank += sc[j] > ts || (sc[j] == ts && j < ti);
+        c->ranks[k] = rank;
+    }
+    return GRM_OK;
+}
+
+/* Rank the split's targets for every evaluated user; results into acc (and pop). */
+static grm_status evaluate(trainer *t, int split, grm__rank_acc *acc, grm__rank_acc *pop)
+{
+    grm__pipeline *p = t->p;
+    grm__dataset *ds = t->ds;
+    grm_status st;
+    int64_t C = ds->ncatalog, EB = p->set.eval_batch;
+    int32_t D = p->tables[t->item_table].dim, L = p->ndense + 1;
+    grm__rank_acc_init(acc, &p->set.topk);
+    if (pop) grm__rank_acc_init(pop, &p->set.topk);
+    st = t->eops->lookup(p->emb.inst, t->cat_rows, t->item_table, ds->catalog_ids, C, 0);
+    if (st != GRM_OK) return st;
+    int64_t *ranks = xalloc((size_t)EB * sizeof *ranks);
+    if (!ranks) return GRM_ENOMEM;
+    for (int64_t u0 = 0; u0 < ds->nusers;) {
+        int64_t b = 0;
+        for (; u0 < ds->nusers && b < EB; u0++) {
+            if (!ds->has_eval[u0]) continue;
+            t->users[b] = u0;
+            t->hist_end[b] = ds->train_end[u0] + split;
+            b++;
+        }
+        if (b == 0) break;
+        if ((st = build_batch(t, b, NULL, 0)) != GRM_OK) break;
+        if ((st = dense_forward(t, b, 0, t->step)) != GRM_OK) break;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)C, D, 1.0f,
+                    t->acts[L], D, t->cat_rows, D, 0.0f, t->scores, (int)C);
+        rank_ctx rc = { .t = t, .b = b, .split = split, .ranks = ranks };
+        if ((st = grm__parallel_for(b, 8, rank_range, &rc)) != GRM_OK) break;
+        for (int64_t k = 0; k < b; k++) grm__rank_acc_add(acc, ranks[k]);
+        if (pop) {
+            rc.popularity = 1;
+            if ((st = grm__parallel_for(b, 8, rank_range, &rc)) != GRM_OK) break;
+            for (int64_t k = 0; k < b; k++) grm__rank_acc_add(pop, ranks[k]);
+        }
+        grm__scratch_reset();
+    }
+    grm__free(CPU, ranks);
+    return st;
+}
+
+static void emit_ranks(trainer *t, const char *split, const char *prefix,
+                       const grm__rank_acc *a)
+{
+    char name[64];
+    double n = a->n ? (double)a->n : 1.0;
+    for (int32_t i = 0; i < a->nk; i++) {
+        snprintf(name, sizeof name, "%shr@%lld", prefix, (long long)a->k[i]);
+        grm__metrics_emit(t->metrics, t->step, split, name, a->hr[i] / n);
+        snprintf(name, sizeof name, "%sndcg@%lld", prefix, (long long)a->k[i]);
+        grm__metrics_emit(t->metrics, t->step, split, name, a->ndcg[i] / n);
+    }
+    snprintf(name, sizeof name, "%smrr", prefix);
+    grm__metrics_emit(t->metrics, t->step, split, name, a->mrr / n);
+}
+
+static int64_t pick_k(const grm__rank_acc *a, int64_t want, int32_t *idx)
+{
+    for (int32_t i = 0; i < a->nk; i++)
+        if (a->k[i] == want) {
+            *idx = i;
+            return want;
+        }
+    *idx = a->nk - 1;
+    return a->k[a->nk - 1];
+}
+
+static grm_status run_eval(trainer *t, int split, int with_pop)
+{
+    grm__rank_acc acc, pop;
+    const char *name = split ? "test" : "valid";
+    grm_status st = evaluate(t, split, &acc, with_pop ? &pop : NULL);
+    if (st != GRM_OK) return st;
+    emit_ranks(t, name, "", &acc);
+    if (with_pop) emit_ranks(t, name, "mostpop_", &pop);
+    int32_t ki;
+    int64_t k = pick_k(&acc, 10, &ki);
+    double n = acc.n ? (double)acc.n : 1.0;
+    if (!t->opts->quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s: hr@%lld %.4f ndcg@%lld %.4f over %lld "
+                 "users%s", (long long)t->step, name, (long long)k, acc.hr[ki] / n,
+                 (long long)k, acc.ndcg[ki] / n, (long long)acc.n, "");
+    if (with_pop && !t->opts->quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s: most-popular baseline hr@%lld %.4f "
+                 "ndcg@%lld %.4f", (long long)t->step, name, (long long)k, pop.hr[ki] / n,
+                 (long long)k, pop.ndcg[ki] / n);
+    return GRM_OK;
+}
+
+/* ---- checkpoints ---- */
+
+typedef struct ckpt_list {
+    grm_named_tensor *v;
+    char **names;
+    int64_t n, cap;
+} ckpt_list;
+
+static grm_status ckl_add(ckpt_list *l, const char *prefix, const char *name, grm_tensor t)
+{
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? l->cap * 2 : 64;
+        grm_named_tensor *nv = realloc(l->v, (size_t)cap * sizeof *nv);
+        char **nn = realloc(l->names, (size_t)cap * sizeof *nn);
+        if (nv) l->v = nv;
+        if (nn) l->names = nn;
+        if (!nv || !nn) return grm_errorf(GRM_ENOMEM, "out of memory");
+        l->cap = cap;
+    }
+    size_t len = strlen(prefix) + strlen(name) + 1;
+    char *full = malloc(len);
+    if (!full) return grm_errorf(GRM_ENOMEM, "out of memory");
+    snprintf(full, len, "%s%s", prefix, name);
+    l->names[l->n] = full;
+    l->v[l->n] = (grm_named_tensor){ full, t };
+    l->n++;
+    return GRM_OK;
+}
+
+static void ckl_free(ckpt_list *l)
+{
+    for (int64_t i = 0; i < l->n; i++) free(l->names[i]);
+    free(l->names);
+    free(l->v);
+}
+
+static grm_tensor tensor1(void *data, int32_t dtype, int64_t n)
+{
+    return (grm_tensor){ .data = data, .dtype = dtype, .ndim = 1, .shape = { n, 1, 1, 1 },
+                         .device = CPU };
+}
+
+static int64_t g_trainer_state[4];
+
+static grm_status collect_state(trainer *t, ckpt_list *l, int64_t *steps_buf)
+{
+    grm__pipeline *p = t->p;
+    grm_status st;
+    for (int32_t k = 0;; k++) {
+        grm_named_tensor nt;
+        st = t->eops->tensors(p->emb.inst, k, &nt);
+        if (st == GRM_ENOTFOUND) break;
+        if (st != GRM_OK) return st;
+        if ((st = ckl_add(l, "emb.", nt.name, nt.tensor)) != GRM_OK) return st;
+    }
+    for (int32_t i = 0; i < t->nparams; i++) {
+        dparam *dp = &t->params[i];
+        if ((st = ckl_add(l, "", dp->name, dp->shape)) != GRM_OK) return st;
+        if (t->state_floats
+            && (st = ckl_add(l, "optim.", dp->name,
+                             tensor1(dp->state, GRM_DTYPE_F32, t->state_floats * dp->numel)))
+                   != GRM_OK)
+            return st;
+        steps_buf[i] = dp->steps;
+    }
+    if ((st = ckl_add(l, "", "trainer.param_steps",
+                      tensor1(steps_buf, GRM_DTYPE_I64, t->nparams))) != GRM_OK)
+        return st;
+    g_trainer_state[0] = t->step;
+    g_trainer_state[1] = p->set.seed;
+    g_trainer_state[2] = t->ds->nexamples;
+    g_trainer_state[3] = p->set.batch_size;
+    return ckl_add(l, "", "trainer.state", tensor1(g_trainer_state, GRM_DTYPE_I64, 4));
+}
+
+static int is_ckpt_name(const char *name, const char *ext, int64_t *step)
+{
+    char tail[32];
+    long long s;
+    if (sscanf(name, "step-%lld.%31s", &s, tail) != 2) return 0;
+    if (strcmp(tail, ext) != 0) return 0;
+    *step = s;
+    return 1;
+}
+
+/* Newest checkpoint in dir into path (empty when none). */
+static grm_status newest_ckpt(const char *dir, const char *ext, char *path, size_t cap,
+                              int64_t *count)
+{
+    DIR *d = opendir(dir);
+    int64_t best = -1, n = 0;
+    path[0] = '\0';
+    if (count) *count = 0;
+    if (!d) {
+        if (errno == ENOENT) return GRM_OK;
+        return grm_errorf(GRM_EIO, "%s: cannot read checkpoint directory: %s", dir,
+                          strerror(errno));
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s;
+        if (!is_ckpt_name(e->d_name, ext, &s)) continue;
+        n++;
+        if (s > best) {
+            best = s;
+            snprintf(path, cap, "%s/%s", dir, e->d_name);
+        }
+    }
+    closedir(d);
+    if (count) *count = n;
+    return GRM_OK;
+}
+
+static void prune_ckpts(const char *dir, const char *ext, int64_t keep)
+{
+    for (;;) {
+        DIR *d = opendir(dir);
+        int64_t oldest = INT64_MAX, n = 0;
+        char victim[4096] = "";
+        if (!d) return;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            int64_t s;
+            if (!is_ckpt_name(e->d_name, ext, &s)) continue;
+            n++;
+            if (s < oldest) {
+                oldest = s;
+                snprintf(victim, sizeof victim, "%s/%s", dir, e->d_name);
+            }
+        }
+        closedir(d);
+        if (n <= keep || !victim[0]) return;
+        unlink(victim);
+    }
+}
+
+static grm_status save_ckpt(trainer *t)
+{
+    grm__pipeline *p = t->p;
+    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    const char *dir = p->set.ckpt_dir;
+    char path[4096], meta[1024];
+    ckpt_list l = { 0 };
+    grm_status st;
+    if (!dir[0]) return GRM_OK;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return grm_errorf(GRM_EIO, "%s: cannot create checkpoint directory: %s", dir,
+                          strerror(errno));
+    int64_t *steps_buf = calloc((size_t)t->nparams + 1, sizeof *steps_buf);
+    if (!steps_buf) return grm_errorf(GRM_ENOMEM, "out of memory");
+    if ((st = collect_state(t, &l, steps_buf)) != GRM_OK) goto out;
+    snprintf(path, sizeof path, "%s/step-%010lld.%s", dir, (long long)t->step,
+             kops->extension(p->ckpt.inst));
+    snprintf(meta, sizeof meta, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
+             "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":1,\"rank\":0,\"seed\":%lld}",
+             GRM_VERSION_STRING, p->set.name, (long long)t->step, (long long)p->set.seed);
+    if ((st = kops->save(p->ckpt.inst, path, l.v, l.n, meta)) != GRM_OK) goto out;
+    prune_ckpts(dir, kops->extension(p->ckpt.inst), p->set.ckpt_keep);
+    if (!t->opts->quiet) grm__log(GRM_LOG_INFO, "grmhost", "checkpoint %s", path);
+out:
+    ckl_free(&l);
+    free(steps_buf);
+    return st;
+}
+
+typedef struct load_ctx {
+    trainer *t;
+    int64_t loaded;
+    int64_t state[4];
+    int have_state;
+    int64_t *param_steps;
+    const char *path;
+} load_ctx;
+
+static grm_status load_visit(void *user, const grm_named_tensor *nt)
+{
+    load_ctx *c = user;
+    trainer *t = c->t;
+    const char *name = nt->name;
+    int64_t numel = 1;
+    for (int32_t d = 0; d < nt->tensor.ndim; d++) numel *= nt->tensor.shape[d];
+    if (strncmp(name, "emb.", 4) == 0) {
+        grm_named_tensor inner = { name + 4, nt->tensor };
+        grm_status st = t->eops->load(t->p->emb.inst, &inner);
+        if (st != GRM_OK) {
+            grm_error_prefix("%s: tensor '%s': ", c->path, name);
+            return st;
+        }
+        c->loaded++;
+        return GRM_OK;
+    }
+    if (strcmp(name, "trainer.state") == 0 && numel == 4 && nt->tensor.dtype == GRM_DTYPE_I64) {
+        memcpy(c->state, nt->tensor.data, sizeof c->state);
+        c->have_state = 1;
+        return GRM_OK;
+    }
+    if (strcmp(name, "trainer.param_steps") == 0 && nt->tensor.dtype == GRM_DTYPE_I64) {
+        if (numel != t->nparams)
+            return grm_errorf(GRM_EFORMAT, "%s: holds %lld dense parameters, this pipeline has "
+                              "%d; it was written by a different model", c->path,
+                              (long long)numel, t->nparams);
+        memcpy(c->param_steps, nt->tensor.data, (size_t)numel * sizeof(int64_t));
+        return GRM_OK;
+    }
+    int optim = strncmp(name, "optim.", 6) == 0;
+    const char *pname = optim ? name + 6 : name;
+    for (int32_t i = 0; i < t->nparams; i++) {
+        dparam *dp = &t->params[i];
+        if (strcmp(dp->name, pname) != 0) continue;
+        int64_t want = optim ? t->state_floats * dp->numel : dp->numel;
+        if (numel != want || nt->tensor.dtype != GRM_DTYPE_F32)
+            return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' has %lld elements, this pipeline "
+                              "expects %lld; it was written by a different model", c->path,
+                              name, (long long)numel, (long long)want);
+        memcpy(optim ? dp->state : dp->value, nt->tensor.data, (size_t)want * sizeof(float));
+        c->loaded++;
+        return GRM_OK;
+    }
+    return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' belongs to no part of this pipeline; it was "
+                      "written by a different model (start over with --fresh)", c->path, name);
+}
+
+static grm_status load_ckpt(trainer *t, const char *path)
+{
+    const grm_ckpt_ops *kops = t->p->ckpt.plugin->info->ops;
+    load_ctx c = { .t = t, .path = path };
+    c.param_steps = calloc((size_t)t->nparams + 1, sizeof *c.param_steps);
+    if (!c.param_steps) return grm_errorf(GRM_ENOMEM, "out of memory");
+    grm_status st = kops->load(t->p->ckpt.inst, path, load_visit, &c);
+    if (st == GRM_OK && !c.have_state)
+        st = grm_errorf(GRM_EFORMAT, "%s: has no trainer.state tensor; not a grmhost training "
+                        "checkpoint", path);
+    int64_t expect = t->nparams * (t->state_floats ? 2 : 1);
+    if (st == GRM_OK && c.loaded < expect)
+        st = grm_errorf(GRM_EFORMAT, "%s: restores %lld tensors, fewer than the %lld dense "
+                        "tensors of this pipeline", path, (long long)c.loaded,
+                        (long long)expect);
+    if (st == GRM_OK) {
+        t->step = c.state[0];
+        for (int32_t i = 0; i < t->nparams; i++) t->params[i].steps = c.param_steps[i];
+        if (c.state[2] != t->ds->nexamples || c.state[3] != t->p->set.batch_size)
+            grm__log(GRM_LOG_WARN, "grmhost", "%s: written with %lld examples and batch size "
+                     "%lld, now %lld and %lld: the example order differs from the original run",
+                     path, (long long)c.state[2], (long long)c.state[3],
+                     (long long)t->ds->nexamples, (long long)t->p->set.batch_size);
+    }
+    free(c.param_steps);
+    return st;
+}
+
+/* ---- signals and progress ---- */
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    trainer *t = h->data;
+    t->stop = signum;
+}
+
+static void progress(trainer *t, double loss, double sps, double elapsed, int tty, int final)
+{
+    double left = t->total_steps > t->step && t->step > 0
+                      ? elapsed / (double)t->step * (double)(t->total_steps - t->step) : 0;
+    int64_t epoch = t->step ? (t->step - 1) / t->steps_per_epoch + 1 : 1;
+    char line[256];
+    snprintf(line, sizeof line, "step %lld/%lld epoch %lld/%lld loss %.4f %.0f samples/s ETA "
+             "%dm%02ds", (long long)t->step, (long long)t->total_steps, (long long)epoch,
+             (long long)((t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch), loss,
+             sps, (int)(left / 60), (int)left % 60);
+    if (tty) {
+        fprintf(stderr, "\r%-79s%s", line, final ? "\n" : "");
+        fflush(stderr);
+    } else {
+        grm__log(GRM_LOG_INFO, "grmhost", "%s", line);
+    }
+}
+
+/* ---- entry points ---- */
+
+static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *t)
+{
+    grm_status st;
+    memset(t, 0, sizeof *t);
+    t->p = p;
+    t->opts = opts;
+    openblas_set_num_threads(1);   /* the host pool owns the cores; BLAS calls stay small */
+    if ((st = grm__pool_init((int32_t)p->set.threads)) != GRM_OK) return st;
+    if ((st = create_instances(t)) != GRM_OK) return st;
+    double t0 = now_s();
+    if ((st = grm__dataset_build(p, &t->ds)) != GRM_OK) return st;
+    grm__dataset *ds = t->ds;
+    int64_t evaluated = 0;
+    for (int64_t u = 0; u < ds->nusers; u++) evaluated += ds->has_eval[u];
+    if (!opts->quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "data: %lld rows -> %lld users, %lld items, %lld "
+                 "training examples, %lld evaluated users (%.1fs)", (long long)ds->raw_rows,
+                 (long long)ds->nusers, (long long)ds->ncatalog, (long long)ds->nexamples,
+                 (long long)evaluated, now_s() - t0);
+    if (ds->bad_rows)
+        grm__log(GRM_LOG_WARN, "grmhost", "reader skipped %lld malformed rows",
+                 (long long)ds->bad_rows);
+    if ((st = setup(t)) != GRM_OK) return st;
+    const char *mpath = opts->metrics_out ? opts->metrics_out : p->set.metrics_out;
+    return grm__metrics_open(mpath, &t->metrics);
+}
+
+static void finish_summary(trainer *t, FILE *f)
+{
+    fprintf(f, "\n");
+    grm__metrics_summary(t->metrics, f);
+}
+
+grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
+{
+    trainer t;
+    grm_status st = prepare(p, opts, &t);
+    const grm__settings *s = &p->set;
+    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    int tty = isatty(2) && !opts->quiet;
+    if (st != GRM_OK) goto out;
+
+    if (s->ckpt_dir[0] && !opts->fresh) {
+        char path[4096];
+        if ((st = newest_ckpt(s->ckpt_dir, kops->extension(p->ckpt.inst), path, sizeof path,
+                              NULL)) != GRM_OK)
+            goto out;
+        if (path[0]) {
+            if ((st = load_ckpt(&t, path)) != GRM_OK) goto out;
+            grm__log(GRM_LOG_INFO, "grmhost", "resuming from %s at step %lld (use --fresh to "
+                     "start over)", path, (long long)t.step);
+        }
+    }
+    if (uv_loop_init(&t.loop) == 0) {
+        t.loop_ok = 1;
+        uv_signal_init(&t.loop, &t.sigint);
+        uv_signal_init(&t.loop, &t.sigterm);
+        t.sigint.data = t.sigterm.data = &t;
+        uv_signal_start(&t.sigint, on_signal, SIGINT);
+        uv_signal_start(&t.sigterm, on_signal, SIGTERM);
+    }
+    if (!opts->quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "training '%s': %lld steps of %lld samples, %d "
+                 "threads, %d dense parameters tensors, %lld negatives per step",
+                 s->name, (long long)t.total_steps, (long long)s->batch_size,
+                 grm__num_threads(), t.nparams, (long long)t.R);
+
+    double start = now_s(), last_print = 0, loss_sum = 0;
+    int64_t samples = 0, loss_n = 0, start_step = t.step;
+    int64_t eval_every = s->eval_every ? s->eval_every : t.steps_per_epoch;
+    int64_t ckpt_every = s->ckpt_every ? s->ckpt_every : t.steps_per_epoch;
+    int64_t limit = t.total_steps;
+    if (opts->max_steps > 0 && t.step + opts->max_steps < limit) limit = t.step + opts->max_steps;
+    while (t.step < limit && !t.stop) {
+        double loss = 0;
+        int64_t b = 0;
+        if ((st = train_step(&t, &loss, &b)) != GRM_OK) goto out;
+        samples += b;
+        loss_sum += loss;
+        loss_n++;
+        double el = now_s() - start;
+        if (t.step % s->log_every == 0 || t.step == limit) {
+            grm__metrics_emit(t.metrics, t.step, "train", "loss", loss_sum / (double)loss_n);
+            grm__metrics_emit(t.metrics, t.step, "train", "samples_per_s",
+                              (double)samples / (el > 0 ? el : 1e-9));
+            if (!tty && !opts->quiet)
+                progress(&t, loss_sum / (double)loss_n, (double)samples / el,
+                         el / (double)(t.step - start_step) * (double)t.step, 0, 0);
+            loss_sum = 0;
+            loss_n = 0;
+        }
+        if (tty && (el - last_print > 0.25 || t.step == limit)) {
+            progress(&t, loss, (double)samples / (el > 0 ? el : 1e-9),
+                     el / (double)(t.step - start_step) * (double)t.step, 1, 0);
+            last_print = el;
+        }
+        if (t.loop_ok) uv_run(&t.loop, UV_RUN_NOWAIT);
+        if (t.step % eval_every == 0 && t.step != limit) {
+            if (tty) fputc('\n', stderr);
+            if ((st = run_eval(&t, 0, 0)) != GRM_OK) goto out;
+        }
+        if (t.step % ckpt_every == 0 && t.step != limit && !t.stop)
+            if ((st = save_ckpt(&t)) != GRM_OK) goto out;
+    }
+    if (tty) fputc('\n', stderr);
+    if (t.stop) {
+        grm__log(GRM_LOG_WARN, "grmhost", "%s: stopping after step %lld",
+                 t.stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t.step);
+        if (!s->ckpt_dir[0])
+            grm__log(GRM_LOG_WARN, "grmhost", "no [checkpoint] dir is configured: this run's "
+                     "progress is not saved");
+        st = save_ckpt(&t);
+        goto out;
+    }
+    if ((st = save_ckpt(&t)) != GRM_OK) goto out;
+    double el = now_s() - start;
+    if (!opts->quiet && t.step > start_step) {
+        double n = (double)(t.step - start_step);
+        grm__log(GRM_LOG_INFO, "grmhost", "trained %lld steps in %.1fs: %.0f samples/s; per "
+                 "step: batch %.2fms, lookup %.2fms, forward+loss %.2fms, backward %.2fms, "
+                 "optimizers %.2fms", (long long)(t.step - start_step), el,
+                 (double)samples / (el > 0 ? el : 1e-9), 1e3 * t.t_batch / n,
+                 1e3 * t.t_lookup / n, 1e3 * t.t_fwd / n, 1e3 * t.t_bwd / n, 1e3 * t.t_opt / n);
+    }
+    if ((st = run_eval(&t, 0, 1)) != GRM_OK) goto out;
+    if ((st = run_eval(&t, 1, 1)) != GRM_OK) goto out;
+    finish_summary(&t, stdout);
+out:
+    if (t.loop_ok) {
+        uv_close((uv_handle_t *)&t.sigint, NULL);
+        uv_close((uv_handle_t *)&t.sigterm, NULL);
+        uv_run(&t.loop, UV_RUN_DEFAULT);
+        uv_loop_close(&t.loop);
+    }
+    grm__dataset_destroy(t.ds);
+    teardown(&t);
+    return st;
+}
+
+grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
+{
+    trainer t;
+    grm_status st = prepare(p, opts, &t);
+    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    char path[4096];
+    if (st != GRM_OK) goto out;
+    struct stat sb;
+    if (stat(opts->checkpoint, &sb) != 0) {
+        st = grm_errorf(GRM_EIO, "%s: %s", opts->checkpoint, strerror(errno));
+        goto out;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        if ((st = newest_ckpt(opts->checkpoint, kops->extension(p->ckpt.inst), path,
+                              sizeof path, NULL)) != GRM_OK)
+            goto out;
+        if (!path[0]) {
+            st = grm_errorf(GRM_ENOTFOUND, "%s: no step-*.%s checkpoint in this directory",
+                            opts->checkpoint, kops->extension(p->ckpt.inst));
+            goto out;
+        }
+    } else {
+        snprintf(path, sizeof path, "%s", opts->checkpoint);
+    }
+    if ((st = load_ckpt(&t, path)) != GRM_OK) goto out;
+    if (!opts->quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "evaluating %s (step %lld)", path, (long long)t.step);
+    if ((st = run_eval(&t, 0, 1)) != GRM_OK) goto out;
+    if ((st = run_eval(&t, 1, 1)) != GRM_OK) goto out;
+    finish_summary(&t, stdout);
+out:
+    grm__dataset_destroy(t.ds);
+    teardown(&t);
+    return st;
+}

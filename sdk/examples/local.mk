@@ -1,0 +1,1 @@
+# sdk/examples: out-of-tree example plugin (built by its own Makefile)

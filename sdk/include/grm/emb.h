@@ -1,0 +1,87 @@
+/* grm/emb.h - embedding stores: tables of rows keyed by int64 ids, the row optimizer
+ * kept beside them (DESIGN.md §3). The host dedups ids and sums their gradients before
+ * calling update, so a store sees each id at most once per update call. */
+#ifndef GRM_EMB_H
+#define GRM_EMB_H
+
+#include <stdint.h>
+
+#include <grm/opt.h>
+#include <grm/status.h>
+#include <grm/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Row initializers. Stored in int32_t. */
+typedef enum grm_emb_init {
+    GRM_EMB_INIT_ZEROS = 0,
+    GRM_EMB_INIT_UNIFORM = 1,   /* U(-a, a) */
+    GRM_EMB_INIT_NORMAL = 2     /* N(0, a^2) */
+} grm_emb_init;
+
+/* One physical table, as the host derives it from the [feature.*] sections. */
+typedef struct grm_emb_table_spec {
+    const char *name;       /* table name, borrowed for the instance's life */
+    int64_t rows;           /* capacity hint (static stores: exact; ids in [0, rows)) */
+    int32_t dim;            /* floats per row */
+    int32_t init;           /* grm_emb_init */
+    double init_scale;      /* `a` of the initializer */
+    uint64_t seed;          /* rows are a pure function of (seed, table, id) */
+} grm_emb_table_spec;
+
+/* lookup flags */
+#define GRM_EMB_INSERT 1u   /* create missing rows with the initializer (training) */
+
+/* Counters of one table; filled by the optional stats op. */
+typedef struct grm_emb_stats {
+    int64_t rows;           /* rows present */
+    int64_t capacity;       /* rows that fit without growing */
+    int64_t bytes;          /* memory held, rows and state */
+    int64_t lookups;        /* ids looked up */
+    int64_t misses;         /* ids not present at lookup */
+    int64_t evictions;      /* rows evicted */
+} grm_emb_stats;
+
+typedef struct grm_emb_ops {
+    uint32_t struct_size;  /* sizeof(grm_emb_ops) */
+
+    /* (required) Create the tables. tables [ntables] and opt are borrowed for the
+     * instance's life. *inst: owned, release with destroy. Fails cleanly (nothing left
+     * allocated) with GRM_ENOMEM or GRM_EINVAL. */
+    grm_status (*create)(const void *config, const grm_emb_table_spec *tables,
+                         int32_t ntables, const grm_optimizer *opt, void **inst);
+
+    /* (required) Release everything; NULL is accepted. */
+    void (*destroy)(void *inst);
+
+    /* (required) Copy the rows of ids [n] of `table` into rows [n, dim]. A missing id is
+     * created (flags & GRM_EMB_INSERT) or read as its initial value without being stored.
+     * An id the store cannot hold is GRM_EINVAL naming the table and id. Thread-safe
+     * against concurrent lookups without INSERT only. */
+    grm_status (*lookup)(void *inst, float *rows, int32_t table, const int64_t *ids,
+                         int64_t n, uint32_t flags);
+
+    /* (required) Apply the row optimizer to the rows of unique ids [n] with summed
+     * gradients grads [n, dim]; only those rows change. `step` is the global step. */
+    grm_status (*update)(void *inst, int32_t table, const int64_t *ids, const float *grads,
+                         int64_t n, int64_t step);
+
+    /* (required) The index-th tensor of the store's state for checkpoints (rows,
+     * optimizer state, counters), or GRM_ENOTFOUND past the last. The tensor borrows the
+     * store's memory until the next non-const call. */
+    grm_status (*tensors)(void *inst, int32_t index, grm_named_tensor *out);
+
+    /* (required) Restore one tensor written by tensors(); GRM_ENOTFOUND for a name the
+     * store does not know, GRM_EFORMAT for a shape that does not fit. */
+    grm_status (*load)(void *inst, const grm_named_tensor *t);
+
+    /* (optional; if NULL, the host reports no table counters) Counters of `table`. */
+    grm_status (*stats)(void *inst, int32_t table, grm_emb_stats *out);
+} grm_emb_ops;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GRM_EMB_H */

@@ -1,0 +1,68 @@
+/* grm/plugin.h - the plugin descriptor and entry point (DESIGN.md §3, STYLE.md §5).
+ *
+ * Each .so exports exactly one symbol, grm_plugin_entry, returning a NULL-terminated
+ * list of descriptors. The entry function is pure: it keeps the host pointer and returns
+ * static data; it allocates, starts and prints nothing. */
+#ifndef GRM_PLUGIN_H
+#define GRM_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grm/host.h>
+#include <grm/param.h>
+#include <grm/version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Plugin kinds; each has its ops table in grm/<kind>.h. Stored in int32_t. */
+typedef enum grm_kind {
+    GRM_KIND_READER = 1,     /* grm_reader_ops, grm/reader.h */
+    GRM_KIND_TRANSFORM = 2,  /* grm_transform_ops, grm/transform.h */
+    GRM_KIND_EMB = 3,        /* grm_emb_ops, grm/emb.h */
+    GRM_KIND_DENSE = 4,      /* grm_dense_ops, grm/dense.h */
+    GRM_KIND_OPT = 5,        /* grm_opt_ops, grm/opt.h */
+    GRM_KIND_CKPT = 6,       /* grm_ckpt_ops, grm/ckpt.h */
+    GRM_KIND_COMM = 7        /* grm_comm_ops, grm/comm.h */
+} grm_kind;
+
+/* One plugin's descriptor. Static storage in the plugin. */
+typedef struct grm_plugin_info {
+    uint16_t abi_major;          /* GRM_ABI_MAJOR the plugin was built against */
+    uint16_t abi_minor;          /* GRM_ABI_MINOR the plugin was built against */
+    uint32_t struct_size;        /* sizeof(grm_plugin_info) the plugin was built with */
+    int32_t kind;                /* grm_kind */
+    int32_t reserved;            /* zero */
+    const char *name;            /* "<kind>-<name>", equal to the .so basename */
+    const char *version;         /* the plugin's own version, "1.0.0" */
+    const char *description;     /* one line, citing the paper section it implements */
+    const void *ops;             /* the kind's ops table; begins with uint32_t struct_size */
+    const grm_param_decl *params;/* declared INI keys, ending with a NULL name; or NULL */
+    size_t config_size;          /* bytes of the config struct the params fill (0: none) */
+} grm_plugin_info;
+
+/* Fills the three header fields of a grm_plugin_info; always use it. */
+#define GRM_PLUGIN_INFO_HEADER                                                     \
+    .abi_major = GRM_ABI_MAJOR, .abi_minor = GRM_ABI_MINOR,                        \
+    .struct_size = (uint32_t)sizeof(grm_plugin_info)
+
+/* Marks the entry function, the only symbol a plugin exports. */
+#if defined(__GNUC__)
+#define GRM_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define GRM_PLUGIN_EXPORT
+#endif
+
+/* The name of the entry symbol. */
+#define GRM_PLUGIN_ENTRY_SYMBOL "grm_plugin_entry"
+
+/* The entry function's type. `host` is static for the process's life. Returns a
+ * NULL-terminated list of descriptors (static). */
+typedef const grm_plugin_info *const *(*grm_plugin_entry_fn)(const grm_host_api *host);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GRM_PLUGIN_H */

@@ -1,0 +1,27 @@
+/* grm/version.h - the plugin ABI version and the package version.
+ *
+ * The ABI pair (GRM_ABI_MAJOR, GRM_ABI_MINOR) is the contract between grmhost and
+ * plugins; it moves independently of the package version (STYLE.md §5.1). */
+#ifndef GRM_VERSION_H
+#define GRM_VERSION_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Major: bumped when anything in a public struct or ops table is removed, reordered,
+ * resized or redefined. A host refuses plugins of another major. */
+#define GRM_ABI_MAJOR 1
+/* Minor: bumped when an op or field is appended. A host accepts plugins of its own
+ * minor or older; it refuses a plugin built for a newer minor. */
+#define GRM_ABI_MINOR 0
+
+/* The package (release) version, for humans and pkg-config. */
+#define GRM_VERSION_STRING "0.1.0"
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GRM_VERSION_H */

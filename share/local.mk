@@ -1,0 +1,1 @@
+# share/: pipelines, sample data generator output, docs
