@@ -16,6 +16,7 @@ typedef struct parse_state {
     size_t pos;
     int line;               /* line most recently handed to inih (1-based) */
     int cont;               /* that line starts with whitespace: a continuation */
+    int header_line;        /* line of the most recent [section] header */
     grm__config *cfg;
     grm_status status;      /* first failure */
     char message[1024];
@@ -45,6 +46,11 @@ static char *line_reader(char *str, int num, void *stream)
     size_t len = nl ? (size_t)(nl - p) + 1 : strlen(p);
     ps->line++;
     ps->cont = (*p == ' ' || *p == '\t');
+    for (const char *q = p; *q == ' ' || *q == '\t' || *q == '['; q++)
+        if (*q == '[') {
+            ps->header_line = ps->line;
+            break;
+        }
     /* inih needs room for the text, the newline and the NUL */
     if (len + 1 > (size_t)num) {
         size_t chars = len - (nl ? 1 : 0);
@@ -95,7 +101,7 @@ static int ini_handler_fn(void *user, const char *section, const char *name, con
         grm__section *old = grm__config_section(cfg, section);
         if (old)
             return parse_fail(ps, GRM_EINVAL, "%s:%d: section [%s] appears again (first at "
-                              "line %d); merge the two", ps->name, ps->line, section,
+                              "line %d); merge the two", ps->name, ps->header_line, section,
                               old->line);
         grm__section *ns = realloc(cfg->sec, (size_t)(cfg->nsec + 1) * sizeof *ns);
         if (!ns) return parse_fail(ps, GRM_ENOMEM, "%s: out of memory", ps->name);
@@ -103,7 +109,7 @@ static int ini_handler_fn(void *user, const char *section, const char *name, con
         sec = &cfg->sec[cfg->nsec++];
         memset(sec, 0, sizeof *sec);
         sec->name = xstrdup(section);
-        sec->line = ps->line;
+        sec->line = ps->header_line ? ps->header_line : ps->line;
         if (!sec->name) return parse_fail(ps, GRM_ENOMEM, "%s: out of memory", ps->name);
     }
     grm__kv *dup = grm__section_kv(sec, name);

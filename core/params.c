@@ -314,7 +314,7 @@ static int in_list(const char *key, const char *const *skip)
 /* Fill defaults, then the given values (from a section or from kv strings). */
 static grm_status fill(const grm_plugin_info *info, const grm__section *sec, const char *file,
                        const char *const *skip, const char *const *kvs, int nkv,
-                       grm__pconfig *out)
+                       int check_required, grm__pconfig *out)
 {
     char why[512];
     const grm_param_decl *params = info->params;
@@ -396,7 +396,7 @@ static grm_status fill(const grm_plugin_info *info, const grm__section *sec, con
                             d->type == GRM_PARAM_ENUM ? d->choices : "");
         }
     }
-    for (int i = 0; i < np && st == GRM_OK; i++) {
+    for (int i = 0; i < np && st == GRM_OK && check_required; i++) {
         if (params[i].required && !seen[i]) {
             if (sec)
                 st = grm_errorf(GRM_EINVAL, "%s:%d: [%s] is missing required key '%s' (%s: "
@@ -417,13 +417,13 @@ grm_status grm__params_fill(const grm_plugin_info *info, const grm__section *sec
                             const char *file, const char *const *skip, grm__pconfig *out)
 {
     static const grm__section empty = { .name = (char *)"", .line = 0 };
-    return fill(info, sec ? sec : &empty, file ? file : "(config)", skip, NULL, 0, out);
+    return fill(info, sec ? sec : &empty, file ? file : "(config)", skip, NULL, 0, 1, out);
 }
 
 grm_status grm__params_fill_kv(const grm_plugin_info *info, const char *const *kvs, int n,
                                grm__pconfig *out)
 {
-    return fill(info, NULL, NULL, NULL, kvs, n, out);
+    return fill(info, NULL, NULL, NULL, kvs, n, 1, out);
 }
 
 grm_status grm__params_check_decls(const grm_plugin_info *info, const char *path)
@@ -450,9 +450,9 @@ grm_status grm__params_check_decls(const grm_plugin_info *info, const char *path
                                   "fix the plugin's parameter table", path, info->name,
                                   d->name);
     }
-    /* defaults must parse and lie in range */
+    /* defaults must parse and lie in range (required keys have none to check) */
     grm__pconfig pc;
-    grm_status st = fill(info, NULL, NULL, NULL, NULL, 0, &pc);
+    grm_status st = fill(info, NULL, NULL, NULL, NULL, 0, 0, &pc);
     if (st != GRM_OK) {
         grm_error_prefix("%s: ", path);
         return st;

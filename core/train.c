@@ -925,6 +925,26 @@ static void prune_ckpts(const char *dir, const char *ext, int64_t keep)
     }
 }
 
+/* mkdir -p */
+static grm_status make_dirs(const char *dir)
+{
+    char buf[4096];
+    size_t n = strlen(dir);
+    if (n >= sizeof buf)
+        return grm_errorf(GRM_EINVAL, "%s: checkpoint directory path is too long", dir);
+    memcpy(buf, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return grm_errorf(GRM_EIO, "%s: cannot create checkpoint directory: %s", buf,
+                              strerror(errno));
+        buf[i] = c;
+    }
+    return GRM_OK;
+}
+
 static grm_status save_ckpt(trainer *t)
 {
     grm__pipeline *p = t->p;
@@ -934,9 +954,7 @@ static grm_status save_ckpt(trainer *t)
     ckpt_list l = { 0 };
     grm_status st;
     if (!dir[0]) return GRM_OK;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return grm_errorf(GRM_EIO, "%s: cannot create checkpoint directory: %s", dir,
-                          strerror(errno));
+    if ((st = make_dirs(dir)) != GRM_OK) return st;
     int64_t *steps_buf = calloc((size_t)t->nparams + 1, sizeof *steps_buf);
     if (!steps_buf) return grm_errorf(GRM_ENOMEM, "out of memory");
     if ((st = collect_state(t, &l, steps_buf)) != GRM_OK) goto out;

@@ -1,1 +1,12 @@
-# share/: pipelines, sample data generator output, docs
+# share/: pipelines, the generated quick-start data, documentation.
+pipelinesdir = $(datadir)/grm/pipelines
+dist_pipelines_DATA = share/pipelines/quickstart.ini share/pipelines/ml100k-retrieval.ini \
+	share/pipelines/beauty-retrieval.ini
+
+# The quick start trains on synthetic data written by grmhost's seeded generator: the
+# same bytes on every machine, built with the program, never committed.
+sampledir = $(datadir)/grm/data
+sample_DATA = share/data/quickstart.tsv
+share/data/quickstart.tsv: grmhost$(EXEEXT)
+	$(AM_V_GEN)$(MKDIR_P) share/data && ./grmhost$(EXEEXT) generate --seed 1 --out $@
+CLEANFILES += share/data/quickstart.tsv

@@ -9,6 +9,23 @@
 #include <unistd.h>
 
 static grm__registry *harness_reg;
+static grm__pconfig **harness_configs;   /* kept until exit, freed by harness_atexit */
+static int harness_nconfigs;
+
+static void harness_atexit(void)
+{
+    for (int i = 0; i < harness_nconfigs; i++) {
+        grm__pconfig_fini(harness_configs[i]);
+        free(harness_configs[i]);
+    }
+    free(harness_configs);
+    harness_configs = NULL;
+    harness_nconfigs = 0;
+    grm__registry_destroy(harness_reg);
+    harness_reg = NULL;
+    grm__pool_fini();
+    grm__scratch_fini();
+}
 
 static void bail(const char *what)
 {
@@ -34,6 +51,11 @@ const char *harness_datadir(void)
 
 const grm_host_api *harness_host(void)
 {
+    static int registered;
+    if (!registered) {
+        registered = 1;
+        atexit(harness_atexit);
+    }
     grm__pool_init(2);
     return grm__host_api();
 }
@@ -61,11 +83,20 @@ grm_status harness_config_try(const grm_plugin_info *info, const void **config,
                               const char *const *kvs, int n)
 {
     grm__pconfig *pc = calloc(1, sizeof *pc);   /* lives until exit, as documented */
+    grm__pconfig **nc = realloc(harness_configs, (size_t)(harness_nconfigs + 1) * sizeof *nc);
+    if (!pc || !nc) {
+        free(pc);
+        if (nc) harness_configs = nc;
+        return grm_errorf(GRM_ENOMEM, "harness: out of memory");
+    }
+    harness_configs = nc;
+    harness_host();
     grm_status st = grm__params_fill_kv(info, kvs, n, pc);
     if (st != GRM_OK) {
         free(pc);
         return st;
     }
+    harness_configs[harness_nconfigs++] = pc;
     *config = pc->data;
     return GRM_OK;
 }

@@ -1,6 +1,10 @@
 # Test support: TAP header, the plugin harness, the tally script.
 check_LTLIBRARIES += tests/libharness.la
 tests_libharness_la_SOURCES = tests/harness.c tests/harness.h tests/tap.h
-tests_libharness_la_LDFLAGS = -rpath /nowhere
 GRM_TEST_LIBS = tests/libharness.la libgrmcore.la
 EXTRA_DIST += tests/tally.sh
+
+# The out-of-tree SDK example, built by tests/test-sdk-example.sh against a DESTDIR install.
+TESTS += tests/test-sdk-example.sh
+EXTRA_DIST += tests/test-sdk-example.sh sdk/examples/transform-filter/filter.c \
+	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/README.md

@@ -77,7 +77,8 @@ typedef struct grm_emb_ops {
      * store does not know, GRM_EFORMAT for a shape that does not fit. */
     grm_status (*load)(void *inst, const grm_named_tensor *t);
 
-    /* (optional; if NULL, the host reports no table counters) Counters of `table`. */
+    /* (optional; if NULL, the host reports no table counters) Counters of `table`.
+     * since 1.1 */
     grm_status (*stats)(void *inst, int32_t table, grm_emb_stats *out);
 } grm_emb_ops;
 

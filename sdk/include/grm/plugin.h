@@ -62,6 +62,10 @@ typedef struct grm_plugin_info {
  * NULL-terminated list of descriptors (static). */
 typedef const grm_plugin_info *const *(*grm_plugin_entry_fn)(const grm_host_api *host);
 
+/* The entry every plugin defines (declared here so plugins compile cleanly with
+ * -Wmissing-prototypes). The host never links it: it finds it with dlsym. */
+GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,7 +39,7 @@ typedef struct grm_reader_ops {
     /* (required) Release the instance; NULL is accepted. */
     void (*close)(void *inst);
 
-    /* (optional; if NULL, the host reports no reader counters) Copy counters. */
+    /* (optional; if NULL, the host reports no reader counters) Copy counters. since 1.1 */
     grm_status (*stats)(void *inst, grm_reader_stats *stats);
 } grm_reader_ops;
 

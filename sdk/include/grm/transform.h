@@ -25,7 +25,8 @@ typedef struct grm_transform_ops {
     grm_status (*schema)(void *inst, const grm_schema **schema);
 
     /* (required) Transform one chunk. *out: borrowed, valid until the next call on the
-     * instance; NULL when the transform buffered the rows (see flush). */
+     * instance and while `in` is unchanged (untouched columns may point into `in`); NULL
+     * when the transform buffered the rows (see flush). */
     grm_status (*apply)(void *inst, const grm_chunk *in, const grm_chunk **out);
 
     /* (optional; if NULL, nothing is buffered) Emit what was held back, after the last

@@ -1,0 +1,108 @@
+/* plugins/ckpt-grm/ckpt_grm.h - internal declarations of ckpt-grm, grm's own checkpoint
+ * file: named tensors plus a metadata string, each payload a zstd frame, every tensor and
+ * the whole file checksummed with XXH64. README.md gives the byte layout; ckpt_grm_save.c
+ * writes it, ckpt_grm_load.c verifies and reads it, plugin.c is the glue. */
+#ifndef CKPT_GRM_H
+#define CKPT_GRM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grm/host.h>
+#include <grm/tensor.h>
+
+/* File framing (README.md "Byte layout"). */
+#define CG_MAGIC "GRMCKPT\0"            /* 8 bytes at offset 0 */
+#define CG_END_MAGIC "GRMEND\0\0"       /* the file's last 8 bytes */
+#define CG_MAGIC_LEN 8
+#define CG_FORMAT_MAJOR 1u
+#define CG_FORMAT_MINOR 0u
+#define CG_TRAILER_LEN 16               /* u64 file XXH64 + end magic */
+#define CG_MAX_NAME 65535u              /* longest tensor name, bytes */
+#define CG_XXH_SEED 0                   /* seed of every XXH64 in the file */
+
+/* The config struct the declared parameters fill. */
+typedef struct cg_config {
+    int64_t level;             /* zstd level, 1..19 */
+} cg_config;
+
+/* Bytes per element of dtype (grm_dtype), 0 for an unknown dtype. */
+size_t cg_elem_size(int32_t dtype);
+
+/* Write tensors [n] and meta to path atomically (temp file, fsync, rename, fsync of the
+ * directory). host: static. meta: NUL-terminated, NULL writes "{}". */
+grm_status cg_save(const grm_host_api *host, int level, const char *path,
+                   const grm_named_tensor *tensors, int64_t n, const char *meta);
+
+/* One tensor's header as read from the file. */
+typedef struct cg_entry {
+    const char *name;          /* NUL-terminated copy, in cg_file.names */
+    int32_t dtype;             /* grm_dtype */
+    int32_t ndim;              /* 0..GRM_TENSOR_MAX_DIMS */
+    int64_t shape[GRM_TENSOR_MAX_DIMS];  /* dims beyond ndim are 1 */
+    uint64_t raw_bytes;        /* decompressed size */
+    uint64_t comp_bytes;       /* size of the zstd frame */
+    uint64_t raw_hash;         /* XXH64 of the decompressed bytes */
+    size_t payload;            /* file offset of the zstd frame */
+    size_t name_off;           /* file offset of the name's bytes */
+    uint32_t name_len;         /* bytes of the name, without a NUL */
+} cg_entry;
+
+/* A checkpoint mapped into memory and fully verified by cg_open. */
+typedef struct cg_file {
+    const char *path;          /* borrowed, for messages */
+    const uint8_t *data;       /* [size] read-only mapping (NULL when size is 0) */
+    size_t size;
+    const char *meta;          /* [meta_len] inside data, not NUL-terminated */
+    size_t meta_len;
+    int64_t n;                 /* tensors */
+    cg_entry *entries;         /* owned (malloc) [n] */
+    char *names;               /* owned (malloc): the entries' names, NUL-separated */
+    void *buf;                 /* owned (malloc) [max_raw]: one decompressed tensor */
+    size_t max_raw;            /* largest raw_bytes of any tensor */
+    void *dctx;                /* owned ZSTD_DCtx */
+} cg_file;
+
+/* Map path and verify everything: magic, version, every header's bounds, every payload's
+ * decompressed size and XXH64, the end marker and the file checksum. On failure nothing
+ * is left open and the status is GRM_EIO (cannot read) or GRM_EFORMAT (bad contents). */
+grm_status cg_open(const grm_host_api *host, const char *path, cg_file *f);
+
+/* Decompress tensor i of a verified file into f->buf and describe it in *out (which
+ * borrows f->buf and the name until the next cg_read or cg_close). */
+grm_status cg_read(const grm_host_api *host, cg_file *f, int64_t i, grm_named_tensor *out);
+
+/* Unmap and free; accepts a zeroed or already closed cg_file. */
+void cg_close(cg_file *f);
+
+/* Little-endian field access (the file is little-endian on every host). */
+static inline void cg_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void cg_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t cg_get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t cg_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* 1 on a little-endian host: tensor payloads are stored as the host's bytes, so a
+ * big-endian host is refused at create. */
+static inline int cg_host_is_little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+#endif /* CKPT_GRM_H */

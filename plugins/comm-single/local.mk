@@ -1,0 +1,11 @@
+# comm-single: see %reldir%/README.md
+plugin_LTLIBRARIES += %reldir%/comm-single.la
+%canon_reldir%_comm_single_la_SOURCES = %reldir%/plugin.c
+%canon_reldir%_comm_single_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+%canon_reldir%_comm_single_la_LIBADD =
+EXTRA_DIST += %reldir%/README.md
+
+check_PROGRAMS += tests/test-comm-single
+TESTS += tests/test-comm-single
+tests_test_comm_single_SOURCES = tests/test-comm-single.c
+tests_test_comm_single_LDADD = $(GRM_TEST_LIBS)

@@ -1,0 +1,338 @@
+/* plugins/dense-mlp/mlp.c - the dense-mlp block: a stack of linear layers
+ * y = act(x W_l^T + b_l) with optional inverted dropout on hidden activations and
+ * optional row-wise L2 normalization of the output; forward, backward and the named
+ * parameters. The linear products go through the implementation picked in create
+ * (mlp_ref.c or mlp_cpu.c); the elementwise steps are in mlp_ref.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mlp.h"
+
+typedef struct mlp_layer {
+    int64_t in, out;
+    float *w, *b;           /* [out, in], [out]: views into mlp.block */
+    float *dw, *db;         /* [out, in], [out]: views into the grads half of mlp.block */
+    char wname[32], bname[32];
+    /* activation cache, views into mlp.cache (valid for rows_cap rows) */
+    float *z;               /* [rows, out] pre-activation */
+    float *h;               /* [rows, out] activation (after dropout for hidden layers) */
+    float *mask;            /* [rows, out] dropout factors, or NULL */
+} mlp_layer;
+
+struct mlp {
+    const grm_host_api *host;
+    mlp_config cfg;             /* copy of the config */
+    const mlp_impl *impl;       /* static */
+    int64_t in_dim;
+    int32_t nlayers;
+    int64_t max_width;          /* widest layer output */
+    uint64_t seed;
+    mlp_layer layer[GRM_PARAM_LIST_MAX];
+
+    float *block;               /* owned (host->alloc): all params, then all grads */
+    size_t nparams;             /* floats in the params half */
+
+    float *cache;               /* owned (malloc): rows_cap rows of per_row floats */
+    int64_t rows_cap;
+    int64_t per_row;            /* floats per row: x, z/h/mask per layer, norm, 2 grads */
+    float *x;                   /* [rows, in_dim] copy of the last forward's input */
+    float *norm;                /* [rows] output norms (l2norm) */
+    float *g0, *g1;             /* [rows, max_width] backward ping-pong buffers */
+
+    int64_t rows;               /* rows of the last training forward; -1: none */
+};
+
+static int has_dropout(const mlp *m)
+{
+    return m->cfg.dropout > 0 && m->nlayers > 1;
+}
+
+/* Lay the cache out for `cap` rows; the pointers are views into m->cache. */
+static void cache_bind(mlp *m, int64_t cap)
+{
+    float *p = m->cache;
+    m->x = p;
+    p += cap * m->in_dim;
+    for (int32_t l = 0; l < m->nlayers; l++) {
+        mlp_layer *ly = &m->layer[l];
+        ly->z = p;
+        p += cap * ly->out;
+        ly->h = p;
+        p += cap * ly->out;
+        ly->mask = NULL;
+        if (has_dropout(m) && l < m->nlayers - 1) {
+            ly->mask = p;
+            p += cap * ly->out;
+        }
+    }
+    m->norm = p;
+    p += cap;
+    m->g0 = p;
+    p += cap * m->max_width;
+    m->g1 = p;
+}
+
+/* Make room for `rows` rows; grows by at least half so growth stays rare. */
+static grm_status cache_reserve(mlp *m, int64_t rows)
+{
+    if (rows <= m->rows_cap)
+        return GRM_OK;
+    int64_t cap = m->rows_cap + m->rows_cap / 2;
+    if (cap < rows)
+        cap = rows;
+    if ((uint64_t)cap > SIZE_MAX / sizeof(float) / (uint64_t)m->per_row)
+        return m->host->errorf(GRM_ENOMEM, "dense-mlp: forward: %lld rows of %lld floats "
+                               "overflow size_t", (long long)cap, (long long)m->per_row);
+    float *c = malloc((size_t)cap * (size_t)m->per_row * sizeof *c);
+    if (c == NULL)
+        return m->host->errorf(GRM_ENOMEM, "dense-mlp: forward: cannot allocate the "
+                               "activation cache for %lld rows (%zu bytes)", (long long)cap,
+                               (size_t)cap * (size_t)m->per_row * sizeof *c);
+    free(m->cache);
+    m->cache = c;
+    m->rows_cap = cap;
+    m->rows = -1;
+    cache_bind(m, cap);
+    return GRM_OK;
+}
+
+/* Xavier/Glorot uniform (Glorot & Bengio 2010): U(-a, a), a = sqrt(6 / (in + out)). */
+static void xavier_uniform(float *w, int64_t in, int64_t out, uint64_t *state)
+{
+    const double a = sqrt(6.0 / (double)(in + out));
+    for (int64_t i = 0; i < in * out; i++)
+        w[i] = (float)((2.0 * mlp_unit(mlp_splitmix64(state)) - 1.0) * a);
+}
+
+grm_status mlp_create(const grm_host_api *host, const mlp_config *cfg, int64_t in_dim,
+                      uint64_t seed, mlp **out)
+{
+    static const grm_device cpu = { GRM_DEVICE_CPU, 0 };
+    grm_status st;
+    *out = NULL;
+    if (cfg->dims.n <= 0 || cfg->dims.n > GRM_PARAM_LIST_MAX)
+        return host->errorf(GRM_EINVAL, "dense-mlp: dims: empty; give the output size of "
+                            "each layer, e.g. dims = 256,64");
+    for (int64_t l = 0; l < cfg->dims.n; l++) {
+        if (cfg->dims.v[l] < 1 || cfg->dims.v[l] > INT32_MAX)
+            return host->errorf(GRM_EINVAL, "dense-mlp: dims[%lld]: layer size %lld out of "
+                                "range; each entry must be in 1..%d", (long long)l,
+                                (long long)cfg->dims.v[l], INT32_MAX);
+    }
+    if (in_dim < 1 || in_dim > INT32_MAX)
+        return host->errorf(GRM_EINVAL, "dense-mlp: create: in_dim %lld out of range 1..%d",
+                            (long long)in_dim, INT32_MAX);
+    if (!(cfg->dropout >= 0 && cfg->dropout < 1))
+        return host->errorf(GRM_EINVAL, "dense-mlp: dropout: %g out of range [0, 1)",
+                            cfg->dropout);
+    if (cfg->activation < MLP_ACT_RELU || cfg->activation > MLP_ACT_NONE
+        || cfg->final_activation < MLP_ACT_RELU || cfg->final_activation > MLP_ACT_NONE)
+        return host->errorf(GRM_EINVAL, "dense-mlp: activation: unknown index %d/%d; use "
+                            "relu, silu, tanh or none", cfg->activation,
+                            cfg->final_activation);
+
+    mlp *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return host->errorf(GRM_ENOMEM, "dense-mlp: create: out of memory");
+    m->host = host;
+    m->cfg = *cfg;
+    m->impl = cfg->impl == MLP_IMPL_REF ? &mlp_impl_ref : &mlp_impl_cpu;
+    m->in_dim = in_dim;
+    m->nlayers = (int32_t)cfg->dims.n;
+    m->seed = seed;
+    m->rows = -1;
+
+    int64_t prev = in_dim;
+    size_t nparams = 0;
+    for (int32_t l = 0; l < m->nlayers; l++) {
+        mlp_layer *ly = &m->layer[l];
+        ly->in = prev;
+        ly->out = cfg->dims.v[l];
+        nparams += (size_t)(ly->in * ly->out + ly->out);
+        if (ly->out > m->max_width)
+            m->max_width = ly->out;
+        snprintf(ly->wname, sizeof ly->wname, "layer%d.weight", (int)l);
+        snprintf(ly->bname, sizeof ly->bname, "layer%d.bias", (int)l);
+        prev = ly->out;
+    }
+    m->nparams = nparams;
+    m->per_row = in_dim + 1 + 2 * m->max_width;
+    for (int32_t l = 0; l < m->nlayers; l++)
+        m->per_row += (has_dropout(m) && l < m->nlayers - 1 ? 3 : 2) * m->layer[l].out;
+
+    // STYLE.md §8: parameters and gradients are one block, typed views into it
+    m->block = host->alloc(cpu, 2 * nparams * sizeof(float), 64);
+    if (m->block == NULL) {
+        st = host->errorf(GRM_ENOMEM, "dense-mlp: create: cannot allocate %zu parameters",
+                          nparams);
+        goto fail;
+    }
+    memset(m->block, 0, 2 * nparams * sizeof(float));
+    float *p = m->block, *g = m->block + nparams;
+    uint64_t state = seed;
+    for (int32_t l = 0; l < m->nlayers; l++) {
+        mlp_layer *ly = &m->layer[l];
+        ly->w = p;
+        ly->dw = g;
+        p += ly->in * ly->out;
+        g += ly->in * ly->out;
+        ly->b = p;                  // biases start at zero (memset above)
+        ly->db = g;
+        p += ly->out;
+        g += ly->out;
+        xavier_uniform(ly->w, ly->in, ly->out, &state);
+    }
+    *out = m;
+    return GRM_OK;
+
+fail:
+    mlp_destroy(m);
+    return st;
+}
+
+void mlp_destroy(mlp *m)
+{
+    static const grm_device cpu = { GRM_DEVICE_CPU, 0 };
+    if (m == NULL)
+        return;
+    if (m->block != NULL)
+        m->host->free(cpu, m->block);
+    free(m->cache);
+    free(m);
+}
+
+int64_t mlp_in_dim(const mlp *m)
+{
+    return m->in_dim;
+}
+
+int64_t mlp_out_dim(const mlp *m)
+{
+    return m->layer[m->nlayers - 1].out;
+}
+
+/* ---- forward ---- */
+
+grm_status mlp_forward(mlp *m, float *y, const float *x, int64_t rows, int32_t training,
+                       int64_t step)
+{
+    m->rows = -1;
+    if (rows == 0) {
+        m->rows = training ? 0 : -1;
+        return GRM_OK;
+    }
+    grm_status st = cache_reserve(m, rows);
+    if (st != GRM_OK)
+        return st;
+    memcpy(m->x, x, (size_t)(rows * m->in_dim) * sizeof *x);
+    const float *in = m->x;                             /* [rows, layer in] */
+    const int32_t L = m->nlayers;
+    // dropout key: a function of (seed, step) only, so a step replays exactly
+    const uint64_t key = mlp_mix64(mlp_mix64(m->seed ^ 0x6a09e667f3bcc909ULL)
+                                   + (uint64_t)step);
+    for (int32_t l = 0; l < L; l++) {
+        mlp_layer *ly = &m->layer[l];
+        const int64_t n = rows * ly->out;
+        st = m->impl->linear_fwd(ly->z, in, ly->w, ly->b, rows, ly->in, ly->out, NULL);
+        if (st != GRM_OK)
+            return st;
+        mlp_act_fwd(ly->h, ly->z, n, l < L - 1 ? m->cfg.activation : m->cfg.final_activation);
+        if (ly->mask != NULL && training)
+            mlp_dropout_fwd(ly->h, ly->mask, n, m->cfg.dropout,
+                            key + (uint64_t)l * 0xbb67ae8584caa73bULL);
+        in = ly->h;
+    }
+    const mlp_layer *last = &m->layer[L - 1];
+    if (m->cfg.l2norm)
+        mlp_l2norm_fwd(y, m->norm, last->h, rows, last->out);
+    else
+        memcpy(y, last->h, (size_t)(rows * last->out) * sizeof *y);
+    if (training)
+        m->rows = rows;
+    return GRM_OK;
+}
+
+/* ---- backward ---- */
+
+grm_status mlp_backward(mlp *m, float *dx, const float *dy, int64_t rows)
+{
+    if (m->rows < 0)
+        return m->host->errorf(GRM_EINVAL, "dense-mlp: backward: no training forward to "
+                               "differentiate; call forward with ctx->training = 1 first");
+    if (rows != m->rows)
+        return m->host->errorf(GRM_EINVAL, "dense-mlp: backward: dy has %lld rows, the last "
+                               "forward had %lld", (long long)rows, (long long)m->rows);
+    if (rows == 0)
+        return GRM_OK;
+    const int32_t L = m->nlayers;
+    const mlp_layer *last = &m->layer[L - 1];
+    float *g = m->g0, *other = m->g1;   /* [rows, max_width] each */
+    // g = d(loss)/d(h of the last layer)
+    if (m->cfg.l2norm)
+        mlp_l2norm_bwd(g, dy, last->h, m->norm, rows, last->out);
+    else
+        memcpy(g, dy, (size_t)(rows * last->out) * sizeof *g);
+    for (int32_t l = L - 1; l >= 0; l--) {
+        const mlp_layer *ly = &m->layer[l];
+        const int64_t n = rows * ly->out;
+        if (ly->mask != NULL)   // the last forward was a training one: masks are set
+            for (int64_t i = 0; i < n; i++)
+                g[i] *= ly->mask[i];
+        // g becomes dz in place
+        mlp_act_bwd(g, g, ly->z, n, l < L - 1 ? m->cfg.activation : m->cfg.final_activation);
+        const float *in = l > 0 ? m->layer[l - 1].h : m->x;   /* [rows, ly->in] */
+        float *d_in = l > 0 ? other : dx;                      /* [rows, ly->in] or NULL */
+        grm_status st = m->impl->linear_bwd(d_in, ly->dw, ly->db, g, in, ly->w, rows,
+                                            ly->in, ly->out, NULL);
+        if (st != GRM_OK)
+            return st;
+        other = g;
+        g = d_in;
+    }
+    return GRM_OK;
+}
+
+/* ---- parameters ---- */
+
+grm_status mlp_params(mlp *m, int32_t index, grm_named_tensor *value, grm_tensor *grad)
+{
+    if (index < 0 || index >= 2 * m->nlayers)
+        return m->host->errorf(GRM_ENOTFOUND, "dense-mlp: params: no parameter %d; the "
+                               "block has %d", (int)index, 2 * (int)m->nlayers);
+    const mlp_layer *ly = &m->layer[index / 2];
+    const int is_bias = index % 2;
+    grm_tensor t = { 0 };
+    t.dtype = GRM_DTYPE_F32;
+    t.device.type = GRM_DEVICE_CPU;
+    for (int d = 0; d < GRM_TENSOR_MAX_DIMS; d++)
+        t.shape[d] = 1;
+    if (is_bias) {
+        t.ndim = 1;
+        t.shape[0] = ly->out;
+    } else {
+        t.ndim = 2;
+        t.shape[0] = ly->out;
+        t.shape[1] = ly->in;
+    }
+    if (value != NULL) {
+        value->name = is_bias ? ly->bname : ly->wname;
+        value->tensor = t;
+        value->tensor.data = is_bias ? ly->b : ly->w;
+    }
+    if (grad != NULL) {
+        *grad = t;
+        grad->data = is_bias ? ly->db : ly->dw;
+    }
+    return GRM_OK;
+}
+
+double mlp_flops(const mlp *m, int64_t rows, int32_t backward)
+{
+    double f = 0;
+    for (int32_t l = 0; l < m->nlayers; l++)
+        f += (backward ? 4.0 : 2.0) * (double)rows * (double)m->layer[l].in
+             * (double)m->layer[l].out;
+    return f;
+}

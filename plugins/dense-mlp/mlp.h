@@ -1,0 +1,189 @@
+/* plugins/dense-mlp/mlp.h - internal declarations of dense-mlp.so: the MLP block
+ * (mlp.c), its linear-layer kernels (mlp_ref.c reference, mlp_cpu.c OpenBLAS), and the
+ * two heads dense-bce and dense-sampled-softmax (heads.c, numerics in heads_ref.c).
+ * Nothing here is exported: the .so's only visible symbol is grm_plugin_entry. */
+#ifndef MLP_H
+#define MLP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grm/grm.h>
+
+/* ---- deterministic generators (no global state) ---- */
+
+/* splitmix64's finalizer: a bijective 64-bit mix (Steele, Lea, Flood 2014). */
+static inline uint64_t mlp_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* splitmix64: advance *state and return the next 64 random bits. */
+static inline uint64_t mlp_splitmix64(uint64_t *state)
+{
+    *state += 0x9e3779b97f4a7c15ULL;
+    return mlp_mix64(*state);
+}
+
+/* Uniform double in [0, 1) from the top 53 bits. */
+static inline double mlp_unit(uint64_t bits)
+{
+    return (double)(bits >> 11) * 0x1.0p-53;
+}
+
+/* ---- configuration (filled by the host from the param tables in plugin.c) ---- */
+
+/* Activation functions; the ENUM order of "relu|silu|tanh|none". */
+enum mlp_act { MLP_ACT_RELU = 0, MLP_ACT_SILU = 1, MLP_ACT_TANH = 2, MLP_ACT_NONE = 3 };
+
+/* Implementations; the ENUM order of "blas|ref". */
+enum mlp_impl_kind { MLP_IMPL_BLAS = 0, MLP_IMPL_REF = 1 };
+
+typedef struct mlp_config {
+    grm_int_list dims;          /* output size of each layer */
+    int32_t activation;         /* enum mlp_act, after every layer but the last */
+    int32_t final_activation;   /* enum mlp_act, after the last layer */
+    double dropout;             /* inverted dropout rate on hidden activations */
+    int32_t l2norm;             /* 1: L2-normalize each output row */
+    int32_t impl;               /* enum mlp_impl_kind */
+} mlp_config;
+
+/* Samplers; the ENUM order of "uniform|popularity". */
+enum ssm_sampler { SSM_SAMPLER_UNIFORM = 0, SSM_SAMPLER_POPULARITY = 1 };
+
+typedef struct ssm_config {
+    int64_t negatives;          /* negatives drawn per step */
+    int32_t sampler;            /* enum ssm_sampler */
+    double alpha;               /* popularity exponent */
+    double temperature;         /* logits are divided by it */
+    int32_t in_batch;           /* 1: other rows' positives are negatives too */
+    int32_t logq;               /* 1: subtract log Q from sampled-negative logits */
+} ssm_config;
+
+/* ---- linear-layer kernels (STYLE.md §9: one type per operation) ---- */
+
+/* z [rows, out] = x [rows, in] W^T + b, with W [out, in] and b [out]. */
+typedef grm_status (*mlp_linear_fwd_fn)(
+        float *z,                                   /* [rows, out] */
+        const float *x,                             /* [rows, in]  */
+        const float *w,                             /* [out, in]   */
+        const float *b,                             /* [out]       */
+        int64_t rows, int64_t in, int64_t out,
+        void *stream);                              /* NULL on CPU */
+
+/* The backward of mlp_linear_fwd_fn given dz = d(loss)/dz:
+ * dw [out, in] += dz^T x, db [out] += column sums of dz, dx [rows, in] = dz W
+ * (dx NULL: not computed). dx must not alias dz. */
+typedef grm_status (*mlp_linear_bwd_fn)(
+        float *dx,                                  /* [rows, in] or NULL */
+        float *dw,                                  /* [out, in]   */
+        float *db,                                  /* [out]       */
+        const float *dz,                            /* [rows, out] */
+        const float *x,                             /* [rows, in]  */
+        const float *w,                             /* [out, in]   */
+        int64_t rows, int64_t in, int64_t out,
+        void *stream);                              /* NULL on CPU */
+
+/* An implementation of the linear layer, picked once in create (STYLE.md §9). */
+typedef struct mlp_impl {
+    const char *name;
+    mlp_linear_fwd_fn linear_fwd;
+    mlp_linear_bwd_fn linear_bwd;
+} mlp_impl;
+
+/* mlp_ref.c: plain loops with double accumulators, the spec. */
+grm_status mlp_linear_fwd_ref(float *z, const float *x, const float *w, const float *b,
+                              int64_t rows, int64_t in, int64_t out, void *stream);
+grm_status mlp_linear_bwd_ref(float *dx, float *dw, float *db, const float *dz,
+                              const float *x, const float *w, int64_t rows, int64_t in,
+                              int64_t out, void *stream);
+/* mlp_cpu.c: cblas_sgemm. Sizes must fit in int (checked by the caller). */
+grm_status mlp_linear_fwd_cpu(float *z, const float *x, const float *w, const float *b,
+                              int64_t rows, int64_t in, int64_t out, void *stream);
+grm_status mlp_linear_bwd_cpu(float *dx, float *dw, float *db, const float *dz,
+                              const float *x, const float *w, int64_t rows, int64_t in,
+                              int64_t out, void *stream);
+
+extern const mlp_impl mlp_impl_ref;   /* static: mlp_ref.c */
+extern const mlp_impl mlp_impl_cpu;   /* static: mlp_cpu.c */
+
+/* ---- elementwise pieces (mlp_ref.c), shared by every implementation ---- */
+
+/* h [n] = act(z [n]); h may alias z. */
+void mlp_act_fwd(float *h, const float *z, int64_t n, int32_t act);
+/* dz [n] = g [n] * act'(z [n]); dz may alias g. */
+void mlp_act_bwd(float *dz, const float *g, const float *z, int64_t n, int32_t act);
+/* Inverted dropout on h [n] in place: each element is kept with probability 1 - p and
+ * scaled by 1 / (1 - p); mask [n] receives the factor (0 or 1 / (1 - p)). The draw of
+ * element i is a hash of (key, i), so it depends on nothing but key and i. */
+void mlp_dropout_fwd(float *h, float *mask, int64_t n, double p, uint64_t key);
+/* y [rows, d] = h / max(||h||, MLP_L2_EPS) per row; norm [rows] receives ||h||. */
+void mlp_l2norm_fwd(float *y, float *norm, const float *h, int64_t rows, int64_t d);
+/* dh [rows, d] from dy [rows, d], the forward input h and its norms. */
+void mlp_l2norm_bwd(float *dh, const float *dy, const float *h, const float *norm,
+                    int64_t rows, int64_t d);
+
+/* The norm floor of the L2 normalization, as torch.nn.functional.normalize. */
+#define MLP_L2_EPS 1e-12f
+
+/* ---- the MLP block (mlp.c) ---- */
+
+typedef struct mlp mlp;
+
+/* Create for in_dim inputs; cfg is copied. Errors name "dense-mlp". */
+grm_status mlp_create(const grm_host_api *host, const mlp_config *cfg, int64_t in_dim,
+                      uint64_t seed, mlp **out);
+void mlp_destroy(mlp *m);
+int64_t mlp_in_dim(const mlp *m);
+int64_t mlp_out_dim(const mlp *m);
+/* y [rows, out_dim] = f(x [rows, in_dim]); training: dropout on, step seeds it. */
+grm_status mlp_forward(mlp *m, float *y, const float *x, int64_t rows, int32_t training,
+                       int64_t step);
+/* Gradients of the last training forward: grads += ..., dx [rows, in_dim] (or NULL). */
+grm_status mlp_backward(mlp *m, float *dx, const float *dy, int64_t rows);
+/* Views of the index-th parameter and its gradient; GRM_ENOTFOUND past the last. */
+grm_status mlp_params(mlp *m, int32_t index, grm_named_tensor *value, grm_tensor *grad);
+double mlp_flops(const mlp *m, int64_t rows, int32_t backward);
+
+/* ---- the heads (heads.c; numerics in heads_ref.c) ---- */
+
+/* Stable BCE with logits (max(z,0) - z y + log1p(exp(-|z|))), summed over T, weighted
+ * mean over B. d_pred [B, T] (NULL: skipped) and scores [B, T] (NULL: skipped) are
+ * written. GRM_EINVAL (message set through host) when the weights sum to 0. */
+grm_status bce_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
+                        float *scores, const float *pred, const float *labels,
+                        const float *weights, int64_t B, int64_t T);
+
+/* Sampled softmax over [positive, R sampled negatives, B-1 in-batch positives] for each
+ * row b; see README.md. logq [R] (or NULL) is subtracted from the negatives' logits.
+ * Gradient outputs (each may be NULL) are overwritten. work: [1 + R + B] doubles. */
+grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
+                        float *d_pos, float *d_neg, const float *pred, const float *pos,
+                        const float *neg, const int64_t *pos_ids, const int64_t *neg_ids,
+                        const float *weights, const double *logq, int32_t in_batch,
+                        double temperature, int64_t B, int64_t R, int64_t D, double *work);
+
+/* Draw n indices in [0, cdf_n) with probability proportional to the increments of the
+ * cumulative table cdf [cdf_n] (or uniformly when cdf is NULL), with replacement, from a
+ * generator seeded by seed. idx [n] out. */
+void ssm_draw(int64_t *idx, int64_t n, const double *cdf, int64_t cdf_n, uint64_t seed);
+
+typedef struct bce_head bce_head;
+typedef struct ssm_head ssm_head;
+
+grm_status bce_create(const grm_host_api *host, int64_t in_dim, bce_head **out);
+void bce_destroy(bce_head *h);
+int64_t bce_dim(const bce_head *h);
+grm_status bce_loss(bce_head *h, grm_loss_io *io);
+
+grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t in_dim,
+                      ssm_head **out);
+void ssm_destroy(ssm_head *h);
+int64_t ssm_dim(const ssm_head *h);
+grm_status ssm_loss(ssm_head *h, grm_loss_io *io);
+grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
+                         const grm_catalog *catalog, uint64_t seed);
+
+#endif /* MLP_H */

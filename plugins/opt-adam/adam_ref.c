@@ -1,0 +1,42 @@
+/* plugins/opt-adam/adam_ref.c - the Adam and AdamW update as plain loops: float
+ * arithmetic per element, bias-correction factors computed in double (Kingma & Ba 2015,
+ * Alg. 1; decoupled weight decay: Loshchilov & Hutter 2019, Alg. 2). Mirrors
+ * torch.optim.Adam / AdamW (foreach = False). */
+#include <math.h>
+
+#include "adam.h"
+
+adam_coef adam_coef_at(const adam_config *cfg, int64_t step)
+{
+    const double t = (double)step;
+    const double bc1 = 1.0 - pow(cfg->beta1, t);   /* 1 - beta1^t */
+    const double bc2 = 1.0 - pow(cfg->beta2, t);   /* 1 - beta2^t */
+    const int decoupled = cfg->variant == ADAM_VARIANT_ADAMW;
+    adam_coef c = {
+        .beta1 = (float)cfg->beta1,
+        .beta2 = (float)cfg->beta2,
+        .one_m_beta1 = (float)(1.0 - cfg->beta1),
+        .one_m_beta2 = (float)(1.0 - cfg->beta2),
+        .eps = (float)cfg->eps,
+        .l2 = decoupled ? 0.0f : (float)cfg->weight_decay,
+        .decay = decoupled ? (float)(1.0 - cfg->lr * cfg->weight_decay) : 1.0f,
+        .step_size = (float)(cfg->lr / bc1),
+        .inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2)),
+    };
+    return c;
+}
+
+void adam_update_ref(float *param, float *m, float *v, const float *grad, int64_t n,
+                     const adam_coef *c)
+{
+    for (int64_t i = 0; i < n; i++) {
+        // adam: L2 regularization enters through the gradient
+        const float g = grad[i] + c->l2 * param[i];
+        m[i] = c->beta1 * m[i] + c->one_m_beta1 * g;
+        v[i] = c->beta2 * v[i] + c->one_m_beta2 * g * g;
+        // adamw: the parameter decays directly, before the moment step
+        const float p = param[i] * c->decay;
+        // p -= lr * m_hat / (sqrt(v_hat) + eps), m_hat = m / bc1, v_hat = v / bc2
+        param[i] = p - c->step_size * m[i] / (sqrtf(v[i]) * c->inv_sqrt_bc2 + c->eps);
+    }
+}

@@ -1,0 +1,14 @@
+# transform-basic: see %reldir%/README.md
+plugin_LTLIBRARIES += %reldir%/transform-basic.la
+%canon_reldir%_transform_basic_la_SOURCES = %reldir%/plugin.c %reldir%/basic.h \
+	%reldir%/basic_ref.c
+%canon_reldir%_transform_basic_la_CPPFLAGS = $(AM_CPPFLAGS) $(XXHASH_CFLAGS)
+%canon_reldir%_transform_basic_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+%canon_reldir%_transform_basic_la_LIBADD = $(XXHASH_LIBS)
+EXTRA_DIST += %reldir%/README.md
+
+check_PROGRAMS += tests/test-transform-basic
+TESTS += tests/test-transform-basic
+tests_test_transform_basic_SOURCES = tests/test-transform-basic.c
+tests_test_transform_basic_CPPFLAGS = $(AM_CPPFLAGS) $(XXHASH_CFLAGS)
+tests_test_transform_basic_LDADD = $(GRM_TEST_LIBS) $(XXHASH_LIBS)

@@ -1,0 +1,386 @@
+/* tests/test-ckpt-grm.c - ckpt-grm save/load round trips, the byte layout of
+ * plugins/ckpt-grm/README.md (parsed here independently, payloads decompressed with zstd
+ * and hashed with XXH64 by the test itself), and the refusal of corrupt, truncated,
+ * foreign and newer files before any tensor is visited. */
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <grm/ckpt.h>
+
+#include "harness.h"
+#include "tap.h"
+
+static const grm_ckpt_ops *ops;
+static void *ck;
+
+static int has(const char *needle)
+{
+    const char *msg = harness_host()->last_error();
+    if (strstr(msg, needle) != NULL) return 1;
+    tap_diag("message: %s", msg);
+    tap_diag("wanted:  %s", needle);
+    return 0;
+}
+
+/* ---- the tensors saved ---- */
+
+#define NT 6
+static float t_f32[3 * 5];
+static int64_t t_i64[7];
+static uint8_t t_u8[1000];
+static uint16_t t_bf16[2 * 3 * 4 * 5];
+static int32_t t_scalar = -123456;
+static grm_named_tensor saved[NT];
+static const size_t saved_bytes[NT] = { 60, 56, 1000, 0, 240, 4 };
+static const char *const meta = "{\"step\": 42, \"model\": \"hstu\", \"note\": \"\\u00e9\"}";
+
+static grm_named_tensor mk(const char *name, void *data, int32_t dtype, int32_t ndim,
+                           int64_t d0, int64_t d1, int64_t d2, int64_t d3)
+{
+    grm_named_tensor t = { name, { data, dtype, ndim, { d0, d1, d2, d3 },
+                                   { GRM_DEVICE_CPU, 0 } } };
+    return t;
+}
+
+static void make_tensors(void)
+{
+    uint64_t rs = 5;
+    for (int i = 0; i < 15; i++) t_f32[i] = harness_randf(&rs) * 1e3f;
+    t_f32[4] = -0.0f;
+    for (int i = 0; i < 7; i++) t_i64[i] = (int64_t)harness_rand(&rs);
+    t_i64[0] = INT64_MIN;
+    for (int i = 0; i < 1000; i++)    // compressible runs with random bytes in between
+        t_u8[i] = (uint8_t)(i % 7 == 0 ? harness_rand(&rs) : (uint64_t)(i / 50));
+    for (int i = 0; i < 120; i++) t_bf16[i] = (uint16_t)harness_rand(&rs);
+    saved[0] = mk("dense.0.weight", t_f32, GRM_DTYPE_F32, 2, 3, 5, 1, 1);
+    saved[1] = mk("emb.item.steps", t_i64, GRM_DTYPE_I64, 1, 7, 1, 1, 1);
+    saved[2] = mk("bytes", t_u8, GRM_DTYPE_U8, 1, 1000, 1, 1, 1);
+    saved[3] = mk("empty", NULL, GRM_DTYPE_F32, 2, 0, 4, 1, 1);
+    saved[4] = mk("four.d", t_bf16, GRM_DTYPE_BF16, 4, 2, 3, 4, 5);
+    saved[5] = mk("scalar", &t_scalar, GRM_DTYPE_I32, 0, 1, 1, 1, 1);
+}
+
+/* ---- visiting ---- */
+
+typedef struct visit_log {
+    int visits;
+    int mismatches;
+    int stop_at;             /* return GRM_ECANCELED on this visit (1-based), 0: never */
+} visit_log;
+
+static grm_status visit(void *user, const grm_named_tensor *t)
+{
+    visit_log *v = user;
+    const int i = v->visits++;
+    if (v->stop_at != 0 && v->visits == v->stop_at) return GRM_ECANCELED;
+    if (i >= NT) {
+        v->mismatches++;
+        return GRM_OK;
+    }
+    const grm_named_tensor *w = &saved[i];
+    int same = strcmp(t->name, w->name) == 0 && t->tensor.dtype == w->tensor.dtype
+               && t->tensor.ndim == w->tensor.ndim && t->tensor.device.type == GRM_DEVICE_CPU;
+    for (int d = 0; d < 4; d++) same &= t->tensor.shape[d] == w->tensor.shape[d];
+    if (saved_bytes[i] == 0)
+        same &= t->tensor.data == NULL;
+    else
+        same &= t->tensor.data != NULL
+                && memcmp(t->tensor.data, w->tensor.data, saved_bytes[i]) == 0;
+    if (!same) {
+        tap_diag("tensor #%d '%s' differs", i, t->name);
+        v->mismatches++;
+    }
+    return GRM_OK;
+}
+
+/* ---- files ---- */
+
+static uint8_t *read_all(const char *path, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(*size + 1);
+    if (fread(b, 1, *size, f) != *size) *size = 0;
+    fclose(f);
+    return b;
+}
+
+static void write_all(const char *path, const void *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(b, 1, n, f) != n) {
+        printf("Bail out! cannot write %s\n", path);
+        exit(1);
+    }
+    fclose(f);
+}
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+    return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
+}
+
+/* Where things are in the saved file, from the README layout. */
+typedef struct layout {
+    size_t meta_off, meta_len;
+    size_t hdr[NT];          /* offset of each tensor header (its name length) */
+    size_t payload[NT];
+    size_t comp[NT];
+    size_t trailer;
+} layout;
+
+/* Walk the file as README.md describes it and check every field against what was
+ * saved; returns 1 when the file matches the documented layout. */
+static int check_layout(const uint8_t *b, size_t size, layout *L)
+{
+    int ok = size > 64 && memcmp(b, "GRMCKPT\0", 8) == 0 && le32(b + 8) == 1
+             && le32(b + 12) == 0;
+    L->meta_len = (size_t)le64(b + 16);
+    L->meta_off = 24;
+    ok &= L->meta_len == strlen(meta) && memcmp(b + 24, meta, L->meta_len) == 0;
+    size_t p = 24 + L->meta_len;
+    ok &= le64(b + p) == NT;
+    p += 8;
+    ZSTD_DCtx *dctx = ZSTD_createDCtx();
+    uint8_t out[2048];
+    for (int i = 0; i < NT && ok; i++) {
+        const grm_named_tensor *w = &saved[i];
+        L->hdr[i] = p;
+        const uint32_t nl = le32(b + p);
+        ok &= nl == strlen(w->name) && memcmp(b + p + 4, w->name, nl) == 0;
+        p += 4 + nl;
+        ok &= (int32_t)le32(b + p) == w->tensor.dtype && (int32_t)le32(b + p + 4)
+                                                          == w->tensor.ndim;
+        p += 8;
+        for (int d = 0; d < 4; d++, p += 8)
+            ok &= (int64_t)le64(b + p) == (d < w->tensor.ndim ? w->tensor.shape[d] : 1);
+        ok &= le64(b + p) == saved_bytes[i];
+        L->comp[i] = (size_t)le64(b + p + 8);
+        const uint64_t h = le64(b + p + 16);
+        p += 24;
+        L->payload[i] = p;
+        const size_t n = ZSTD_decompressDCtx(dctx, out, sizeof(out), b + p, L->comp[i]);
+        ok &= !ZSTD_isError(n) && n == saved_bytes[i]
+              && (n == 0 || memcmp(out, w->tensor.data, n) == 0)
+              && h == XXH64(out, n, 0);
+        p += L->comp[i];
+    }
+    ZSTD_freeDCtx(dctx);
+    L->trailer = p;
+    ok &= p + 16 == size && le64(b + p) == XXH64(b, p, 0)
+          && memcmp(b + p + 8, "GRMEND\0\0", 8) == 0;
+    return ok;
+}
+
+/* Load `path`; returns the status, *visits the number of visit calls. */
+static grm_status try_load(const char *path, int *visits)
+{
+    visit_log v = { 0, 0, 0 };
+    const grm_status st = ops->load(ck, path, visit, &v);
+    *visits = v.visits;
+    return st;
+}
+
+/* Write b with byte i xor-ed and expect GRM_EFORMAT with `needle`, nothing visited. */
+static int flip_fails(const char *path, uint8_t *b, size_t size, size_t i, const char *needle)
+{
+    int visits;
+    b[i] ^= 0x5A;
+    write_all(path, b, size);
+    b[i] ^= 0x5A;
+    const grm_status st = try_load(path, &visits);
+    if (st == GRM_EFORMAT && visits == 0 && (needle == NULL || has(needle))) return 1;
+    tap_diag("flip at byte %zu: status %d, %d visits: %s", i, (int)st, visits,
+             harness_host()->last_error());
+    return 0;
+}
+
+int main(void)
+{
+    tap_plan(34);
+    const grm_plugin_info *info = harness_plugin("ckpt-grm");
+    ops = info->ops;
+    make_tensors();
+    const void *cfg = harness_config(info, (const char *)NULL);
+    tap_ok(ops->create(cfg, &ck) == GRM_OK, "create with the default level 3");
+    tap_ok(strcmp(ops->extension(ck), "grm") == 0, "extension is \"grm\"");
+
+    char dir[4096], path[4200], bad[4200];
+    snprintf(dir, sizeof(dir), "%s", harness_tmpdir("ckpt-grm"));
+    snprintf(path, sizeof(path), "%s/model.grm", dir);
+    snprintf(bad, sizeof(bad), "%s/bad.grm", dir);
+
+    // ---- round trip ----
+    tap_ok(ops->save(ck, path, saved, NT, meta) == GRM_OK,
+           "save of 6 tensors (f32, i64, u8, 0-sized, 4-d bf16, 0-d i32) succeeds");
+    int entries = 0, others = 0;
+    DIR *dp = opendir(dir);
+    for (struct dirent *de; dp != NULL && (de = readdir(dp)) != NULL;) {
+        if (de->d_name[0] == '.') continue;
+        entries++;
+        others += strcmp(de->d_name, "model.grm") != 0;
+    }
+    if (dp != NULL) closedir(dp);
+    tap_ok(entries == 1 && others == 0, "the directory holds model.grm only (no temp file)");
+
+    visit_log v = { 0, 0, 0 };
+    grm_status lst = ops->load(ck, path, visit, &v);
+    tap_ok(lst == GRM_OK && v.visits == NT && v.mismatches == 0,
+           "load visits 6 tensors in order, names, dtypes, shapes and bytes exact (%d visits, "
+           "%d mismatches)", v.visits, v.mismatches);
+    char mbuf[256];
+    tap_ok(ops->meta(ck, path, mbuf, sizeof(mbuf)) == GRM_OK && strcmp(mbuf, meta) == 0,
+           "meta returns the saved metadata string");
+    tap_ok(ops->meta(ck, path, mbuf, 10) == GRM_EFORMAT && has("does not fit in a buffer of 10"),
+           "meta into a 10-byte buffer: GRM_EFORMAT");
+    v = (visit_log){ 0, 0, 2 };
+    tap_ok(ops->load(ck, path, visit, &v) == GRM_ECANCELED && v.visits == 2,
+           "a visit returning GRM_ECANCELED stops the load and its status is returned");
+
+    size_t size = 0;
+    uint8_t *b = read_all(path, &size);
+    layout L;
+    tap_ok(b != NULL && check_layout(b, size, &L),
+           "the file follows README.md: magic, 1.0, meta, count, headers, zstd payloads whose "
+           "XXH64 matches, file XXH64, GRMEND (%zu bytes)", size);
+
+    const void *cfg19 = harness_config(info, "level=19", (const char *)NULL);
+    void *ck19 = NULL;
+    char path19[4200];
+    snprintf(path19, sizeof(path19), "%s/model19.grm", dir);
+    v = (visit_log){ 0, 0, 0 };
+    tap_ok(ops->create(cfg19, &ck19) == GRM_OK
+           && ops->save(ck19, path19, saved, NT, meta) == GRM_OK
+           && ops->load(ck, path19, visit, &v) == GRM_OK && v.mismatches == 0
+           && v.visits == NT, "a level-19 file loads with the same contents");
+    ops->destroy(ck19);
+    remove(path19);
+
+    tap_ok(ops->save(ck, path, saved, 0, NULL) == GRM_OK
+           && ops->meta(ck, path, mbuf, sizeof(mbuf)) == GRM_OK && strcmp(mbuf, "{}") == 0
+           && try_load(path, &entries) == GRM_OK && entries == 0,
+           "no tensors and NULL metadata: saves, loads nothing, meta is \"{}\"");
+    write_all(path, b, size);
+
+    // ---- corruption: every single byte, then specific places ----
+    int all = 1;
+    for (size_t i = 0; i < size; i++) all &= flip_fails(bad, b, size, i, NULL);
+    tap_ok(all, "flipping any one of the %zu bytes gives GRM_EFORMAT before any visit", size);
+    const size_t mid2 = L.payload[2] + L.comp[2] / 2;
+    tap_ok(flip_fails(bad, b, size, mid2, "checksum mismatch in tensor 'bytes'"),
+           "a flipped byte inside the payload of 'bytes': checksum mismatch in tensor 'bytes'");
+    int each = 1;
+    for (int i = 0; i < NT; i++) {
+        char want[128];
+        snprintf(want, sizeof(want), "checksum mismatch in tensor '%s'", saved[i].name);
+        each &= flip_fails(bad, b, size, L.payload[i], want);
+        each &= flip_fails(bad, b, size, L.payload[i] + L.comp[i] - 1, want);
+    }
+    tap_ok(each, "first and last payload byte of each tensor: checksum mismatch naming it");
+    tap_ok(flip_fails(bad, b, size, L.payload[0] - 1, "checksum mismatch in tensor "
+                      "'dense.0.weight'"),
+           "a flipped XXH64 field in a header: checksum mismatch in that tensor");
+    tap_ok(flip_fails(bad, b, size, L.hdr[1] + 6, "checksum mismatch in the file's headers or "
+                      "metadata"),
+           "a flipped byte in a tensor name: checksum mismatch in the headers");
+    tap_ok(flip_fails(bad, b, size, L.meta_off + 3, "checksum mismatch in the file's headers "
+                      "or metadata"),
+           "a flipped byte in the metadata: checksum mismatch in the metadata");
+    const size_t raw_field = L.payload[2] - 24;
+    tap_ok(flip_fails(bad, b, size, raw_field, "corrupt header: tensor 'bytes': header says"),
+           "a flipped raw-size field: corrupt header naming the tensor");
+    tap_ok(flip_fails(bad, b, size, size - 5, ": bad end marker at byte"),
+           "a flipped end marker: bad end marker");
+    tap_ok(flip_fails(bad, b, size, size - 16, "checksum mismatch in the file's headers"),
+           "a flipped trailer checksum: checksum mismatch");
+    tap_ok(flip_fails(bad, b, size, 2, "not a grm checkpoint (bad magic)"),
+           "a flipped magic byte: not a grm checkpoint (bad magic)");
+
+    // ---- truncation ----
+    all = 1;
+    int visits;
+    for (size_t cut = 0; cut < size; cut++) {
+        write_all(bad, b, cut);
+        char want[64];
+        snprintf(want, sizeof(want), "truncated at byte %zu", cut);
+        const grm_status st = try_load(bad, &visits);
+        if (st != GRM_EFORMAT || visits != 0 || !has(want)) {
+            tap_diag("cut at %zu: status %d, %d visits", cut, (int)st, visits);
+            all = 0;
+        }
+    }
+    tap_ok(all, "truncating at each of the %zu lengths: GRM_EFORMAT \"truncated at byte N\", "
+           "nothing visited", size);
+    const size_t cuts[4] = { 5, L.meta_off + 2, L.hdr[3] + 10, L.payload[4] + 3 };
+    const char *const where[4] = { "(in the magic)", "(in the metadata", "(in the header of "
+                                   "tensor #3", "(in the payload of tensor 'four.d'" };
+    for (int k = 0; k < 4; k++) {
+        write_all(bad, b, cuts[k]);
+        char want[64];
+        snprintf(want, sizeof(want), "truncated at byte %zu %s", cuts[k], where[k]);
+        tap_ok(try_load(bad, &visits) == GRM_EFORMAT && has(bad) && has(want),
+               "cut at %zu: message names the file and says %s", cuts[k], want);
+    }
+    write_all(bad, b, size - 3);
+    tap_ok(ops->meta(ck, bad, mbuf, sizeof(mbuf)) == GRM_EFORMAT
+           && has("truncated at byte"), "meta of a truncated file: GRM_EFORMAT");
+
+    // ---- foreign, newer, missing ----
+    write_all(bad, "hello, this is not a checkpoint\n", 32);
+    tap_ok(try_load(bad, &visits) == GRM_EFORMAT && has("not a grm checkpoint (bad magic)"),
+           "a text file: not a grm checkpoint (bad magic)");
+    uint8_t *nb = malloc(size);
+    memcpy(nb, b, size);
+    nb[8] = 2, nb[9] = 0, nb[10] = 0, nb[11] = 0, nb[12] = 0;
+    write_all(bad, nb, size);
+    tap_ok(try_load(bad, &visits) == GRM_EFORMAT && visits == 0
+           && has("format version 2.0 is newer than this ckpt-grm (1.x); upgrade grm"),
+           "format major 2: newer than this ckpt-grm (1.x); upgrade grm");
+    free(nb);
+    remove(bad);
+    tap_ok(try_load(bad, &visits) == GRM_EIO && has("cannot open") && has(bad),
+           "a missing file: GRM_EIO naming it");
+
+    char nodir[4300];
+    snprintf(nodir, sizeof(nodir), "%s/no/such/dir/model.grm", dir);
+    tap_ok(ops->save(ck, nodir, saved, NT, meta) == GRM_EIO && has(nodir)
+           && has("No such file or directory"),
+           "save into a missing directory: GRM_EIO naming the path and errno");
+
+    // ---- bad tensors ----
+    grm_named_tensor t = saved[0];
+    t.tensor.device.type = GRM_DEVICE_CUDA;
+    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_ENOTSUP && has("'dense.0.weight' is not on "
+           "the CPU"), "save of a CUDA tensor: GRM_ENOTSUP");
+    t = saved[0];
+    t.tensor.dtype = 99;
+    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_EINVAL && has("unknown dtype 99"),
+           "save of dtype 99: GRM_EINVAL");
+    int leftovers = 0;
+    dp = opendir(dir);
+    for (struct dirent *de; dp != NULL && (de = readdir(dp)) != NULL;)
+        leftovers += strstr(de->d_name, ".tmp.") != NULL;
+    if (dp != NULL) closedir(dp);
+    tap_ok(leftovers == 0, "no temporary files remain after the failed saves");
+
+    free(b);
+    remove(path);
+    remove(dir);
+    ops->destroy(ck);
+    ops->destroy(NULL);
+    return tap_done();
+}

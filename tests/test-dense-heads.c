@@ -1,0 +1,571 @@
+/* tests/test-dense-heads.c - the heads of dense-mlp.so. dense-bce: loss, gradient and
+ * scores against the textbook formula in double (large |z| included, sample weights).
+ * dense-sampled-softmax: a hand-computed case, loss and all three gradients against
+ * central differences of a double reimplementation written here (in_batch on and off,
+ * masked negatives, logQ), and the negative sampler: determinism, range, counts and
+ * popularity frequencies (chi-square). Errors with status and message. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "tap.h"
+
+static grm_tensor mat(float *data, int64_t rows, int64_t cols)
+{
+    grm_tensor t = { 0 };
+    t.data = data;
+    t.dtype = GRM_DTYPE_F32;
+    t.ndim = 2;
+    t.shape[0] = rows;
+    t.shape[1] = cols;
+    t.shape[2] = t.shape[3] = 1;
+    t.device.type = GRM_DEVICE_CPU;
+    return t;
+}
+
+static void expect(grm_status st, grm_status want, const char *sub, const char *what)
+{
+    const char *msg = harness_host()->last_error();
+    tap_ok(st == want && strstr(msg, sub) != NULL, "%s: status %d, message names '%s' (%s)",
+           what, (int)st, sub, msg);
+}
+
+static void *make(const grm_plugin_info *info, const void *cfg, int64_t dim)
+{
+    void *inst = NULL;
+    if (((const grm_dense_ops *)info->ops)->create(cfg, dim, 1, &inst) != GRM_OK) {
+        printf("Bail out! %s create: %s\n", info->name, grm_last_error());
+        exit(1);
+    }
+    return inst;
+}
+
+static grm_loss_io new_io(void)
+{
+    grm_loss_io io;
+    memset(&io, 0, sizeof io);
+    io.struct_size = sizeof io;
+    return io;
+}
+
+/* ---- dense-bce ---- */
+
+/* The textbook BCE of one logit, naive but exact in double for |z| <= 700. */
+static double bce_naive(double z, double y)
+{
+    return y * log(1 + exp(-z)) + (1 - y) * log(1 + exp(z));
+}
+
+static void test_bce(void)
+{
+    const grm_plugin_info *info = harness_plugin("dense-bce");
+    const grm_dense_ops *ops = info->ops;
+    tap_ok(info->kind == GRM_KIND_DENSE && ops->loss_kind != NULL && ops->loss != NULL,
+           "dense-bce is a dense head with loss_kind and loss");
+    void *h = make(info, harness_config(info, NULL), 2);
+    tap_ok(ops->loss_kind(h) == GRM_LOSS_BCE && ops->out_dim(h) == 2,
+           "dense-bce: loss kind BCE, out_dim = in_dim");
+    grm_named_tensor v;
+    grm_tensor g;
+    tap_ok(ops->params(h, 0, &v, &g) == GRM_ENOTFOUND, "dense-bce has no parameters");
+    float x[6] = { 1, -2, 3, 4, 5, -6 }, y[6] = { 0 }, dx[6] = { 0 };
+    grm_tensor tx = mat(x, 3, 2), ty = mat(y, 3, 2), tdx = mat(dx, 3, 2);
+    grm_status st = ops->forward(h, &ty, &tx, NULL);
+    st |= ops->backward(h, &tdx, &ty, NULL);
+    tap_ok(st == GRM_OK && memcmp(x, y, sizeof x) == 0 && memcmp(x, dx, sizeof x) == 0,
+           "dense-bce forward copies x to y and backward dy to dx");
+
+    // B = 3, T = 2, weights and large logits
+    const float z[6] = { 0.0f, 2.0f, -3.0f, 100.0f, -100.0f, 0.5f };
+    const float lab[6] = { 1.0f, 0.0f, 0.3f, 0.0f, 1.0f, 1.0f };
+    const float w[3] = { 1.0f, 2.0f, 0.5f };
+    float d[6], sc[6], want_d[6], want_sc[6];
+    double want = 0, wsum = 0;
+    for (int b = 0; b < 3; b++) {
+        for (int t = 0; t < 2; t++) {
+            const int i = b * 2 + t;
+            want += w[b] * bce_naive(z[i], lab[i]);
+            want_sc[i] = (float)(1 / (1 + exp(-(double)z[i])));
+        }
+        wsum += w[b];
+    }
+    want /= wsum;
+    for (int i = 0; i < 6; i++)
+        want_d[i] = (float)(w[i / 2] * (1 / (1 + exp(-(double)z[i])) - lab[i]) / wsum);
+    grm_loss_io io = new_io();
+    io.ntasks = 2;
+    io.rows = 3;
+    io.dim = 2;
+    io.pred = z;
+    io.labels = lab;
+    io.weights = w;
+    io.d_pred = d;
+    io.scores = sc;
+    st = ops->loss(h, &io);
+    const float got_l = (float)io.loss, want_l = (float)want;
+    tap_ok(st == GRM_OK, "dense-bce loss on a weighted batch with |z| = 100 succeeds");
+    tap_close_f32(&got_l, &want_l, 1, 1e-6, 0, "bce: weighted loss (sum over tasks, weighted "
+                  "mean over rows)");
+    tap_close_f32(d, want_d, 6, 1e-6, 1e-9, "bce: d_pred = w (sigmoid(z) - y) / sum(w)");
+    tap_close_f32(sc, want_sc, 6, 1e-6, 1e-9, "bce: scores = sigmoid(z)");
+
+    // z = 0, y = 1 alone: ln 2; no weights
+    void *h1 = make(info, NULL, 1);
+    const float z0 = 0.0f, y1 = 1.0f;
+    float d0 = 0;
+    io = new_io();
+    io.ntasks = 1;
+    io.rows = 1;
+    io.dim = 1;
+    io.pred = &z0;
+    io.labels = &y1;
+    io.d_pred = &d0;
+    st = ops->loss(h1, &io);
+    tap_ok(st == GRM_OK && fabs(io.loss - 0.6931471805599453) < 1e-12 && d0 == -0.5f,
+           "bce of z = 0, y = 1 is ln 2 = %.16f with gradient -1/2 (got %.16f, %g)",
+           0.6931471805599453, io.loss, (double)d0);
+
+    // |z| = 1000: the naive form overflows, the stable one must not
+    const float zb[4] = { 1000.0f, -1000.0f, 1000.0f, -1000.0f };
+    const float yb[4] = { 0.0f, 1.0f, 1.0f, 0.0f };
+    float db[4];
+    io = new_io();
+    io.ntasks = 1;
+    io.rows = 4;
+    io.dim = 1;
+    io.pred = zb;
+    io.labels = yb;
+    io.d_pred = db;
+    st = ops->loss(h1, &io);
+    tap_ok(st == GRM_OK && fabs(io.loss - 500.0) < 1e-9 && db[0] == 0.25f && db[1] == -0.25f
+           && db[2] == 0.0f && db[3] == 0.0f,
+           "bce at |z| = 1000 is finite: loss (1000 + 1000 + 0 + 0) / 4 = %g, grads "
+           "[%g %g %g %g]", io.loss, (double)db[0], (double)db[1], (double)db[2],
+           (double)db[3]);
+
+    // errors
+    const float w0[3] = { 0, 0, 0 };
+    io = new_io();
+    io.ntasks = 2;
+    io.rows = 3;
+    io.dim = 2;
+    io.pred = z;
+    io.labels = lab;
+    io.weights = w0;
+    expect(ops->loss(h, &io), GRM_EINVAL, "sum to 0", "bce with all weights 0");
+    io.weights = NULL;
+    io.labels = NULL;
+    expect(ops->loss(h, &io), GRM_EINVAL, "labels", "bce without labels");
+    io.labels = lab;
+    io.ntasks = 1;
+    expect(ops->loss(h, &io), GRM_EINVAL, "ntasks", "bce with dim != ntasks");
+    io.ntasks = 2;
+    io.struct_size = 8;
+    expect(ops->loss(h, &io), GRM_EINVAL, "struct_size", "bce with a too small io");
+    ops->destroy(h);
+    ops->destroy(h1);
+    ops->destroy(NULL);
+}
+
+/* ---- sampled softmax: an independent double reimplementation ---- */
+
+typedef struct ssm_case {
+    int B, R, D;
+    double T;
+    int in_batch;
+    const int64_t *pid, *nid;
+    const double *w, *logq;   /* NULL: 1, 0 */
+} ssm_case;
+
+static double dotd(const double *a, const double *b, int D)
+{
+    double s = 0;
+    for (int j = 0; j < D; j++)
+        s += a[j] * b[j];
+    return s;
+}
+
+/* Mean over rows (weighted) of -log softmax(logits)[positive], masked logits left out. */
+static double ssm_d(const ssm_case *c, const double *u, const double *pos, const double *neg)
+{
+    double total = 0, wsum = 0;
+    for (int b = 0; b < c->B; b++) {
+        double l[256];
+        int m = 0;
+        l[m++] = dotd(u + b * c->D, pos + b * c->D, c->D) / c->T;
+        for (int j = 0; j < c->R; j++)
+            if (c->nid[j] != c->pid[b])
+                l[m++] = dotd(u + b * c->D, neg + j * c->D, c->D) / c->T
+                         - (c->logq ? c->logq[j] : 0);
+        for (int k = 0; c->in_batch && k < c->B; k++)
+            if (k != b && c->pid[k] != c->pid[b])
+                l[m++] = dotd(u + b * c->D, pos + k * c->D, c->D) / c->T;
+        double z = 0;
+        for (int i = 0; i < m; i++)
+            z += exp(l[i]);
+        const double w = c->w ? c->w[b] : 1;
+        total += w * (log(z) - l[0]);
+        wsum += w;
+    }
+    return total / wsum;
+}
+
+/* Central differences of ssm_d with respect to every element of v [n]. */
+static void ssm_fd(const ssm_case *c, double *u, double *pos, double *neg, double *v, int n,
+                   float *out)
+{
+    const double h = 1e-6;
+    for (int i = 0; i < n; i++) {
+        const double keep = v[i];
+        v[i] = keep + h;
+        const double lp = ssm_d(c, u, pos, neg);
+        v[i] = keep - h;
+        const double lm = ssm_d(c, u, pos, neg);
+        v[i] = keep;
+        out[i] = (float)((lp - lm) / (2 * h));
+    }
+}
+
+/* Run the plugin on c with random inputs and compare loss and gradients to ssm_d. */
+static void check_ssm(const grm_plugin_info *info, void *head, const ssm_case *c,
+                      const char *what)
+{
+    const grm_dense_ops *ops = info->ops;
+    enum { MAXN = 256 };
+    float u[MAXN], pos[MAXN], neg[MAXN], w[16], du[MAXN], dpos[MAXN], dneg[MAXN];
+    double ud[MAXN], posd[MAXN], negd[MAXN], wd[16];
+    float fu[MAXN], fpos[MAXN], fneg[MAXN];
+    uint64_t s = 31337;
+    for (int i = 0; i < c->B * c->D; i++) {
+        ud[i] = u[i] = harness_randf(&s);
+        posd[i] = pos[i] = harness_randf(&s);
+    }
+    for (int i = 0; i < c->R * c->D; i++)
+        negd[i] = neg[i] = harness_randf(&s);
+    for (int b = 0; b < c->B; b++)
+        w[b] = (float)(c->w ? c->w[b] : 1.0);
+    for (int b = 0; b < c->B && c->w; b++)
+        wd[b] = w[b];
+    ssm_case cd = *c;
+    cd.w = c->w ? wd : NULL;
+    // garbage in the gradient buffers: the head must overwrite, not add to, them
+    for (int i = 0; i < MAXN; i++)
+        du[i] = dpos[i] = dneg[i] = 7.0f;
+    grm_loss_io io = new_io();
+    io.rows = c->B;
+    io.dim = c->D;
+    io.pred = u;
+    io.d_pred = du;
+    io.weights = c->w ? w : NULL;
+    io.pos = pos;
+    io.d_pos = dpos;
+    io.pos_ids = c->pid;
+    io.neg = neg;
+    io.d_neg = dneg;
+    io.neg_ids = c->nid;
+    io.nneg = c->R;
+    const grm_status st = ops->loss(head, &io);
+    const double want = ssm_d(&cd, ud, posd, negd);
+    ssm_fd(&cd, ud, posd, negd, ud, c->B * c->D, fu);
+    ssm_fd(&cd, ud, posd, negd, posd, c->B * c->D, fpos);
+    ssm_fd(&cd, ud, posd, negd, negd, c->R * c->D, fneg);
+    char buf[160];
+    tap_ok(st == GRM_OK && fabs(io.loss - want) <= 1e-6 * fabs(want),
+           "%s: loss %.9f matches the double reimplementation %.9f", what, io.loss, want);
+    snprintf(buf, sizeof buf, "%s: d_pred vs central differences", what);
+    tap_close_f32(du, fu, c->B * c->D, 1e-4, 1e-6, buf);
+    snprintf(buf, sizeof buf, "%s: d_pos vs central differences", what);
+    tap_close_f32(dpos, fpos, c->B * c->D, 1e-4, 1e-6, buf);
+    snprintf(buf, sizeof buf, "%s: d_neg vs central differences", what);
+    tap_close_f32(dneg, fneg, c->R * c->D, 1e-4, 1e-6, buf);
+}
+
+static double ssm_loss_of(const grm_dense_ops *ops, void *head, const float *u,
+                          const float *pos, const int64_t *pid, const float *neg,
+                          const int64_t *nid, int64_t B, int64_t R, int64_t D, float *dneg)
+{
+    grm_loss_io io = new_io();
+    io.rows = B;
+    io.dim = D;
+    io.pred = u;
+    io.pos = pos;
+    io.pos_ids = pid;
+    io.neg = neg;
+    io.neg_ids = nid;
+    io.nneg = R;
+    io.d_neg = dneg;
+    if (ops->loss(head, &io) != GRM_OK)
+        return NAN;
+    return io.loss;
+}
+
+static void test_ssm_loss(void)
+{
+    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
+    const grm_dense_ops *ops = info->ops;
+    tap_ok(info->kind == GRM_KIND_DENSE && ops->loss != NULL && ops->negatives != NULL,
+           "dense-sampled-softmax is a head with loss and negatives");
+    void *h1 = make(info, harness_config(info, "in_batch=false", NULL), 1);
+    grm_named_tensor v;
+    grm_tensor g;
+    tap_ok(ops->loss_kind(h1) == GRM_LOSS_RETRIEVAL && ops->out_dim(h1) == 1
+           && ops->params(h1, 0, &v, &g) == GRM_ENOTFOUND,
+           "loss kind RETRIEVAL, out_dim = in_dim, no parameters");
+
+    // hand case: D = 1, u = 1, pos = 2, neg = 1: logits [2, 1],
+    // loss = log(e^2 + e^1) - 2 = log(1 + e^-1); p_neg = sigmoid(-1)
+    {
+        const float u = 1, pos = 2, neg = 1;
+        const int64_t pid = 5, nid = 6;
+        float du = 0, dpos = 0, dneg = 0;
+        grm_loss_io io = new_io();
+        io.rows = 1;
+        io.dim = 1;
+        io.pred = &u;
+        io.d_pred = &du;
+        io.pos = &pos;
+        io.d_pos = &dpos;
+        io.pos_ids = &pid;
+        io.neg = &neg;
+        io.d_neg = &dneg;
+        io.neg_ids = &nid;
+        io.nneg = 1;
+        grm_status st = ops->loss(h1, &io);
+        const double pn = 0.2689414213699951;      // sigmoid(-1)
+        tap_ok(st == GRM_OK && fabs(io.loss - 0.31326168751822286) < 1e-12,
+               "hand case: loss log(1 + e^-1) = 0.3132616875 (got %.10f)", io.loss);
+        // d/du = (p_pos - 1) pos + p_neg neg = -2 pn + pn; d/dpos = -pn u; d/dneg = pn u
+        tap_ok(fabs(du + pn) < 1e-7 && fabs(dpos + pn) < 1e-7 && fabs(dneg - pn) < 1e-7,
+               "hand case: d_pred = d_pos = -sigmoid(-1), d_neg = sigmoid(-1) (got %g %g %g)",
+               (double)du, (double)dpos, (double)dneg);
+    }
+
+    // central differences: B = 5, D = 4, R = 6, duplicates among positives (rows 0 and
+    // 3), negatives equal to positives (ids 12 and 15), weights, temperature 0.7
+    const int64_t pid[5] = { 11, 12, 13, 11, 15 };
+    const int64_t nid[6] = { 20, 12, 21, 22, 15, 23 };
+    const double w[5] = { 1.0, 0.5, 2.0, 1.0, 1.5 };
+    ssm_case c = { 5, 6, 4, 0.7, 1, pid, nid, w, NULL };
+    void *hb = make(info, harness_config(info, "temperature=0.7", "in_batch=true", NULL), 4);
+    check_ssm(info, hb, &c, "in_batch on, weighted");
+    void *hn = make(info, harness_config(info, "temperature=0.7", "in_batch=false", NULL), 4);
+    c.in_batch = 0;
+    c.w = NULL;
+    check_ssm(info, hn, &c, "in_batch off, unweighted");
+
+    // two-dimensional heads, temperature 1, for the cases below
+    void *h2n = make(info, harness_config(info, "in_batch=false", NULL), 2);
+    void *h2b = make(info, harness_config(info, "in_batch=true", NULL), 2);
+
+    // masking: a negative equal to the positive changes nothing and gets no gradient
+    {
+        const float u[2] = { 0.3f, -0.7f }, pos[2] = { 0.9f, 0.1f };
+        const float neg[4] = { 0.2f, 0.4f, -0.5f, 0.8f };
+        const int64_t p = 42, n2[2] = { 42, 43 };
+        float dneg[4] = { 9, 9, 9, 9 }, dneg1[2];
+        const double both = ssm_loss_of(ops, h2n, u, pos, &p, neg, n2, 1, 2, 2, dneg);
+        const double only = ssm_loss_of(ops, h2n, u, pos, &p, neg + 2, n2 + 1, 1, 1, 2, dneg1);
+        tap_ok(both == only && dneg[0] == 0 && dneg[1] == 0 && dneg[2] == dneg1[0]
+               && dneg[3] == dneg1[1],
+               "a negative equal to the row's positive is masked (loss %.9f = %.9f, no "
+               "gradient)", both, only);
+    }
+
+    // in_batch: with no sampled negatives, off gives loss 0; on equals, per row, the
+    // loss with the other row's positive as the one sampled negative
+    {
+        const float u[4] = { 0.5f, -0.2f, 0.1f, 0.9f }, pos[4] = { 0.3f, 0.6f, -0.4f, 0.2f };
+        const int64_t pid2[2] = { 1, 2 };
+        const double off = ssm_loss_of(ops, h2n, u, pos, pid2, NULL, NULL, 2, 0, 2, NULL);
+        const double on = ssm_loss_of(ops, h2b, u, pos, pid2, NULL, NULL, 2, 0, 2, NULL);
+        const double r0 = ssm_loss_of(ops, h2n, u, pos, pid2, pos + 2, pid2 + 1, 1, 1, 2, NULL);
+        const double r1 = ssm_loss_of(ops, h2n, u + 2, pos + 2, pid2 + 1, pos, pid2, 1, 1, 2,
+                                      NULL);
+        tap_ok(off == 0.0, "in_batch off with no negatives: loss 0 (got %g)", off);
+        tap_ok(fabs(on - (r0 + r1) / 2) < 1e-12,
+               "in_batch on: other rows' positives act as negatives (%.12f vs %.12f)", on,
+               (r0 + r1) / 2);
+        const int64_t same[2] = { 7, 7 };
+        const double dup = ssm_loss_of(ops, h2b, u, pos, same, NULL, NULL, 2, 0, 2, NULL);
+        tap_ok(dup == 0.0, "in_batch: a row sharing the positive id is masked (loss %g)", dup);
+    }
+
+    // errors of loss
+    {
+        const float u[3] = { 0 };
+        grm_loss_io io = new_io();
+        io.rows = 1;
+        io.dim = 3;
+        io.pred = u;
+        io.pos = u;
+        expect(ops->loss(hb, &io), GRM_EINVAL, "3 columns", "loss with dim != in_dim");
+        io.dim = 4;
+        io.pos = NULL;
+        expect(ops->loss(hb, &io), GRM_EINVAL, "pos", "loss without positives");
+        const float u4[4] = { 0 }, w0 = 0;
+        io.pred = u4;
+        io.pos = u4;
+        io.weights = &w0;
+        expect(ops->loss(hb, &io), GRM_EINVAL, "sum to 0", "loss with weights summing to 0");
+    }
+    const void *cfg = NULL;
+    const char *t0[] = { "temperature=0" };
+    expect(harness_config_try(info, &cfg, t0, 1), GRM_EINVAL, "temperature",
+           "temperature=0 is refused");
+    ops->destroy(h1);
+    ops->destroy(hb);
+    ops->destroy(hn);
+    ops->destroy(h2b);
+    ops->destroy(h2n);
+}
+
+/* ---- negatives ---- */
+
+static void test_negatives(void)
+{
+    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
+    const grm_dense_ops *ops = info->ops;
+    int64_t ids[10], counts[10];
+    for (int i = 0; i < 10; i++) {
+        ids[i] = 1000 + 7 * i;
+        counts[i] = i + 1;
+    }
+    const grm_catalog cat = { 10, ids, counts };
+    void *h = make(info, harness_config(info, "negatives=128", NULL), 4);
+    int64_t a[256], b[256], c[256], n = -1, nb = -1, nc = -1;
+    grm_status st = ops->negatives(h, a, &n, 256, &cat, 17);
+    st |= ops->negatives(h, b, &nb, 256, &cat, 17);
+    st |= ops->negatives(h, c, &nc, 256, &cat, 18);
+    tap_ok(st == GRM_OK && n == 128 && nb == 128 && memcmp(a, b, 128 * sizeof *a) == 0,
+           "negatives: 128 drawn, the same for the same seed");
+    tap_ok(nc == 128 && memcmp(a, c, 128 * sizeof *a) != 0, "negatives: another seed, "
+           "another draw");
+    int inside = 1;
+    for (int i = 0; i < 128; i++)
+        inside &= a[i] >= 1000 && a[i] <= 1063 && (a[i] - 1000) % 7 == 0;
+    tap_ok(inside, "negatives: every id comes from the catalog");
+    st = ops->negatives(h, a, &n, 50, &cat, 17);
+    tap_ok(st == GRM_OK && n == 50, "negatives: at most max (50) are drawn (got %lld)",
+           (long long)n);
+    ops->destroy(h);
+
+    // frequencies: chi-square over the catalog with many draws
+    enum { DRAWS = 200000 };
+    int64_t *draw = malloc(DRAWS * sizeof *draw);
+    int64_t pop_ids[6] = { 1, 2, 3, 4, 5, 6 }, pop_counts[6] = { 1, 2, 3, 4, 0, 10 };
+    int64_t alt_counts[6] = { 10, 0, 0, 0, 5, 5 };
+    const grm_catalog pop = { 6, pop_ids, pop_counts }, alt = { 6, pop_ids, alt_counts };
+    const struct {
+        const char *sampler, *alpha;
+        const grm_catalog *cat;
+        double p[6];
+    } cases[] = {
+        { "sampler=uniform", "alpha=1", &pop, { 1, 1, 1, 1, 1, 1 } },
+        { "sampler=popularity", "alpha=1", &pop, { 1, 2, 3, 4, 0, 10 } },
+        { "sampler=popularity", "alpha=0.5", &pop,
+          { 1, 1.4142135623730951, 1.7320508075688772, 2, 0, 3.1622776601683795 } },
+        { "sampler=popularity", "alpha=1", &alt, { 10, 0, 0, 0, 5, 5 } },
+    };
+    // one instance for the popularity cases: the cached table must follow the catalog
+    void *hp = make(info, harness_config(info, "negatives=200000", "sampler=popularity",
+                                         NULL), 4);
+    for (int k = 0; k < 4; k++) {
+        void *hk = hp;
+        if (k == 0 || k == 2)
+            hk = make(info, harness_config(info, "negatives=200000", cases[k].sampler,
+                                           cases[k].alpha, NULL), 4);
+        st = ops->negatives(hk, draw, &n, DRAWS, cases[k].cat, 1234 + (uint64_t)k);
+        double obs[6] = { 0 }, psum = 0, chi2 = 0;
+        int outside = 0, df = -1;
+        for (int64_t i = 0; i < n; i++) {
+            if (draw[i] < 1 || draw[i] > 6)
+                outside++;
+            else
+                obs[draw[i] - 1]++;
+        }
+        for (int i = 0; i < 6; i++)
+            psum += cases[k].p[i];
+        int zero_drawn = 0;
+        for (int i = 0; i < 6; i++) {
+            const double e = (double)n * cases[k].p[i] / psum;
+            if (e == 0) {
+                zero_drawn += obs[i] != 0;
+                continue;
+            }
+            chi2 += (obs[i] - e) * (obs[i] - e) / e;
+            df++;
+        }
+        // the 0.9999 quantile of chi-square is below 21 for df <= 5
+        tap_ok(st == GRM_OK && n == DRAWS && outside == 0 && zero_drawn == 0 && chi2 < 21,
+               "%s %s%s: %d draws match the expected frequencies (chi2 %.2f, df %d), "
+               "count-0 items never drawn", cases[k].sampler, cases[k].alpha,
+               k == 3 ? " (a second catalog)" : "", DRAWS, chi2, df);
+        if (hk != hp)
+            ops->destroy(hk);
+    }
+    ops->destroy(hp);
+
+    // logQ: loss with the drawn negatives subtracts log(R p) from their logits
+    {
+        void *hq = make(info, harness_config(info, "negatives=4", "logq=true",
+                                             "in_batch=false", NULL), 2);
+        const grm_catalog uni = { 6, pop_ids, NULL };
+        int64_t nid[4];
+        st = ops->negatives(hq, nid, &n, 4, &uni, 99);
+        // u, pos, neg rows: positive id 100 never collides with the catalog
+        const float u[2] = { 0.6f, -0.3f }, pos[2] = { 0.2f, 0.9f };
+        const float neg[8] = { 0.1f, 0.2f, -0.3f, 0.4f, 0.5f, -0.6f, 0.7f, 0.8f };
+        const int64_t pid = 100;
+        const double got = ssm_loss_of(ops, hq, u, pos, &pid, neg, nid, 1, 4, 2, NULL);
+        double ud[2] = { u[0], u[1] }, posd[2] = { pos[0], pos[1] }, negd[8];
+        for (int i = 0; i < 8; i++)
+            negd[i] = neg[i];
+        const double lq = log(4.0 / 6.0);
+        const double logq[4] = { lq, lq, lq, lq };
+        const ssm_case cq = { 1, 4, 2, 1.0, 0, &pid, nid, NULL, logq };
+        const double want = ssm_d(&cq, ud, posd, negd);
+        tap_ok(st == GRM_OK && n == 4 && fabs(got - want) < 1e-9,
+               "logq: sampled logits are corrected by log(R / n) (loss %.9f vs %.9f)", got,
+               want);
+        int64_t other[4];
+        memcpy(other, nid, sizeof other);
+        other[0] = nid[0] == 1 ? 2 : 1;     // one id differs from the draw
+        grm_loss_io io = new_io();
+        io.rows = 1;
+        io.dim = 2;
+        io.pred = u;
+        io.pos = pos;
+        io.pos_ids = &pid;
+        io.neg = neg;
+        io.neg_ids = other;
+        io.nneg = 4;
+        expect(ops->loss(hq, &io), GRM_EINVAL, "logq", "logq with negatives not drawn by "
+               "the head");
+        ops->destroy(hq);
+    }
+
+    // errors of negatives
+    h = make(info, harness_config(info, "sampler=popularity", NULL), 4);
+    const grm_catalog nocounts = { 6, pop_ids, NULL }, empty = { 0, pop_ids, NULL };
+    const int64_t zeros[6] = { 0 };
+    const grm_catalog allzero = { 6, pop_ids, zeros };
+    expect(ops->negatives(h, a, &n, 8, &nocounts, 1), GRM_EINVAL, "counts",
+           "popularity sampler without counts");
+    expect(ops->negatives(h, a, &n, 8, &empty, 1), GRM_EINVAL, "empty",
+           "negatives from an empty catalog");
+    expect(ops->negatives(h, a, &n, 8, &allzero, 1), GRM_EINVAL, "sum to 0",
+           "popularity sampler with all counts 0");
+    ops->destroy(h);
+    free(draw);
+}
+
+int main(void)
+{
+    tap_plan(47);
+    test_bce();
+    test_ssm_loss();
+    test_negatives();
+    return tap_done();
+}
