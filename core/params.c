@@ -473,6 +473,9 @@ void grm__params_print(FILE *f, const grm_plugin_info *info)
         char type[160];
         if (d->type == GRM_PARAM_ENUM)
             snprintf(type, sizeof type, "%s", d->choices);
+        else if (bounded(d) && d->type != GRM_PARAM_DOUBLE)
+            snprintf(type, sizeof type, "%s in [%.0f, %.0f]", type_name(d->type), d->min,
+                     d->max);
         else if (bounded(d))
             snprintf(type, sizeof type, "%s in [%g, %g]", type_name(d->type), d->min, d->max);
         else

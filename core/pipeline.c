@@ -108,13 +108,18 @@ static const grm_param_decl feature_params[] = {
     { NULL },
 };
 
-#define HOST_INFO(var, nm, table, cfgtype)                                              \
+#define HOST_INFO(var, nm, desc, table, cfgtype)                                        \
     static const grm_plugin_info var = { GRM_PLUGIN_INFO_HEADER, .kind = 0, .name = nm, \
-                                         .params = table, .config_size = sizeof(cfgtype) }
-HOST_INFO(pipeline_info, "[pipeline]", pipeline_params, pipeline_cfg);
-HOST_INFO(train_info, "[train]", train_params, train_cfg);
-HOST_INFO(ckpt_host_info, "[checkpoint]", ckpt_host_params, ckpt_cfg);
-HOST_INFO(feature_info, "[feature.*]", feature_params, feature_cfg);
+                                         .description = desc, .params = table,          \
+                                         .config_size = sizeof(cfgtype) }
+HOST_INFO(pipeline_info, "[pipeline]", "the pipeline as a whole", pipeline_params,
+          pipeline_cfg);
+HOST_INFO(train_info, "[train]", "the training loop and its evaluation (leave-one-out, full "
+          "ranking)", train_params, train_cfg);
+HOST_INFO(ckpt_host_info, "[checkpoint]", "where and how often checkpoints are written; the "
+          "format plugin's own keys go in the same section", ckpt_host_params, ckpt_cfg);
+HOST_INFO(feature_info, "[feature.*]", "one sparse feature: a column looked up in an "
+          "embedding table and pooled", feature_params, feature_cfg);
 
 /* The host-owned sections, for `grmhost plugins` style help. */
 const grm_plugin_info *const grm__host_sections[] = {

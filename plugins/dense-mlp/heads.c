@@ -82,7 +82,8 @@ struct ssm_head {
     ssm_config cfg;             /* copy */
     int64_t dim;
 
-    double *work;               /* owned: [work_cap] logits of one row */
+    ssm_loss_fn loss;           /* picked at create from cfg.impl (STYLE.md §7) */
+    double *work;               /* owned: [work_cap], see ssm_work_doubles */
     int64_t work_cap;
 
     /* popularity table, cached per catalog (ids, counts, n) */
@@ -121,6 +122,7 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
     h->cfg = *cfg;
     h->dim = in_dim;
     h->ndrawn = -1;
+    h->loss = cfg->impl == MLP_IMPL_REF ? ssm_loss_ref : ssm_loss_cpu;
     if (cfg->negatives > 0) {
         const size_t n = (size_t)cfg->negatives;
         h->drawn_idx = malloc(n * sizeof *h->drawn_idx);
@@ -191,17 +193,18 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
                                 "negatives");
         logq = h->drawn_logq;
     }
-    if (1 + R + B > h->work_cap) {
+    const int64_t need = ssm_work_doubles(B, R);
+    if (need > h->work_cap) {
         // grows to the largest batch seen, then stays
-        double *w = malloc((size_t)(1 + R + B) * sizeof *w);
+        double *w = malloc((size_t)need * sizeof *w);
         if (w == NULL)
             return host->errorf(GRM_ENOMEM, "dense-sampled-softmax: loss: cannot allocate "
-                                "%lld logits", (long long)(1 + R + B));
+                                "%lld doubles of logits", (long long)need);
         free(h->work);
         h->work = w;
-        h->work_cap = 1 + R + B;
+        h->work_cap = need;
     }
-    return ssm_loss_ref(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, io->pred, io->pos,
+    return h->loss(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, io->pred, io->pos,
                         io->neg, io->pos_ids, io->neg_ids, io->weights, logq,
                         h->cfg.in_batch, h->cfg.temperature, B, R, D, h->work);
 }

@@ -2,7 +2,8 @@
 # dense-sampled-softmax.
 plugin_LTLIBRARIES += %reldir%/dense-mlp.la
 %canon_reldir%_dense_mlp_la_SOURCES = %reldir%/plugin.c %reldir%/mlp.h %reldir%/mlp.c \
-	%reldir%/mlp_ref.c %reldir%/mlp_cpu.c %reldir%/heads.c %reldir%/heads_ref.c
+	%reldir%/mlp_ref.c %reldir%/mlp_cpu.c %reldir%/heads.c %reldir%/heads_ref.c \
+	%reldir%/heads_cpu.c
 %canon_reldir%_dense_mlp_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 %canon_reldir%_dense_mlp_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 %canon_reldir%_dense_mlp_la_LIBADD = $(BLAS_LIBS) -lm

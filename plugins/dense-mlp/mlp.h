@@ -60,6 +60,7 @@ typedef struct ssm_config {
     double temperature;         /* logits are divided by it */
     int32_t in_batch;           /* 1: other rows' positives are negatives too */
     int32_t logq;               /* 1: subtract log Q from sampled-negative logits */
+    int32_t impl;               /* enum mlp_impl_kind: BLAS (heads_cpu.c) or ref */
 } ssm_config;
 
 /* ---- linear-layer kernels (STYLE.md §9: one type per operation) ---- */
@@ -164,6 +165,23 @@ grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
                         const float *neg, const int64_t *pos_ids, const int64_t *neg_ids,
                         const float *weights, const double *logq, int32_t in_batch,
                         double temperature, int64_t B, int64_t R, int64_t D, double *work);
+
+/* The sampled-softmax loss; ssm_loss_ref (plain loops, double) and ssm_loss_cpu
+ * (heads_cpu.c: OpenBLAS GEMMs, rows on the thread pool) have this type. work holds
+ * ssm_work_doubles(B, R) doubles. */
+typedef grm_status (*ssm_loss_fn)(const grm_host_api *host, double *loss, float *d_pred,
+                                  float *d_pos, float *d_neg, const float *pred,
+                                  const float *pos, const float *neg, const int64_t *pos_ids,
+                                  const int64_t *neg_ids, const float *weights,
+                                  const double *logq, int32_t in_batch, double temperature,
+                                  int64_t B, int64_t R, int64_t D, double *work);
+grm_status ssm_loss_cpu(const grm_host_api *host, double *loss, float *d_pred,
+                        float *d_pos, float *d_neg, const float *pred, const float *pos,
+                        const float *neg, const int64_t *pos_ids, const int64_t *neg_ids,
+                        const float *weights, const double *logq, int32_t in_batch,
+                        double temperature, int64_t B, int64_t R, int64_t D, double *work);
+/* Doubles of work either implementation needs for B rows and R negatives. */
+int64_t ssm_work_doubles(int64_t B, int64_t R);
 
 /* Draw n indices in [0, cdf_n) with probability proportional to the increments of the
  * cumulative table cdf [cdf_n] (or uniformly when cdf is NULL), with replacement, from a

@@ -267,6 +267,8 @@ static const grm_param_decl ssm_params_decl[] = {
       GRM_PARAM_ANY, NULL, "other rows' positives are negatives too" },
     { "logq", GRM_PARAM_BOOL, 0, offsetof(ssm_config, logq), "false",
       GRM_PARAM_ANY, NULL, "subtract log Q (expected count) from sampled-negative logits" },
+    { "impl", GRM_PARAM_ENUM, 0, offsetof(ssm_config, impl), "blas",
+      GRM_PARAM_ANY, "blas|ref", "loss implementation: OpenBLAS GEMMs or plain loops" },
     { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
 };
 
