@@ -1148,7 +1148,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     }
     if (!opts->quiet)
         grm__log(GRM_LOG_INFO, "grmhost", "training '%s': %lld steps of %lld samples, %d "
-                 "threads, %d dense parameters tensors, %lld negatives per step",
+                 "threads, %d dense parameter tensors, %lld negatives per step",
                  s->name, (long long)t.total_steps, (long long)s->batch_size,
                  grm__num_threads(), t.nparams, (long long)t.R);
 
