@@ -445,14 +445,51 @@ static void test_movielens(void)
     rops->close(reader);
 }
 
+/* ---- bucketize (RecIS Table 1): bucket index = number of boundaries <= x ---- */
+
+static void test_bucketize(void)
+{
+    int64_t rating[] = { 1, 3, 4, 5, -2 };
+    float age[] = { -1.0f, 3.0f, 4.0f, 4.5f, 10.0f };
+    const grm_column cols[] = { col_i64("rating", rating, 5), col_f32("age", age, 5) };
+    const grm_chunk in = chunk_of(cols, 2, 5);
+    grm_field fields[2];
+    const grm_schema schema = schema_of(&in, fields);
+    void *inst = NULL;
+    const char *kv[] = { "bucketize=rating:4, age:0/4/5" };
+    grm_status st = tb_create(&inst, &schema, kv, 1);
+    const grm_chunk *out = NULL;
+    if (st == GRM_OK) st = tb_ops->apply(inst, &in, &out);
+    /* rating >= 4 -> 1 (a binary label); age: -1 < 0 -> 0, 3 -> 1, 4 -> 2, 4.5 -> 2, 10 -> 3 */
+    const int64_t want_rating[] = { 0, 0, 1, 1, 0 }, want_age[] = { 0, 1, 2, 2, 3 };
+    tap_ok(st == GRM_OK && out && out->cols[0].type == GRM_COL_I64
+           && out->cols[1].type == GRM_COL_I64
+           && eq_i64(out->cols[0].values, want_rating, 5, "rating")
+           && eq_i64(out->cols[1].values, want_age, 5, "age"),
+           "bucketize rating:4 gives 0/1 labels and age:0/4/5 gives bucket indices 0..3 "
+           "(i64 and f32 inputs, boundary values go up)");
+    tb_ops->destroy(inst);
+
+    const char *bad1[] = { "bucketize=age:4/4" };
+    tap_ok(err_is(tb_create(&inst, &schema, bad1, 1), GRM_EINVAL, "age:4/4",
+                  "strictly ascending"), "bucketize refuses boundaries that are not ascending");
+    const char *bad2[] = { "bucketize=age:1/x" };
+    tap_ok(err_is(tb_create(&inst, &schema, bad2, 1), GRM_EINVAL, "boundary 2 is not a number",
+                  NULL), "bucketize refuses a non-numeric boundary, naming its position");
+    const char *bad3[] = { "bucketize=rating:4", "hash=rating" };
+    tap_ok(err_is(tb_create(&inst, &schema, bad3, 2), GRM_EINVAL, "already hashed", NULL),
+           "a column is hashed or bucketized, not both");
+}
+
 int main(void)
 {
-    tap_plan(30);
+    tap_plan(34);
     tb_info = harness_plugin("transform-basic");
     tb_ops = tb_info->ops;
     test_rowwise();
     test_sequences();
     test_movielens();
+    test_bucketize();
     tb_ops->destroy(NULL);
     tap_ok(1, "destroy(NULL) is accepted");
     return tap_done();

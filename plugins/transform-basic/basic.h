@@ -14,6 +14,7 @@ typedef struct basic_config {
     grm_str_list hash;              /* STR or I64 columns replaced by an I64 hash */
     int64_t hash_buckets;           /* > 0: hash modulo this; 0: the full 63-bit hash */
     grm_str_list mod;               /* "column:N" entries */
+    grm_str_list bucketize;         /* "column:b1/b2/..." entries, ascending boundaries */
     grm_str_list keep;              /* output columns in order; empty = all */
     const char *sequence_by;        /* I64 key column; NULL or "" = no sequence building */
     const char *sequence_order;     /* I64 column ordering events of a key; NULL or "" */
@@ -30,6 +31,8 @@ typedef struct basic_colplan {
     int32_t hash;       /* 1: replace by the hash of its bytes */
     int32_t reserved;
     int64_t mod;        /* > 0: reduce ((x % mod) + mod) % mod; 0: untouched */
+    double *bounds;     /* [nbounds] owned ascending boundaries when bucketized, else NULL */
+    int64_t nbounds;
     int64_t *buf;       /* [rows] owned output when hashed or reduced, else NULL */
     size_t buf_cap;     /* bytes */
 } basic_colplan;
@@ -92,6 +95,11 @@ void basic_hash_i64(int64_t *out, const int64_t *in, int64_t rows,
                     int64_t buckets);           /* out, in [rows] */
 void basic_mod_i64(int64_t *out, const int64_t *in, int64_t rows,
                    int64_t n);                  /* out, in [rows]; n > 0 */
+
+/* out [rows] = number of boundaries <= x for each x of in [rows] (I64 or F32, `type`):
+ * the bucket index of RecIS's bucketize (Table 1), bounds [n] ascending. */
+void basic_bucketize(int64_t *out, const void *in, int32_t type, int64_t rows,
+                     const double *bounds, int64_t n);
 
 /* Grow host-allocated *p (CPU) to at least `need` bytes, keeping its contents. */
 grm_status basic_grow(const grm_host_api *host, void **p, size_t *cap, size_t need);

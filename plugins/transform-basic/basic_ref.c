@@ -67,6 +67,24 @@ void basic_mod_i64(int64_t *out, const int64_t *in, int64_t rows, int64_t n)
     }
 }
 
+void basic_bucketize(int64_t *out, const void *in, int32_t type, int64_t rows,
+                     const double *bounds, int64_t n)
+{
+    for (int64_t i = 0; i < rows; i++) {
+        const double x = type == GRM_COL_I64 ? (double)((const int64_t *)in)[i]
+                                             : (double)((const float *)in)[i];
+        int64_t lo = 0, hi = n;   // upper bound: first boundary > x
+        while (lo < hi) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            if (bounds[mid] <= x)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        out[i] = lo;
+    }
+}
+
 grm_status basic_rows(basic_inst *t, const grm_chunk *in)
 {
     const int64_t rows = in->rows;
@@ -77,7 +95,7 @@ grm_status basic_rows(basic_inst *t, const grm_chunk *in)
 
         *o = *c;  // untouched columns point into the input chunk
         o->name = p->name;
-        if (!p->hash && p->mod == 0) continue;
+        if (!p->hash && p->mod == 0 && p->nbounds == 0) continue;
         void *buf = p->buf;
         const grm_status st = basic_grow(t->host, &buf, &p->buf_cap,
                                          (size_t)rows * sizeof(int64_t));
@@ -90,6 +108,9 @@ grm_status basic_rows(basic_inst *t, const grm_chunk *in)
             } else {
                 basic_hash_i64(p->buf, c->values, rows, t->hash_buckets);
             }
+            src = p->buf;
+        } else if (p->nbounds > 0) {
+            basic_bucketize(p->buf, c->values, p->in_type, rows, p->bounds, p->nbounds);
             src = p->buf;
         }
         if (p->mod > 0) basic_mod_i64(p->buf, src, rows, p->mod);

@@ -21,6 +21,10 @@ static const grm_param_decl basic_params[] = {
       "reduce hashes modulo this many buckets; 0 keeps the full 63-bit hash" },
     { "mod", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, mod), NULL, GRM_PARAM_ANY, NULL,
       "column:N entries: i64 column x replaced by ((x % N) + N) % N, N > 0" },
+    { "bucketize", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, bucketize), NULL,
+      GRM_PARAM_ANY, NULL,
+      "column:b1/b2/... entries: i64 or f32 column x replaced by the i64 bucket index "
+      "(number of ascending boundaries <= x), e.g. rating:4 or age:18/25/35" },
     { "keep", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, keep), NULL, GRM_PARAM_ANY, NULL,
       "output only these columns, in this order (default: all)" },
     { "sequence_by", GRM_PARAM_STRING, 0, offsetof(basic_config, sequence_by), NULL,
@@ -101,6 +105,7 @@ static void basic_destroy(void *inst)
         for (int32_t j = 0; j < t->nin; j++) {
             host->free(basic_cpu, t->plan[j].name);
             host->free(basic_cpu, t->plan[j].buf);
+            free(t->plan[j].bounds);
         }
         host->free(basic_cpu, t->plan);
     }
@@ -180,6 +185,56 @@ static grm_status basic_plan_hash_mod(basic_inst *t, const basic_config *cfg)
                                       "twice; list it once", p->name);
         }
         p->hash = 1;
+        p->out_type = GRM_COL_I64;
+    }
+    for (int64_t i = 0; i < cfg->bucketize.n; i++) {
+        const char *const entry = cfg->bucketize.v[i];
+        const char *const colon = strchr(entry, ':');
+        char name[256];
+        if (colon == NULL || colon == entry || (size_t)(colon - entry) >= sizeof(name)
+            || colon[1] == '\0') {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: bucketize entry '%s': "
+                                      "expected column:b1/b2/... with ascending numeric "
+                                      "boundaries, e.g. rating:4", entry);
+        }
+        memcpy(name, entry, (size_t)(colon - entry));
+        name[colon - entry] = '\0';
+        st = basic_column(t, "bucketize", name, 0, &idx);
+        if (st != GRM_OK) return st;
+        basic_colplan *const p = &t->plan[idx];
+        if (p->in_type != GRM_COL_I64 && p->in_type != GRM_COL_F32)
+            return basic_type_error(t, "bucketize", idx, p->in_type, "i64 or f32");
+        if (p->hash || p->nbounds > 0)
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: bucketize entry '%s': "
+                                      "column '%s' is already %s; transform a column once",
+                                      entry, p->name, p->hash ? "hashed" : "bucketized");
+        int64_t n = 1;
+        for (const char *q = colon + 1; *q; q++) n += *q == '/';
+        p->bounds = malloc((size_t)n * sizeof *p->bounds);
+        if (p->bounds == NULL)
+            return basic_host->errorf(GRM_ENOMEM, "transform-basic: out of memory");
+        const char *q = colon + 1;
+        for (int64_t k = 0; k < n; k++) {
+            char *end = NULL;
+            errno = 0;
+            const double b = strtod(q, &end);
+            if (end == q || errno == ERANGE || (*end != '/' && *end != '\0') || b != b) {
+                free(p->bounds);
+                p->bounds = NULL;
+                return basic_host->errorf(GRM_EINVAL, "transform-basic: bucketize entry '%s': "
+                                          "boundary %lld is not a number", entry,
+                                          (long long)k + 1);
+            }
+            if (k > 0 && !(b > p->bounds[k - 1])) {
+                free(p->bounds);
+                p->bounds = NULL;
+                return basic_host->errorf(GRM_EINVAL, "transform-basic: bucketize entry '%s': "
+                                          "boundaries must be strictly ascending", entry);
+            }
+            p->bounds[k] = b;
+            q = *end ? end + 1 : end;
+        }
+        p->nbounds = n;
         p->out_type = GRM_COL_I64;
     }
     for (int64_t i = 0; i < cfg->mod.n; i++) {
