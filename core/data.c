@@ -27,10 +27,33 @@ static grm_status vec_push(vec64 *a, const int64_t *x, int64_t n)
     return GRM_OK;
 }
 
+typedef struct vecf {
+    float *v;
+    int64_t n, cap;
+} vecf;
+
+static grm_status vecf_push(vecf *a, float x)
+{
+    if (a->n == a->cap) {
+        int64_t cap = a->cap ? a->cap * 2 : 1024;
+        float *nv = realloc(a->v, (size_t)cap * sizeof *nv);
+        if (!nv) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+        a->v = nv;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return GRM_OK;
+}
+
 typedef struct collector {
     const grm__pipeline *p;
     vec64 users, offsets, items, times;
     int want_times;
+    /* ranking */
+    vec64 *fofs, *fids;     /* [nfeatures] */
+    vecf labels;
+    vec64 groups;
+    int want_groups;        /* -1: not decided yet (first chunk decides) */
 } collector;
 
 static const grm_column *find_col(const grm_chunk *c, const char *name)
@@ -88,6 +111,53 @@ static grm_status collect(collector *co, const grm_chunk *c)
     return GRM_OK;
 }
 
+/* Append one chunk of ranking samples: every feature's column, the labels, the group. */
+static grm_status collect_ranking(collector *co, const grm_chunk *c)
+{
+    const grm__pipeline *p = co->p;
+    const grm__settings *s = &p->set;
+    grm_status st;
+    const grm_column *g = find_col(c, s->user_column);
+    if (co->want_groups < 0) co->want_groups = g && g->type == GRM_COL_I64;
+    if (co->want_groups && (!g || g->type != GRM_COL_I64))
+        return col_error(p, c, "user_column", s->user_column, "I64");
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        const grm__feature *f = &p->features[i];
+        const grm_column *col = find_col(c, f->source);
+        if (!col || (col->type != GRM_COL_I64 && col->type != GRM_COL_LIST_I64)) {
+            char what[300];
+            snprintf(what, sizeof what, "feature.%s source", f->name);
+            return col_error(p, c, what, f->source, "I64 or LIST_I64");
+        }
+        const int64_t *v = col->values;
+        for (int64_t r = 0; r < c->rows; r++) {
+            int64_t b = col->type == GRM_COL_I64 ? r : col->offsets[r];
+            int64_t e = col->type == GRM_COL_I64 ? r + 1 : col->offsets[r + 1];
+            if ((st = vec_push(&co->fids[i], v + b, e - b)) != GRM_OK
+                || (st = vec_push(&co->fofs[i], &co->fids[i].n, 1)) != GRM_OK)
+                return st;
+        }
+    }
+    for (int64_t r = 0; r < c->rows; r++) {
+        for (int64_t k = 0; k < s->label_columns.n; k++) {
+            const grm_column *l = find_col(c, s->label_columns.v[k]);
+            if (!l || (l->type != GRM_COL_I64 && l->type != GRM_COL_F32))
+                return col_error(p, c, "label_columns", s->label_columns.v[k], "I64 or F32");
+            float y = l->type == GRM_COL_I64 ? (float)((const int64_t *)l->values)[r]
+                                             : ((const float *)l->values)[r];
+            if (!(y >= 0.0f && y <= 1.0f))
+                return grm_errorf(GRM_EFORMAT, "%s: label column '%s' holds %g; labels must "
+                                  "lie in [0, 1] (bucketize a rating, e.g. rating:4)",
+                                  p->cfg->path, s->label_columns.v[k], (double)y);
+            if ((st = vecf_push(&co->labels, y)) != GRM_OK) return st;
+        }
+        if (co->want_groups
+            && (st = vec_push(&co->groups, (const int64_t *)g->values + r, 1)) != GRM_OK)
+            return st;
+    }
+    return GRM_OK;
+}
+
 /* Push a chunk through transforms [from, n) and into the collector. */
 static grm_status push(grm__pipeline *p, collector *co, int32_t from, const grm_chunk *c)
 {
@@ -102,7 +172,8 @@ static grm_status push(grm__pipeline *p, collector *co, int32_t from, const grm_
         }
         c = out;
     }
-    return c ? collect(co, c) : GRM_OK;
+    if (!c) return GRM_OK;
+    return p->set.task == GRM__TASK_RANKING ? collect_ranking(co, c) : collect(co, c);
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -185,11 +256,86 @@ static void close_input(grm__pipeline *p)
     }
 }
 
+/* Ranking: take the columns over, pick each row's split with a seeded hash of its index,
+ * and the training positive rate per task (the constant-prediction baseline). */
+static grm_status finish_ranking(grm__pipeline *p, collector *co, grm__dataset *ds)
+{
+    const grm__settings *s = &p->set;
+    int32_t F = p->nfeatures, T = (int32_t)s->label_columns.n;
+    int64_t N = co->labels.n / (T ? T : 1);
+    ds->nrows = N;
+    ds->nfeat = F;
+    ds->ntasks = T;
+    ds->fofs = calloc((size_t)F, sizeof *ds->fofs);
+    ds->fids = calloc((size_t)F, sizeof *ds->fids);
+    ds->fmax = calloc((size_t)F, sizeof *ds->fmax);
+    ds->fmaxlen = calloc((size_t)F, sizeof *ds->fmaxlen);
+    ds->prior = calloc((size_t)T, sizeof *ds->prior);
+    if (!ds->fofs || !ds->fids || !ds->fmax || !ds->fmaxlen || !ds->prior)
+        return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    for (int32_t i = 0; i < F; i++) {
+        /* fofs holds the end offsets; prepend the 0 */
+        int64_t *o = malloc((size_t)(N + 1) * sizeof *o);
+        if (!o) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+        o[0] = 0;
+        if (N) memcpy(o + 1, co->fofs[i].v, (size_t)N * sizeof *o);
+        ds->fofs[i] = o;
+        ds->fids[i] = co->fids[i].v;
+        co->fids[i].v = NULL;
+        for (int64_t j = 0; j < o[N]; j++) {
+            if (ds->fids[i][j] < 0)
+                return grm_errorf(GRM_EFORMAT, "%s: [feature.%s] column '%s' holds id %lld; "
+                                  "ids must be >= 0 (hash or mod them in a transform)",
+                                  p->cfg->path, p->features[i].name, p->features[i].source,
+                                  (long long)ds->fids[i][j]);
+            if (ds->fids[i][j] > ds->fmax[i]) ds->fmax[i] = ds->fids[i][j];
+        }
+        for (int64_t r = 0; r < N; r++)
+            if (o[r + 1] - o[r] > ds->fmaxlen[i]) ds->fmaxlen[i] = o[r + 1] - o[r];
+    }
+    ds->labels = co->labels.v;
+    co->labels.v = NULL;
+    if (co->want_groups > 0) {
+        ds->groups = co->groups.v;
+        co->groups.v = NULL;
+    }
+    for (int k = 0; k < 3; k++) {
+        ds->split_rows[k] = malloc((size_t)(N ? N : 1) * sizeof(int64_t));
+        if (!ds->split_rows[k]) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    }
+    uint64_t salt = (uint64_t)s->seed * 0x9e3779b97f4a7c15ULL + 0x5b1;
+    for (int64_t r = 0; r < N; r++) {
+        uint64_t h = (uint64_t)r + salt;
+        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
+        h ^= h >> 31;
+        double u = (double)(h >> 11) * 0x1.0p-53;
+        int k = u < s->test_fraction ? 2 : u < s->test_fraction + s->valid_fraction ? 1 : 0;
+        ds->split_rows[k][ds->nsplit[k]++] = r;
+        if (k == 0)
+            for (int32_t t = 0; t < T; t++) ds->prior[t] += ds->labels[r * T + t];
+    }
+    for (int32_t t = 0; t < T; t++)
+        ds->prior[t] /= ds->nsplit[0] ? (double)ds->nsplit[0] : 1.0;
+    ds->nexamples = ds->nsplit[0];
+    return GRM_OK;
+}
+
 grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
 {
     grm_status st;
-    collector co = { .p = p, .want_times = p->set.time_column[0] != '\0' };
+    int ranking = p->set.task == GRM__TASK_RANKING;
+    collector co = { .p = p, .want_times = !ranking && p->set.time_column[0] != '\0',
+                     .want_groups = -1 };
     grm__dataset *ds = calloc(1, sizeof *ds);
+    co.fofs = calloc((size_t)p->nfeatures + 1, sizeof *co.fofs);
+    co.fids = calloc((size_t)p->nfeatures + 1, sizeof *co.fids);
+    if (!co.fofs || !co.fids) {
+        free(co.fofs);
+        free(co.fids);
+        free(ds);
+        return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    }
     const grm_reader_ops *rops = p->reader.plugin->info->ops;
     const grm_comm_ops *cops = p->comm_handle.ops;
     int32_t rank = cops ? cops->rank(p->comm_handle.inst) : 0;
@@ -245,23 +391,36 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
         grm_reader_stats rs = { 0 };
         if (rops->stats(p->reader.inst, &rs) == GRM_OK) ds->bad_rows = rs.bad_rows;
     }
-    if ((st = finish(p, &co, ds)) != GRM_OK) goto fail;
+    if ((st = ranking ? finish_ranking(p, &co, ds) : finish(p, &co, ds)) != GRM_OK) goto fail;
     if (ds->nexamples == 0) {
-        st = grm_errorf(GRM_EFORMAT, "%s: the data yields no training examples (%lld users, "
-                        "%lld items); check the reader's path and columns", p->cfg->path,
-                        (long long)ds->nusers, (long long)(ds->offsets ? ds->offsets[ds->nusers] : 0));
+        if (ranking)
+            st = grm_errorf(GRM_EFORMAT, "%s: the data yields no training rows (%lld rows "
+                            "read); check the reader's path and the split fractions",
+                            p->cfg->path, (long long)ds->nrows);
+        else
+            st = grm_errorf(GRM_EFORMAT, "%s: the data yields no training examples (%lld "
+                            "users, %lld items); check the reader's path and columns",
+                            p->cfg->path, (long long)ds->nusers,
+                            (long long)(ds->offsets ? ds->offsets[ds->nusers] : 0));
         goto fail;
     }
-    free(co.offsets.v);
-    close_input(p);
+    st = GRM_OK;
     *out = ds;
-    return GRM_OK;
+    ds = NULL;
 fail:
     close_input(p);
     free(co.users.v);
     free(co.offsets.v);
     free(co.items.v);
     free(co.times.v);
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        free(co.fofs[i].v);
+        free(co.fids[i].v);
+    }
+    free(co.fofs);
+    free(co.fids);
+    free(co.labels.v);
+    free(co.groups.v);
     grm__dataset_destroy(ds);
     return st;
 }
@@ -279,5 +438,17 @@ void grm__dataset_destroy(grm__dataset *ds)
     free(ds->ex_pos);
     free(ds->catalog_ids);
     free(ds->catalog_counts);
+    for (int32_t i = 0; i < ds->nfeat; i++) {
+        if (ds->fofs) free(ds->fofs[i]);
+        if (ds->fids) free(ds->fids[i]);
+    }
+    free(ds->fofs);
+    free(ds->fids);
+    free(ds->fmax);
+    free(ds->fmaxlen);
+    free(ds->labels);
+    free(ds->groups);
+    for (int k = 0; k < 3; k++) free(ds->split_rows[k]);
+    free(ds->prior);
     free(ds);
 }

@@ -27,6 +27,8 @@ static const grm_param_decl pipeline_params[] = {
 
 typedef struct train_cfg {
     int32_t task;
+    grm_str_list label_columns;
+    double valid_fraction, test_fraction;
     const char *user_column, *sequence_column, *time_column, *item_table, *metrics_out;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
     grm_int_list topk;
@@ -34,7 +36,15 @@ typedef struct train_cfg {
 
 static const grm_param_decl train_params[] = {
     { "task", GRM_PARAM_ENUM, 0, offsetof(train_cfg, task), "retrieval", GRM_PARAM_ANY,
-      "retrieval", "what is trained: next-item retrieval over user sequences" },
+      "retrieval|ranking", "retrieval: next item of each user's sequence, full-ranking "
+      "HR/NDCG; ranking: one labelled sample per row, AUC/GAUC/logloss" },
+    { "label_columns", GRM_PARAM_STR_LIST, 0, offsetof(train_cfg, label_columns), NULL,
+      GRM_PARAM_ANY, NULL, "ranking: 0/1 label columns (i64 or f32), one task each" },
+    { "valid_fraction", GRM_PARAM_DOUBLE, 0, offsetof(train_cfg, valid_fraction), "0.1",
+      GRM_PARAM_RANGE(0, 0.5), NULL, "ranking: share of rows held out for validation "
+      "(a seeded hash of the row picks them)" },
+    { "test_fraction", GRM_PARAM_DOUBLE, 0, offsetof(train_cfg, test_fraction), "0.1",
+      GRM_PARAM_RANGE(0, 0.5), NULL, "ranking: share of rows held out for test" },
     { "user_column", GRM_PARAM_STRING, 0, offsetof(train_cfg, user_column), "user",
       GRM_PARAM_ANY, NULL, "I64 column holding the user id of each sequence" },
     { "sequence_column", GRM_PARAM_STRING, 0, offsetof(train_cfg, sequence_column), "item",
@@ -272,6 +282,16 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         goto fail;
     const train_cfg *tc = p->set_train.data;
     p->set.task = tc->task;
+    p->set.label_columns = tc->label_columns;
+    p->set.valid_fraction = tc->valid_fraction;
+    p->set.test_fraction = tc->test_fraction;
+    int ranking = tc->task == GRM__TASK_RANKING;
+    if (ranking && tc->label_columns.n == 0) {
+        const grm__section *ts = grm__config_section(p->cfg, "train");
+        st = grm_errorf(GRM_EINVAL, "%s:%d: [train] task = ranking needs label_columns = "
+                        "<0/1 columns>, e.g. label_columns = click", path, ts ? ts->line : 0);
+        goto fail;
+    }
     p->set.user_column = tc->user_column;
     p->set.sequence_column = tc->sequence_column;
     p->set.time_column = tc->time_column;
@@ -335,13 +355,13 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
             f->init = fc->init;
             f->init_scale = fc->init_scale;
             f->line = sec->line;
-            f->is_sequence = strcmp(fc->source, p->set.sequence_column) == 0;
+            f->is_sequence = !ranking && strcmp(fc->source, p->set.sequence_column) == 0;
             grm__pconfig_fini(&fpc);
             if (!f->name || !f->source || !f->table) {
                 st = grm_errorf(GRM_ENOMEM, "out of memory");
                 goto fail;
             }
-            if (!f->is_sequence && strcmp(f->source, p->set.user_column) != 0) {
+            if (!ranking && !f->is_sequence && strcmp(f->source, p->set.user_column) != 0) {
                 st = grm_errorf(GRM_EINVAL, "%s:%d: [%s] source = %s: a retrieval pipeline's "
                                 "features read the sequence column '%s' or the user column "
                                 "'%s'", path, sec->line, sec->name, f->source,
@@ -390,17 +410,17 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         }
         f->table_idx = t;
     }
-    if (!p->set.item_table[0]) {
+    if (!ranking && !p->set.item_table[0]) {
         for (int32_t i = 0; i < p->nfeatures && !p->set.item_table[0]; i++)
             if (p->features[i].is_sequence) p->set.item_table = p->features[i].table;
-        if (!p->set.item_table[0]) {
+        if (!ranking && !p->set.item_table[0]) {
             st = grm_errorf(GRM_EINVAL, "%s: no feature reads the sequence column '%s', so "
                             "there is no item table; add one or set [train] item_table",
                             path, p->set.sequence_column);
             goto fail;
         }
     }
-    int found = 0;
+    int found = ranking;
     for (int32_t t = 0; t < p->ntables; t++) found |= strcmp(p->tables[t].name, p->set.item_table) == 0;
     if (!found) {
         st = grm_errorf(GRM_EINVAL, "%s: [train] item_table = %s is not a table of any "
@@ -414,8 +434,8 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
                              NULL)) != GRM_OK
         || (st = stage_setup(p, &p->opt_dense, "optimizer.dense", GRM_KIND_OPT, "opt-adam",
                              NULL)) != GRM_OK
-        || (st = stage_setup(p, &p->head, "head", GRM_KIND_DENSE, "dense-sampled-softmax",
-                             NULL)) != GRM_OK
+        || (st = stage_setup(p, &p->head, "head", GRM_KIND_DENSE,
+                             ranking ? "dense-bce" : "dense-sampled-softmax", NULL)) != GRM_OK
         || (st = stage_setup(p, &p->ckpt, "checkpoint", GRM_KIND_CKPT, "ckpt-grm", ckpt_keys))
                != GRM_OK
         || (st = stage_setup(p, &p->comm, "distributed", GRM_KIND_COMM, "comm-single", NULL))
@@ -440,10 +460,12 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     {
         const grm_dense_ops *hops = p->head.plugin->info->ops;
         if (!GRM_HAS_OP(grm_dense_ops, hops, loss) || !GRM_HAS_OP(grm_dense_ops, hops, loss_kind)
-            || !GRM_HAS_OP(grm_dense_ops, hops, negatives)) {
-            st = grm_errorf(GRM_EINVAL, "%s: [head] plugin = %s is not a retrieval head (it "
-                            "lacks the loss, loss_kind or negatives op); use "
-                            "dense-sampled-softmax", path, p->head.plugin->info->name);
+            || (!ranking && !GRM_HAS_OP(grm_dense_ops, hops, negatives))) {
+            st = grm_errorf(GRM_EINVAL, "%s: [head] plugin = %s is not a %s head (it lacks "
+                            "the loss, loss_kind%s op); use %s", path,
+                            p->head.plugin->info->name, ranking ? "ranking" : "retrieval",
+                            ranking ? "" : " or negatives",
+                            ranking ? "dense-bce" : "dense-sampled-softmax");
             goto fail;
         }
     }
@@ -507,13 +529,15 @@ void grm__pipeline_print(FILE *f, const grm__pipeline *p)
         const grm__feature *ft = &p->features[i];
         fprintf(f, "                       %-10s column %-8s table %-8s dim %d, %s of the last "
                    "%lld\n", ft->name, ft->source, ft->table, ft->dim,
-                ft->pooling ? "sum" : "mean", (long long)(ft->is_sequence ? ft->window : 1));
+                ft->pooling ? "sum" : "mean", (long long)ft->window);
     }
     print_stage(f, "[embedding]", &p->emb);
     fprintf(f, "                       tables:");
     for (int32_t t = 0; t < p->ntables; t++)
         fprintf(f, " %s(dim %d)", p->tables[t].name, p->tables[t].dim);
-    fprintf(f, "; items ranked from '%s'\n", p->set.item_table);
+    if (p->set.task == GRM__TASK_RETRIEVAL)
+        fprintf(f, "; items ranked from '%s'", p->set.item_table);
+    fputc('\n', f);
     for (int32_t i = 0; i < p->ndense; i++) {
         char role[64];
         snprintf(role, sizeof role, "[%s]", p->dense[i].label);

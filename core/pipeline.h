@@ -30,6 +30,9 @@ typedef struct grm__feature {
     int line;
 } grm__feature;
 
+/* What [train] task = trains. */
+enum { GRM__TASK_RETRIEVAL = 0, GRM__TASK_RANKING = 1 };
+
 /* Host settings from [pipeline], [train], [checkpoint]. */
 typedef struct grm__settings {
     /* [pipeline] */
@@ -37,7 +40,9 @@ typedef struct grm__settings {
     grm_str_list plugin_dirs;
     int64_t threads;
     /* [train] */
-    int32_t task;                  /* 0 retrieval */
+    int32_t task;                  /* GRM__TASK_* */
+    grm_str_list label_columns;    /* ranking: one task per column */
+    double valid_fraction, test_fraction;
     const char *user_column, *sequence_column, *time_column;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every;
     int64_t eval_batch;
@@ -70,6 +75,20 @@ typedef struct grm__dataset {
     int64_t *catalog_counts;       /* [C] occurrences in the training part */
     int64_t max_item, max_user;
     int64_t bad_rows, raw_rows;
+
+    /* ranking: one sample per row; feature f of row r is the ids
+     * fids[f][fofs[f][r] .. fofs[f][r+1]) (one id for an I64 column, a list for LIST_I64) */
+    int64_t nrows;
+    int32_t nfeat, ntasks;
+    int64_t **fofs;                /* [nfeat][nrows+1] */
+    int64_t **fids;                /* [nfeat][...] */
+    int64_t *fmax;                 /* [nfeat] largest id */
+    int64_t *fmaxlen;              /* [nfeat] longest list */
+    float *labels;                 /* [nrows, ntasks] */
+    int64_t *groups;               /* [nrows] user id per row (GAUC), or NULL */
+    int64_t *split_rows[3];        /* train, valid, test row indices */
+    int64_t nsplit[3];
+    double *prior;                 /* [ntasks] positive rate of the training rows */
 } grm__dataset;
 
 typedef struct grm__pipeline {

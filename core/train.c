@@ -141,7 +141,9 @@ typedef struct trainer {
     float *cat_rows;          /* [C, D] */
     float *scores;            /* [eval_batch, C] */
     int64_t *hist_end;        /* [B] */
-    int64_t *users;           /* [B] */
+    int64_t *users;           /* [B] retrieval: dataset user index; ranking: row index */
+    int ranking;              /* [train] task = ranking */
+    float *labels;            /* [B, T] ranking labels of the step */
 } trainer;
 
 /* ---- setup ---- */
@@ -189,7 +191,8 @@ static grm_status setup(trainer *t)
     for (int32_t i = 0; i < p->nfeatures; i++) {
         grm__feature *f = &p->features[i];
         grm_emb_table_spec *ts = &p->tables[f->table_idx];
-        int64_t need = (f->is_sequence ? ds->max_item : ds->max_user) + 1;
+        int64_t need = (t->ranking ? ds->fmax[i] : f->is_sequence ? ds->max_item
+                                                                  : ds->max_user) + 1;
         if (f->rows == 0 && ts->rows < need) ts->rows = need;
         if (f->rows > ts->rows) ts->rows = f->rows;
     }
@@ -226,14 +229,23 @@ static grm_status setup(trainer *t)
         return st;
     }
     t->dims[p->ndense + 1] = t->hops->out_dim(p->head.inst);
-    int32_t D = p->tables[t->item_table].dim;
-    if (t->dims[p->ndense + 1] != D)
+    /* retrieval: queries live in the item table's space; ranking: one logit per task */
+    int32_t D = t->ranking ? (int32_t)ds->ntasks : p->tables[t->item_table].dim;
+    if (t->dims[p->ndense + 1] != D) {
+        if (t->ranking)
+            return grm_errorf(GRM_EINVAL, "%s: the dense stack ends in %lld features but "
+                              "[train] label_columns names %d tasks; make the last [dense.N] "
+                              "output %d", p->cfg->path, (long long)t->dims[p->ndense + 1], D,
+                              D);
         return grm_errorf(GRM_EINVAL, "%s: the dense stack ends in %lld features but item "
                           "table '%s' has dim %d; make the last [dense.N] output %d",
                           p->cfg->path, (long long)t->dims[p->ndense + 1], s->item_table, D, D);
-    if (t->hops->loss_kind(p->head.inst) != GRM_LOSS_RETRIEVAL)
-        return grm_errorf(GRM_EINVAL, "%s: [head] %s is not a retrieval head", p->cfg->path,
-                          p->head.plugin->info->name);
+    }
+    int32_t want_kind = t->ranking ? GRM_LOSS_BCE : GRM_LOSS_RETRIEVAL;
+    if (t->hops->loss_kind(p->head.inst) != want_kind)
+        return grm_errorf(GRM_EINVAL, "%s: [head] %s is not a %s head; use %s", p->cfg->path,
+                          p->head.plugin->info->name, t->ranking ? "ranking" : "retrieval",
+                          t->ranking ? "dense-bce" : "dense-sampled-softmax");
     for (int32_t i = 0; i < p->ndense + 2; i++) {
         t->acts[i] = xalloc((size_t)(t->B * t->dims[i]) * sizeof(float));
         t->dacts[i] = xalloc((size_t)(t->B * t->dims[i]) * sizeof(float));
@@ -242,7 +254,7 @@ static grm_status setup(trainer *t)
 
     /* negatives: the head draws as many as its configuration asks for; one draw with a
      * generous bound tells how many buffers must hold */
-    {
+    if (!t->ranking) {
         int64_t cap = 1 << 20, n = 0;
         int64_t *tmp = xalloc((size_t)cap * sizeof *tmp);
         grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
@@ -264,12 +276,14 @@ static grm_status setup(trainer *t)
     for (int32_t i = 0; i < p->nfeatures; i++) {
         grm__feature *f = &p->features[i];
         int64_t per = f->is_sequence ? f->window : 1;
+        if (t->ranking) per = ds->fmaxlen[i] < f->window ? ds->fmaxlen[i] : f->window;
+        if (per < 1) per = 1;
         t->ws[f->table_idx].cap += t->B * per;
         t->fslots[i] = xalloc((size_t)(t->B * per) * sizeof(int64_t));
         t->foff[i] = xalloc((size_t)(t->B + 1) * sizeof(int64_t));
         if (!t->fslots[i] || !t->foff[i]) return GRM_ENOMEM;
     }
-    t->ws[t->item_table].cap += t->B + t->R;
+    if (!t->ranking) t->ws[t->item_table].cap += t->B + t->R;
     for (int32_t i = 0; i < p->ntables; i++) {
         table_ws *w = &t->ws[i];
         w->dim = p->tables[i].dim;
@@ -293,6 +307,8 @@ static grm_status setup(trainer *t)
     t->d_neg = xalloc((size_t)((t->R ? t->R : 1) * D) * sizeof(float));
     t->hist_end = xalloc((size_t)t->B * sizeof(int64_t));
     t->users = xalloc((size_t)t->B * sizeof(int64_t));
+    t->labels = xalloc((size_t)(t->B * (ds->ntasks ? ds->ntasks : 1)) * sizeof(float));
+    if (!t->labels) return GRM_ENOMEM;
     t->perm = xalloc((size_t)ds->nexamples * sizeof(int64_t));
     t->cat_rows = xalloc((size_t)(ds->ncatalog * D) * sizeof(float));
     t->scores = xalloc((size_t)(s->eval_batch * ds->ncatalog) * sizeof(float));
@@ -385,7 +401,8 @@ static void teardown(trainer *t)
     free(t->dacts);
     free(t->dims);
     void *bufs[] = { t->pos_slot, t->neg_ids, t->neg_slot, t->pos_rows, t->d_pos, t->neg_rows,
-                     t->d_neg, t->hist_end, t->users, t->perm, t->cat_rows, t->scores };
+                     t->d_neg, t->hist_end, t->users, t->perm, t->cat_rows, t->scores,
+                     t->labels };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
     for (int32_t i = 0; t->params && i < t->nparams; i++) {
         free(t->params[i].name);
@@ -448,7 +465,13 @@ static grm_status build_batch(trainer *t, int64_t b, const int64_t *pos_ids, int
         t->foff[i][0] = 0;
         for (int64_t k = 0; k < b; k++) {
             int64_t u = t->users[k];
-            if (f->is_sequence) {
+            if (t->ranking) {
+                /* the row's ids of this feature, the most recent `window` of a list */
+                int64_t end = ds->fofs[i][u + 1], beg = end - f->window;
+                if (beg < ds->fofs[i][u]) beg = ds->fofs[i][u];
+                for (int64_t j = beg; j < end; j++)
+                    if ((st = ws_slot(w, ds->fids[i][j], &t->fslots[i][n++])) != GRM_OK) return st;
+            } else if (f->is_sequence) {
                 int64_t end = t->hist_end[k], beg = end - f->window;
                 if (beg < ds->offsets[u]) beg = ds->offsets[u];
                 for (int64_t j = beg; j < end; j++)
@@ -531,42 +554,60 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     int64_t epoch = (step - 1) / t->steps_per_epoch;
     int64_t pos = ((step - 1) % t->steps_per_epoch) * s->batch_size;
     int64_t b = ds->nexamples - pos < s->batch_size ? ds->nexamples - pos : s->batch_size;
-    int32_t D = p->tables[t->item_table].dim;
+    int32_t D = t->ranking ? 0 : p->tables[t->item_table].dim;
+    int32_t T = ds->ntasks;
     ensure_perm(t, epoch);
 
-    int64_t *pos_ids = grm__scratch((size_t)b * sizeof *pos_ids, 64);
-    if (!pos_ids) return GRM_ENOMEM;
-    for (int64_t k = 0; k < b; k++) {
-        int64_t e = t->perm[pos + k];
-        t->users[k] = ds->ex_user[e];
-        t->hist_end[k] = ds->ex_pos[e];
-        pos_ids[k] = ds->items[ds->ex_pos[e]];
+    int64_t *pos_ids = NULL, nneg = 0, R_saved = t->R;
+    if (t->ranking) {
+        for (int64_t k = 0; k < b; k++) {
+            int64_t r = ds->split_rows[0][t->perm[pos + k]];
+            t->users[k] = r;
+            memcpy(t->labels + k * T, ds->labels + r * T, (size_t)T * sizeof(float));
+        }
+    } else {
+        pos_ids = grm__scratch((size_t)b * sizeof *pos_ids, 64);
+        if (!pos_ids) return GRM_ENOMEM;
+        for (int64_t k = 0; k < b; k++) {
+            int64_t e = t->perm[pos + k];
+            t->users[k] = ds->ex_user[e];
+            t->hist_end[k] = ds->ex_pos[e];
+            pos_ids[k] = ds->items[ds->ex_pos[e]];
+        }
+        grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
+        uint64_t nseed = mix64((uint64_t)s->seed ^ mix64(0x5eed + (uint64_t)step));
+        if ((st = t->hops->negatives(p->head.inst, t->neg_ids, &nneg, t->R, &cat, nseed))
+            != GRM_OK)
+            return st;
+        t->R = nneg;
     }
-    grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
-    int64_t nneg = 0;
-    uint64_t nseed = mix64((uint64_t)s->seed ^ mix64(0x5eed + (uint64_t)step));
-    if ((st = t->hops->negatives(p->head.inst, t->neg_ids, &nneg, t->R, &cat, nseed)) != GRM_OK)
-        return st;
-    int64_t R_saved = t->R;
-    t->R = nneg;
     st = build_batch(t, b, pos_ids, 1);
     if (st != GRM_OK) goto out;
 
     double t0 = now_s();
     if ((st = dense_forward(t, b, 1, step)) != GRM_OK) goto out;
-    table_ws *iw = &t->ws[t->item_table];
-    for (int64_t k = 0; k < b; k++)
-        memcpy(t->pos_rows + k * D, iw->rows + t->pos_slot[k] * D, (size_t)D * sizeof(float));
-    for (int64_t r = 0; r < nneg; r++)
-        memcpy(t->neg_rows + r * D, iw->rows + t->neg_slot[r] * D, (size_t)D * sizeof(float));
     int32_t L = p->ndense + 1;
+    grm_loss_io io;
+    table_ws *iw = t->ranking ? NULL : &t->ws[t->item_table];
     memset(t->dacts[L], 0, (size_t)(b * t->dims[L]) * sizeof(float));
-    memset(t->d_pos, 0, (size_t)(b * D) * sizeof(float));
-    memset(t->d_neg, 0, (size_t)((nneg ? nneg : 1) * D) * sizeof(float));
-    grm_loss_io io = { .struct_size = sizeof io, .rows = b, .dim = D, .pred = t->acts[L],
-                       .d_pred = t->dacts[L], .pos = t->pos_rows, .d_pos = t->d_pos,
-                       .pos_ids = pos_ids, .neg = t->neg_rows, .d_neg = t->d_neg,
-                       .neg_ids = t->neg_ids, .nneg = nneg };
+    if (t->ranking) {
+        io = (grm_loss_io){ .struct_size = sizeof io, .ntasks = T, .rows = b, .dim = T,
+                            .pred = t->acts[L], .d_pred = t->dacts[L], .labels = t->labels };
+    } else {
+        /* positives and negatives are rows of the item table, gathered from the step set */
+        for (int64_t k = 0; k < b; k++)
+            memcpy(t->pos_rows + k * D, iw->rows + t->pos_slot[k] * D,
+                   (size_t)D * sizeof(float));
+        for (int64_t r = 0; r < nneg; r++)
+            memcpy(t->neg_rows + r * D, iw->rows + t->neg_slot[r] * D,
+                   (size_t)D * sizeof(float));
+        memset(t->d_pos, 0, (size_t)(b * D) * sizeof(float));
+        memset(t->d_neg, 0, (size_t)((nneg ? nneg : 1) * D) * sizeof(float));
+        io = (grm_loss_io){ .struct_size = sizeof io, .rows = b, .dim = D, .pred = t->acts[L],
+                            .d_pred = t->dacts[L], .pos = t->pos_rows, .d_pos = t->d_pos,
+                            .pos_ids = pos_ids, .neg = t->neg_rows, .d_neg = t->d_neg,
+                            .neg_ids = t->neg_ids, .nneg = nneg };
+    }
     if ((st = t->hops->loss(p->head.inst, &io)) != GRM_OK) {
         grm_error_prefix("[head] %s loss: ", p->head.plugin->info->name);
         goto out;
@@ -597,11 +638,11 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     /* sparse gradients: summed per unique id (duplicates of a step meet in one slot) */
     for (int32_t i = 0; i < p->ntables; i++)
         memset(t->ws[i].grads, 0, (size_t)(t->ws[i].n * t->ws[i].dim) * sizeof(float));
-    for (int64_t k = 0; k < b; k++) {
+    for (int64_t k = 0; iw && k < b; k++) {
         float *g = iw->grads + t->pos_slot[k] * D;
         for (int32_t d = 0; d < D; d++) g[d] += t->d_pos[k * D + d];
     }
-    for (int64_t r = 0; r < nneg; r++) {
+    for (int64_t r = 0; iw && r < nneg; r++) {
         float *g = iw->grads + t->neg_slot[r] * D;
         for (int32_t d = 0; d < D; d++) g[d] += t->d_neg[r * D + d];
     }
@@ -767,8 +808,90 @@ static int64_t pick_k(const grm__rank_acc *a, int64_t want, int32_t *idx)
     return a->k[a->nk - 1];
 }
 
+/* Ranking evaluation of split (1 valid, 2 test): AUC, GAUC (grouped by user_column,
+ * MTGRBoost §6.1) and logloss per task, beside the logloss of predicting the training
+ * positive rate for every row (the constant baseline; its AUC is 0.5). */
+static grm_status run_eval_ranking(trainer *t, int split)
+{
+    grm__pipeline *p = t->p;
+    grm__dataset *ds = t->ds;
+    const char *name = split == 1 ? "valid" : "test";
+    int32_t T = ds->ntasks, L = p->ndense + 1;
+    int64_t n = ds->nsplit[split], EB = p->set.eval_batch;
+    const int64_t *rows = ds->split_rows[split];
+    grm_status st = GRM_OK;
+    if (n == 0) return GRM_OK;
+    float *scores = xalloc((size_t)(n * T) * sizeof(float));
+    float *labels = xalloc((size_t)(n * T) * sizeof(float));
+    float *col_s = xalloc((size_t)n * sizeof(float)), *col_y = xalloc((size_t)n * sizeof(float));
+    int64_t *groups = xalloc((size_t)n * sizeof(int64_t));
+    if (!scores || !labels || !col_s || !col_y || !groups) {
+        st = GRM_ENOMEM;
+        goto out;
+    }
+    double logloss = 0;
+    for (int64_t r0 = 0; r0 < n; r0 += EB) {
+        int64_t b = n - r0 < EB ? n - r0 : EB;
+        for (int64_t k = 0; k < b; k++) {
+            int64_t r = rows[r0 + k];
+            t->users[k] = r;
+            memcpy(labels + (r0 + k) * T, ds->labels + r * T, (size_t)T * sizeof(float));
+            groups[r0 + k] = ds->groups ? ds->groups[r] : 0;
+        }
+        if ((st = build_batch(t, b, NULL, 0)) != GRM_OK) goto out;
+        if ((st = dense_forward(t, b, 0, t->step)) != GRM_OK) goto out;
+        grm_loss_io io = { .struct_size = sizeof io, .ntasks = T, .rows = b, .dim = T,
+                           .pred = t->acts[L], .labels = labels + r0 * T,
+                           .scores = scores + r0 * T };
+        if ((st = t->hops->loss(p->head.inst, &io)) != GRM_OK) goto out;
+        logloss += io.loss * (double)b;
+        grm__scratch_reset();
+    }
+    for (int32_t k = 0; k < T; k++) {
+        char metric[128];
+        const char *task = p->set.label_columns.v[k];
+        const char *sep = T > 1 ? "." : "";
+        double prior = ds->prior[k], pl = 0;
+        for (int64_t i = 0; i < n; i++) {
+            col_s[i] = scores[i * T + k];
+            col_y[i] = labels[i * T + k];
+            double y = col_y[i], q = prior < 1e-7 ? 1e-7 : prior > 1 - 1e-7 ? 1 - 1e-7 : prior;
+            pl -= y * log(q) + (1 - y) * log(1 - q);
+        }
+        double auc = grm__auc(col_s, col_y, n);
+        snprintf(metric, sizeof metric, "auc%s%s", sep, T > 1 ? task : "");
+        grm__metrics_emit(t->metrics, t->step, name, metric, auc);
+        double gauc = NAN;
+        if (ds->groups) {
+            gauc = grm__gauc(col_s, col_y, groups, n);
+            snprintf(metric, sizeof metric, "gauc%s%s", sep, T > 1 ? task : "");
+            grm__metrics_emit(t->metrics, t->step, name, metric, gauc);
+        }
+        snprintf(metric, sizeof metric, "prior_logloss%s%s", sep, T > 1 ? task : "");
+        grm__metrics_emit(t->metrics, t->step, name, metric, pl / (double)n);
+        if (!t->opts->quiet)
+            grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s%s%s: auc %.4f gauc %.4f over %lld "
+                     "rows; constant-prior logloss %.4f", (long long)t->step, name,
+                     T > 1 ? " " : "", T > 1 ? task : "", auc, gauc, (long long)n,
+                     pl / (double)n);
+    }
+    /* the head reports the loss summed over tasks and averaged over rows */
+    grm__metrics_emit(t->metrics, t->step, name, "logloss", logloss / (double)n);
+    if (!t->opts->quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s: logloss %.4f (summed over %d tasks)",
+                 (long long)t->step, name, logloss / (double)n, T);
+out:
+    grm__free(CPU, scores);
+    grm__free(CPU, labels);
+    grm__free(CPU, col_s);
+    grm__free(CPU, col_y);
+    grm__free(CPU, groups);
+    return st;
+}
+
 static grm_status run_eval(trainer *t, int split, int with_pop)
 {
+    if (t->ranking) return run_eval_ranking(t, split + 1);
     grm__rank_acc acc, pop;
     const char *name = split ? "test" : "valid";
     grm_status st = evaluate(t, split, &acc, with_pop ? &pop : NULL);
@@ -1091,6 +1214,7 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *
     memset(t, 0, sizeof *t);
     t->p = p;
     t->opts = opts;
+    t->ranking = p->set.task == GRM__TASK_RANKING;
     openblas_set_num_threads(1);   /* the host pool owns the cores; BLAS calls stay small */
     if ((st = grm__pool_init((int32_t)p->set.threads)) != GRM_OK) return st;
     if ((st = create_instances(t)) != GRM_OK) return st;
@@ -1099,7 +1223,12 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *
     grm__dataset *ds = t->ds;
     int64_t evaluated = 0;
     for (int64_t u = 0; u < ds->nusers; u++) evaluated += ds->has_eval[u];
-    if (!opts->quiet)
+    if (!opts->quiet && t->ranking)
+        grm__log(GRM_LOG_INFO, "grmhost", "data: %lld rows -> %lld train, %lld valid, %lld "
+                 "test rows, %d tasks (%.1fs)", (long long)ds->raw_rows,
+                 (long long)ds->nsplit[0], (long long)ds->nsplit[1], (long long)ds->nsplit[2],
+                 ds->ntasks, now_s() - t0);
+    else if (!opts->quiet)
         grm__log(GRM_LOG_INFO, "grmhost", "data: %lld rows -> %lld users, %lld items, %lld "
                  "training examples, %lld evaluated users (%.1fs)", (long long)ds->raw_rows,
                  (long long)ds->nusers, (long long)ds->ncatalog, (long long)ds->nexamples,

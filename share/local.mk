@@ -1,6 +1,7 @@
 # share/: pipelines, the generated quick-start data, documentation.
 pipelinesdir = $(datadir)/grm/pipelines
 dist_pipelines_DATA = share/pipelines/quickstart.ini share/pipelines/ml100k-retrieval.ini \
+	share/pipelines/ml100k-ranking.ini \
 	share/pipelines/beauty-retrieval.ini
 
 # The quick start trains on synthetic data written by grmhost's seeded generator: the

@@ -5,6 +5,8 @@ GRM_TEST_LIBS = tests/libharness.la libgrmcore.la
 EXTRA_DIST += tests/tally.sh
 
 # The out-of-tree SDK example, built by tests/test-sdk-example.sh against a DESTDIR install.
-TESTS += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh
-EXTRA_DIST += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh sdk/examples/transform-filter/filter.c \
+TESTS += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh \
+	tests/test-train-ranking.sh
+EXTRA_DIST += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh \
+	tests/test-train-ranking.sh sdk/examples/transform-filter/filter.c \
 	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/README.md
