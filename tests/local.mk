@@ -10,3 +10,10 @@ TESTS += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.s
 EXTRA_DIST += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh \
 	tests/test-train-ranking.sh sdk/examples/transform-filter/filter.c \
 	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/README.md
+
+# The public ABI: struct layouts pinned, every header self-contained.
+check_PROGRAMS += tests/test-abi-layout
+TESTS += tests/test-abi-layout tests/test-headers.sh
+tests_test_abi_layout_SOURCES = tests/test-abi-layout.c
+tests_test_abi_layout_LDADD = $(GRM_TEST_LIBS)
+EXTRA_DIST += tests/test-headers.sh
