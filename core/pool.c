@@ -15,9 +15,24 @@
 
 /* ---- allocation ---- */
 
+/* Tests make the Nth host allocation fail to walk every failure path (STYLE.md §8). */
+static atomic_llong alloc_count, alloc_fail_at;
+
+void grm__alloc_fail_at(int64_t n)
+{
+    atomic_store(&alloc_count, 0);
+    atomic_store(&alloc_fail_at, n);
+}
+
 void *grm__alloc(grm_device device, size_t bytes, size_t align)
 {
     void *p = NULL;
+    int64_t fail_at = atomic_load(&alloc_fail_at);
+    if (fail_at > 0 && atomic_fetch_add(&alloc_count, 1) + 1 == fail_at) {
+        grm_errorf(GRM_ENOMEM, "alloc: injected failure of allocation %lld (test)",
+                   (long long)fail_at);
+        return NULL;
+    }
     if (device.type != GRM_DEVICE_CPU) {
         grm_errorf(GRM_ENOTSUP, "alloc: device type %d is not supported by this host build",
                    device.type);

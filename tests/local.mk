@@ -12,8 +12,10 @@ EXTRA_DIST += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml1
 	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/README.md
 
 # The public ABI: struct layouts pinned, every header self-contained.
-check_PROGRAMS += tests/test-abi-layout
-TESTS += tests/test-abi-layout tests/test-headers.sh
+check_PROGRAMS += tests/test-abi-layout tests/test-alloc-failure
+TESTS += tests/test-abi-layout tests/test-headers.sh tests/test-alloc-failure
 tests_test_abi_layout_SOURCES = tests/test-abi-layout.c
 tests_test_abi_layout_LDADD = $(GRM_TEST_LIBS)
 EXTRA_DIST += tests/test-headers.sh
+tests_test_alloc_failure_SOURCES = tests/test-alloc-failure.c
+tests_test_alloc_failure_LDADD = $(GRM_TEST_LIBS)

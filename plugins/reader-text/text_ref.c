@@ -133,10 +133,11 @@ grm_status text_spec_parse(text_reader *r)
     r->fields = host->alloc(text_cpu, nout * sizeof(*r->fields), 0);
     r->bufs = host->alloc(text_cpu, nout * sizeof(*r->bufs), 0);
     r->cols = host->alloc(text_cpu, nout * sizeof(*r->cols), 0);
+    // zero whatever was allocated before checking: text_spec_free walks bufs
+    if (r->fields != NULL) memset(r->fields, 0, nout * sizeof(*r->fields));
+    if (r->bufs != NULL) memset(r->bufs, 0, nout * sizeof(*r->bufs));
+    if (r->cols != NULL) memset(r->cols, 0, nout * sizeof(*r->cols));
     if (r->fields == NULL || r->bufs == NULL || r->cols == NULL) return GRM_ENOMEM;
-    memset(r->fields, 0, nout * sizeof(*r->fields));
-    memset(r->bufs, 0, nout * sizeof(*r->bufs));
-    memset(r->cols, 0, nout * sizeof(*r->cols));
     for (int32_t i = 0; i < n; i++) {
         const text_colspec *const c = &r->spec[i];
         if (c->out < 0) continue;
