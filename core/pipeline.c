@@ -31,6 +31,7 @@ typedef struct train_cfg {
     double valid_fraction, test_fraction;
     const char *user_column, *sequence_column, *time_column, *item_table, *metrics_out;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
+    int64_t early_stop;
     grm_int_list topk;
 } train_cfg;
 
@@ -71,6 +72,10 @@ static const grm_param_decl train_params[] = {
       GRM_PARAM_RANGE(0, 1e12), NULL, "steps between validation runs (0: after each epoch)" },
     { "eval_batch", GRM_PARAM_INT, 0, offsetof(train_cfg, eval_batch), "256",
       GRM_PARAM_RANGE(1, 1 << 20), NULL, "users scored at once in evaluation" },
+    { "early_stop", GRM_PARAM_INT, 0, offsetof(train_cfg, early_stop), "0",
+      GRM_PARAM_RANGE(0, 1e6), NULL, "stop after this many validation runs without "
+      "improvement (NDCG@10 or AUC) and test the best model, kept as [checkpoint] "
+      "dir/best.*; 0: off" },
     { "topk", GRM_PARAM_INT_LIST, 0, offsetof(train_cfg, topk), "5,10,20",
       GRM_PARAM_RANGE(1, 1e9), NULL, "K of HR@K and NDCG@K (full ranking, leave-one-out)" },
     { NULL },
@@ -305,6 +310,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.log_every = tc->log_every;
     p->set.eval_every = tc->eval_every;
     p->set.eval_batch = tc->eval_batch;
+    p->set.early_stop = tc->early_stop;
     p->set.topk = tc->topk;
 
     /* plugins */
@@ -456,6 +462,13 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         p->set.ckpt_dir = cc->dir;
         p->set.ckpt_every = cc->every;
         p->set.ckpt_keep = cc->keep;
+        if (p->set.early_stop > 0 && !cc->dir[0]) {
+            const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "train"),
+                                                "early_stop");
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [train] early_stop keeps the best model as a "
+                            "checkpoint; set [checkpoint] dir", path, kv ? kv->line : 0);
+            goto fail;
+        }
     }
     {
         const grm_dense_ops *hops = p->head.plugin->info->ops;

@@ -45,7 +45,7 @@ typedef struct grm__settings {
     double valid_fraction, test_fraction;
     const char *user_column, *sequence_column, *time_column;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every;
-    int64_t eval_batch;
+    int64_t eval_batch, early_stop;
     grm_int_list topk;
     const char *metrics_out;
     const char *item_table;

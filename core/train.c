@@ -143,6 +143,10 @@ typedef struct trainer {
     int64_t *hist_end;        /* [B] */
     int64_t *users;           /* [B] retrieval: dataset user index; ranking: row index */
     int ranking;              /* [train] task = ranking */
+    int64_t ckpt_state[7];    /* trainer.state as checkpoints store it */
+    double best_score;        /* early stopping: best validation score so far */
+    int64_t best_step;        /* its step (0: none yet) */
+    int64_t bad_evals;        /* validation runs since it */
     float *labels;            /* [B, T] ranking labels of the step */
 } trainer;
 
@@ -811,7 +815,7 @@ static int64_t pick_k(const grm__rank_acc *a, int64_t want, int32_t *idx)
 /* Ranking evaluation of split (1 valid, 2 test): AUC, GAUC (grouped by user_column,
  * MTGRBoost §6.1) and logloss per task, beside the logloss of predicting the training
  * positive rate for every row (the constant baseline; its AUC is 0.5). */
-static grm_status run_eval_ranking(trainer *t, int split)
+static grm_status run_eval_ranking(trainer *t, int split, double *score)
 {
     grm__pipeline *p = t->p;
     grm__dataset *ds = t->ds;
@@ -859,6 +863,7 @@ static grm_status run_eval_ranking(trainer *t, int split)
             pl -= y * log(q) + (1 - y) * log(1 - q);
         }
         double auc = grm__auc(col_s, col_y, n);
+        if (k == 0 && score) *score = auc;
         snprintf(metric, sizeof metric, "auc%s%s", sep, T > 1 ? task : "");
         grm__metrics_emit(t->metrics, t->step, name, metric, auc);
         double gauc = NAN;
@@ -889,9 +894,11 @@ out:
     return st;
 }
 
-static grm_status run_eval(trainer *t, int split, int with_pop)
+/* Evaluate split (0 valid, 1 test); *score (optional) gets the model-selection metric:
+ * NDCG@10 (or the largest K) for retrieval, the first task's AUC for ranking. */
+static grm_status run_eval(trainer *t, int split, int with_pop, double *score)
 {
-    if (t->ranking) return run_eval_ranking(t, split + 1);
+    if (t->ranking) return run_eval_ranking(t, split + 1, score);
     grm__rank_acc acc, pop;
     const char *name = split ? "test" : "valid";
     grm_status st = evaluate(t, split, &acc, with_pop ? &pop : NULL);
@@ -901,6 +908,7 @@ static grm_status run_eval(trainer *t, int split, int with_pop)
     int32_t ki;
     int64_t k = pick_k(&acc, 10, &ki);
     double n = acc.n ? (double)acc.n : 1.0;
+    if (score) *score = acc.ndcg[ki] / n;
     if (!t->opts->quiet)
         grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s: hr@%lld %.4f ndcg@%lld %.4f over %lld "
                  "users%s", (long long)t->step, name, (long long)k, acc.hr[ki] / n,
@@ -954,8 +962,6 @@ static grm_tensor tensor1(void *data, int32_t dtype, int64_t n)
                          .device = CPU };
 }
 
-static int64_t g_trainer_state[4];
-
 static grm_status collect_state(trainer *t, ckpt_list *l, int64_t *steps_buf)
 {
     grm__pipeline *p = t->p;
@@ -980,11 +986,15 @@ static grm_status collect_state(trainer *t, ckpt_list *l, int64_t *steps_buf)
     if ((st = ckl_add(l, "", "trainer.param_steps",
                       tensor1(steps_buf, GRM_DTYPE_I64, t->nparams))) != GRM_OK)
         return st;
-    g_trainer_state[0] = t->step;
-    g_trainer_state[1] = p->set.seed;
-    g_trainer_state[2] = t->ds->nexamples;
-    g_trainer_state[3] = p->set.batch_size;
-    return ckl_add(l, "", "trainer.state", tensor1(g_trainer_state, GRM_DTYPE_I64, 4));
+    /* step, seed, examples, batch size, then the early-stopping state */
+    t->ckpt_state[0] = t->step;
+    t->ckpt_state[1] = p->set.seed;
+    t->ckpt_state[2] = t->ds->nexamples;
+    t->ckpt_state[3] = p->set.batch_size;
+    t->ckpt_state[4] = t->best_step;
+    memcpy(&t->ckpt_state[5], &t->best_score, sizeof(double));
+    t->ckpt_state[6] = t->bad_evals;
+    return ckl_add(l, "", "trainer.state", tensor1(t->ckpt_state, GRM_DTYPE_I64, 7));
 }
 
 static int is_ckpt_name(const char *name, const char *ext, int64_t *step)
@@ -1068,7 +1078,9 @@ static grm_status make_dirs(const char *dir)
     return GRM_OK;
 }
 
-static grm_status save_ckpt(trainer *t)
+/* Write a checkpoint named `file` in the checkpoint directory (NULL: step-N.ext, with
+ * pruning of the oldest). */
+static grm_status save_ckpt_as(trainer *t, const char *file)
 {
     grm__pipeline *p = t->p;
     const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
@@ -1081,13 +1093,16 @@ static grm_status save_ckpt(trainer *t)
     int64_t *steps_buf = calloc((size_t)t->nparams + 1, sizeof *steps_buf);
     if (!steps_buf) return grm_errorf(GRM_ENOMEM, "out of memory");
     if ((st = collect_state(t, &l, steps_buf)) != GRM_OK) goto out;
-    snprintf(path, sizeof path, "%s/step-%010lld.%s", dir, (long long)t->step,
-             kops->extension(p->ckpt.inst));
+    if (file)
+        snprintf(path, sizeof path, "%s/%s.%s", dir, file, kops->extension(p->ckpt.inst));
+    else
+        snprintf(path, sizeof path, "%s/step-%010lld.%s", dir, (long long)t->step,
+                 kops->extension(p->ckpt.inst));
     snprintf(meta, sizeof meta, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
              "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":1,\"rank\":0,\"seed\":%lld}",
              GRM_VERSION_STRING, p->set.name, (long long)t->step, (long long)p->set.seed);
     if ((st = kops->save(p->ckpt.inst, path, l.v, l.n, meta)) != GRM_OK) goto out;
-    prune_ckpts(dir, kops->extension(p->ckpt.inst), p->set.ckpt_keep);
+    if (!file) prune_ckpts(dir, kops->extension(p->ckpt.inst), p->set.ckpt_keep);
     if (!t->opts->quiet) grm__log(GRM_LOG_INFO, "grmhost", "checkpoint %s", path);
 out:
     ckl_free(&l);
@@ -1098,7 +1113,7 @@ out:
 typedef struct load_ctx {
     trainer *t;
     int64_t loaded;
-    int64_t state[4];
+    int64_t state[7];
     int have_state;
     int64_t *param_steps;
     const char *path;
@@ -1121,8 +1136,9 @@ static grm_status load_visit(void *user, const grm_named_tensor *nt)
         c->loaded++;
         return GRM_OK;
     }
-    if (strcmp(name, "trainer.state") == 0 && numel == 4 && nt->tensor.dtype == GRM_DTYPE_I64) {
-        memcpy(c->state, nt->tensor.data, sizeof c->state);
+    if (strcmp(name, "trainer.state") == 0 && (numel == 4 || numel == 7)
+        && nt->tensor.dtype == GRM_DTYPE_I64) {
+        memcpy(c->state, nt->tensor.data, (size_t)numel * sizeof(int64_t));
         c->have_state = 1;
         return GRM_OK;
     }
@@ -1169,6 +1185,9 @@ static grm_status load_ckpt(trainer *t, const char *path)
                         (long long)expect);
     if (st == GRM_OK) {
         t->step = c.state[0];
+        t->best_step = c.state[4];
+        memcpy(&t->best_score, &c.state[5], sizeof(double));
+        t->bad_evals = c.state[6];
         for (int32_t i = 0; i < t->nparams; i++) t->params[i].steps = c.param_steps[i];
         if (c.state[2] != t->ds->nexamples || c.state[3] != t->p->set.batch_size)
             grm__log(GRM_LOG_WARN, "grmhost", "%s: written with %lld examples and batch size "
@@ -1178,6 +1197,33 @@ static grm_status load_ckpt(trainer *t, const char *path)
     }
     free(c.param_steps);
     return st;
+}
+
+static grm_status save_ckpt(trainer *t)
+{
+    return save_ckpt_as(t, NULL);
+}
+
+/* Early stopping: record a validation score; keep the model when it is the best so far.
+ * Sets *stop when the patience is exhausted. */
+static grm_status track_best(trainer *t, double score, int *stop)
+{
+    int64_t patience = t->p->set.early_stop;
+    *stop = 0;
+    if (patience <= 0) return GRM_OK;
+    if (t->best_step == 0 || score > t->best_score) {
+        t->best_score = score;
+        t->best_step = t->step;
+        t->bad_evals = 0;
+        return save_ckpt_as(t, "best");
+    }
+    if (++t->bad_evals >= patience) {
+        grm__log(GRM_LOG_INFO, "grmhost", "early stop at step %lld: no better validation "
+                 "score in %lld runs (best %.4f at step %lld)", (long long)t->step,
+                 (long long)t->bad_evals, t->best_score, (long long)t->best_step);
+        *stop = 1;
+    }
+    return GRM_OK;
 }
 
 /* ---- signals and progress ---- */
@@ -1286,6 +1332,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     int64_t eval_every = s->eval_every ? s->eval_every : t.steps_per_epoch;
     int64_t ckpt_every = s->ckpt_every ? s->ckpt_every : t.steps_per_epoch;
     int64_t limit = t.total_steps;
+    int early_stopped = 0;
     if (opts->max_steps > 0 && t.step + opts->max_steps < limit) limit = t.step + opts->max_steps;
     while (t.step < limit && !t.stop) {
         double loss = 0;
@@ -1313,7 +1360,10 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         if (t.loop_ok) uv_run(&t.loop, UV_RUN_NOWAIT);
         if (t.step % eval_every == 0 && t.step != limit) {
             if (tty) fputc('\n', stderr);
-            if ((st = run_eval(&t, 0, 0)) != GRM_OK) goto out;
+            double score = 0;
+            if ((st = run_eval(&t, 0, 0, &score)) != GRM_OK) goto out;
+            if ((st = track_best(&t, score, &early_stopped)) != GRM_OK) goto out;
+            if (early_stopped) break;
         }
         if (t.step % ckpt_every == 0 && t.step != limit && !t.stop)
             if ((st = save_ckpt(&t)) != GRM_OK) goto out;
@@ -1338,8 +1388,24 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
                  (double)samples / (el > 0 ? el : 1e-9), 1e3 * t.t_batch / n,
                  1e3 * t.t_lookup / n, 1e3 * t.t_fwd / n, 1e3 * t.t_bwd / n, 1e3 * t.t_opt / n);
     }
-    if ((st = run_eval(&t, 0, 1)) != GRM_OK) goto out;
-    if ((st = run_eval(&t, 1, 1)) != GRM_OK) goto out;
+    if (s->early_stop > 0) {
+        /* the final model competes too; then test the best one */
+        double score = 0;
+        char best[4096];
+        if (!early_stopped) {
+            if ((st = run_eval(&t, 0, 0, &score)) != GRM_OK) goto out;
+            if ((st = track_best(&t, score, &early_stopped)) != GRM_OK) goto out;
+        }
+        if (t.best_step != t.step) {
+            snprintf(best, sizeof best, "%s/best.%s", s->ckpt_dir, kops->extension(p->ckpt.inst));
+            if ((st = load_ckpt(&t, best)) != GRM_OK) goto out;
+            grm__log(GRM_LOG_INFO, "grmhost", "restored the best model (step %lld, validation "
+                     "%s %.4f) from %s", (long long)t.step, t.ranking ? "auc" : "ndcg",
+                     t.best_score, best);
+        }
+    }
+    if ((st = run_eval(&t, 0, 1, NULL)) != GRM_OK) goto out;
+    if ((st = run_eval(&t, 1, 1, NULL)) != GRM_OK) goto out;
     finish_summary(&t, stdout);
 out:
     if (t.loop_ok) {
@@ -1380,8 +1446,8 @@ grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
     if ((st = load_ckpt(&t, path)) != GRM_OK) goto out;
     if (!opts->quiet)
         grm__log(GRM_LOG_INFO, "grmhost", "evaluating %s (step %lld)", path, (long long)t.step);
-    if ((st = run_eval(&t, 0, 1)) != GRM_OK) goto out;
-    if ((st = run_eval(&t, 1, 1)) != GRM_OK) goto out;
+    if ((st = run_eval(&t, 0, 1, NULL)) != GRM_OK) goto out;
+    if ((st = run_eval(&t, 1, 1, NULL)) != GRM_OK) goto out;
     finish_summary(&t, stdout);
 out:
     grm__dataset_destroy(t.ds);

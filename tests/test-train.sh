@@ -11,7 +11,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-train-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 n=0
 ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
-echo "1..11"
+echo "1..13"
 
 "$g" generate --users 400 --items 300 --clusters 10 --seed 7 --out "$tmp/data.tsv" || exit 1
 ini() { # $1 file, $2 checkpoint dir, $3 steps
@@ -138,3 +138,18 @@ ok $rc "eval --checkpoint reproduces the trained run's valid and test metrics ex
 rc=$?
 test $rc -ne 0 && grep -q "$tmp/nonexistent" "$tmp/f.err"
 ok $? "eval of a missing checkpoint fails naming it"
+
+# 6. early stopping keeps the best model and tests it
+ini "$tmp/g.ini" "$tmp/ck-g" 400
+sed -i -e 's/^eval_every = .*/eval_every = 20\nearly_stop = 1/' -e 's/^lr = 0.01/lr = 0.2/' "$tmp/g.ini"
+"$g" train --fresh --metrics-out "$tmp/g.jsonl" "$tmp/g.ini" >"$tmp/g.out" 2>"$tmp/g.err"
+rc=$?
+grep -E "early stop|restored" "$tmp/g.err" | sed 's/^/# /'
+best=$(sed -n 's/.*restored the best model (step \([0-9]*\),.*/\1/p' "$tmp/g.err")
+test $rc -eq 0 && grep -q "early stop at step" "$tmp/g.err" && test -n "$best" && test -f "$tmp/ck-g/best.grm"
+ok $? "early_stop ends training when validation stops improving and restores best.grm"
+# the validation NDCG@10 logged at the best step during training equals the final one
+n_same=$(grep "\"step\":$best,\"split\":\"valid\",\"name\":\"ndcg@10\"" "$tmp/g.jsonl" | sed 's/.*"value"://' | sort -u | wc -l)
+n_all=$(grep -c "\"step\":$best,\"split\":\"valid\",\"name\":\"ndcg@10\"" "$tmp/g.jsonl")
+test "${n_all:-0}" -ge 2 && test "$n_same" -eq 1
+ok $? "the restored model reproduces its validation NDCG@10 exactly (step ${best:-?})"
