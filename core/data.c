@@ -4,6 +4,8 @@
  * training), the training examples and the item catalog. */
 #include "pipeline.h"
 
+#include <grm/rng.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,7 +88,8 @@ static grm_status collect(collector *co, const grm_chunk *c)
     const grm_column *seq = find_col(c, s->sequence_column);
     const grm_column *ts = co->want_times ? find_col(c, s->time_column) : NULL;
     grm_status st;
-    if (!u || u->type != GRM_COL_I64) return col_error(co->p, c, "user_column", s->user_column, "I64");
+    if (!u || u->type != GRM_COL_I64)
+        return col_error(co->p, c, "user_column", s->user_column, "I64");
     if (!seq || seq->type != GRM_COL_LIST_I64)
         return col_error(co->p, c, "sequence_column", s->sequence_column, "LIST_I64");
     if (co->want_times && (!ts || ts->type != GRM_COL_LIST_I64))
@@ -305,11 +308,8 @@ static grm_status finish_ranking(grm__pipeline *p, collector *co, grm__dataset *
     }
     uint64_t salt = (uint64_t)s->seed * 0x9e3779b97f4a7c15ULL + 0x5b1;
     for (int64_t r = 0; r < N; r++) {
-        uint64_t h = (uint64_t)r + salt;
-        h = (h ^ (h >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        h = (h ^ (h >> 27)) * 0x94d049bb133111ebULL;
-        h ^= h >> 31;
-        double u = (double)(h >> 11) * 0x1.0p-53;
+        uint64_t state = salt + (uint64_t)r;   /* a pure function of (seed, row) */
+        double u = grm_rng_uniform01(&state);
         int k = u < s->test_fraction ? 2 : u < s->test_fraction + s->valid_fraction ? 1 : 0;
         ds->split_rows[k][ds->nsplit[k]++] = r;
         if (k == 0)

@@ -9,23 +9,12 @@
 #include "grm_core.h"
 #include "gen.h"
 
+#include <grm/rng.h>
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t gen_next(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static double gen_u01(uint64_t *s)
-{
-    return (double)(gen_next(s) >> 11) * 0x1.0p-53;
-}
 
 /* Index drawn from a cumulative table cdf [n] (last entry 1). */
 static int64_t draw(const double *cdf, int64_t n, double u)
@@ -63,26 +52,27 @@ grm_status grm__generate(const grm__gen_opts *o, FILE *out)
     if (fprintf(out, "user\titem\tts\n") < 0) goto ioerr;
     for (int64_t u = 1; u <= o->users; u++) {
         /* long tail of lengths: log-normal around 18 */
-        double z = sqrt(-2 * log(gen_u01(&s) + 1e-300)) * cos(2 * M_PI * gen_u01(&s));
+        double u1 = grm_rng_uniform01(&s), u2 = grm_rng_uniform01(&s);
+        double z = sqrt(-2 * log(u1 + 1e-300)) * cos(2 * M_PI * u2);   /* Box-Muller */
         int64_t len = (int64_t)exp(log(18.0) + 0.8 * z);
         if (len < o->min_len) len = o->min_len;
         if (len > o->max_len) len = o->max_len;
         if (len > per * K / 2) len = per * K / 2;
-        int64_t home = draw(clus_cdf, K, gen_u01(&s)), cur = home, last = -1;
-        int64_t ts = 1700000000 + (int64_t)(gen_u01(&s) * 3e7);
+        int64_t home = draw(clus_cdf, K, grm_rng_uniform01(&s)), cur = home, last = -1;
+        int64_t ts = 1700000000 + (int64_t)(grm_rng_uniform01(&s) * 3e7);
         for (int64_t j = 0; j < len; j++) {
             int64_t item = 0;
             for (int tries = 0; tries < 32; tries++) {
-                double r = gen_u01(&s);
+                double r = grm_rng_uniform01(&s);
                 if (last >= 0 && r < 0.35) {
                     /* successor of the last item in its cluster */
                     int64_t c = (last - 1) / per, rank = (last - 1) % per;
-                    rank = (rank + 1 + (int64_t)(gen_u01(&s) * 3)) % per;
+                    rank = (rank + 1 + (int64_t)(grm_rng_uniform01(&s) * 3)) % per;
                     item = c * per + rank + 1;
                 } else {
-                    if (r > 0.9) cur = draw(clus_cdf, K, gen_u01(&s));
+                    if (r > 0.9) cur = draw(clus_cdf, K, grm_rng_uniform01(&s));
                     else if (r > 0.8) cur = home;
-                    item = cur * per + draw(item_cdf, per, gen_u01(&s)) + 1;
+                    item = cur * per + draw(item_cdf, per, grm_rng_uniform01(&s)) + 1;
                 }
                 if (item <= M && !seen[item]) break;
             }
@@ -90,7 +80,8 @@ grm_status grm__generate(const grm__gen_opts *o, FILE *out)
             seen[item] = 1;
             hist[j] = item;
             last = item;
-            ts += 60 + (int64_t)(-log(gen_u01(&s) + 1e-12) * (gen_u01(&s) < 0.7 ? 600 : 86400));
+            double gap = -log(grm_rng_uniform01(&s) + 1e-12);   /* exponential */
+            ts += 60 + (int64_t)(gap * (grm_rng_uniform01(&s) < 0.7 ? 600 : 86400));
             if (fprintf(out, "%lld\t%lld\t%lld\n", (long long)u, (long long)item,
                         (long long)ts) < 0)
                 goto ioerr;

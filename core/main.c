@@ -40,7 +40,8 @@ static const char usage_train[] =
     "options:\n"
     "  --fresh              ignore existing checkpoints and start from step 0\n"
     "  --metrics-out FILE   append every metric as a JSON object per line\n"
-    "                       ({\"step\",\"split\",\"name\",\"value\"}); overrides [train] metrics_out\n"
+    "                       ({\"step\",\"split\",\"name\",\"value\"});\n"
+    "                       overrides [train] metrics_out\n"
     "  --max-steps N        stop after N more steps (a checkpoint is written)\n"
     "  -q, --quiet          print only errors and the final table\n"
     "  -v, --verbose        print debug messages\n"
@@ -254,7 +255,8 @@ static int cmd_generate(int argc, char **argv)
         default: fprintf(stderr, "\n%s", usage_generate); return 2;
         }
     }
-    if (optind != argc) return usage_error(usage_generate, "unexpected argument '%s'", argv[optind]);
+    if (optind != argc)
+        return usage_error(usage_generate, "unexpected argument '%s'", argv[optind]);
     if (o.clusters > o.items) o.clusters = o.items;
     FILE *f = stdout;
     char tmp[4096];

@@ -427,7 +427,8 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         }
     }
     int found = ranking;
-    for (int32_t t = 0; t < p->ntables; t++) found |= strcmp(p->tables[t].name, p->set.item_table) == 0;
+    for (int32_t t = 0; t < p->ntables; t++)
+        found |= strcmp(p->tables[t].name, p->set.item_table) == 0;
     if (!found) {
         st = grm_errorf(GRM_EINVAL, "%s: [train] item_table = %s is not a table of any "
                         "feature", path, p->set.item_table);

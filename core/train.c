@@ -13,6 +13,8 @@
  * resumed from a checkpoint continues exactly as the uninterrupted run would have. */
 #include "pipeline.h"
 
+#include <grm/rng.h>
+
 #include <cblas.h>
 #include <dirent.h>
 #include <errno.h>
@@ -26,16 +28,6 @@
 #include <uv.h>
 
 #define CPU ((grm_device){ GRM_DEVICE_CPU, 0 })
-
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
 
 static double now_s(void)
 {
@@ -72,7 +64,7 @@ static void ws_reset(table_ws *w)
 /* Slot of id in the working set, adding it when new. */
 static grm_status ws_slot(table_ws *w, int64_t id, int64_t *slot)
 {
-    uint64_t h = mix64((uint64_t)id) & (uint64_t)(w->hcap - 1);
+    uint64_t h = grm_mix64((uint64_t)id) & (uint64_t)(w->hcap - 1);
     for (;;) {
         if (w->hgen[h] != w->gen) {
             if (w->n >= w->cap)
@@ -218,7 +210,7 @@ static grm_status setup(trainer *t)
     t->dims[0] = t->din;
     for (int32_t i = 0; i < p->ndense; i++) {
         const grm_dense_ops *ops = p->dense[i].plugin->info->ops;
-        uint64_t seed = mix64((uint64_t)s->seed ^ mix64(0xd5e0 + (uint64_t)i));
+        uint64_t seed = grm_mix64((uint64_t)s->seed ^ grm_mix64(0xd5e0 + (uint64_t)i));
         if ((st = ops->create(p->dense[i].config.data, t->dims[i], seed, &p->dense[i].inst))
             != GRM_OK) {
             grm_error_prefix("[%s] %s: ", p->dense[i].label, p->dense[i].plugin->info->name);
@@ -368,12 +360,14 @@ static void teardown(trainer *t)
     if (p->emb.inst) t->eops->destroy(p->emb.inst);
     p->emb.inst = NULL;
     for (int32_t i = 0; i < p->ndense; i++) {
-        if (p->dense[i].inst) ((const grm_dense_ops *)p->dense[i].plugin->info->ops)->destroy(p->dense[i].inst);
+        const grm_dense_ops *ops = p->dense[i].plugin->info->ops;
+        if (p->dense[i].inst) ops->destroy(p->dense[i].inst);
         p->dense[i].inst = NULL;
     }
     if (p->head.inst) t->hops->destroy(p->head.inst);
     p->head.inst = NULL;
-    if (p->opt_sparse.inst) ((const grm_opt_ops *)p->opt_sparse.plugin->info->ops)->destroy(p->opt_sparse.inst);
+    const grm_opt_ops *sops = p->opt_sparse.plugin->info->ops;
+    if (p->opt_sparse.inst) sops->destroy(p->opt_sparse.inst);
     if (p->opt_dense.inst) t->dops->destroy(p->opt_dense.inst);
     if (p->ckpt.inst) ((const grm_ckpt_ops *)p->ckpt.plugin->info->ops)->destroy(p->ckpt.inst);
     if (p->comm.inst) ((const grm_comm_ops *)p->comm.plugin->info->ops)->destroy(p->comm.inst);
@@ -536,10 +530,10 @@ static void ensure_perm(trainer *t, int64_t epoch)
 {
     if (t->perm_epoch == epoch) return;
     int64_t n = t->ds->nexamples;
-    uint64_t s = mix64((uint64_t)t->p->set.seed ^ mix64(0xe90c + (uint64_t)epoch));
+    uint64_t s = grm_mix64((uint64_t)t->p->set.seed ^ grm_mix64(0xe90c + (uint64_t)epoch));
     for (int64_t i = 0; i < n; i++) t->perm[i] = i;
     for (int64_t i = n - 1; i > 0; i--) {
-        s = mix64(s + 0x9e3779b97f4a7c15ULL);
+        s = grm_mix64(s + 0x9e3779b97f4a7c15ULL);
         int64_t j = (int64_t)(s % (uint64_t)(i + 1));
         int64_t tmp = t->perm[i];
         t->perm[i] = t->perm[j];
@@ -579,7 +573,7 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
             pos_ids[k] = ds->items[ds->ex_pos[e]];
         }
         grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
-        uint64_t nseed = mix64((uint64_t)s->seed ^ mix64(0x5eed + (uint64_t)step));
+        uint64_t nseed = grm_mix64((uint64_t)s->seed ^ grm_mix64(0x5eed + (uint64_t)step));
         if ((st = t->hops->negatives(p->head.inst, t->neg_ids, &nneg, t->R, &cat, nseed))
             != GRM_OK)
             return st;
