@@ -106,7 +106,7 @@ typedef struct trainer {
     void *dopt;
     int32_t item_table;
     int64_t B;                /* buffer rows: max(batch_size, eval_batch) */
-    int64_t R;                /* negatives per step */
+    int64_t R;                /* most negatives per step: capacity of the neg buffers */
     table_ws *ws;             /* [ntables] */
     int64_t **fslots;         /* [nfeatures][B * window] */
     int64_t **foff;           /* [nfeatures][B+1] */
@@ -447,9 +447,11 @@ static grm_status pool_range(void *vctx, int64_t lo, int64_t hi)
 }
 
 /* Build the dense input for b samples: users[b] (dataset index) whose history ends
- * (exclusively) at absolute item index hist_end[b]. Adds targets (train: pos ids and
- * negatives) to the item table's working set when pos_ids is non-NULL. */
-static grm_status build_batch(trainer *t, int64_t b, const int64_t *pos_ids, int training)
+ * (exclusively) at absolute item index hist_end[b] (ranking: users[b] is the row). Adds
+ * the step's targets, pos_ids [b] and neg_ids [nneg], to the item table's working set when
+ * pos_ids is non-NULL. */
+static grm_status build_batch(trainer *t, int64_t b, const int64_t *pos_ids, int64_t nneg,
+                               int training)
 {
     grm__pipeline *p = t->p;
     grm__dataset *ds = t->ds;
@@ -484,7 +486,7 @@ static grm_status build_batch(trainer *t, int64_t b, const int64_t *pos_ids, int
         table_ws *w = &t->ws[t->item_table];
         for (int64_t k = 0; k < b; k++)
             if ((st = ws_slot(w, pos_ids[k], &t->pos_slot[k])) != GRM_OK) return st;
-        for (int64_t r = 0; r < t->R; r++)
+        for (int64_t r = 0; r < nneg; r++)
             if ((st = ws_slot(w, t->neg_ids[r], &t->neg_slot[r])) != GRM_OK) return st;
     }
     double t1 = now_s();
@@ -556,7 +558,7 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     int32_t T = ds->ntasks;
     ensure_perm(t, epoch);
 
-    int64_t *pos_ids = NULL, nneg = 0, R_saved = t->R;
+    int64_t *pos_ids = NULL, nneg = 0;
     if (t->ranking) {
         for (int64_t k = 0; k < b; k++) {
             int64_t r = ds->split_rows[0][t->perm[pos + k]];
@@ -577,9 +579,8 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
         if ((st = t->hops->negatives(p->head.inst, t->neg_ids, &nneg, t->R, &cat, nseed))
             != GRM_OK)
             return st;
-        t->R = nneg;
     }
-    st = build_batch(t, b, pos_ids, 1);
+    st = build_batch(t, b, pos_ids, nneg, 1);
     if (st != GRM_OK) goto out;
 
     double t0 = now_s();
@@ -684,7 +685,6 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     *loss_out = io.loss;
     *samples_out = b;
 out:
-    t->R = R_saved;
     grm__scratch_reset();
     return st;
 }
@@ -762,7 +762,7 @@ static grm_status evaluate(trainer *t, int split, grm__rank_acc *acc, grm__rank_
             b++;
         }
         if (b == 0) break;
-        if ((st = build_batch(t, b, NULL, 0)) != GRM_OK) break;
+        if ((st = build_batch(t, b, NULL, 0, 0)) != GRM_OK) break;
         if ((st = dense_forward(t, b, 0, t->step)) != GRM_OK) break;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)C, D, 1.0f,
                     t->acts[L], D, t->cat_rows, D, 0.0f, t->scores, (int)C);
@@ -836,7 +836,7 @@ static grm_status run_eval_ranking(trainer *t, int split, double *score)
             memcpy(labels + (r0 + k) * T, ds->labels + r * T, (size_t)T * sizeof(float));
             groups[r0 + k] = ds->groups ? ds->groups[r] : 0;
         }
-        if ((st = build_batch(t, b, NULL, 0)) != GRM_OK) goto out;
+        if ((st = build_batch(t, b, NULL, 0, 0)) != GRM_OK) goto out;
         if ((st = dense_forward(t, b, 0, t->step)) != GRM_OK) goto out;
         grm_loss_io io = { .struct_size = sizeof io, .ntasks = T, .rows = b, .dim = T,
                            .pred = t->acts[L], .labels = labels + r0 * T,
