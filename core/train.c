@@ -1001,14 +1001,15 @@ static int is_ckpt_name(const char *name, const char *ext, int64_t *step)
     return 1;
 }
 
-/* Newest checkpoint in dir into path (empty when none). */
-static grm_status newest_ckpt(const char *dir, const char *ext, char *path, size_t cap,
-                              int64_t *count)
+/* One pass over dir's step-N.ext checkpoints: the newest and the oldest (paths of cap
+ * bytes, empty when none) and how many there are. A missing dir holds none. */
+static grm_status scan_ckpts(const char *dir, const char *ext, char *newest, char *oldest,
+                             size_t cap, int64_t *count)
 {
     DIR *d = opendir(dir);
-    int64_t best = -1, n = 0;
-    path[0] = '\0';
-    if (count) *count = 0;
+    int64_t hi = -1, lo = INT64_MAX, n = 0;
+    newest[0] = oldest[0] = '\0';
+    *count = 0;
     if (!d) {
         if (errno == ENOENT) return GRM_OK;
         return grm_errorf(GRM_EIO, "%s: cannot read checkpoint directory: %s", dir,
@@ -1019,37 +1020,36 @@ static grm_status newest_ckpt(const char *dir, const char *ext, char *path, size
         int64_t s;
         if (!is_ckpt_name(e->d_name, ext, &s)) continue;
         n++;
-        if (s > best) {
-            best = s;
-            snprintf(path, cap, "%s/%s", dir, e->d_name);
+        if (s > hi) {
+            hi = s;
+            snprintf(newest, cap, "%s/%s", dir, e->d_name);
+        }
+        if (s < lo) {
+            lo = s;
+            snprintf(oldest, cap, "%s/%s", dir, e->d_name);
         }
     }
     closedir(d);
-    if (count) *count = n;
+    *count = n;
     return GRM_OK;
 }
 
+/* Newest checkpoint in dir into path [cap] (empty when none). */
+static grm_status newest_ckpt(const char *dir, const char *ext, char *path, size_t cap)
+{
+    char oldest[4096];
+    int64_t n;
+    return scan_ckpts(dir, ext, path, oldest, cap < sizeof oldest ? cap : sizeof oldest, &n);
+}
+
+/* Delete the oldest checkpoints until at most keep remain. */
 static void prune_ckpts(const char *dir, const char *ext, int64_t keep)
 {
-    for (;;) {
-        DIR *d = opendir(dir);
-        int64_t oldest = INT64_MAX, n = 0;
-        char victim[4096] = "";
-        if (!d) return;
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            int64_t s;
-            if (!is_ckpt_name(e->d_name, ext, &s)) continue;
-            n++;
-            if (s < oldest) {
-                oldest = s;
-                snprintf(victim, sizeof victim, "%s/%s", dir, e->d_name);
-            }
-        }
-        closedir(d);
-        if (n <= keep || !victim[0]) return;
-        unlink(victim);
-    }
+    char newest[4096], oldest[4096];
+    int64_t n;
+    while (scan_ckpts(dir, ext, newest, oldest, sizeof oldest, &n) == GRM_OK && n > keep
+           && oldest[0] && unlink(oldest) == 0)
+        ;
 }
 
 /* mkdir -p */
@@ -1298,8 +1298,8 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
 
     if (s->ckpt_dir[0] && !opts->fresh) {
         char path[4096];
-        if ((st = newest_ckpt(s->ckpt_dir, kops->extension(p->ckpt.inst), path, sizeof path,
-                              NULL)) != GRM_OK)
+        if ((st = newest_ckpt(s->ckpt_dir, kops->extension(p->ckpt.inst), path, sizeof path))
+            != GRM_OK)
             goto out;
         if (path[0]) {
             if ((st = load_ckpt(&t, path)) != GRM_OK) goto out;
@@ -1427,7 +1427,7 @@ grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
     }
     if (S_ISDIR(sb.st_mode)) {
         if ((st = newest_ckpt(opts->checkpoint, kops->extension(p->ckpt.inst), path,
-                              sizeof path, NULL)) != GRM_OK)
+                              sizeof path)) != GRM_OK)
             goto out;
         if (!path[0]) {
             st = grm_errorf(GRM_ENOTFOUND, "%s: no step-*.%s checkpoint in this directory",
