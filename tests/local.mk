@@ -2,7 +2,7 @@
 check_LTLIBRARIES += tests/libharness.la
 tests_libharness_la_SOURCES = tests/harness.c tests/harness.h tests/tap.h
 GRM_TEST_LIBS = tests/libharness.la libgrmcore.la
-EXTRA_DIST += tests/tally.sh
+EXTRA_DIST += tests/tally.sh tests/tap.sh
 
 # The out-of-tree SDK example, built by tests/test-sdk-example.sh against a DESTDIR install.
 TESTS += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh \

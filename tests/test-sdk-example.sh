@@ -8,8 +8,7 @@ echo "1..6"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-sdk-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 dest=$tmp/dest
-n=0
-ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
+. "$GRM_TOP_SRCDIR/tests/tap.sh"
 
 ${MAKE:-make} -s -C "$GRM_TOP_BUILDDIR" install DESTDIR="$dest" >"$tmp/install.log" 2>&1
 rc=$?

@@ -9,9 +9,7 @@ set -u
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-rank-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-n=0
-ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
-val() { grep "\"split\":\"$2\",\"name\":\"$3\"" "$1" | tail -1 | sed 's/.*"value":\([^}]*\)}/\1/'; }
+. "$GRM_TOP_SRCDIR/tests/tap.sh"
 echo "1..6"
 
 # rows: user, item, click = item is odd, buy = item divisible by 5
@@ -46,9 +44,9 @@ EOI
 rc=$?
 [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/two.err" | tail -5
 ok $rc "a two-task ranking pipeline trains with the default head dense-bce"
-a1=$(val "$tmp/two.jsonl" test auc.click); a2=$(val "$tmp/two.jsonl" test auc.buy)
-ll=$(val "$tmp/two.jsonl" test logloss)
-p1=$(val "$tmp/two.jsonl" test prior_logloss.click); p2=$(val "$tmp/two.jsonl" test prior_logloss.buy)
+a1=$(metric "$tmp/two.jsonl" test auc.click); a2=$(metric "$tmp/two.jsonl" test auc.buy)
+ll=$(metric "$tmp/two.jsonl" test logloss)
+p1=$(metric "$tmp/two.jsonl" test prior_logloss.click); p2=$(metric "$tmp/two.jsonl" test prior_logloss.buy)
 echo "# test auc.click $a1 auc.buy $a2 logloss $ll (constant priors $p1 + $p2)"
 awk -v a="${a1:-0}" -v b="${a2:-0}" 'BEGIN { exit !(a > 0.9 && b > 0.9) }'
 ok $? "both tasks learn their item-defined labels (test AUC > 0.9 each)"
@@ -71,8 +69,8 @@ fi
 sed -e "s|^path = .*u.data.zst|path = $data|" -e "s|^dir = .*|dir = $tmp/ck|" \
     "$GRM_TOP_SRCDIR/share/pipelines/ml100k-ranking.ini" >"$tmp/ml.ini"
 "$g" train --fresh --metrics-out "$tmp/ml.jsonl" "$tmp/ml.ini" >/dev/null 2>"$tmp/ml.err"
-auc=$(val "$tmp/ml.jsonl" test auc); gauc=$(val "$tmp/ml.jsonl" test gauc)
-ll=$(val "$tmp/ml.jsonl" test logloss); pl=$(val "$tmp/ml.jsonl" test prior_logloss)
+auc=$(metric "$tmp/ml.jsonl" test auc); gauc=$(metric "$tmp/ml.jsonl" test gauc)
+ll=$(metric "$tmp/ml.jsonl" test logloss); pl=$(metric "$tmp/ml.jsonl" test prior_logloss)
 echo "# ml100k rating>=4: test auc $auc gauc $gauc logloss $ll (constant prior $pl)"
 awk -v a="${auc:-0}" -v l="${ll:-9}" -v p="${pl:-0}" 'BEGIN { exit !(a > 0.75 && l < p) }'
 ok $? "ml100k-ranking: test AUC > 0.75 and logloss below the constant prior"

@@ -5,12 +5,11 @@
 # save -> load restores every tensor exactly); a corrupted checkpoint is refused; eval
 # reproduces the final metrics from the checkpoint. TAP output.
 set -u
-: "${GRM_TOP_BUILDDIR:?run through make check}"
+: "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-train-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-n=0
-ok() { n=$((n + 1)); if [ "$1" -eq 0 ]; then echo "ok $n - $2"; else echo "not ok $n - $2"; fi; }
+. "$GRM_TOP_SRCDIR/tests/tap.sh"
 echo "1..13"
 
 "$g" generate --users 400 --items 300 --clusters 10 --seed 7 --out "$tmp/data.tsv" || exit 1
