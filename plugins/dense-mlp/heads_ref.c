@@ -140,7 +140,7 @@ void ssm_draw(int64_t *idx, int64_t n, const double *cdf, int64_t cdf_n, uint64_
 {
     uint64_t state = mlp_mix64(seed ^ 0x3c6ef372fe94f82bULL);
     for (int64_t i = 0; i < n; i++) {
-        const double u = mlp_unit(mlp_splitmix64(&state));   /* [0, 1) */
+        const double u = grm_rng_uniform01(&state);   /* [0, 1) */
         int64_t k;
         if (cdf == NULL) {
             k = (int64_t)(u * (double)cdf_n);

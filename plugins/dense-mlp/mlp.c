@@ -103,7 +103,7 @@ static void xavier_uniform(float *w, int64_t in, int64_t out, uint64_t *state)
 {
     const double a = sqrt(6.0 / (double)(in + out));
     for (int64_t i = 0; i < in * out; i++)
-        w[i] = (float)((2.0 * mlp_unit(mlp_splitmix64(state)) - 1.0) * a);
+        w[i] = (float)((2.0 * grm_rng_uniform01(state) - 1.0) * a);
 }
 
 grm_status mlp_create(const grm_host_api *host, const mlp_config *cfg, int64_t in_dim,

@@ -9,22 +9,18 @@
 #include <stdint.h>
 
 #include <grm/grm.h>
+#include <grm/rng.h>
 
 /* ---- deterministic generators (no global state) ---- */
 
-/* splitmix64's finalizer: a bijective 64-bit mix (Steele, Lea, Flood 2014). */
+/* splitmix64's finalizer: a bijective 64-bit mix (Steele, Lea, Flood 2014), for the
+ * counter-based draws (dropout masks, negative seeds); sequential draws use grm/rng.h's
+ * grm_splitmix64, which advances a state and applies this same finalizer. */
 static inline uint64_t mlp_mix64(uint64_t z)
 {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
-}
-
-/* splitmix64: advance *state and return the next 64 random bits. */
-static inline uint64_t mlp_splitmix64(uint64_t *state)
-{
-    *state += 0x9e3779b97f4a7c15ULL;
-    return mlp_mix64(*state);
 }
 
 /* Uniform double in [0, 1) from the top 53 bits. */
