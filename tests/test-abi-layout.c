@@ -19,7 +19,7 @@
 int main(void)
 {
     if (sizeof(void *) != 8 || sizeof(long) != 8) tap_skip_all("layout table is for LP64");
-    tap_plan(165);
+    tap_plan(166);
     SZ(grm_device, 8);
     SZ(grm_tensor, 56);
     OF(grm_tensor, dtype, 8);
@@ -123,12 +123,13 @@ int main(void)
     OF(grm_emb_ops, tensors, 40);
     OF(grm_emb_ops, load, 48);
     OF(grm_emb_ops, stats, 56);
-    SZ(grm_dense_ctx, 40);
+    SZ(grm_dense_ctx, 48);
     OF(grm_dense_ctx, training, 4);
     OF(grm_dense_ctx, step, 8);
     OF(grm_dense_ctx, batch, 16);
     OF(grm_dense_ctx, offsets, 24);
     OF(grm_dense_ctx, nseq, 32);
+    OF(grm_dense_ctx, times, 40);
     SZ(grm_catalog, 24);
     SZ(grm_loss_io, 128);
     OF(grm_loss_io, ntasks, 4);
@@ -183,7 +184,7 @@ int main(void)
     OF(grm_comm_ops, broadcast, 64);
     OF(grm_comm_ops, barrier, 72);
     SZ(grm_comm_handle, 16);
-    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 1, "this table pins ABI 1.1 (is %d.%d)",
+    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 2, "this table pins ABI 1.2 (is %d.%d)",
            GRM_ABI_MAJOR, GRM_ABI_MINOR);
     tap_ok(GRM_DTYPE_F32 == 1 && GRM_DTYPE_U8 == 6 && GRM_COL_LIST_F32 == 5
                && GRM_KIND_COMM == 7 && GRM_PARAM_STR_LIST == 7 && GRM_EINTERNAL == 10

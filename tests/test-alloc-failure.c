@@ -95,7 +95,7 @@ static grm_status sc_dense(void)
     grm_tensor ty = { y, GRM_DTYPE_F32, 2, { 3, 4, 1, 1 }, cpu };
     grm_tensor tdy = { dy, GRM_DTYPE_F32, 2, { 3, 4, 1, 1 }, cpu };
     grm_tensor tdx = { dx, GRM_DTYPE_F32, 2, { 3, 6, 1, 1 }, cpu };
-    grm_dense_ctx ctx = { sizeof ctx, 1, 1, NULL, NULL, 0 };
+    grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 1, .step = 1 };
     if (st == GRM_OK) st = ops->forward(m, &ty, &tx, &ctx);
     if (st == GRM_OK) st = ops->backward(m, &tdx, &tdy, &ctx);
     ops->destroy(m);

@@ -251,7 +251,7 @@ static void test_hand(void)
         scatter(inst, theta);
         float x[] = { 1, 1, 2, -1 }, y[2] = { 0 };
         grm_tensor tx = mat(x, 2, 2), ty = mat(y, 2, 1);
-        grm_dense_ctx ctx = { sizeof ctx, 0, 0, NULL, NULL, 0 };
+        grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 0, .step = 0 };
         grm_status st = ops->forward(inst, &ty, &tx, &ctx);
         tap_ok(st == GRM_OK && y[0] == 7.25f && y[1] == -7.75f,
                "%s: 2-layer relu forward gives the hand-computed [7.25, -7.75] (got %g, %g)",
@@ -287,7 +287,7 @@ static void test_impls(void)
         grm_tensor tx = mat(x, rows, in), tdy = mat(dy, rows, d1);
         grm_tensor ty1 = mat(y1, rows, d1), ty2 = mat(y2, rows, d1);
         grm_tensor tdx1 = mat(dx1, rows, in), tdx2 = mat(dx2, rows, in);
-        grm_dense_ctx ctx = { sizeof ctx, 1, 3, NULL, NULL, 0 };
+        grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 1, .step = 3 };
         grm_status st = ops->forward(fast, &ty1, &tx, &ctx);
         st |= ops->forward(ref, &ty2, &tx, &ctx);
         st |= ops->backward(fast, &tdx1, &tdy, &ctx);
@@ -352,7 +352,7 @@ static void test_gradcheck(const char *act, const char *fact, int l2, const char
 
     grm_tensor tx = mat(x, ROWS, in), ty = mat(y, ROWS, out);
     grm_tensor tdy = mat(dy, ROWS, out), tdx = mat(dx, ROWS, in);
-    grm_dense_ctx ctx = { sizeof ctx, 1, 1, NULL, NULL, 0 };
+    grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 1, .step = 1 };
     zero_grads(inst);
     grm_status st = ops->forward(inst, &ty, &tx, &ctx);
     st |= ops->backward(inst, &tdx, &tdy, &ctx);
@@ -430,9 +430,9 @@ static void test_dropout(void)
     grm_tensor tx = mat(x, ROWS, D), tdy = mat(dy, ROWS, D), tdx = mat(dx, ROWS, D);
     grm_tensor t1 = mat(y1, ROWS, D), t2 = mat(y2, ROWS, D), t3 = mat(y3, ROWS, D);
     grm_tensor t4 = mat(y4, ROWS, D);
-    grm_dense_ctx train5 = { sizeof train5, 1, 5, NULL, NULL, 0 };
-    grm_dense_ctx train6 = { sizeof train6, 1, 6, NULL, NULL, 0 };
-    grm_dense_ctx eval = { sizeof eval, 0, 5, NULL, NULL, 0 };
+    grm_dense_ctx train5 = { .struct_size = sizeof train5, .training = 1, .step = 5 };
+    grm_dense_ctx train6 = { .struct_size = sizeof train6, .training = 1, .step = 6 };
+    grm_dense_ctx eval = { .struct_size = sizeof eval, .training = 0, .step = 5 };
 
     grm_status st = ops->forward(a, &t1, &tx, &eval);
     tap_ok(st == GRM_OK && memcmp(y1, x, sizeof x) == 0, "dropout is the identity in eval");
@@ -512,7 +512,7 @@ static void test_errors(void)
     inst = make(harness_config(info, "dims=3", NULL), 4, 1);
     float x[8] = { 0 }, y[6] = { 0 };
     grm_tensor tx = mat(x, 2, 3), ty = mat(y, 2, 3);
-    grm_dense_ctx eval = { sizeof eval, 0, 0, NULL, NULL, 0 };
+    grm_dense_ctx eval = { .struct_size = sizeof eval, .training = 0, .step = 0 };
     expect(ops->forward(inst, &ty, &tx, &eval), GRM_EINVAL, "x has 3 columns, expected 4",
            "forward with x of the wrong width");
     tx = mat(x, 2, 4);
@@ -523,7 +523,7 @@ static void test_errors(void)
     ops->forward(inst, &ty, &tx, &eval);
     expect(ops->backward(inst, &tx, &ty, &eval), GRM_EINVAL, "no training forward",
            "backward after an eval forward");
-    grm_dense_ctx train = { sizeof train, 1, 0, NULL, NULL, 0 };
+    grm_dense_ctx train = { .struct_size = sizeof train, .training = 1, .step = 0 };
     ops->forward(inst, &ty, &tx, &train);
     grm_tensor dy1 = mat(y, 1, 3), dx1 = mat(x, 1, 4);
     expect(ops->backward(inst, &dx1, &dy1, &train), GRM_EINVAL, "dy has 1 rows",
@@ -608,7 +608,7 @@ static void test_torch(void)
     float *got_dtheta = calloc((size_t)np, 4);
     grm_tensor tx = mat(x, B, I), ty = mat(got_y, B, D), tp = mat(got_pred, B, D);
     grm_tensor tdp = mat(got_dpred, B, D), tdx = mat(got_dx, B, I);
-    grm_dense_ctx ctx = { sizeof ctx, 1, 1, NULL, NULL, 0 };
+    grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 1, .step = 1 };
     grm_status st = ops->forward(mlp, &ty, &tx, &ctx);
 
     // the head: dense-sampled-softmax with the fixture's fixed negatives

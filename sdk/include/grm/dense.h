@@ -25,6 +25,9 @@ typedef struct grm_dense_ctx {
     const grm_batch *batch;     /* the batch, or NULL */
     const int64_t *offsets;     /* [nseq+1] when rows are jagged sequence tokens, else NULL */
     int64_t nseq;               /* number of sequences when offsets is set */
+    /* since 1.2: [N] timestamp (seconds) of each jagged token, or NULL when the data has
+     * none. Test it with GRM_HAS_OP(grm_dense_ctx, ctx, times) (grm/host.h). */
+    const int64_t *times;
 } grm_dense_ctx;
 
 /* Loss kinds a head computes. Stored in int32_t. */

@@ -16,11 +16,12 @@ extern "C" {
 #define GRM_ABI_MAJOR 1
 /* Minor: bumped when an op or field is appended. A host accepts plugins of its own
  * minor or older; it refuses a plugin built for a newer minor. */
-#define GRM_ABI_MINOR 1
+#define GRM_ABI_MINOR 2
 
 /* History of the ABI (append-only within a major):
  *   1.0  the seven kinds, the host API, declared parameters.
- *   1.1  grm_reader_ops.stats and grm_emb_ops.stats appended (optional counters). */
+ *   1.1  grm_reader_ops.stats and grm_emb_ops.stats appended (optional counters).
+ *   1.2  grm_dense_ctx.times appended (token timestamps of jagged sequences). */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"
