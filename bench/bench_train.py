@@ -151,6 +151,7 @@ def torch_run(data, steps, threads, warmup):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--grmhost", default="./grmhost")
+    ap.add_argument("--build", default=".", help="build directory (unused here)")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     args = ap.parse_args()

@@ -1,0 +1,28 @@
+#!/bin/sh
+# bench/run.sh - run every benchmark of bench/ (DESIGN.md §8), one after another.
+# Each bench_*.py / bench_*.sh prints `bench=... case=... key=value` lines with its peer
+# measured in the same run. Environment (set by `make bench`): GRM_TOP_BUILDDIR,
+# GRM_TOP_SRCDIR, GRM_DATA_DIR, PYTHON3. `make bench BENCH=hstu` runs only bench_hstu*.
+# A benchmark that fails is reported and the others still run; the status is non-zero.
+set -u
+src=${GRM_TOP_SRCDIR:-.}
+build=${GRM_TOP_BUILDDIR:-.}
+py=${PYTHON3:-python3}
+only=${BENCH:-}
+status=0
+for f in "$src"/bench/bench_*.py "$src"/bench/bench_*.sh; do
+    [ -f "$f" ] || continue
+    name=$(basename "$f")
+    case "$name" in bench_"$only"*) ;; *) continue ;; esac
+    echo "# $name"
+    case "$f" in
+    *.py) "$py" "$f" --grmhost "$build/grmhost" --build "$build" ;;
+    *.sh) sh "$f" ;;
+    esac
+    rc=$?
+    if [ $rc -ne 0 ]; then
+        echo "# $name failed with status $rc"
+        status=1
+    fi
+done
+exit $status

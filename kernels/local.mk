@@ -1,0 +1,1 @@
+# kernels/: CUDA backend (being written)

@@ -1,0 +1,1 @@
+# comm-mpi: see %reldir%/README.md (being written)

@@ -1,0 +1,1 @@
+# comm-nccl: see %reldir%/README.md (being written)

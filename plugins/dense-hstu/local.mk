@@ -1,0 +1,1 @@
+# dense-hstu: see %reldir%/README.md (being written)

@@ -1,0 +1,1 @@
+# dense-mmoe: see %reldir%/README.md (being written)

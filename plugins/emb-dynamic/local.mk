@@ -1,0 +1,1 @@
+# emb-dynamic: see %reldir%/README.md (being written)

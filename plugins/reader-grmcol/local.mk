@@ -1,0 +1,1 @@
+# reader-grmcol: see %reldir%/README.md (being written)
