@@ -1,0 +1,1 @@
+# dense-sasrec: see %reldir%/README.md (being written)
