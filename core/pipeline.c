@@ -111,7 +111,8 @@ static const grm_param_decl feature_params[] = {
     { "dim", GRM_PARAM_INT, 1, offsetof(feature_cfg, dim), NULL, GRM_PARAM_RANGE(1, 65536), NULL,
       "floats per embedding row" },
     { "pooling", GRM_PARAM_ENUM, 0, offsetof(feature_cfg, pooling), "mean", GRM_PARAM_ANY,
-      "mean|sum", "how a sequence's rows become one vector" },
+      "mean|sum|none", "how a sequence's rows become one vector; none: every row is a token "
+      "of a jagged sequence fed to the dense blocks (sequence models: HSTU, SASRec)" },
     { "window", GRM_PARAM_INT, 0, offsetof(feature_cfg, window), "0",
       GRM_PARAM_RANGE(0, 1 << 20), NULL, "most recent ids pooled (0: train.max_seq_len)" },
     { "rows", GRM_PARAM_INT, 0, offsetof(feature_cfg, rows), "0", GRM_PARAM_RANGE(0, 1e12),
@@ -376,6 +377,25 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
             }
         }
     }
+    /* sequence models: one feature whose rows stay tokens (pooling = none) */
+    p->seq_feature = -1;
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        const grm__feature *f = &p->features[i];
+        if (f->pooling != GRM__POOL_NONE) continue;
+        if (ranking || !f->is_sequence) {
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none: only the item "
+                            "sequence of a retrieval pipeline can feed tokens to the dense "
+                            "blocks; use mean or sum", path, f->line, f->name);
+            goto fail;
+        }
+        if (p->nfeatures != 1) {
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none makes this a "
+                            "sequence model, which takes its tokens from this one feature; "
+                            "remove the other [feature.*] sections", path, f->line, f->name);
+            goto fail;
+        }
+        p->seq_feature = i;
+    }
     if (p->ndense == 0) {
         st = grm_errorf(GRM_EINVAL, "%s: no [dense.0] section; a model needs at least one "
                         "dense block (e.g. plugin = dense-mlp)", path);
@@ -541,9 +561,10 @@ void grm__pipeline_print(FILE *f, const grm__pipeline *p)
     fprintf(f, "  %-18s\n", "features");
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *ft = &p->features[i];
+        static const char *const how[] = { "mean", "sum", "token sequence" };
         fprintf(f, "                       %-10s column %-8s table %-8s dim %d, %s of the last "
-                   "%lld\n", ft->name, ft->source, ft->table, ft->dim,
-                ft->pooling ? "sum" : "mean", (long long)ft->window);
+                   "%lld\n", ft->name, ft->source, ft->table, ft->dim, how[ft->pooling],
+                (long long)ft->window);
     }
     print_stage(f, "[embedding]", &p->emb);
     fprintf(f, "                       tables:");

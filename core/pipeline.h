@@ -15,13 +15,15 @@ typedef struct grm__stage {
 } grm__stage;
 
 /* A [feature.NAME] section: one id or sequence column looked up in one table. */
+enum { GRM__POOL_MEAN = 0, GRM__POOL_SUM = 1, GRM__POOL_NONE = 2 };
+
 typedef struct grm__feature {
     char *name;                    /* owned: NAME */
     char *source;                  /* owned: column */
     char *table;                   /* owned: table name */
     int32_t table_idx;             /* index into pipeline tables */
     int32_t dim;
-    int32_t pooling;               /* 0 mean, 1 sum */
+    int32_t pooling;               /* GRM__POOL_* */
     int64_t window;                /* most recent ids used from a sequence (0: max_seq_len) */
     int32_t is_sequence;           /* source is the sequence column */
     int32_t init;                  /* grm_emb_init */
@@ -102,6 +104,7 @@ typedef struct grm__pipeline {
     int32_t ntransforms;
     grm__feature *features;        /* [nfeatures] in file order */
     int32_t nfeatures;
+    int32_t seq_feature;           /* the pooling = none feature (sequence model), or -1 */
     grm_emb_table_spec *tables;    /* [ntables] */
     int32_t ntables;
     grm__stage emb;

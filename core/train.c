@@ -105,7 +105,21 @@ typedef struct trainer {
     const grm_opt_ops *dops;
     void *dopt;
     int32_t item_table;
-    int64_t B;                /* buffer rows: max(batch_size, eval_batch) */
+    int64_t B;                /* buffer samples: max(batch_size, eval_batch) */
+    int64_t RB;               /* buffer rows of the dense stack: B, or B * window tokens */
+    /* sequence model ([feature.*] pooling = none): a sample is a user's jagged token
+     * sequence; every token predicts the next item (training), the last token's output
+     * is the query (evaluation) */
+    int seqmode;
+    int64_t nex;              /* training samples: (user, position) pairs or users */
+    int64_t *seq_users;       /* [nex] seqmode: users with at least two training items */
+    int64_t *tok_src;         /* [RB] seqmode: absolute item index of each token */
+    int64_t *tok_times;       /* [RB] seqmode: its timestamp, when the data has them */
+    int64_t *tgt_ids;         /* [RB] seqmode: the next item of each token */
+    float *queries;           /* [B, D] seqmode evaluation: last-token outputs */
+    int64_t rows;             /* rows of the current batch (samples or tokens) */
+    int64_t nseq;             /* samples of the current batch */
+    int64_t tokens;           /* tokens trained on so far, for throughput */
     int64_t R;                /* most negatives per step: capacity of the neg buffers */
     table_ws *ws;             /* [ntables] */
     int64_t **fslots;         /* [nfeatures][B * window] */
@@ -119,7 +133,7 @@ typedef struct trainer {
     dparam *params;
     int32_t nparams;
     int32_t state_floats;
-    int64_t *perm;            /* [nexamples] current epoch's order */
+    int64_t *perm;            /* [nex] current epoch's order */
     int64_t perm_epoch;
     int64_t step;             /* steps done */
     int64_t total_steps, steps_per_epoch;
@@ -183,6 +197,20 @@ static grm_status setup(trainer *t)
     const grm__settings *s = &p->set;
 
     t->B = s->batch_size > s->eval_batch ? s->batch_size : s->eval_batch;
+    t->seqmode = p->seq_feature >= 0;
+    t->RB = t->seqmode ? t->B * p->features[p->seq_feature].window : t->B;
+    t->nex = ds->nexamples;
+    if (t->seqmode) {
+        t->seq_users = xalloc((size_t)(ds->nusers ? ds->nusers : 1) * sizeof(int64_t));
+        if (!t->seq_users) return GRM_ENOMEM;
+        t->nex = 0;
+        for (int64_t u = 0; u < ds->nusers; u++)
+            if (ds->train_end[u] - ds->offsets[u] >= 2) t->seq_users[t->nex++] = u;
+        t->tok_src = xalloc((size_t)t->RB * sizeof(int64_t));
+        t->tok_times = xalloc((size_t)t->RB * sizeof(int64_t));
+        t->tgt_ids = xalloc((size_t)t->RB * sizeof(int64_t));
+        if (!t->tok_src || !t->tok_times || !t->tgt_ids) return GRM_ENOMEM;
+    }
     /* table sizes for fixed-capacity stores come from the data unless given */
     for (int32_t i = 0; i < p->nfeatures; i++) {
         grm__feature *f = &p->features[i];
@@ -243,8 +271,8 @@ static grm_status setup(trainer *t)
                           p->head.plugin->info->name, t->ranking ? "ranking" : "retrieval",
                           t->ranking ? "dense-bce" : "dense-sampled-softmax");
     for (int32_t i = 0; i < p->ndense + 2; i++) {
-        t->acts[i] = xalloc((size_t)(t->B * t->dims[i]) * sizeof(float));
-        t->dacts[i] = xalloc((size_t)(t->B * t->dims[i]) * sizeof(float));
+        t->acts[i] = xalloc((size_t)(t->RB * t->dims[i]) * sizeof(float));
+        t->dacts[i] = xalloc((size_t)(t->RB * t->dims[i]) * sizeof(float));
         if (!t->acts[i] || !t->dacts[i]) return GRM_ENOMEM;
     }
 
@@ -279,7 +307,7 @@ static grm_status setup(trainer *t)
         t->foff[i] = xalloc((size_t)(t->B + 1) * sizeof(int64_t));
         if (!t->fslots[i] || !t->foff[i]) return GRM_ENOMEM;
     }
-    if (!t->ranking) t->ws[t->item_table].cap += t->B + t->R;
+    if (!t->ranking) t->ws[t->item_table].cap += t->RB + t->R;
     for (int32_t i = 0; i < p->ntables; i++) {
         table_ws *w = &t->ws[i];
         w->dim = p->tables[i].dim;
@@ -294,23 +322,24 @@ static grm_status setup(trainer *t)
         if (!w->hkey || !w->hval || !w->hgen || !w->ids || !w->rows || !w->grads)
             return grm_errorf(GRM_ENOMEM, "out of memory");
     }
-    t->pos_slot = xalloc((size_t)t->B * sizeof(int64_t));
+    t->pos_slot = xalloc((size_t)t->RB * sizeof(int64_t));
     t->neg_ids = xalloc((size_t)(t->R ? t->R : 1) * sizeof(int64_t));
     t->neg_slot = xalloc((size_t)(t->R ? t->R : 1) * sizeof(int64_t));
-    t->pos_rows = xalloc((size_t)(t->B * D) * sizeof(float));
-    t->d_pos = xalloc((size_t)(t->B * D) * sizeof(float));
+    t->pos_rows = xalloc((size_t)(t->RB * D) * sizeof(float));
+    t->d_pos = xalloc((size_t)(t->RB * D) * sizeof(float));
+    t->queries = xalloc((size_t)(t->B * D) * sizeof(float));
     t->neg_rows = xalloc((size_t)((t->R ? t->R : 1) * D) * sizeof(float));
     t->d_neg = xalloc((size_t)((t->R ? t->R : 1) * D) * sizeof(float));
     t->hist_end = xalloc((size_t)t->B * sizeof(int64_t));
     t->users = xalloc((size_t)t->B * sizeof(int64_t));
     t->labels = xalloc((size_t)(t->B * (ds->ntasks ? ds->ntasks : 1)) * sizeof(float));
     if (!t->labels) return GRM_ENOMEM;
-    t->perm = xalloc((size_t)ds->nexamples * sizeof(int64_t));
+    t->perm = xalloc((size_t)(t->nex ? t->nex : 1) * sizeof(int64_t));
     t->cat_rows = xalloc((size_t)(ds->ncatalog * D) * sizeof(float));
     t->scores = xalloc((size_t)(s->eval_batch * ds->ncatalog) * sizeof(float));
     if (!t->pos_slot || !t->neg_ids || !t->neg_slot || !t->pos_rows || !t->d_pos
         || !t->neg_rows || !t->d_neg || !t->hist_end || !t->users || !t->perm || !t->cat_rows
-        || !t->scores)
+        || !t->scores || !t->queries)
         return GRM_ENOMEM;
     t->perm_epoch = -1;
 
@@ -349,7 +378,10 @@ static grm_status setup(trainer *t)
             if (!t->params) return grm_errorf(GRM_ENOMEM, "out of memory");
         }
     }
-    t->steps_per_epoch = (ds->nexamples + s->batch_size - 1) / s->batch_size;
+    if (t->nex == 0)
+        return grm_errorf(GRM_EINVAL, "%s: no training samples (every user has fewer than two "
+                          "training items)", p->cfg->path);
+    t->steps_per_epoch = (t->nex + s->batch_size - 1) / s->batch_size;
     t->total_steps = s->steps ? s->steps : t->steps_per_epoch * s->epochs;
     return GRM_OK;
 }
@@ -400,7 +432,8 @@ static void teardown(trainer *t)
     free(t->dims);
     void *bufs[] = { t->pos_slot, t->neg_ids, t->neg_slot, t->pos_rows, t->d_pos, t->neg_rows,
                      t->d_neg, t->hist_end, t->users, t->perm, t->cat_rows, t->scores,
-                     t->labels };
+                     t->labels, t->seq_users, t->tok_src, t->tok_times, t->tgt_ids,
+                     t->queries };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
     for (int32_t i = 0; t->params && i < t->nparams; i++) {
         free(t->params[i].name);
@@ -417,6 +450,19 @@ typedef struct pool_ctx {
     trainer *t;
     int64_t b;
 } pool_ctx;
+
+/* Sequence model: token row n of x is the row of its id, unpooled. */
+static grm_status token_range(void *vctx, int64_t lo, int64_t hi)
+{
+    pool_ctx *c = vctx;
+    trainer *t = c->t;
+    int32_t i = t->p->seq_feature;
+    const table_ws *w = &t->ws[t->p->features[i].table_idx];
+    for (int64_t n = lo; n < hi; n++)
+        memcpy(t->acts[0] + n * t->din, w->rows + t->fslots[i][n] * w->dim,
+               (size_t)w->dim * sizeof(float));
+    return GRM_OK;
+}
 
 static grm_status pool_range(void *vctx, int64_t lo, int64_t hi)
 {
@@ -436,7 +482,7 @@ static grm_status pool_range(void *vctx, int64_t lo, int64_t hi)
                 const float *row = w->rows + t->fslots[i][s] * w->dim;
                 for (int32_t d = 0; d < f->dim; d++) dst[d] += row[d];
             }
-            if (f->pooling == 0 && s1 > s0) {
+            if (f->pooling == GRM__POOL_MEAN && s1 > s0) {
                 float inv = 1.0f / (float)(s1 - s0);
                 for (int32_t d = 0; d < f->dim; d++) dst[d] *= inv;
             }
@@ -449,8 +495,9 @@ static grm_status pool_range(void *vctx, int64_t lo, int64_t hi)
 /* Build the dense input for b samples: users[b] (dataset index) whose history ends
  * (exclusively) at absolute item index hist_end[b] (ranking: users[b] is the row). Adds
  * the step's targets, pos_ids [b] and neg_ids [nneg], to the item table's working set when
- * pos_ids is non-NULL. */
-static grm_status build_batch(trainer *t, int64_t b, const int64_t *pos_ids, int64_t nneg,
+ * pos_ids is non-NULL; a sequence model has one target per token, the item after it,
+ * written to pos_ids [rows] here. Sets t->rows and t->nseq. */
+static grm_status build_batch(trainer *t, int64_t b, int64_t *pos_ids, int64_t nneg,
                                int training)
 {
     grm__pipeline *p = t->p;
@@ -474,17 +521,26 @@ static grm_status build_batch(trainer *t, int64_t b, const int64_t *pos_ids, int
             } else if (f->is_sequence) {
                 int64_t end = t->hist_end[k], beg = end - f->window;
                 if (beg < ds->offsets[u]) beg = ds->offsets[u];
-                for (int64_t j = beg; j < end; j++)
+                for (int64_t j = beg; j < end; j++) {
+                    if (t->seqmode) {
+                        t->tok_src[n] = j;
+                        t->tok_times[n] = ds->times ? ds->times[j] : 0;
+                    }
                     if ((st = ws_slot(w, ds->items[j], &t->fslots[i][n++])) != GRM_OK) return st;
+                }
             } else {
                 if ((st = ws_slot(w, ds->users[u], &t->fslots[i][n++])) != GRM_OK) return st;
             }
             t->foff[i][k + 1] = n;
         }
     }
+    t->nseq = b;
+    t->rows = t->seqmode ? t->foff[p->seq_feature][b] : b;
     if (pos_ids) {
         table_ws *w = &t->ws[t->item_table];
-        for (int64_t k = 0; k < b; k++)
+        if (t->seqmode)
+            for (int64_t n = 0; n < t->rows; n++) pos_ids[n] = ds->items[t->tok_src[n] + 1];
+        for (int64_t k = 0; k < t->rows; k++)
             if ((st = ws_slot(w, pos_ids[k], &t->pos_slot[k])) != GRM_OK) return st;
         for (int64_t r = 0; r < nneg; r++)
             if ((st = ws_slot(w, t->neg_ids[r], &t->neg_slot[r])) != GRM_OK) return st;
@@ -500,16 +556,30 @@ static grm_status build_batch(trainer *t, int64_t b, const int64_t *pos_ids, int
         }
     }
     pool_ctx c = { t, b };
-    st = grm__parallel_for(b, 16, pool_range, &c);
+    st = t->seqmode ? grm__parallel_for(t->rows, 64, token_range, &c)
+                    : grm__parallel_for(b, 16, pool_range, &c);
     t->t_batch += t1 - t0;
     t->t_lookup += now_s() - t1;
     return st;
 }
 
+/* What the blocks learn about the batch: the step, and a sequence model's jagged layout. */
+static grm_dense_ctx dense_ctx(const trainer *t, int training, int64_t step)
+{
+    grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = training, .step = step };
+    if (t->seqmode) {
+        ctx.offsets = t->foff[t->p->seq_feature];   /* [nseq + 1] token rows */
+        ctx.nseq = t->nseq;
+        ctx.times = t->ds->times ? t->tok_times : NULL;
+    }
+    return ctx;
+}
+
+/* The stack and the head's forward on the batch's b = t->rows rows. */
 static grm_status dense_forward(trainer *t, int64_t b, int training, int64_t step)
 {
     grm__pipeline *p = t->p;
-    grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = training, .step = step };
+    grm_dense_ctx ctx = dense_ctx(t, training, step);
     for (int32_t i = 0; i <= p->ndense; i++) {
         grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
         const grm_dense_ops *ops = stg->plugin->info->ops;
@@ -531,7 +601,7 @@ static grm_status dense_forward(trainer *t, int64_t b, int training, int64_t ste
 static void ensure_perm(trainer *t, int64_t epoch)
 {
     if (t->perm_epoch == epoch) return;
-    int64_t n = t->ds->nexamples;
+    int64_t n = t->nex;
     uint64_t s = grm_mix64((uint64_t)t->p->set.seed ^ grm_mix64(0xe90c + (uint64_t)epoch));
     for (int64_t i = 0; i < n; i++) t->perm[i] = i;
     for (int64_t i = n - 1; i > 0; i--) {
@@ -553,7 +623,7 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     int64_t step = t->step + 1;
     int64_t epoch = (step - 1) / t->steps_per_epoch;
     int64_t pos = ((step - 1) % t->steps_per_epoch) * s->batch_size;
-    int64_t b = ds->nexamples - pos < s->batch_size ? ds->nexamples - pos : s->batch_size;
+    int64_t b = t->nex - pos < s->batch_size ? t->nex - pos : s->batch_size;
     int32_t D = t->ranking ? 0 : p->tables[t->item_table].dim;
     int32_t T = ds->ntasks;
     ensure_perm(t, epoch);
@@ -565,6 +635,14 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
             t->users[k] = r;
             memcpy(t->labels + k * T, ds->labels + r * T, (size_t)T * sizeof(float));
         }
+    } else if (t->seqmode) {
+        /* the user's training items: tokens items[beg, end - 1), each predicting the next */
+        pos_ids = t->tgt_ids;
+        for (int64_t k = 0; k < b; k++) {
+            int64_t u = t->seq_users[t->perm[pos + k]];
+            t->users[k] = u;
+            t->hist_end[k] = ds->train_end[u] - 1;
+        }
     } else {
         pos_ids = grm__scratch((size_t)b * sizeof *pos_ids, 64);
         if (!pos_ids) return GRM_ENOMEM;
@@ -574,6 +652,8 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
             t->hist_end[k] = ds->ex_pos[e];
             pos_ids[k] = ds->items[ds->ex_pos[e]];
         }
+    }
+    if (!t->ranking) {
         grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
         uint64_t nseed = grm_mix64((uint64_t)s->seed ^ grm_mix64(0x5eed + (uint64_t)step));
         if ((st = t->hops->negatives(p->head.inst, t->neg_ids, &nneg, t->R, &cat, nseed))
@@ -582,27 +662,28 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     }
     st = build_batch(t, b, pos_ids, nneg, 1);
     if (st != GRM_OK) goto out;
+    int64_t rows = t->rows;   /* samples, or tokens of a sequence model */
 
     double t0 = now_s();
-    if ((st = dense_forward(t, b, 1, step)) != GRM_OK) goto out;
+    if ((st = dense_forward(t, rows, 1, step)) != GRM_OK) goto out;
     int32_t L = p->ndense + 1;
     grm_loss_io io;
     table_ws *iw = t->ranking ? NULL : &t->ws[t->item_table];
-    memset(t->dacts[L], 0, (size_t)(b * t->dims[L]) * sizeof(float));
+    memset(t->dacts[L], 0, (size_t)(rows * t->dims[L]) * sizeof(float));
     if (t->ranking) {
         io = (grm_loss_io){ .struct_size = sizeof io, .ntasks = T, .rows = b, .dim = T,
                             .pred = t->acts[L], .d_pred = t->dacts[L], .labels = t->labels };
     } else {
         /* positives and negatives are rows of the item table, gathered from the step set */
-        for (int64_t k = 0; k < b; k++)
+        for (int64_t k = 0; k < rows; k++)
             memcpy(t->pos_rows + k * D, iw->rows + t->pos_slot[k] * D,
                    (size_t)D * sizeof(float));
         for (int64_t r = 0; r < nneg; r++)
             memcpy(t->neg_rows + r * D, iw->rows + t->neg_slot[r] * D,
                    (size_t)D * sizeof(float));
-        memset(t->d_pos, 0, (size_t)(b * D) * sizeof(float));
+        memset(t->d_pos, 0, (size_t)(rows * D) * sizeof(float));
         memset(t->d_neg, 0, (size_t)((nneg ? nneg : 1) * D) * sizeof(float));
-        io = (grm_loss_io){ .struct_size = sizeof io, .rows = b, .dim = D, .pred = t->acts[L],
+        io = (grm_loss_io){ .struct_size = sizeof io, .rows = rows, .dim = D, .pred = t->acts[L],
                             .d_pred = t->dacts[L], .pos = t->pos_rows, .d_pos = t->d_pos,
                             .pos_ids = pos_ids, .neg = t->neg_rows, .d_neg = t->d_neg,
                             .neg_ids = t->neg_ids, .nneg = nneg };
@@ -621,14 +702,14 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     /* backward through head and stack */
     for (int32_t i = 0; i < t->nparams; i++)
         memset(t->params[i].grad, 0, (size_t)t->params[i].numel * sizeof(float));
-    grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 1, .step = step };
+    grm_dense_ctx ctx = dense_ctx(t, 1, step);
     for (int32_t i = p->ndense; i >= 0; i--) {
         grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
         const grm_dense_ops *ops = stg->plugin->info->ops;
         grm_tensor dy = { .data = t->dacts[i + 1], .dtype = GRM_DTYPE_F32, .ndim = 2,
-                          .shape = { b, t->dims[i + 1], 1, 1 }, .device = CPU };
+                          .shape = { rows, t->dims[i + 1], 1, 1 }, .device = CPU };
         grm_tensor dx = { .data = t->dacts[i], .dtype = GRM_DTYPE_F32, .ndim = 2,
-                          .shape = { b, t->dims[i], 1, 1 }, .device = CPU };
+                          .shape = { rows, t->dims[i], 1, 1 }, .device = CPU };
         if ((st = ops->backward(stg->inst, &dx, &dy, &ctx)) != GRM_OK) {
             grm_error_prefix("[%s] %s backward: ", stg->label, stg->plugin->info->name);
             goto out;
@@ -637,7 +718,7 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     /* sparse gradients: summed per unique id (duplicates of a step meet in one slot) */
     for (int32_t i = 0; i < p->ntables; i++)
         memset(t->ws[i].grads, 0, (size_t)(t->ws[i].n * t->ws[i].dim) * sizeof(float));
-    for (int64_t k = 0; iw && k < b; k++) {
+    for (int64_t k = 0; iw && k < rows; k++) {
         float *g = iw->grads + t->pos_slot[k] * D;
         for (int32_t d = 0; d < D; d++) g[d] += t->d_pos[k * D + d];
     }
@@ -649,11 +730,19 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *f = &p->features[i];
         table_ws *w = &t->ws[f->table_idx];
+        if (t->seqmode) {   /* token n's input gradient goes to its row, unscaled */
+            for (int64_t n = 0; n < rows; n++) {
+                float *g = w->grads + t->fslots[i][n] * w->dim;
+                const float *dx = t->dacts[0] + n * t->din;
+                for (int32_t d = 0; d < f->dim; d++) g[d] += dx[d];
+            }
+            continue;
+        }
         for (int64_t k = 0; k < b; k++) {
             int64_t s0 = t->foff[i][k], s1 = t->foff[i][k + 1];
             if (s1 == s0) continue;
             const float *dx = t->dacts[0] + k * t->din + col;
-            float scale = f->pooling == 0 ? 1.0f / (float)(s1 - s0) : 1.0f;
+            float scale = f->pooling == GRM__POOL_MEAN ? 1.0f / (float)(s1 - s0) : 1.0f;
             for (int64_t sl = s0; sl < s1; sl++) {
                 float *g = w->grads + t->fslots[i][sl] * w->dim;
                 for (int32_t d = 0; d < f->dim; d++) g[d] += scale * dx[d];
@@ -682,6 +771,7 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     t->t_bwd += t2 - t1;
     t->t_opt += now_s() - t2;
     t->step = step;
+    t->tokens += rows;
     *loss_out = io.loss;
     *samples_out = b;
 out:
@@ -763,9 +853,21 @@ static grm_status evaluate(trainer *t, int split, grm__rank_acc *acc, grm__rank_
         }
         if (b == 0) break;
         if ((st = build_batch(t, b, NULL, 0, 0)) != GRM_OK) break;
-        if ((st = dense_forward(t, b, 0, t->step)) != GRM_OK) break;
+        if ((st = dense_forward(t, t->rows, 0, t->step)) != GRM_OK) break;
+        const float *q = t->acts[L];   /* [b, D] queries */
+        if (t->seqmode) {   /* a sequence's query is its last token's output */
+            const int64_t *off = t->foff[p->seq_feature];
+            for (int64_t k = 0; k < b; k++) {
+                if (off[k + 1] > off[k])
+                    memcpy(t->queries + k * D, t->acts[L] + (off[k + 1] - 1) * D,
+                           (size_t)D * sizeof(float));
+                else
+                    memset(t->queries + k * D, 0, (size_t)D * sizeof(float));
+            }
+            q = t->queries;
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)C, D, 1.0f,
-                    t->acts[L], D, t->cat_rows, D, 0.0f, t->scores, (int)C);
+                    q, D, t->cat_rows, D, 0.0f, t->scores, (int)C);
         rank_ctx rc = { .t = t, .b = b, .split = split, .ranks = ranks };
         if ((st = grm__parallel_for(b, 8, rank_range, &rc)) != GRM_OK) break;
         for (int64_t k = 0; k < b; k++) grm__rank_acc_add(acc, ranks[k]);
@@ -983,7 +1085,7 @@ static grm_status collect_state(trainer *t, ckpt_list *l, int64_t *steps_buf)
     /* step, seed, examples, batch size, then the early-stopping state */
     t->ckpt_state[0] = t->step;
     t->ckpt_state[1] = p->set.seed;
-    t->ckpt_state[2] = t->ds->nexamples;
+    t->ckpt_state[2] = t->nex;
     t->ckpt_state[3] = p->set.batch_size;
     t->ckpt_state[4] = t->best_step;
     memcpy(&t->ckpt_state[5], &t->best_score, sizeof(double));
@@ -1183,11 +1285,11 @@ static grm_status load_ckpt(trainer *t, const char *path)
         memcpy(&t->best_score, &c.state[5], sizeof(double));
         t->bad_evals = c.state[6];
         for (int32_t i = 0; i < t->nparams; i++) t->params[i].steps = c.param_steps[i];
-        if (c.state[2] != t->ds->nexamples || c.state[3] != t->p->set.batch_size)
+        if (c.state[2] != t->nex || c.state[3] != t->p->set.batch_size)
             grm__log(GRM_LOG_WARN, "grmhost", "%s: written with %lld examples and batch size "
                      "%lld, now %lld and %lld: the example order differs from the original run",
                      path, (long long)c.state[2], (long long)c.state[3],
-                     (long long)t->ds->nexamples, (long long)t->p->set.batch_size);
+                     (long long)t->nex, (long long)t->p->set.batch_size);
     }
     free(c.param_steps);
     return st;
@@ -1376,10 +1478,13 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     double el = now_s() - start;
     if (!opts->quiet && t.step > start_step) {
         double n = (double)(t.step - start_step);
-        grm__log(GRM_LOG_INFO, "grmhost", "trained %lld steps in %.1fs: %.0f samples/s; per "
+        char toks[64] = "";
+        if (t.seqmode)
+            snprintf(toks, sizeof toks, ", %.0f tokens/s", (double)t.tokens / (el > 0 ? el : 1e-9));
+        grm__log(GRM_LOG_INFO, "grmhost", "trained %lld steps in %.1fs: %.0f samples/s%s; per "
                  "step: batch %.2fms, lookup %.2fms, forward+loss %.2fms, backward %.2fms, "
                  "optimizers %.2fms", (long long)(t.step - start_step), el,
-                 (double)samples / (el > 0 ? el : 1e-9), 1e3 * t.t_batch / n,
+                 (double)samples / (el > 0 ? el : 1e-9), toks, 1e3 * t.t_batch / n,
                  1e3 * t.t_lookup / n, 1e3 * t.t_fwd / n, 1e3 * t.t_bwd / n, 1e3 * t.t_opt / n);
     }
     if (s->early_stop > 0) {
