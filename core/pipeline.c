@@ -31,7 +31,8 @@ typedef struct train_cfg {
     double valid_fraction, test_fraction;
     const char *user_column, *sequence_column, *time_column, *item_table, *metrics_out;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
-    int64_t early_stop;
+    int64_t early_stop, batch_tokens;
+    int32_t batching;
     grm_int_list topk;
 } train_cfg;
 
@@ -60,6 +61,13 @@ static const grm_param_decl train_params[] = {
       GRM_PARAM_RANGE(1, 1 << 20), NULL, "most recent items of the history a sample sees" },
     { "batch_size", GRM_PARAM_INT, 0, offsetof(train_cfg, batch_size), "256",
       GRM_PARAM_RANGE(1, 1 << 20), NULL, "samples per training step" },
+    { "batching", GRM_PARAM_ENUM, 0, offsetof(train_cfg, batching), "fixed", GRM_PARAM_ANY,
+      "fixed|tokens", "fixed: batch_size samples per step; tokens: cut each batch where its "
+      "token count comes closest to batch_tokens (MTGRBoost §5.1, Algorithm 1), so token "
+      "counts stay level and sample counts vary (retrieval)" },
+    { "batch_tokens", GRM_PARAM_INT, 0, offsetof(train_cfg, batch_tokens), "0",
+      GRM_PARAM_RANGE(0, 1 << 24), NULL, "batching = tokens: target tokens per step (0: "
+      "batch_size times the mean tokens per sample)" },
     { "epochs", GRM_PARAM_INT, 0, offsetof(train_cfg, epochs), "1", GRM_PARAM_RANGE(1, 100000),
       NULL, "passes over the training examples" },
     { "steps", GRM_PARAM_INT, 0, offsetof(train_cfg, steps), "0", GRM_PARAM_RANGE(0, 1e15),
@@ -305,6 +313,15 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.metrics_out = tc->metrics_out;
     p->set.max_seq_len = tc->max_seq_len;
     p->set.batch_size = tc->batch_size;
+    p->set.batching = tc->batching;
+    p->set.batch_tokens = tc->batch_tokens;
+    if (ranking && tc->batching == GRM__BATCH_TOKENS) {
+        const grm__section *ts = grm__config_section(p->cfg, "train");
+        st = grm_errorf(GRM_EINVAL, "%s:%d: [train] batching = tokens balances sequence "
+                        "lengths of a retrieval pipeline; a ranking pipeline uses fixed",
+                        path, ts ? ts->line : 0);
+        goto fail;
+    }
     p->set.epochs = tc->epochs;
     p->set.steps = tc->steps;
     p->set.seed = tc->seed;

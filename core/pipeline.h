@@ -15,6 +15,7 @@ typedef struct grm__stage {
 } grm__stage;
 
 /* A [feature.NAME] section: one id or sequence column looked up in one table. */
+enum { GRM__BATCH_FIXED = 0, GRM__BATCH_TOKENS = 1 };
 enum { GRM__POOL_MEAN = 0, GRM__POOL_SUM = 1, GRM__POOL_NONE = 2 };
 
 typedef struct grm__feature {
@@ -48,6 +49,8 @@ typedef struct grm__settings {
     const char *user_column, *sequence_column, *time_column;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every;
     int64_t eval_batch, early_stop;
+    int32_t batching;              /* GRM__BATCH_* */
+    int64_t batch_tokens;          /* batching = tokens: target tokens per step (0: derived) */
     grm_int_list topk;
     const char *metrics_out;
     const char *item_table;

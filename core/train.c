@@ -135,6 +135,14 @@ typedef struct trainer {
     int32_t state_floats;
     int64_t *perm;            /* [nex] current epoch's order */
     int64_t perm_epoch;
+    /* the epoch's batches: batch i is perm[bstart[i] .. bstart[i + 1]) */
+    int64_t *bstart;          /* [nex + 1] */
+    int64_t nb;               /* batches of perm_epoch */
+    int64_t *tok_cum;         /* [nex + 1] tokens of perm[0 .. i) */
+    int64_t *ep_cum;          /* [nep + 1] batches before epoch e */
+    int64_t nep;
+    int64_t target_tokens;    /* batching = tokens: N of Algorithm 1 */
+    int64_t step_tokens;      /* tokens of the last step */
     int64_t step;             /* steps done */
     int64_t total_steps, steps_per_epoch;
     grm__metrics *metrics;
@@ -189,6 +197,9 @@ static grm_status create_instances(trainer *t)
     return GRM_OK;
 }
 
+static int64_t sample_tokens(const trainer *t, int64_t e);
+static grm_status epoch_start(trainer *t, int64_t e, int64_t *first);
+
 static grm_status setup(trainer *t)
 {
     grm__pipeline *p = t->p;
@@ -198,7 +209,6 @@ static grm_status setup(trainer *t)
 
     t->B = s->batch_size > s->eval_batch ? s->batch_size : s->eval_batch;
     t->seqmode = p->seq_feature >= 0;
-    t->RB = t->seqmode ? t->B * p->features[p->seq_feature].window : t->B;
     t->nex = ds->nexamples;
     if (t->seqmode) {
         t->seq_users = xalloc((size_t)(ds->nusers ? ds->nusers : 1) * sizeof(int64_t));
@@ -206,6 +216,22 @@ static grm_status setup(trainer *t)
         t->nex = 0;
         for (int64_t u = 0; u < ds->nusers; u++)
             if (ds->train_end[u] - ds->offsets[u] >= 2) t->seq_users[t->nex++] = u;
+    }
+    if (!t->ranking && s->batching == GRM__BATCH_TOKENS) {
+        /* N of Algorithm 1; a batch holds at most N + one sample's tokens, and at least one
+         * token per sample */
+        int64_t tot = 0;
+        for (int64_t e = 0; e < t->nex; e++) tot += sample_tokens(t, e);
+        t->target_tokens = s->batch_tokens ? s->batch_tokens
+                                           : (tot * s->batch_size + t->nex - 1) / (t->nex ? t->nex : 1);
+        if (t->target_tokens < 1) t->target_tokens = 1;
+        if (t->B < t->target_tokens) t->B = t->target_tokens;
+    }
+    t->RB = t->B;
+    if (t->seqmode) {
+        int64_t w = p->features[p->seq_feature].window;
+        t->RB = (s->batch_size > s->eval_batch ? s->batch_size : s->eval_batch) * w;
+        if (t->target_tokens && t->RB < t->target_tokens + w) t->RB = t->target_tokens + w;
         t->tok_src = xalloc((size_t)t->RB * sizeof(int64_t));
         t->tok_times = xalloc((size_t)t->RB * sizeof(int64_t));
         t->tgt_ids = xalloc((size_t)t->RB * sizeof(int64_t));
@@ -335,6 +361,9 @@ static grm_status setup(trainer *t)
     t->labels = xalloc((size_t)(t->B * (ds->ntasks ? ds->ntasks : 1)) * sizeof(float));
     if (!t->labels) return GRM_ENOMEM;
     t->perm = xalloc((size_t)(t->nex ? t->nex : 1) * sizeof(int64_t));
+    t->bstart = xalloc((size_t)(t->nex + 1) * sizeof(int64_t));
+    t->tok_cum = xalloc((size_t)(t->nex + 1) * sizeof(int64_t));
+    if (!t->bstart || !t->tok_cum) return GRM_ENOMEM;
     t->cat_rows = xalloc((size_t)(ds->ncatalog * D) * sizeof(float));
     t->scores = xalloc((size_t)(s->eval_batch * ds->ncatalog) * sizeof(float));
     if (!t->pos_slot || !t->neg_ids || !t->neg_slot || !t->pos_rows || !t->d_pos
@@ -381,8 +410,9 @@ static grm_status setup(trainer *t)
     if (t->nex == 0)
         return grm_errorf(GRM_EINVAL, "%s: no training samples (every user has fewer than two "
                           "training items)", p->cfg->path);
-    t->steps_per_epoch = (t->nex + s->batch_size - 1) / s->batch_size;
-    t->total_steps = s->steps ? s->steps : t->steps_per_epoch * s->epochs;
+    if ((st = epoch_start(t, 1, &t->steps_per_epoch)) != GRM_OK) return st;   /* epoch 0 */
+    t->total_steps = s->steps;
+    if (!s->steps && (st = epoch_start(t, s->epochs, &t->total_steps)) != GRM_OK) return st;
     return GRM_OK;
 }
 
@@ -433,13 +463,14 @@ static void teardown(trainer *t)
     void *bufs[] = { t->pos_slot, t->neg_ids, t->neg_slot, t->pos_rows, t->d_pos, t->neg_rows,
                      t->d_neg, t->hist_end, t->users, t->perm, t->cat_rows, t->scores,
                      t->labels, t->seq_users, t->tok_src, t->tok_times, t->tgt_ids,
-                     t->queries };
+                     t->queries, t->bstart, t->tok_cum };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
     for (int32_t i = 0; t->params && i < t->nparams; i++) {
         free(t->params[i].name);
         free(t->params[i].state);
     }
     free(t->params);
+    free(t->ep_cum);
     grm__metrics_close(t->metrics);
     grm__scratch_fini();
 }
@@ -598,6 +629,23 @@ static grm_status dense_forward(trainer *t, int64_t b, int training, int64_t ste
 
 /* ---- training step ---- */
 
+/* Tokens of training sample e: the ids it looks up from the sequence (a sequence model's
+ * token rows, or a pooled history plus the target); a ranking row counts one. */
+static int64_t sample_tokens(const trainer *t, int64_t e)
+{
+    const grm__dataset *ds = t->ds;
+    int64_t w = t->p->set.max_seq_len, n;
+    if (t->ranking) return 1;
+    if (t->seqmode) {
+        int64_t u = t->seq_users[e];
+        w = t->p->features[t->p->seq_feature].window;
+        n = ds->train_end[u] - 1 - ds->offsets[u];
+    } else {
+        n = ds->ex_pos[e] - ds->offsets[ds->ex_user[e]] + 1;
+    }
+    return n < w ? n : w;
+}
+
 static void ensure_perm(trainer *t, int64_t epoch)
 {
     if (t->perm_epoch == epoch) return;
@@ -612,6 +660,81 @@ static void ensure_perm(trainer *t, int64_t epoch)
         t->perm[j] = tmp;
     }
     t->perm_epoch = epoch;
+
+    /* the epoch's batches */
+    const grm__settings *st = &t->p->set;
+    t->nb = 0;
+    t->bstart[0] = 0;
+    if (st->batching == GRM__BATCH_FIXED) {
+        t->nb = (n + st->batch_size - 1) / st->batch_size;
+        for (int64_t i = 0; i <= t->nb; i++)
+            t->bstart[i] = i * st->batch_size < n ? i * st->batch_size : n;
+        return;
+    }
+    /* MTGRBoost §5.1, Algorithm 1: a buffer Q (here perm[q0, qn)) takes whole input
+     * chunks of batch_size samples while it holds fewer than N tokens; the cut is the k
+     * whose cumulative token count is closest to N (binary search over the running sums);
+     * the first k samples are the batch and the rest carry over. A batch is also cut when
+     * all of Q is closest but holds N or more, and the last chunk's leftovers are flushed. */
+    int64_t N = t->target_tokens, *S = t->tok_cum;
+    S[0] = 0;
+    for (int64_t i = 0; i < n; i++) S[i + 1] = S[i] + sample_tokens(t, t->perm[i]);
+    int64_t q0 = 0, qn = 0;
+    while (q0 < n) {
+        while (S[qn] - S[q0] < N && qn < n) qn = qn + st->batch_size < n ? qn + st->batch_size : n;
+        /* first j in (q0, qn] with S[j] - S[q0] >= N, or qn */
+        int64_t lo = q0 + 1, hi = qn;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (S[mid] - S[q0] >= N) hi = mid;
+            else lo = mid + 1;
+        }
+        int64_t k = lo;
+        if (k > q0 + 1 && N - (S[k - 1] - S[q0]) <= (S[k] - S[q0]) - N) k--;
+        if (k - q0 > t->B) k = q0 + t->B;   /* buffer capacity: one token per sample at least */
+        if (k < qn || S[qn] - S[q0] >= N || qn == n) {
+            q0 = k;
+            t->bstart[++t->nb] = q0;
+        }
+    }
+}
+
+/* Batches before epoch e (extending the table of epochs as needed): the step numbers of
+ * epoch e are (*first, first + batches of e]. */
+static grm_status epoch_start(trainer *t, int64_t e, int64_t *first)
+{
+    while (t->nep <= e) {
+        int64_t *nc = realloc(t->ep_cum, (size_t)(t->nep + 2) * sizeof *nc);
+        if (!nc) return grm_errorf(GRM_ENOMEM, "out of memory");
+        t->ep_cum = nc;
+        if (t->nep == 0) t->ep_cum[0] = 0;
+        ensure_perm(t, t->nep);
+        t->ep_cum[t->nep + 1] = t->ep_cum[t->nep] + t->nb;
+        t->nep++;
+    }
+    *first = t->ep_cum[e];
+    return GRM_OK;
+}
+
+/* The epoch and batch of global step `step` (1-based). */
+static grm_status locate(trainer *t, int64_t step, int64_t *epoch, int64_t *batch)
+{
+    grm_status st;
+    int64_t e = 0, first;
+    /* epochs hold about the same number of batches: start from the nominal guess */
+    if (t->steps_per_epoch > 0) e = (step - 1) / t->steps_per_epoch;
+    for (;;) {
+        if ((st = epoch_start(t, e, &first)) != GRM_OK) return st;
+        if (first >= step && e > 0) { e--; continue; }
+        int64_t next;
+        if ((st = epoch_start(t, e + 1, &next)) != GRM_OK) return st;
+        if (step > next) { e++; continue; }
+        break;
+    }
+    *epoch = e;
+    *batch = step - 1 - first;
+    ensure_perm(t, e);
+    return GRM_OK;
 }
 
 static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
@@ -621,12 +744,13 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     const grm__settings *s = &p->set;
     grm_status st;
     int64_t step = t->step + 1;
-    int64_t epoch = (step - 1) / t->steps_per_epoch;
-    int64_t pos = ((step - 1) % t->steps_per_epoch) * s->batch_size;
-    int64_t b = t->nex - pos < s->batch_size ? t->nex - pos : s->batch_size;
+    int64_t epoch, bi;
+    if ((st = locate(t, step, &epoch, &bi)) != GRM_OK) return st;
+    int64_t pos = t->bstart[bi];
+    int64_t b = t->bstart[bi + 1] - pos;
     int32_t D = t->ranking ? 0 : p->tables[t->item_table].dim;
     int32_t T = ds->ntasks;
-    ensure_perm(t, epoch);
+    (void)epoch;
 
     int64_t *pos_ids = NULL, nneg = 0;
     if (t->ranking) {
@@ -772,6 +896,8 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     t->t_opt += now_s() - t2;
     t->step = step;
     t->tokens += rows;
+    t->step_tokens = 0;
+    for (int64_t k = 0; k < b; k++) t->step_tokens += sample_tokens(t, t->perm[pos + k]);
     *loss_out = io.loss;
     *samples_out = b;
 out:
@@ -1330,6 +1456,25 @@ static void on_signal(uv_signal_t *h, int signum)
     t->stop = signum;
 }
 
+/* The step's samples and tokens on this rank, and the largest token difference between
+ * ranks (TurboGR Table 3's figure; 0 on one rank). */
+static grm_status emit_balance(trainer *t, int64_t samples)
+{
+    const grm_comm_handle *c = &t->p->comm_handle;
+    int64_t spread = 0;
+    int32_t n = c->ops->size(c->inst);
+    if (n > 1) {
+        int64_t mm[2] = { t->step_tokens, -t->step_tokens };
+        grm_status st = c->ops->allreduce(c->inst, mm, 2, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+        if (st != GRM_OK) return st;
+        spread = mm[0] + mm[1];
+    }
+    grm__metrics_emit(t->metrics, t->step, "train", "samples", (double)samples);
+    grm__metrics_emit(t->metrics, t->step, "train", "tokens", (double)t->step_tokens);
+    grm__metrics_emit(t->metrics, t->step, "train", "token_spread", (double)spread);
+    return GRM_OK;
+}
+
 static void progress(trainer *t, double loss, double sps, double elapsed, int tty, int final)
 {
     double left = t->total_steps > t->step && t->step > 0
@@ -1418,9 +1563,11 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         uv_signal_start(&t.sigterm, on_signal, SIGTERM);
     }
     if (!opts->quiet)
-        grm__log(GRM_LOG_INFO, "grmhost", "training '%s': %lld steps of %lld samples, %d "
+        grm__log(GRM_LOG_INFO, "grmhost", "training '%s': %lld steps of %lld %s, %d "
                  "threads, %d dense parameter tensors, %lld negatives per step",
-                 s->name, (long long)t.total_steps, (long long)s->batch_size,
+                 s->name, (long long)t.total_steps,
+                 (long long)(t.target_tokens ? t.target_tokens : s->batch_size),
+                 t.target_tokens ? "tokens (batching = tokens)" : "samples",
                  grm__num_threads(), t.nparams, (long long)t.R);
 
     double start = now_s(), last_print = 0, loss_sum = 0;
@@ -1442,6 +1589,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
             grm__metrics_emit(t.metrics, t.step, "train", "loss", loss_sum / (double)loss_n);
             grm__metrics_emit(t.metrics, t.step, "train", "samples_per_s",
                               (double)samples / (el > 0 ? el : 1e-9));
+            if ((st = emit_balance(&t, b)) != GRM_OK) goto out;
             if (!tty && !opts->quiet)
                 progress(&t, loss_sum / (double)loss_n, (double)samples / el,
                          el / (double)(t.step - start_step) * (double)t.step, 0, 0);

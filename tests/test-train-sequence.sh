@@ -11,7 +11,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-seq-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..7"
+echo "1..10"
 
 "$g" generate --users 600 --items 300 --clusters 10 --seed 11 --out "$tmp/data.tsv" || exit 1
 ini() { # $1 file, $2 checkpoint dir, $3 steps, $4 extra feature section
@@ -112,3 +112,23 @@ rc=$?
 sed 's/^/# /' "$tmp/d.err" | head -2
 test $rc -eq 2 && grep -q "only the item sequence" "$tmp/d.err"
 ok $? "pooling = none on the user column is refused"
+
+# batching = tokens (MTGRBoost Algorithm 1): token counts level, sample counts vary
+ini "$tmp/t.ini" "" 120 ""
+sed -i 's/^batch_size = 32$/batch_size = 32\nbatching = tokens\nbatch_tokens = 300\nlog_every = 1/; /^log_every = 10$/d' "$tmp/t.ini"
+"$g" train --fresh --metrics-out "$tmp/t.jsonl" "$tmp/t.ini" >"$tmp/t.out" 2>"$tmp/t.err"
+rc=$?
+[ $rc -ne 0 ] && sed 's/^/# /' "$tmp/t.err" | tail -5
+grep -q "steps of 300 tokens" "$tmp/t.err" || rc=1
+ok $rc "batching = tokens trains and announces its 300-token target"
+grep '"name":"tokens"' "$tmp/t.jsonl" | sed 's/.*"value":\([^}]*\)}/\1/' >"$tmp/t.tok"
+grep '"name":"samples"' "$tmp/t.jsonl" | sed 's/.*"value":\([^}]*\)}/\1/' >"$tmp/t.smp"
+echo "# tokens per step: $(sort -n "$tmp/t.tok" | head -1) .. $(sort -n "$tmp/t.tok" | tail -1); samples per step: $(sort -n "$tmp/t.smp" | head -1) .. $(sort -n "$tmp/t.smp" | tail -1)"
+# every step but an epoch's last is within one window (20 tokens) of the target; the
+# 600 users hold about 11,000 training tokens, so 120 steps span at most 4 epochs
+bad=$(awk '$1 < 280 || $1 > 320' "$tmp/t.tok" | wc -l)
+echo "# steps off target: $bad"
+test "$(wc -l <"$tmp/t.tok")" -eq 120 && test "$bad" -le 4
+ok $? "every step holds 300 +- 20 tokens (the closest cut), except an epoch's last"
+test "$(sort -u "$tmp/t.smp" | wc -l)" -ge 3
+ok $? "the number of samples per step varies with the sequence lengths"
