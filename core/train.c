@@ -222,8 +222,9 @@ static grm_status setup(trainer *t)
          * token per sample */
         int64_t tot = 0;
         for (int64_t e = 0; e < t->nex; e++) tot += sample_tokens(t, e);
+        int64_t nex = t->nex ? t->nex : 1;
         t->target_tokens = s->batch_tokens ? s->batch_tokens
-                                           : (tot * s->batch_size + t->nex - 1) / (t->nex ? t->nex : 1);
+                                           : (tot * s->batch_size + nex - 1) / nex;
         if (t->target_tokens < 1) t->target_tokens = 1;
         if (t->B < t->target_tokens) t->B = t->target_tokens;
     }
