@@ -43,6 +43,9 @@ static const char usage_train[] =
     "                       ({\"step\",\"split\",\"name\",\"value\"});\n"
     "                       overrides [train] metrics_out\n"
     "  --max-steps N        stop after N more steps (a checkpoint is written)\n"
+    "  --profile            at the end, print where the time went: read, balance, batch,\n"
+    "                       lookup, dense forward, dense backward, optimizers, checkpoint,\n"
+    "                       evaluation\n"
     "  -q, --quiet          print only errors and the final table\n"
     "  -v, --verbose        print debug messages\n"
     "  -h, --help           this text\n";
@@ -89,7 +92,7 @@ static const char usage_generate[] =
     "  --seed N          seed (default 1)\n";
 
 enum { OPT_FRESH = 256, OPT_METRICS, OPT_CKPT, OPT_MAXSTEPS, OPT_OUT, OPT_USERS, OPT_ITEMS,
-       OPT_CLUSTERS, OPT_SEED };
+       OPT_CLUSTERS, OPT_SEED, OPT_PROFILE };
 
 static int fail(grm_status st)
 {
@@ -122,6 +125,7 @@ static int cmd_run(int argc, char **argv, int eval)
         { "metrics-out", required_argument, NULL, OPT_METRICS },
         { "checkpoint", required_argument, NULL, OPT_CKPT },
         { "max-steps", required_argument, NULL, OPT_MAXSTEPS },
+        { "profile", no_argument, NULL, OPT_PROFILE },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -134,6 +138,7 @@ static int cmd_run(int argc, char **argv, int eval)
     while ((c = getopt_long(argc, argv, "qvh", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_FRESH: o.fresh = 1; break;
+        case OPT_PROFILE: o.profile = 1; break;
         case OPT_METRICS: o.metrics_out = optarg; break;
         case OPT_CKPT: o.checkpoint = optarg; break;
         case OPT_MAXSTEPS:

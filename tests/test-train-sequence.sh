@@ -11,7 +11,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-seq-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..10"
+echo "1..11"
 
 "$g" generate --users 600 --items 300 --clusters 10 --seed 11 --out "$tmp/data.tsv" || exit 1
 ini() { # $1 file, $2 checkpoint dir, $3 steps, $4 extra feature section
@@ -132,3 +132,11 @@ test "$(wc -l <"$tmp/t.tok")" -eq 120 && test "$bad" -le 4
 ok $? "every step holds 300 +- 20 tokens (the closest cut), except an epoch's last"
 test "$(sort -u "$tmp/t.smp" | wc -l)" -ge 3
 ok $? "the number of samples per step varies with the sequence lengths"
+
+"$g" train --fresh --profile --max-steps 20 "$tmp/t.ini" >/dev/null 2>"$tmp/p.err"
+rc=$?
+for stage in read+transform balance batch lookup "dense fwd" "dense bwd" optimizer checkpoint \
+    evaluation "IO hidden"; do
+    grep -q "^  $stage " "$tmp/p.err" || { echo "# no '$stage' line"; rc=1; }
+done
+ok $rc "--profile prints the per-stage time breakdown and how much IO was hidden"
