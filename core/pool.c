@@ -160,9 +160,11 @@ static void pool_run(pool_job *job)
 
 static void *pool_worker(void *arg)
 {
-    uint64_t seen = 0;
     (void)arg;
     pthread_mutex_lock(&pool.lock);
+    /* a pool started again after grm__pool_fini keeps its generation count: a new worker
+     * waits for the next job, not for one that ran before it existed */
+    uint64_t seen = pool.generation;
     for (;;) {
         while (!pool.stop && pool.generation == seen) pthread_cond_wait(&pool.work, &pool.lock);
         if (pool.stop) break;
