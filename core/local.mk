@@ -5,6 +5,7 @@ libgrmcore_la_SOURCES = \
 	%reldir%/loader.c %reldir%/config.c %reldir%/params.c \
 	%reldir%/pipeline.h %reldir%/pipeline.c %reldir%/data.c %reldir%/metrics.c \
 	%reldir%/train.c %reldir%/gen.h %reldir%/gen.c
+libgrmcore_la_SOURCES += %reldir%/sparse.h %reldir%/sparse.c
 libgrmcore_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(UV_CFLAGS) $(ZSTD_CFLAGS) $(BLAS_CFLAGS) \
 	-DGRM_PLUGIN_DIR='"$(plugindir)"' -DGRM_BUILD_DIR='"$(abs_top_builddir)"'
 libgrmcore_la_LIBADD = $(INIH_LIBS) $(UV_LIBS) $(ZSTD_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS) -lm

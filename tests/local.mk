@@ -19,3 +19,15 @@ tests_test_abi_layout_LDADD = $(GRM_TEST_LIBS)
 EXTRA_DIST += tests/test-headers.sh
 tests_test_alloc_failure_SOURCES = tests/test-alloc-failure.c
 tests_test_alloc_failure_LDADD = $(GRM_TEST_LIBS)
+
+# core/sparse.c: table merging, segment unique, ids partition, pooling operators.
+check_PROGRAMS += tests/test-sparse
+TESTS += tests/test-sparse
+tests_test_sparse_SOURCES = tests/test-sparse.c
+tests_test_sparse_LDADD = $(GRM_TEST_LIBS)
+# bench/bench_sparse.py's C driver (built by `make bench`).
+EXTRA_PROGRAMS += bench/bench-sparse
+GRM_BENCH_BINS += bench/bench-sparse
+bench_bench_sparse_SOURCES = bench/bench-sparse.c
+bench_bench_sparse_LDADD = libgrmcore.la -lm
+EXTRA_DIST += bench/bench_sparse.py

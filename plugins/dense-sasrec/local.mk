@@ -1,1 +1,13 @@
-# dense-sasrec: see %reldir%/README.md (being written)
+# dense-sasrec: see %reldir%/README.md. One SASRec self-attention block per instance.
+plugin_LTLIBRARIES += %reldir%/dense-sasrec.la
+%canon_reldir%_dense_sasrec_la_SOURCES = %reldir%/plugin.c %reldir%/sasrec.h \
+	%reldir%/sasrec.c %reldir%/sasrec_ref.c %reldir%/sasrec_cpu.c
+%canon_reldir%_dense_sasrec_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
+%canon_reldir%_dense_sasrec_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+%canon_reldir%_dense_sasrec_la_LIBADD = $(BLAS_LIBS) -lm
+EXTRA_DIST += %reldir%/README.md tests/ref/sasrec.py
+
+check_PROGRAMS += tests/test-dense-sasrec
+TESTS += tests/test-dense-sasrec
+tests_test_dense_sasrec_SOURCES = tests/test-dense-sasrec.c
+tests_test_dense_sasrec_LDADD = $(GRM_TEST_LIBS) -lm

@@ -1,1 +1,22 @@
-# emb-dynamic: see %reldir%/README.md (being written)
+# emb-dynamic: see %reldir%/README.md
+plugin_LTLIBRARIES += %reldir%/emb-dynamic.la
+%canon_reldir%_emb_dynamic_la_SOURCES = %reldir%/plugin.c %reldir%/emb_dynamic.h \
+	%reldir%/table.c %reldir%/chunks.c %reldir%/evict.c %reldir%/ops.c %reldir%/ckpt.c
+%canon_reldir%_emb_dynamic_la_LDFLAGS = $(PLUGIN_LDFLAGS)
+%canon_reldir%_emb_dynamic_la_LIBADD = -lm -lpthread
+EXTRA_DIST += %reldir%/README.md
+
+check_PROGRAMS += tests/test-emb-dynamic tests/test-emb-dynamic-stress
+TESTS += tests/test-emb-dynamic tests/test-emb-dynamic-stress
+tests_test_emb_dynamic_SOURCES = tests/test-emb-dynamic.c
+tests_test_emb_dynamic_LDADD = $(GRM_TEST_LIBS) -lm
+tests_test_emb_dynamic_stress_SOURCES = tests/test-emb-dynamic-stress.c
+tests_test_emb_dynamic_stress_LDADD = $(GRM_TEST_LIBS) -lm -lpthread
+
+# bench/bench_emb.py drives this C driver (emb-dynamic vs emb-static); make bench builds it.
+EXTRA_PROGRAMS += bench/bench-emb
+GRM_BENCH_BINS += bench/bench-emb
+bench_bench_emb_SOURCES = bench/bench-emb.c
+bench_bench_emb_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+bench_bench_emb_LDADD = $(GRM_TEST_LIBS) -lm
+EXTRA_DIST += bench/bench_emb.py bench/bench-emb-absl.cc

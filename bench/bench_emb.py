@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""bench/bench_emb.py - embedding store throughput (DESIGN.md §8): emb-dynamic (MTGRBoost
+§4.1 hash store) against emb-static (a dense array: the physical limit of a lookup) and
+abseil's absl::flat_hash_map holding the same rows, on one Zipf(1.05) id stream, at key
+structure load factors 0.5 and 0.75 and dims 16, 64, 128, all in one run.
+
+Drivers: bench/bench-emb (C, built by `make bench`) measures emb-dynamic (impl cpu: the
+host pool; impl ref: one thread) and emb-static; bench/bench-emb-absl.cc is compiled here
+with g++ against libabsl-dev (one thread). Without abseil, std::unordered_map is used and
+the peer is named `unordered_map`.
+
+Output: one `bench=emb case=... ids_per_s=... peer=... ratio=...` line per comparison, then
+a table. ratio = emb-dynamic / peer (above 1: emb-dynamic faster)."""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+DIMS = (16, 64, 128)
+LOAD_FACTORS = (0.5, 0.75)
+
+UNORDERED = r'''
+#include <unordered_map>
+namespace absl { template <class K, class V> struct flat_hash_map : std::unordered_map<K, V> {}; }
+'''
+
+
+def build_peer(src, build, tmp):
+    """Compile the abseil peer; fall back to std::unordered_map. Returns (exe, name)."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        return None, None
+    exe = os.path.join(tmp, "bench-emb-absl")
+    inc = ["-I" + os.path.join(src, "sdk", "include"), "-I" + build]
+    code = os.path.join(src, "bench", "bench-emb-absl.cc")
+    try:
+        libs = subprocess.run(["pkg-config", "--libs", "absl_flat_hash_map", "absl_hash"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        subprocess.run([cxx, "-O2", "-std=c++17", *inc, code, "-o", exe, *libs, "-lm"],
+                       check=True, capture_output=True, text=True)
+        return exe, "absl"
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        pass
+    # std::unordered_map stand-in: a shim header named like abseil's.
+    shim = os.path.join(tmp, "absl", "container")
+    os.makedirs(shim, exist_ok=True)
+    with open(os.path.join(shim, "flat_hash_map.h"), "w") as f:
+        f.write(UNORDERED)
+    subprocess.run([cxx, "-O2", "-std=c++17", "-I" + tmp, *inc, code, "-o", exe, "-lm"],
+                   check=True)
+    return exe, "unordered_map"
+
+
+def parse(out):
+    rows = {}
+    for line in out.splitlines():
+        kv = dict(p.split("=", 1) for p in line.split() if "=" in p)
+        if "store" in kv:
+            rows[(kv["store"], kv["op"])] = kv
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grmhost", default=None)
+    ap.add_argument("--build", default=os.environ.get("GRM_TOP_BUILDDIR", "."))
+    ap.add_argument("--seconds", type=float, default=0.5)
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    src = os.environ.get("GRM_TOP_SRCDIR",
+                         os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    driver = os.path.join(build, "bench", "bench-emb")
+    if not os.path.exists(driver):
+        subprocess.run(["make", "-C", build, "bench/bench-emb"], check=True,
+                       stdout=subprocess.DEVNULL)
+    env = dict(os.environ, GRM_TOP_BUILDDIR=build, GRM_TOP_SRCDIR=src)
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        peer_exe, peer = build_peer(src, build, tmp)
+        for lf in LOAD_FACTORS:
+            for d in DIMS:
+                ids = os.path.join(tmp, "ids.bin")
+                out = subprocess.run([driver, str(d), str(lf), ids, str(args.seconds)],
+                                     env=env, check=True, capture_output=True, text=True)
+                r = parse(out.stdout)
+                if peer_exe:
+                    po = subprocess.run([peer_exe, str(d), str(lf), ids, str(args.seconds)],
+                                        check=True, capture_output=True, text=True)
+                    r.update(parse(po.stdout))
+                results.append((lf, d, r))
+
+    def rate(r, store, op):
+        kv = r.get((store, op))
+        return float(kv["ids_per_s"]) if kv else None
+
+    table = []
+    for lf, d, r in results:
+        lfg = r[("emb-dynamic-cpu", "lookup")]["lf"]
+        comps = [
+            ("lookup", "emb-dynamic-cpu", "lookup", "emb-static-cpu", "lookup"),
+            ("lookup-1t", "emb-dynamic-ref", "lookup", "emb-static-ref", "lookup"),
+            ("lookup-1t", "emb-dynamic-ref", "lookup", peer, "lookup"),
+            ("train_lookup-1t", "emb-dynamic-ref", "train_lookup", peer, "lookup"),
+            ("insert-1t", "emb-dynamic-ref", "insert", peer, "insert"),
+            ("insert", "emb-dynamic-cpu", "insert", peer, "insert"),
+        ]
+        for case, store, op, pstore, pop in comps:
+            a, b = rate(r, store, op), rate(r, pstore, pop) if pstore else None
+            if a is None:
+                continue
+            ratio = "%.3f" % (a / b) if b else "n/a"
+            print("bench=emb case=%s-d%d-lf%.2f store=%s lf=%s ids_per_s=%.0f peer=%s "
+                  "peer_ids_per_s=%s ratio=%s" % (case, d, lf, store, lfg, a, pstore or "none",
+                                                  "%.0f" % b if b else "n/a", ratio))
+            table.append((case, d, lfg, store, a, pstore or "none", b, ratio))
+    print()
+    print("%-16s %4s %6s %-16s %12s %-16s %12s %7s" % ("case", "dim", "lf", "store", "Mids/s",
+                                                    "peer", "Mids/s", "ratio"))
+    for case, d, lfg, store, a, pstore, b, ratio in table:
+        print("%-16s %4d %6s %-16s %12.2f %-16s %12s %7s" % (
+            case, d, lfg, store, a / 1e6, pstore, "%.2f" % (b / 1e6) if b else "n/a", ratio))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""bench/bench_sparse.py - the RecIS Table 1 operator set (RecIS §3.1) of core/sparse.c on CPU
+against PyTorch CPU, same data, same thread count.
+
+bench/bench-sparse (the C driver) measures the memory bandwidth with a STREAM triad, times
+grm's operators and writes the input streams it used; this script times PyTorch on those
+streams and prints, per case,
+  bench=sparse case=gather dist=zipf dim=64 grm_ms=.. peer=torch peer_ms=.. ratio=.. mbu=..
+ratio = peer_ms / grm_ms (> 1: grm faster); mbu = useful bytes / grm time / triad bandwidth,
+peer_mbu the same for PyTorch. Useful bytes count each access once (ids, rows read, rows
+written; scatter counts the row read-modify-write), as RecIS's MBU does.
+
+PyTorch peers: gather = index_select; scatter = index_add_; unique = torch.unique(
+return_inverse=True); ids partition = unique + destination rank (the same MurmurHash3
+fmix64 % ranks, computed with int64 torch ops) + stable argsort + bincount; reduce =
+F.embedding_bag(mode sum/mean) with offsets (fused gather + reduce, as grm); sequence tile =
+the index arithmetic + gather + padding mask torch needs (no tile operator); bucketize =
+torch.bucketize; mod = torch.remainder.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROWS = 1 << 20
+RANKS = 8
+
+
+def median_ms(fn, reps):
+    fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def fmix64(x, torch):
+    """MurmurHash3 fmix64 on int64 tensors (two's complement wrap-around = uint64 math)."""
+    def srl(v, k):  # logical shift right
+        return (v >> k) & ((1 << (64 - k)) - 1)
+    c1 = -49064778989728563     # 0xff51afd7ed558ccd as int64
+    c2 = -4265267296055464877   # 0xc4ceb9fe1a85ec53 as int64
+    x = x ^ srl(x, 33)
+    x = x * c1
+    x = x ^ srl(x, 33)
+    x = x * c2
+    x = x ^ srl(x, 33)
+    return x
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grmhost", default=None)
+    ap.add_argument("--build", default=os.environ.get("GRM_TOP_BUILDDIR", "."))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
+    args = ap.parse_args()
+
+    driver = os.path.join(args.build, "bench", "bench-sparse")
+    if not os.path.exists(driver):
+        sys.exit(f"bench_sparse: {driver} not built; run `make bench` (or make bench/bench-sparse)")
+    try:
+        import numpy as np
+        import torch
+        import torch.nn.functional as F
+    except ImportError as e:
+        print(f"# bench_sparse: SKIP, no torch/numpy for {sys.executable}: {e}")
+        return 0
+    torch.set_num_threads(args.threads)
+
+    with tempfile.TemporaryDirectory(prefix="grm-bench-sparse-") as tmp:
+        out = subprocess.run([driver, "--dir", tmp, "--threads", str(args.threads),
+                              "--reps", str(args.reps)], capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit("bench-sparse failed:\n" + out.stderr)
+        triad = None
+        cases = []
+        for line in out.stdout.splitlines():
+            if line.startswith("#"):
+                print(line)
+                continue
+            kv = dict(re.findall(r"(\w+)=(\S+)", line))
+            if "triad_gbs" in kv:   # measured first and last: keep the best
+                triad = max(triad or 0.0, float(kv["triad_gbs"]))
+            elif "case" in kv:
+                cases.append(kv)
+
+        def load(name, dtype):
+            return torch.from_numpy(np.fromfile(os.path.join(tmp, name + ".bin"), dtype=dtype))
+
+        ids = {d: load("ids_" + d, np.int64) for d in ("zipf", "uniform", "distinct")}
+        offs = {k: load("off_" + k, np.int64) for k in ("easy", "hard")}
+        bvals, bnds = load("bucket_values", np.float32), load("bucket_bounds", np.float32)
+
+        tables = {}
+
+        def table(dim):
+            if dim not in tables:
+                tables.clear()
+                tables[dim] = torch.rand(ROWS, dim)
+            return tables[dim]
+
+        def peer(c):
+            name, dist, dim = c["case"], c["dist"], int(c["dim"])
+            x = ids.get(dist)
+            if name == "gather":
+                t = table(dim)
+                return median_ms(lambda: torch.index_select(t, 0, x), args.reps)
+            if name == "scatter":
+                t = table(dim)
+                src = torch.full((x.numel(), dim), 1e-3)
+                return median_ms(lambda: t.index_add_(0, x, src), args.reps)
+            if name == "unique":
+                return median_ms(lambda: torch.unique(x, return_inverse=True), args.reps)
+            if name == "ids_partition":
+                def run():
+                    u, inv = torch.unique(x, return_inverse=True)
+                    r = torch.remainder(fmix64(u, torch), RANKS)
+                    order = torch.sort(r, stable=True).indices
+                    return u[order], inv, torch.bincount(r, minlength=RANKS)
+                return median_ms(run, args.reps)
+            if name.startswith("reduce_"):
+                _, mode, kind = name.split("_")
+                t, o = table(dim), offs[kind][:-1]
+                return median_ms(lambda: F.embedding_bag(x, t, o, mode=mode), args.reps)
+            if name == "sequence_tile":
+                t, o, L = table(dim), offs["hard"], 50
+                def run():
+                    lens = o[1:] - o[:-1]
+                    take = torch.clamp(lens, max=L)
+                    first = o[1:] - take
+                    s = torch.arange(L)
+                    pos = first[:, None] + s[None, :]
+                    mask = s[None, :] < take[:, None]
+                    rows = torch.where(mask, x[torch.clamp(pos, max=x.numel() - 1)], 0)
+                    return t[rows] * mask[:, :, None]
+                return median_ms(run, args.reps)
+            if name == "bucketize":
+                return median_ms(lambda: torch.bucketize(bvals, bnds), args.reps)
+            if name == "mod":
+                return median_ms(lambda: torch.remainder(x, 1000003), args.reps)
+            raise SystemExit(f"bench_sparse: no peer for case {name}")
+
+        rows = []
+        for c in cases:
+            grm_ms, nbytes = float(c["grm_ms"]), float(c["bytes"])
+            peer_ms = peer(c)
+            mbu = nbytes / (grm_ms * 1e6) / triad
+            peer_mbu = nbytes / (peer_ms * 1e6) / triad
+            print(f"bench=sparse case={c['case']} dist={c['dist']} dim={c['dim']} "
+                  f"threads={args.threads} grm_ms={grm_ms:.3f} peer=torch peer_ms={peer_ms:.3f} "
+                  f"ratio={peer_ms / grm_ms:.2f} mbu={mbu * 100:.1f}% "
+                  f"peer_mbu={peer_mbu * 100:.1f}% triad_gbs={triad:.2f}", flush=True)
+            rows.append((c["case"], c["dist"], c["dim"], grm_ms, peer_ms, mbu, peer_mbu))
+
+    print(f"\n{'case':<18}{'dist':<10}{'dim':>4}{'grm ms':>10}{'torch ms':>10}"
+          f"{'speedup':>9}{'MBU':>8}{'torch MBU':>11}")
+    for name, dist, dim, g, p, m, pm in rows:
+        print(f"{name:<18}{dist:<10}{dim:>4}{g:>10.2f}{p:>10.2f}{p / g:>8.2f}x"
+              f"{m * 100:>7.1f}%{pm * 100:>10.1f}%")
+    print(f"(triad bandwidth {triad:.2f} GB/s, {args.threads} threads; MBU = useful bytes / "
+          f"time / triad bandwidth)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,623 @@
+/* plugins/dense-sasrec/sasrec.c - one SASRec self-attention block on jagged sequences:
+ * create (parameters, Xavier init), forward, backward, named parameters, flops.
+ * Kang & McAuley, "Self-Attentive Sequential Recommendation", ICDM 2018, Sec. III
+ * ("Embedding Layer", "Self-Attention Block", "Point-Wise Feed-Forward Network",
+ * "Stacking Self-Attention Blocks"), in the form of the reference code
+ * pmixer/SASRec.pytorch (model.py: SASRec.log2feats), which the S3-Rec/ICLRec baselines
+ * follow:
+ *   (pos_emb)    h0 = Dropout(x sqrt(D) + P[pos])               else h0 = x
+ *                q  = LN1(h0)
+ *                r1 = q + MHA(q, h0, h0)        causal, H heads, in/out projections
+ *                u  = LN2(r1)
+ *                r2 = u + Dropout(W2 ReLU(Dropout(W1 u + b1)) + b2)
+ *   (final_norm) y  = LN3(r2)                                    else y = r2
+ * GEMMs and attention go through the implementation picked in create (sasrec_ref.c or
+ * sasrec_cpu.c); LayerNorm, dropout and the embedding stage are shared code here. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sasrec.h"
+
+/* One named parameter: a view into the block and its gradient. */
+typedef struct sasrec_param {
+    const char *name;
+    float *value, *grad;        /* [rows, cols] or [rows] views into sasrec.block */
+    int64_t rows, cols;         /* cols 0: a vector */
+} sasrec_param;
+
+enum { SASREC_MAX_PARAMS = 16 };
+
+struct sasrec {
+    const grm_host_api *host;
+    sasrec_config cfg;          /* copy of the config */
+    const sasrec_impl *impl;    /* static */
+    int64_t D, H, dh, F;        /* model dim, heads, head dim, FFN hidden */
+    uint64_t seed;
+
+    float *block;               /* owned (host->alloc): all params, then all grads */
+    size_t nfloats;             /* floats in the params half */
+    sasrec_param param[SASREC_MAX_PARAMS];
+    int32_t nparam;
+
+    /* parameter views (grads: the same offsets in the second half of block) */
+    float *pos, *dpos;              /* [max_len, D] (pos_emb only) */
+    float *ln1_g, *ln1_b, *dln1_g, *dln1_b;     /* [D] */
+    float *w_in, *b_in, *dw_in, *db_in;         /* [3D, D], [3D]: rows q, k, v */
+    float *w_out, *b_out, *dw_out, *db_out;     /* [D, D], [D] */
+    float *ln2_g, *ln2_b, *dln2_g, *dln2_b;     /* [D] */
+    float *w1, *b1, *dw1, *db1;                 /* [F, D], [F] */
+    float *w2, *b2, *dw2, *db2;                 /* [D, F], [D] */
+    float *ln3_g, *ln3_b, *dln3_g, *dln3_b;     /* [D] (final_norm only) */
+
+    /* forward cache, views into fwd (valid for fwd_cap rows) */
+    float *fwd;                 /* owned (malloc) */
+    int64_t fwd_cap, fwd_per_row;
+    float *h0;                  /* [N, D] block input after the embedding stage */
+    float *qin;                 /* [N, D] LN1(h0), the attention queries' input */
+    float *mu1, *rs1;           /* [N] LN1 statistics */
+    float *qp;                  /* [N, D] projected queries */
+    float *kv;                  /* [N, 2D] projected keys (cols 0..D-1), values (D..2D-1) */
+    float *att;                 /* [N, D] attention output, heads side by side */
+    float *lse;                 /* [N, H] row log-sum-exp of the attention scores */
+    float *r1;                  /* [N, D] qin + out_proj(att) */
+    float *u;                   /* [N, D] LN2(r1) */
+    float *mu2, *rs2;           /* [N] */
+    float *z1;                  /* [N, F] W1 u + b1 (before dropout) */
+    float *h1;                  /* [N, F] ReLU(Dropout(z1)) */
+    float *r2;                  /* [N, D] u + FFN(u) (final_norm only) */
+    float *mu3, *rs3;           /* [N] (final_norm only) */
+
+    /* backward workspace, views into bwd (valid for bwd_cap rows) */
+    float *bwd;                 /* owned (malloc) */
+    int64_t bwd_cap, bwd_per_row;
+    float *g_r2;                /* [N, D] d r2 (final_norm) */
+    float *g_z2;                /* [N, D] d z2 */
+    float *g_h1;                /* [N, F] d h1, then d z1 in place */
+    float *g_u;                 /* [N, D] */
+    float *g_r1;                /* [N, D] */
+    float *g_att;               /* [N, D] */
+    float *g_qp;                /* [N, D] */
+    float *g_kv;                /* [N, 2D] */
+    float *g_qin;               /* [N, D] */
+    float *g_h0;                /* [N, D] */
+
+    int64_t *off;               /* owned (malloc): [nseq+1] offsets of the last forward */
+    int64_t off_cap, nseq;
+    int64_t rows;               /* rows of the last training forward; -1: none */
+    int64_t step;               /* ctx->step of the last training forward */
+    double pairs;               /* causal (query, key) pairs of the last forward */
+    int64_t pairs_rows;         /* rows of the forward that counted them */
+};
+
+static const grm_device sasrec_cpu = { GRM_DEVICE_CPU, 0 };
+
+/* ---- create / destroy ---- */
+
+/* Fill w [rows, cols] with Xavier/Glorot (Glorot & Bengio 2010) for fan_in = cols,
+ * fan_out = rows, as torch.nn.init.xavier_*_ on a [rows, cols] tensor: normal with std
+ * sqrt(2 / (fan_in + fan_out)) (the reference's xavier_normal_) or uniform on (-a, a),
+ * a = sqrt(6 / (fan_in + fan_out)). Row r is drawn by grm_row_init from (seed, name, r). */
+static void xavier(float *w, int64_t rows, int64_t cols, int32_t init, uint64_t seed,
+                   const char *name)
+{
+    const double fan = (double)(rows + cols);
+    const int32_t kind = init == SASREC_INIT_XAVIER_UNIFORM ? GRM_EMB_INIT_UNIFORM
+                                                            : GRM_EMB_INIT_NORMAL;
+    const double scale = kind == GRM_EMB_INIT_UNIFORM ? sqrt(6.0 / fan) : sqrt(2.0 / fan);
+    const uint64_t table = grm_str_hash64(name);
+    for (int64_t r = 0; r < rows; r++)
+        grm_row_init(w + r * cols, (int32_t)cols, kind, scale, seed, table, r);
+}
+
+static void fill(float *v, int64_t n, float x)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = x;
+}
+
+/* Append a parameter of rows x cols (cols 0: vector) at *p; advance *p. */
+static float *add_param(sasrec *s, size_t *at, const char *name, int64_t rows, int64_t cols)
+{
+    sasrec_param *pr = &s->param[s->nparam++];
+    pr->name = name;
+    pr->rows = rows;
+    pr->cols = cols;
+    pr->value = s->block + *at;     // grads are bound after the block is allocated
+    *at += (size_t)(rows * (cols > 0 ? cols : 1));
+    return pr->value;
+}
+
+grm_status sasrec_create(const grm_host_api *host, const sasrec_config *cfg, int64_t in_dim,
+                         uint64_t seed, sasrec **out)
+{
+    grm_status st;
+    *out = NULL;
+    if (in_dim < 1 || in_dim > (1 << 20))
+        return host->errorf(GRM_EINVAL, "dense-sasrec: create: in_dim %lld out of range "
+                            "1..%d", (long long)in_dim, 1 << 20);
+    if (cfg->num_heads < 1 || in_dim % cfg->num_heads != 0)
+        return host->errorf(GRM_EINVAL, "dense-sasrec: num_heads: %lld does not divide the "
+                            "model dim %lld; pick a divisor of %lld", (long long)cfg->num_heads,
+                            (long long)in_dim, (long long)in_dim);
+    if (cfg->ffn_dim < 0 || cfg->ffn_dim > (1 << 24))
+        return host->errorf(GRM_EINVAL, "dense-sasrec: ffn_dim: %lld out of range 0..%d "
+                            "(0: the model dim)", (long long)cfg->ffn_dim, 1 << 24);
+    if (!(cfg->dropout >= 0 && cfg->dropout < 1))
+        return host->errorf(GRM_EINVAL, "dense-sasrec: dropout: %g out of range [0, 1)",
+                            cfg->dropout);
+    if (cfg->pos_emb && (cfg->max_len < 1 || cfg->max_len > (1 << 24)))
+        return host->errorf(GRM_EINVAL, "dense-sasrec: max_len: %lld out of range 1..%d; "
+                            "pos_emb needs the longest sequence length",
+                            (long long)cfg->max_len, 1 << 24);
+    if (!(cfg->ln_eps > 0))
+        return host->errorf(GRM_EINVAL, "dense-sasrec: ln_eps: %g must be > 0", cfg->ln_eps);
+
+    sasrec *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return host->errorf(GRM_ENOMEM, "dense-sasrec: create: out of memory");
+    s->host = host;
+    s->cfg = *cfg;
+    s->impl = cfg->impl == SASREC_IMPL_REF ? &sasrec_impl_ref : &sasrec_impl_cpu;
+    s->D = in_dim;
+    s->H = cfg->num_heads;
+    s->dh = in_dim / cfg->num_heads;
+    s->F = cfg->ffn_dim > 0 ? cfg->ffn_dim : in_dim;
+    s->seed = seed;
+    s->rows = -1;
+    const int64_t D = s->D, F = s->F;
+
+    s->nfloats = (size_t)((cfg->pos_emb ? cfg->max_len * D : 0) + 2 * D + 3 * D * D + 3 * D
+                          + D * D + D + 2 * D + F * D + F + D * F + D
+                          + (cfg->final_norm ? 2 * D : 0));
+    // STYLE.md §8: parameters and gradients are one block, typed views into it
+    s->block = host->alloc(sasrec_cpu, 2 * s->nfloats * sizeof(float), 64);
+    if (s->block == NULL) {
+        st = host->errorf(GRM_ENOMEM, "dense-sasrec: create: cannot allocate %zu parameters",
+                          s->nfloats);
+        goto fail;
+    }
+    memset(s->block, 0, 2 * s->nfloats * sizeof(float));
+    size_t at = 0;
+    if (cfg->pos_emb)
+        s->pos = add_param(s, &at, "pos_emb.weight", cfg->max_len, D);
+    s->ln1_g = add_param(s, &at, "attn_norm.weight", D, 0);
+    s->ln1_b = add_param(s, &at, "attn_norm.bias", D, 0);
+    s->w_in = add_param(s, &at, "attn.in_proj_weight", 3 * D, D);
+    s->b_in = add_param(s, &at, "attn.in_proj_bias", 3 * D, 0);
+    s->w_out = add_param(s, &at, "attn.out_proj.weight", D, D);
+    s->b_out = add_param(s, &at, "attn.out_proj.bias", D, 0);
+    s->ln2_g = add_param(s, &at, "ffn_norm.weight", D, 0);
+    s->ln2_b = add_param(s, &at, "ffn_norm.bias", D, 0);
+    s->w1 = add_param(s, &at, "ffn.linear1.weight", F, D);
+    s->b1 = add_param(s, &at, "ffn.linear1.bias", F, 0);
+    s->w2 = add_param(s, &at, "ffn.linear2.weight", D, F);
+    s->b2 = add_param(s, &at, "ffn.linear2.bias", D, 0);
+    if (cfg->final_norm) {
+        s->ln3_g = add_param(s, &at, "final_norm.weight", D, 0);
+        s->ln3_b = add_param(s, &at, "final_norm.bias", D, 0);
+    }
+    for (int32_t i = 0; i < s->nparam; i++)
+        s->param[i].grad = s->param[i].value + s->nfloats;
+#define GRAD(p) ((p) != NULL ? (p) + s->nfloats : NULL)
+    s->dpos = GRAD(s->pos);
+    s->dln1_g = GRAD(s->ln1_g);
+    s->dln1_b = GRAD(s->ln1_b);
+    s->dw_in = GRAD(s->w_in);
+    s->db_in = GRAD(s->b_in);
+    s->dw_out = GRAD(s->w_out);
+    s->db_out = GRAD(s->b_out);
+    s->dln2_g = GRAD(s->ln2_g);
+    s->dln2_b = GRAD(s->ln2_b);
+    s->dw1 = GRAD(s->w1);
+    s->db1 = GRAD(s->b1);
+    s->dw2 = GRAD(s->w2);
+    s->db2 = GRAD(s->b2);
+    s->dln3_g = GRAD(s->ln3_g);
+    s->dln3_b = GRAD(s->ln3_b);
+#undef GRAD
+
+    // initialization: Xavier for every matrix (the reference runs xavier_normal_ over all
+    // parameters of 2+ dims, the position embedding included, in_proj as one [3D, D]
+    // matrix), zero biases (memset above), LayerNorm gamma 1, beta 0
+    for (int32_t i = 0; i < s->nparam; i++)
+        if (s->param[i].cols > 0)
+            xavier(s->param[i].value, s->param[i].rows, s->param[i].cols, cfg->init, seed,
+                   s->param[i].name);
+    fill(s->ln1_g, D, 1.0f);
+    fill(s->ln2_g, D, 1.0f);
+    if (cfg->final_norm)
+        fill(s->ln3_g, D, 1.0f);
+
+    s->fwd_per_row = 9 * D + 2 * F + s->H + 4 + (cfg->final_norm ? D + 2 : 0);
+    s->bwd_per_row = 11 * D + F;
+    *out = s;
+    return GRM_OK;
+
+fail:
+    sasrec_destroy(s);
+    return st;
+}
+
+void sasrec_destroy(sasrec *s)
+{
+    if (s == NULL)
+        return;
+    if (s->block != NULL)
+        s->host->free(sasrec_cpu, s->block);
+    free(s->fwd);
+    free(s->bwd);
+    free(s->off);
+    free(s);
+}
+
+int64_t sasrec_dim(const sasrec *s)
+{
+    return s->D;
+}
+
+/* ---- buffers (instance lifetime; grow by at least half, never shrink) ---- */
+
+static grm_status grow(sasrec *s, float **buf, int64_t *cap, int64_t per_row, int64_t rows,
+                       const char *what)
+{
+    if (rows <= *cap)
+        return GRM_OK;
+    int64_t n = *cap + *cap / 2;
+    if (n < rows)
+        n = rows;
+    if ((uint64_t)n > SIZE_MAX / sizeof(float) / (uint64_t)per_row)
+        return s->host->errorf(GRM_ENOMEM, "dense-sasrec: %s: %lld rows of %lld floats "
+                               "overflow size_t", what, (long long)n, (long long)per_row);
+    float *b = malloc((size_t)n * (size_t)per_row * sizeof *b);
+    if (b == NULL)
+        return s->host->errorf(GRM_ENOMEM, "dense-sasrec: %s: cannot allocate %zu bytes for "
+                               "%lld rows", what, (size_t)n * (size_t)per_row * sizeof *b,
+                               (long long)n);
+    free(*buf);
+    *buf = b;
+    *cap = n;
+    return GRM_OK;
+}
+
+static void bind_fwd(sasrec *s)
+{
+    const int64_t c = s->fwd_cap, D = s->D, F = s->F;
+    float *p = s->fwd;
+#define TAKE(field, n) do { s->field = p; p += c * (n); } while (0)
+    TAKE(h0, D);
+    TAKE(qin, D);
+    TAKE(mu1, 1);
+    TAKE(rs1, 1);
+    TAKE(qp, D);
+    TAKE(kv, 2 * D);
+    TAKE(att, D);
+    TAKE(lse, s->H);
+    TAKE(r1, D);
+    TAKE(u, D);
+    TAKE(mu2, 1);
+    TAKE(rs2, 1);
+    TAKE(z1, F);
+    TAKE(h1, F);
+    if (s->cfg.final_norm) {
+        TAKE(r2, D);
+        TAKE(mu3, 1);
+        TAKE(rs3, 1);
+    }
+}
+
+static void bind_bwd(sasrec *s)
+{
+    const int64_t c = s->bwd_cap, D = s->D, F = s->F;
+    float *p = s->bwd;
+    TAKE(g_r2, D);
+    TAKE(g_z2, D);
+    TAKE(g_h1, F);
+    TAKE(g_u, D);
+    TAKE(g_r1, D);
+    TAKE(g_att, D);
+    TAKE(g_qp, D);
+    TAKE(g_kv, 2 * D);
+    TAKE(g_qin, D);
+    TAKE(g_h0, D);
+#undef TAKE
+}
+
+/* Copy and check the jagged layout: offsets [nseq+1] from 0 to rows, non-decreasing;
+ * offsets NULL: each row its own sequence. With pos_emb, no sequence exceeds max_len. */
+static grm_status take_offsets(sasrec *s, const int64_t *offsets, int64_t nseq, int64_t rows)
+{
+    if (offsets != NULL && nseq < 0)
+        return s->host->errorf(GRM_EINVAL, "dense-sasrec: forward: ctx->nseq %lld is "
+                               "negative", (long long)nseq);
+    const int64_t n = offsets != NULL ? nseq : rows;
+    if (n + 1 > s->off_cap) {
+        int64_t *o = malloc((size_t)(n + 1) * sizeof *o);
+        if (o == NULL)
+            return s->host->errorf(GRM_ENOMEM, "dense-sasrec: forward: cannot allocate %lld "
+                                   "offsets", (long long)(n + 1));
+        free(s->off);
+        s->off = o;
+        s->off_cap = n + 1;
+    }
+    if (offsets == NULL) {
+        for (int64_t i = 0; i <= n; i++)
+            s->off[i] = i;
+    } else {
+        if (offsets[0] != 0 || offsets[nseq] != rows)
+            return s->host->errorf(GRM_EINVAL, "dense-sasrec: forward: ctx->offsets run from "
+                                   "%lld to %lld, expected 0 to the %lld rows of x",
+                                   (long long)offsets[0], (long long)offsets[nseq],
+                                   (long long)rows);
+        for (int64_t i = 0; i < nseq; i++)
+            if (offsets[i + 1] < offsets[i])
+                return s->host->errorf(GRM_EINVAL, "dense-sasrec: forward: ctx->offsets "
+                                       "decrease at sequence %lld (%lld > %lld)",
+                                       (long long)i, (long long)offsets[i],
+                                       (long long)offsets[i + 1]);
+        memcpy(s->off, offsets, (size_t)(n + 1) * sizeof *s->off);
+    }
+    s->nseq = n;
+    double pairs = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t L = s->off[i + 1] - s->off[i];
+        if (s->cfg.pos_emb && L > s->cfg.max_len)
+            return s->host->errorf(GRM_EINVAL, "dense-sasrec: forward: sequence %lld has %lld "
+                                   "tokens, more than max_len %lld; raise max_len or truncate "
+                                   "the sequences", (long long)i, (long long)L,
+                                   (long long)s->cfg.max_len);
+        pairs += 0.5 * (double)L * (double)(L + 1);
+    }
+    s->pairs = pairs;
+    s->pairs_rows = rows;
+    return GRM_OK;
+}
+
+/* Position of token t (0 = oldest) of a sequence of L tokens (Sec. III "Embedding
+ * Layer": learned P [max_len, D]). right: max_len - L + t, the reference's layout, where
+ * sequences are left-padded to maxlen so the newest token always has the last position;
+ * left: t. */
+static int64_t position(const sasrec *s, int64_t t, int64_t L)
+{
+    return s->cfg.pos_align == SASREC_ALIGN_LEFT ? t : s->cfg.max_len - L + t;
+}
+
+static sasrec_attn_args attn_args(const sasrec *s, int32_t training, int64_t step)
+{
+    sasrec_attn_args a = {
+        .offsets = s->off, .nseq = s->nseq, .H = s->H, .dh = s->dh,
+        .ldq = s->D, .ldkv = 2 * s->D, .ldo = s->D,
+        .scale = (float)(1.0 / sqrt((double)s->dh)),
+        .dropout = training ? s->cfg.dropout : 0.0,
+        .drop_key = sasrec_drop_key(s->seed, step, SASREC_SITE_ATTN),
+    };
+    return a;
+}
+
+/* ---- forward ---- */
+
+grm_status sasrec_forward(sasrec *s, float *y, const float *x, int64_t rows,
+                          const int64_t *offsets, int64_t nseq, int32_t training,
+                          int64_t step)
+{
+    const int64_t D = s->D, F = s->F;
+    const double p = training ? s->cfg.dropout : 0.0;
+    s->rows = -1;
+    grm_status st = take_offsets(s, offsets, nseq, rows);
+    if (st != GRM_OK)
+        return st;
+    if (rows == 0) {
+        s->rows = training ? 0 : -1;
+        s->step = step;
+        return GRM_OK;
+    }
+    if ((st = grow(s, &s->fwd, &s->fwd_cap, s->fwd_per_row, rows, "forward")) != GRM_OK)
+        return st;
+    bind_fwd(s);
+    const sasrec_impl *im = s->impl;
+    const grm_host_api *host = s->host;
+
+    // embedding stage (Sec. III "Embedding Layer"; reference: seqs *= D ** 0.5,
+    // seqs += pos_emb(positions), emb_dropout)
+    if (s->cfg.pos_emb) {
+        const float sq = (float)sqrt((double)D);
+        const uint64_t key = sasrec_drop_key(s->seed, step, SASREC_SITE_EMB);
+        for (int64_t q = 0; q < s->nseq; q++) {
+            const int64_t first = s->off[q], L = s->off[q + 1] - first;
+            for (int64_t t = 0; t < L; t++) {
+                const int64_t r = first + t;
+                const float *pr = s->pos + position(s, t, L) * D;    /* [D] */
+                for (int64_t c = 0; c < D; c++) {
+                    float v = x[r * D + c] * sq + pr[c];
+                    if (p > 0)
+                        v *= sasrec_drop(key, (uint64_t)(r * D + c), p);
+                    s->h0[r * D + c] = v;
+                }
+            }
+        }
+    } else {
+        memcpy(s->h0, x, (size_t)(rows * D) * sizeof *x);
+    }
+
+    // attention sub-layer (reference: Q = attention_layernorms[i](seqs);
+    // mha_outputs = attention_layers[i](Q, seqs, seqs, attn_mask); seqs = Q + mha_outputs)
+    sasrec_ln_fwd(s->qin, s->mu1, s->rs1, s->h0, s->ln1_g, s->ln1_b, rows, D, s->cfg.ln_eps);
+    if ((st = im->linear_fwd(s->qp, s->qin, s->w_in, s->b_in, rows, D, D, host)) != GRM_OK
+        || (st = im->linear_fwd(s->kv, s->h0, s->w_in + D * D, s->b_in + D, rows, D, 2 * D,
+                                host)) != GRM_OK)
+        return st;
+    const sasrec_attn_args a = attn_args(s, training, step);
+    if ((st = im->attn_fwd(s->att, s->lse, s->qp, s->kv, s->kv + D, &a, host)) != GRM_OK)
+        return st;
+    if ((st = im->linear_fwd(s->r1, s->att, s->w_out, s->b_out, rows, D, D, host)) != GRM_OK)
+        return st;
+    for (int64_t i = 0; i < rows * D; i++)
+        s->r1[i] += s->qin[i];
+
+    // feed-forward sub-layer (Sec. III "Point-Wise Feed-Forward Network"; reference:
+    // seqs = forward_layernorms[i](seqs); seqs = forward_layers[i](seqs), which adds its
+    // input back: dropout2(conv2(relu(dropout1(conv1(x))))) + x)
+    sasrec_ln_fwd(s->u, s->mu2, s->rs2, s->r1, s->ln2_g, s->ln2_b, rows, D, s->cfg.ln_eps);
+    if ((st = im->linear_fwd(s->z1, s->u, s->w1, s->b1, rows, D, F, host)) != GRM_OK)
+        return st;
+    const uint64_t k1 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN1);
+    for (int64_t i = 0; i < rows * F; i++) {
+        const float v = p > 0 ? s->z1[i] * sasrec_drop(k1, (uint64_t)i, p) : s->z1[i];
+        s->h1[i] = v > 0 ? v : 0.0f;
+    }
+    float *r2 = s->cfg.final_norm ? s->r2 : y;           /* [rows, D] */
+    if ((st = im->linear_fwd(r2, s->h1, s->w2, s->b2, rows, F, D, host)) != GRM_OK)
+        return st;
+    const uint64_t k2 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN2);
+    for (int64_t i = 0; i < rows * D; i++) {
+        const float v = p > 0 ? r2[i] * sasrec_drop(k2, (uint64_t)i, p) : r2[i];
+        r2[i] = s->u[i] + v;
+    }
+
+    // reference: log_feats = self.last_layernorm(seqs) after the last block
+    if (s->cfg.final_norm)
+        sasrec_ln_fwd(y, s->mu3, s->rs3, s->r2, s->ln3_g, s->ln3_b, rows, D, s->cfg.ln_eps);
+    if (training) {
+        s->rows = rows;
+        s->step = step;
+    }
+    return GRM_OK;
+}
+
+/* ---- backward ---- */
+
+grm_status sasrec_backward(sasrec *s, float *dx, const float *dy, int64_t rows)
+{
+    if (s->rows < 0)
+        return s->host->errorf(GRM_EINVAL, "dense-sasrec: backward: no training forward to "
+                               "differentiate; call forward with ctx->training = 1 first");
+    if (rows != s->rows)
+        return s->host->errorf(GRM_EINVAL, "dense-sasrec: backward: dy has %lld rows, the "
+                               "last forward had %lld", (long long)rows, (long long)s->rows);
+    if (rows == 0)
+        return GRM_OK;
+    grm_status st = grow(s, &s->bwd, &s->bwd_cap, s->bwd_per_row, rows, "backward");
+    if (st != GRM_OK)
+        return st;
+    bind_bwd(s);
+    const int64_t D = s->D, F = s->F, step = s->step;
+    const double p = s->cfg.dropout;
+    const sasrec_impl *im = s->impl;
+    const grm_host_api *host = s->host;
+
+    // dy is read only in this first part, and dx written only at the end, so the
+    // caller may pass the same buffer for both
+    const float *g = dy;                                  /* [rows, D] d r2 */
+    if (s->cfg.final_norm) {
+        sasrec_ln_bwd(s->g_r2, s->dln3_g, s->dln3_b, dy, s->r2, s->mu3, s->rs3, s->ln3_g,
+                      rows, D, 0);
+        g = s->g_r2;
+    }
+    // r2 = u + drop2(z2): d u = g (residual), d z2 = g * mask2
+    const uint64_t k2 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN2);
+    for (int64_t i = 0; i < rows * D; i++) {
+        s->g_u[i] = g[i];
+        s->g_z2[i] = p > 0 ? g[i] * sasrec_drop(k2, (uint64_t)i, p) : g[i];
+    }
+    if ((st = im->linear_bwd(s->g_h1, s->dw2, s->db2, s->g_z2, s->h1, s->w2, rows, F, D, 0,
+                             host)) != GRM_OK)
+        return st;
+    // h1 = relu(mask1 z1): d z1 = d h1 * mask1 where h1 > 0 (relu'(0) = 0, as torch)
+    const uint64_t k1 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN1);
+    for (int64_t i = 0; i < rows * F; i++) {
+        const float m = p > 0 ? sasrec_drop(k1, (uint64_t)i, p) : 1.0f;
+        s->g_h1[i] = s->h1[i] > 0 ? s->g_h1[i] * m : 0.0f;
+    }
+    if ((st = im->linear_bwd(s->g_u, s->dw1, s->db1, s->g_h1, s->u, s->w1, rows, D, F, 1,
+                             host)) != GRM_OK)
+        return st;
+    sasrec_ln_bwd(s->g_r1, s->dln2_g, s->dln2_b, s->g_u, s->r1, s->mu2, s->rs2, s->ln2_g,
+                  rows, D, 0);
+
+    // r1 = qin + out_proj(att): d qin = d r1 (residual) + the query path below
+    memcpy(s->g_qin, s->g_r1, (size_t)(rows * D) * sizeof *s->g_qin);
+    if ((st = im->linear_bwd(s->g_att, s->dw_out, s->db_out, s->g_r1, s->att, s->w_out, rows,
+                             D, D, 0, host)) != GRM_OK)
+        return st;
+    const sasrec_attn_args a = attn_args(s, 1, step);
+    if ((st = im->attn_bwd(s->g_qp, s->g_kv, s->g_kv + D, s->g_att, s->qp, s->kv, s->kv + D,
+                           s->att, s->lse, &a, host)) != GRM_OK)
+        return st;
+    if ((st = im->linear_bwd(s->g_qin, s->dw_in, s->db_in, s->g_qp, s->qin, s->w_in, rows, D,
+                             D, 1, host)) != GRM_OK
+        || (st = im->linear_bwd(s->g_h0, s->dw_in + D * D, s->db_in + D, s->g_kv, s->h0,
+                                s->w_in + D * D, rows, D, 2 * D, 0, host)) != GRM_OK)
+        return st;
+    // qin = LN1(h0); h0 also fed keys and values (g_h0 so far)
+    sasrec_ln_bwd(s->g_h0, s->dln1_g, s->dln1_b, s->g_qin, s->h0, s->mu1, s->rs1, s->ln1_g,
+                  rows, D, 1);
+
+    if (s->cfg.pos_emb) {
+        // h0 = drop(x sqrt(D) + P[pos]): dP[pos] += d h0 * mask, dx = sqrt(D) d h0 * mask
+        const float sq = (float)sqrt((double)D);
+        const uint64_t key = sasrec_drop_key(s->seed, step, SASREC_SITE_EMB);
+        for (int64_t q = 0; q < s->nseq; q++) {
+            const int64_t first = s->off[q], L = s->off[q + 1] - first;
+            for (int64_t t = 0; t < L; t++) {
+                const int64_t r = first + t;
+                float *dp = s->dpos + position(s, t, L) * D;   /* [D] */
+                for (int64_t c = 0; c < D; c++) {
+                    float e = s->g_h0[r * D + c];
+                    if (p > 0)
+                        e *= sasrec_drop(key, (uint64_t)(r * D + c), p);
+                    dp[c] += e;
+                    if (dx != NULL)
+                        dx[r * D + c] = e * sq;
+                }
+            }
+        }
+    } else if (dx != NULL) {
+        memcpy(dx, s->g_h0, (size_t)(rows * D) * sizeof *dx);
+    }
+    return GRM_OK;
+}
+
+/* ---- parameters, flops ---- */
+
+grm_status sasrec_params(sasrec *s, int32_t index, grm_named_tensor *value, grm_tensor *grad)
+{
+    if (index < 0 || index >= s->nparam)
+        return s->host->errorf(GRM_ENOTFOUND, "dense-sasrec: params: no parameter %d; the "
+                               "block has %d", (int)index, (int)s->nparam);
+    const sasrec_param *pr = &s->param[index];
+    grm_tensor t = { 0 };
+    t.dtype = GRM_DTYPE_F32;
+    t.device.type = GRM_DEVICE_CPU;
+    for (int d = 0; d < GRM_TENSOR_MAX_DIMS; d++)
+        t.shape[d] = 1;
+    t.ndim = pr->cols > 0 ? 2 : 1;
+    t.shape[0] = pr->rows;
+    if (pr->cols > 0)
+        t.shape[1] = pr->cols;
+    if (value != NULL) {
+        value->name = pr->name;
+        value->tensor = t;
+        value->tensor.data = pr->value;
+    }
+    if (grad != NULL) {
+        *grad = t;
+        grad->data = pr->grad;
+    }
+    return GRM_OK;
+}
+
+/* GEMMs: 2 rows (D 3D + D D + 2 D F) forward (q, k, v, out, FFN), twice that backward
+ * (dx and dW). Attention: per causal (query, key) pair and head, 2 dh for the score and
+ * 2 dh for the value sum forward; 10 dh backward (score recomputation, dP, dV, dQ, dK).
+ * The pairs are those of the last forward, scaled to `rows` when rows differs (rows
+ * alone, i.e. length-1 sequences, before any forward). Elementwise work is not counted. */
+double sasrec_flops(const sasrec *s, int64_t rows, int32_t backward)
+{
+    const double D = (double)s->D, F = (double)s->F, n = (double)rows;
+    const double gemm = 2.0 * n * (4.0 * D * D + 2.0 * D * F);
+    double pairs = n;
+    if (s->pairs_rows > 0)
+        pairs = s->pairs * n / (double)s->pairs_rows;
+    return backward ? 2.0 * gemm + 10.0 * D * pairs : gemm + 4.0 * D * pairs;
+}

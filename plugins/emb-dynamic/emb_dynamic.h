@@ -1,0 +1,294 @@
+/* plugins/emb-dynamic/emb_dynamic.h - internal declarations of emb-dynamic, the dynamic
+ * hash embedding store of MTGRBoost §4.1 (RecIS §2.2.2 calls the same split IDMap +
+ * Blocks): a key structure (open addressing, id -> row reference; table.c) decoupled from
+ * an embedding structure of large chunks holding row, optimizer state and metadata
+ * (chunks.c), LRU/LFU/TTL eviction (evict.c), FP32 hot / FP16 cold rows (MTGRBoost §5.2),
+ * batched lookup and update (ops.c), checkpoint export and restore (ckpt.c). */
+#ifndef EMB_DYNAMIC_H
+#define EMB_DYNAMIC_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grm/emb.h>
+#include <grm/host.h>
+#include <grm/opt.h>
+
+/* ---- configuration ---- */
+
+/* evict values (the ENUM parameter's choice index). */
+enum ed_evict_mode {
+    ED_EVICT_NONE = 0,
+    ED_EVICT_LRU = 1,       /* oldest last-access step first, then smallest id */
+    ED_EVICT_LFU = 2        /* fewest accesses first, then oldest last access, then id */
+};
+
+/* impl values. */
+enum ed_impl {
+    ED_IMPL_CPU = 0,        /* host->parallel_for over ids, F16C conversion when present */
+    ED_IMPL_REF = 1         /* one thread, portable FP16 conversion: the reference */
+};
+
+/* The config struct the declared parameters fill (plugin.c: ed_params). */
+typedef struct ed_config {
+    int32_t evict;          /* ed_evict_mode */
+    int32_t fp16_cold;      /* bool: rows below hot_threshold accesses are stored FP16 */
+    int64_t max_rows;       /* live-row budget per table; 0 = none */
+    int64_t ttl_steps;      /* evict rows not touched for this many steps; 0 = never */
+    int64_t hot_threshold;  /* accesses at which an FP16 row is promoted to FP32 */
+    int64_t initial_rows;   /* rows the key structure holds at create; -1 = spec hint */
+    int64_t chunk_rows;     /* rows per embedding chunk (power of two) */
+    int64_t probe_lanes;    /* thread groups of eq. 5 (power of two) */
+    int32_t impl;           /* ed_impl */
+} ed_config;
+
+/* ---- keys: the key structure (table.c) ---- */
+
+/* Reserved key values; ids equal to them are refused (GRM_EINVAL). */
+#define ED_KEY_EMPTY INT64_MIN          /* never used: ends a probe sequence */
+#define ED_KEY_TOMB (INT64_MIN + 1)     /* evicted: probing goes on past it */
+
+/* Row references: (index << 1) | pool, pool 0 = FP32 (hot), 1 = FP16 (cold). */
+#define ED_REF_PENDING INT64_C(-1)      /* key claimed, row being initialized */
+#define ED_REF_NONE INT64_C(-2)
+
+/* Load factor at which the key structure grows (MTGRBoost §4.1 "Capacity Expansion"). */
+#define ED_GROW_NUM 3
+#define ED_GROW_DEN 4
+#define ED_MIN_SLOTS 64
+
+/* One slot: 16 bytes, so 4 lanes of a probe round share one 64-byte cache line. */
+typedef struct ed_slot {
+    _Atomic int64_t key;    /* id, ED_KEY_EMPTY or ED_KEY_TOMB */
+    _Atomic int64_t ref;    /* row reference, ED_REF_PENDING while being inserted */
+} ed_slot;
+
+typedef struct ed_keys {
+    ed_slot *slots;         /* [M] owned (host->alloc) */
+    int64_t M;              /* slots, a power of two >= 2 * lanes */
+    int32_t lanes;          /* T of eq. 5 */
+    _Atomic int64_t used;   /* slots not EMPTY: live keys + tombstones */
+    _Atomic int64_t live;   /* live keys */
+} ed_keys;
+
+/* MurmurHash3's fmix64 finalizer of the id (MTGRBoost §4.1 "Handling Hash Function"). */
+static inline uint64_t ed_hash(int64_t id)
+{
+    uint64_t x = (uint64_t)id;
+    x ^= x >> 33;
+    x *= UINT64_C(0xFF51AFD7ED558CCD);
+    x ^= x >> 33;
+    x *= UINT64_C(0xC4CEB9FE1A85EC53);
+    x ^= x >> 33;
+    return x;
+}
+
+/* Grouped parallel probing, eq. 5 of MTGRBoost §4.1:
+ *   S = ((k mod (M/T - 1)) + 1 | 1) * T
+ * with M slots, T = lanes (thread groups) and k the key's hash (its high 32 bits, so the
+ * start, taken from the low bits, and the step are independent). The start h0 is aligned
+ * to T; round r visits the T consecutive slots ((h0 + r*S) mod M) + g, g in [0, T): lane g
+ * only ever sees slots = g (mod T), so lanes probe disjoint regions, and since S/T is odd
+ * and M/T a power of two, each lane's M/T rounds visit every slot of its residue class
+ * (Theorem 1 applied to M/T): the M/T rounds of T lanes visit all M slots exactly once. */
+typedef struct ed_probe {
+    uint64_t h0;            /* first round's first slot, a multiple of T */
+    uint64_t step;          /* S */
+    uint64_t mask;          /* M - 1 */
+    uint64_t rounds;        /* M / T */
+} ed_probe;
+
+static inline ed_probe ed_probe_start(uint64_t h, int64_t M, int32_t T)
+{
+    ed_probe p;
+    const uint64_t groups = (uint64_t)M / (uint64_t)T;
+    p.mask = (uint64_t)M - 1;
+    p.h0 = h & p.mask & ~((uint64_t)T - 1);
+    p.step = (groups > 1 ? (((h >> 32) % (groups - 1)) + 1) | 1 : 1) * (uint64_t)T;
+    p.rounds = groups;
+    return p;
+}
+
+/* Slot of lane g in round r. */
+static inline uint64_t ed_probe_slot(const ed_probe *p, uint64_t r, uint32_t g)
+{
+    return ((p->h0 + r * p->step) & p->mask) + g;
+}
+
+/* ---- embedding structure (chunks.c) ---- */
+
+/* Metadata kept beside every row (MTGRBoost §4.1: counters and timestamps for LRU/LFU). */
+typedef struct ed_meta {
+    int64_t id;             /* the row's id, ED_KEY_EMPTY while the record is free */
+    int64_t steps;          /* updates applied: row_step's per-row step (grm/opt.h) */
+    int64_t count;          /* accesses (lookups): LFU order and the hot threshold */
+    int64_t last;           /* step of the last access: LRU order and TTL */
+} ed_meta;
+
+/* One pool of fixed-size records in chunks of chunk_rows. Record layout:
+ * ed_meta | row [D] (f32, or f16 in the cold pool) padded to 8 bytes | state [S*D] f32. */
+typedef struct ed_pool {
+    int32_t half;           /* 1: rows stored FP16 */
+    size_t row_bytes;       /* D * 4 or D * 2, rounded up to 8 */
+    size_t rec_bytes;       /* sizeof(ed_meta) + row_bytes + S*D*4 */
+    int64_t chunk_rows;     /* power of two */
+    int32_t chunk_shift;    /* log2(chunk_rows) */
+    char **chunks;          /* [nchunks] owned (malloc), each owned (host->alloc) */
+    int64_t nchunks;
+    _Atomic int64_t next;   /* records handed out from fresh chunk space */
+    int64_t *free_list;     /* [cap rows] owned (malloc): freed record indices */
+    int64_t nfree;          /* under free_lock */
+    atomic_flag free_lock;
+} ed_pool;
+
+/* FP16 conversions, chosen at create: F16C or the portable version. */
+typedef void (*ed_to_f16_fn)(uint16_t *dst, const float *src, int32_t n);
+typedef void (*ed_from_f16_fn)(float *dst, const uint16_t *src, int32_t n);
+
+#define ED_STRIPES 1024     /* row locks, striped by the id's hash */
+#define ED_MAX_DIM 4096     /* FP16 rows are converted through a stack buffer of this */
+
+/* One export snapshot (tensors()), sorted by id. */
+typedef struct ed_export {
+    int64_t version;        /* table version it was taken at; -1 = none */
+    int64_t n;
+    int64_t cap;
+    int64_t *ids;           /* [n] */
+    float *weight;          /* [n, D] */
+    float *state;           /* [n, S*D] */
+    int64_t *meta;          /* [n, 3]: steps, count, last */
+    int64_t counters[5];    /* clock, key slots, lookups, misses, evictions */
+} ed_export;
+
+#define ED_NTENSORS 5       /* ids, weight, opt_state, meta, counters */
+
+/* Tensors of one table staged by load() until all have arrived. */
+typedef struct ed_stage {
+    void *data[ED_NTENSORS];    /* owned (malloc) copies */
+    int64_t n[ED_NTENSORS];     /* rows of each */
+    int32_t have;               /* bit k: tensor k staged */
+} ed_stage;
+
+typedef struct ed_candidate {
+    int64_t k1, k2, id;     /* sort keys: (k1, k2, id) ascending is eviction order */
+    int64_t ref;
+} ed_candidate;
+
+typedef struct ed_table {
+    const char *name;       /* borrowed from the spec */
+    int32_t dim;            /* D */
+    int32_t init;           /* grm_emb_init */
+    double init_scale;
+    uint64_t seed;
+    uint64_t name_hash;     /* grm_str_hash64(name) */
+
+    pthread_rwlock_t lock;  /* read: lookup/update batches; write: grow, evict, load */
+    int lock_ready;
+    ed_keys keys;
+    ed_pool pools[2];       /* [0] hot FP32, [1] cold FP16 */
+    _Atomic int64_t pending;    /* ids of batches in flight (reserved room) */
+    atomic_flag stripes[ED_STRIPES];
+
+    _Atomic int64_t clock;      /* largest step passed to update */
+    _Atomic int64_t lookups, misses, evictions, version;
+    _Atomic int64_t last_sweep; /* step of the last TTL sweep */
+
+    ed_candidate *cand;         /* eviction workspace, owned (malloc) */
+    int64_t cand_cap;
+    ed_export exp;
+    ed_stage stage;
+    char *tensor_names[ED_NTENSORS];    /* owned (malloc) */
+} ed_table;
+
+typedef struct ed_store {
+    const grm_host_api *host;   /* static */
+    ed_config cfg;
+    grm_optimizer opt;          /* ops NULL when none given */
+    int32_t S;                  /* optimizer state floats per element */
+    int32_t ntables;
+    ed_table *tables;           /* owned (malloc) [ntables] */
+    ed_to_f16_fn to_f16;
+    ed_from_f16_fn from_f16;
+} ed_store;
+
+/* ---- table.c ---- */
+grm_status ed_keys_init(const ed_store *s, ed_keys *k, int64_t M, int32_t lanes);
+void ed_keys_fini(const ed_store *s, ed_keys *k);
+int64_t ed_keys_slots_for(int64_t rows, int32_t lanes);
+ed_slot *ed_keys_find(const ed_keys *k, int64_t id, uint64_t h);
+ed_slot *ed_keys_find_or_insert(ed_keys *k, int64_t id, uint64_t h, int *inserted);
+int64_t ed_wait_ref(const ed_slot *slot);
+grm_status ed_keys_rebuild(const ed_store *s, ed_table *t, int64_t M);
+void ed_keys_remove(ed_keys *k, ed_slot *slot);
+
+/* ---- chunks.c ---- */
+void ed_pool_setup(ed_pool *p, int32_t half, int32_t D, int32_t S, int64_t chunk_rows);
+void ed_pool_fini(const ed_store *s, ed_pool *p);
+int64_t ed_pool_capacity(const ed_pool *p);
+grm_status ed_pool_ensure(const ed_store *s, const ed_table *t, ed_pool *p, int64_t rows);
+int64_t ed_pool_alloc(ed_pool *p);
+void ed_pool_release(ed_pool *p, int64_t index);
+void ed_pool_reset(ed_pool *p);
+size_t ed_pool_bytes(const ed_pool *p);
+
+static inline char *ed_pool_record(const ed_pool *p, int64_t index)
+{
+    return p->chunks[index >> p->chunk_shift]
+           + (size_t)(index & (p->chunk_rows - 1)) * p->rec_bytes;
+}
+
+static inline char *ed_record(const ed_table *t, int64_t ref)
+{
+    return ed_pool_record(&t->pools[ref & 1], ref >> 1);
+}
+
+static inline ed_meta *ed_rec_meta(char *rec)
+{
+    return (ed_meta *)(void *)rec;
+}
+
+static inline void *ed_rec_row(char *rec)
+{
+    return rec + sizeof(ed_meta);
+}
+
+static inline float *ed_rec_state(const ed_pool *p, char *rec)
+{
+    return (float *)(void *)(rec + sizeof(ed_meta) + p->row_bytes);
+}
+
+void ed_to_f16_soft(uint16_t *dst, const float *src, int32_t n);
+void ed_from_f16_soft(float *dst, const uint16_t *src, int32_t n);
+int ed_have_f16c(void);
+void ed_to_f16_f16c(uint16_t *dst, const float *src, int32_t n);
+void ed_from_f16_f16c(float *dst, const uint16_t *src, int32_t n);
+
+grm_status ed_reserve(const ed_store *s, ed_table *t, int64_t n);
+void ed_release(ed_table *t, int64_t n);
+void ed_record_fill(const ed_store *s, const ed_table *t, int64_t ref, int64_t id,
+                    int64_t now);
+void ed_row_initial(const ed_store *s, const ed_table *t, float *out, int64_t id);
+void ed_row_read(const ed_store *s, const ed_table *t, int64_t ref, float *out);
+void ed_stripe_lock(ed_table *t, uint64_t h);
+void ed_stripe_unlock(ed_table *t, uint64_t h);
+
+/* ---- evict.c ---- */
+grm_status ed_evict_ttl(const ed_store *s, ed_table *t, int64_t now);
+grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from);
+void ed_evict_ref(ed_table *t, int64_t ref);
+
+/* ---- ops.c ---- */
+grm_status ed_lookup_batch(const ed_store *s, ed_table *t, float *out, const int64_t *ids,
+                           int64_t n, int insert);
+grm_status ed_update_batch(const ed_store *s, ed_table *t, const int64_t *ids,
+                           const float *grads, int64_t n, int64_t step);
+
+/* ---- ckpt.c ---- */
+grm_status ed_export_table(const ed_store *s, ed_table *t);
+grm_status ed_load_tensor(const ed_store *s, ed_table *t, int k, const grm_named_tensor *in);
+void ed_stage_clear(ed_stage *st);
+void ed_export_free(ed_export *e);
+
+#endif /* EMB_DYNAMIC_H */

@@ -1,0 +1,221 @@
+/* plugins/emb-dynamic/ops.c - batched lookup and update of emb-dynamic (MTGRBoost §4.1
+ * "Table Lookup", eq. 7: id -> hash -> probe -> row reference -> record in its chunk).
+ * A batch reserves room and holds the table's read lock; its ids run on the host's pool
+ * (impl = cpu) or in a plain loop on the calling thread (impl = ref, the reference). Keys
+ * are claimed with a CAS (table.c); a row is read or written only under its striped lock,
+ * so batches may also run concurrently with each other. Eviction runs after the batch,
+ * under the write lock (evict.c). */
+#include <string.h>
+
+#include "emb_dynamic.h"
+
+/* Ids per parallel_for range; a batch this small runs on the calling thread. */
+#define ED_GRAIN 512
+
+typedef struct ed_job {
+    const ed_store *s;
+    ed_table *t;
+    float *out;                 /* lookup: [n, D] */
+    const int64_t *ids;         /* [n] */
+    const float *grads;         /* update: [n, D] */
+    int insert;                 /* lookup: GRM_EMB_INSERT given */
+    int64_t now;                /* step stamped into the metadata */
+    _Atomic int64_t misses;
+} ed_job;
+
+/* Claim (or find) the key of id and, when this thread claimed it, create its record in
+ * pool `pool`. Returns the slot, NULL when absent and insert is 0. */
+static ed_slot *ed_acquire(const ed_job *j, int64_t id, uint64_t h, int insert, int pool,
+                           int *inserted)
+{
+    ed_table *t = j->t;
+    ed_slot *slot;
+    *inserted = 0;
+    if (!insert) {
+        slot = ed_keys_find(&t->keys, id, h);
+        if (slot != NULL) ed_wait_ref(slot);
+        return slot;
+    }
+    slot = ed_keys_find_or_insert(&t->keys, id, h, inserted);
+    if (slot == NULL) return NULL;
+    if (*inserted) {
+        const int64_t ref = (ed_pool_alloc(&t->pools[pool]) << 1) | pool;
+        ed_record_fill(j->s, t, ref, id, j->now);
+        atomic_store_explicit(&slot->ref, ref, memory_order_release);
+    } else {
+        ed_wait_ref(slot);
+    }
+    return slot;
+}
+
+/* Move a cold row to the FP32 pool (MTGRBoost §5.2: hot rows stay FP32). Under the row's
+ * stripe lock; readers re-read the slot's reference under the same lock. */
+static int64_t ed_promote(const ed_store *s, ed_table *t, ed_slot *slot, int64_t ref)
+{
+    const int64_t hot = ed_pool_alloc(&t->pools[0]) << 1;
+    char *src = ed_record(t, ref), *dst = ed_record(t, hot);
+    *ed_rec_meta(dst) = *ed_rec_meta(src);
+    s->from_f16(ed_rec_row(dst), ed_rec_row(src), t->dim);
+    if (s->S > 0)
+        memcpy(ed_rec_state(&t->pools[0], dst), ed_rec_state(&t->pools[1], src),
+               (size_t)s->S * (size_t)t->dim * sizeof(float));
+    atomic_store_explicit(&slot->ref, hot, memory_order_release);
+    ed_pool_release(&t->pools[1], ref >> 1);
+    return hot;
+}
+
+static grm_status ed_lookup_range(void *ctx, int64_t begin, int64_t end)
+{
+    ed_job *j = ctx;
+    const ed_store *s = j->s;
+    ed_table *t = j->t;
+    const size_t D = (size_t)t->dim;
+    // A row inserted by a lookup is accessed once at once: it starts hot when that access
+    // already reaches the threshold.
+    const int pool = s->cfg.fp16_cold && s->cfg.hot_threshold > 1;
+    int64_t misses = 0;
+
+    for (int64_t i = begin; i < end; i++) {
+        const int64_t id = j->ids[i];
+        const uint64_t h = ed_hash(id);
+        float *out = j->out + (size_t)i * D;    /* [D] */
+        int inserted;
+        ed_slot *slot = ed_acquire(j, id, h, j->insert, pool, &inserted);
+        if (slot == NULL) {
+            if (j->insert)
+                return s->host->errorf(GRM_EINTERNAL, "emb-dynamic: table '%s': key "
+                                       "structure full inserting id %lld", t->name,
+                                       (long long)id);
+            ed_row_initial(s, t, out, id);
+            misses++;
+            continue;
+        }
+        misses += inserted;
+        ed_stripe_lock(t, h);
+        int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
+        if (j->insert) {    // a training access: counts for LFU, LRU, TTL and promotion
+            ed_meta *m = ed_rec_meta(ed_record(t, ref));
+            m->count++;
+            if (m->last < j->now) m->last = j->now;
+            if ((ref & 1) && m->count >= s->cfg.hot_threshold) ref = ed_promote(s, t, slot, ref);
+        }
+        ed_row_read(s, t, ref, out);
+        ed_stripe_unlock(t, h);
+    }
+    atomic_fetch_add_explicit(&j->misses, misses, memory_order_relaxed);
+    return GRM_OK;
+}
+
+static grm_status ed_update_range(void *ctx, int64_t begin, int64_t end)
+{
+    ed_job *j = ctx;
+    const ed_store *s = j->s;
+    ed_table *t = j->t;
+    const size_t D = (size_t)t->dim;
+
+    for (int64_t i = begin; i < end; i++) {
+        const int64_t id = j->ids[i];
+        const uint64_t h = ed_hash(id);
+        const float *grad = j->grads + (size_t)i * D;   /* [D] */
+        int inserted;
+        // An id updated without a lookup (or evicted since) is created first; it has not
+        // been accessed, so it starts cold when FP16 storage is on.
+        ed_slot *slot = ed_acquire(j, id, h, 1, s->cfg.fp16_cold, &inserted);
+        if (slot == NULL)
+            return s->host->errorf(GRM_EINTERNAL, "emb-dynamic: table '%s': key structure "
+                                   "full inserting id %lld", t->name, (long long)id);
+        ed_stripe_lock(t, h);
+        const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
+        const ed_pool *p = &t->pools[ref & 1];
+        char *rec = ed_record(t, ref);
+        ed_meta *m = ed_rec_meta(rec);
+        float *state = s->S > 0 ? ed_rec_state(p, rec) : NULL;  /* [S*D] */
+        const int64_t step = m->steps + 1;
+        grm_status st;
+        if (p->half) {
+            // Cold rows are updated in FP32 and stored back rounded (MTGRBoost §5.2).
+            float tmp[ED_MAX_DIM];
+            s->from_f16(tmp, ed_rec_row(rec), t->dim);
+            st = s->opt.ops->row_step(s->opt.inst, tmp, state, grad, t->dim, step);
+            if (st == GRM_OK) s->to_f16(ed_rec_row(rec), tmp, t->dim);
+        } else {
+            st = s->opt.ops->row_step(s->opt.inst, ed_rec_row(rec), state, grad, t->dim,
+                                      step);
+        }
+        if (st == GRM_OK) {
+            m->steps = step;
+            if (m->last < j->now) m->last = j->now;
+        }
+        ed_stripe_unlock(t, h);
+        if (st != GRM_OK) return st;
+    }
+    return GRM_OK;
+}
+
+static grm_status ed_run(const ed_store *s, int64_t n, grm_range_fn fn, ed_job *j)
+{
+    if (s->cfg.impl == ED_IMPL_REF || n <= ED_GRAIN) return fn(j, 0, n);
+    return s->host->parallel_for(n, ED_GRAIN, fn, j);
+}
+
+static void ed_clock_advance(ed_table *t, int64_t step)
+{
+    int64_t c = atomic_load(&t->clock);
+    while (c < step && !atomic_compare_exchange_weak(&t->clock, &c, step)) {}
+}
+
+grm_status ed_lookup_batch(const ed_store *s, ed_table *t, float *out /* [n, D] */,
+                           const int64_t *ids /* [n] */, int64_t n, int insert)
+{
+    grm_status st;
+    ed_job j = { .s = s, .t = t, .out = out, .ids = ids, .insert = insert };
+    atomic_init(&j.misses, 0);
+
+    if (insert) {
+        if ((st = ed_reserve(s, t, n)) != GRM_OK) return st;
+    } else {
+        pthread_rwlock_rdlock(&t->lock);
+    }
+    j.now = atomic_load(&t->clock) + 1;     // the step in progress
+    st = ed_run(s, n, ed_lookup_range, &j);
+    atomic_fetch_add(&t->lookups, n);
+    atomic_fetch_add(&t->misses, atomic_load(&j.misses));
+    if (insert) {
+        atomic_fetch_add(&t->version, 1);
+        ed_release(t, n);
+    } else {
+        pthread_rwlock_unlock(&t->lock);
+    }
+    if (st != GRM_OK || !insert || s->cfg.max_rows <= 0
+        || atomic_load(&t->keys.live) <= s->cfg.max_rows)
+        return st;
+    pthread_rwlock_wrlock(&t->lock);
+    st = ed_evict_budget(s, t, j.now);
+    pthread_rwlock_unlock(&t->lock);
+    return st;
+}
+
+grm_status ed_update_batch(const ed_store *s, ed_table *t, const int64_t *ids /* [n] */,
+                           const float *grads /* [n, D] */, int64_t n, int64_t step)
+{
+    grm_status st;
+    ed_job j = { .s = s, .t = t, .ids = ids, .grads = grads, .now = step };
+    atomic_init(&j.misses, 0);
+
+    if ((st = ed_reserve(s, t, n)) != GRM_OK) return st;
+    st = ed_run(s, n, ed_update_range, &j);
+    atomic_fetch_add(&t->version, 1);
+    ed_release(t, n);
+    if (st != GRM_OK) return st;
+    // The step is the store's: a table that is only read still ages (LRU, TTL).
+    for (int32_t i = 0; i < s->ntables; i++) ed_clock_advance(&s->tables[i], step);
+
+    const int ttl = s->cfg.ttl_steps > 0 && step > t->last_sweep;
+    const int budget = s->cfg.max_rows > 0 && atomic_load(&t->keys.live) > s->cfg.max_rows;
+    if (!ttl && !budget) return GRM_OK;
+    pthread_rwlock_wrlock(&t->lock);
+    if (ttl && step > t->last_sweep) st = ed_evict_ttl(s, t, step);
+    if (st == GRM_OK && budget) st = ed_evict_budget(s, t, step);
+    pthread_rwlock_unlock(&t->lock);
+    return st;
+}
