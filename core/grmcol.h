@@ -61,7 +61,8 @@ const char *grm__grmcol_type_name(int32_t type);
 
 /* ---- reading ---- */
 
-/* Check the 16-byte header `h` of file `name` (magic, version, flags). GRM_EFORMAT. */
+/* Check the 16-byte header `h` of file `name` (magic, version, flags). GRM_EFORMAT;
+ * GRM_ENOTSUP for a newer major version (not damage: never skipped). */
 grm_status grm__grmcol_check_header(const void *h, size_t n, const char *name,
                                     grm__grmcol_err *e);
 

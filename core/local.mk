@@ -4,7 +4,8 @@ libgrmcore_la_SOURCES = \
 	%reldir%/grm_core.h %reldir%/error.c %reldir%/log.c %reldir%/pool.c %reldir%/host.c \
 	%reldir%/loader.c %reldir%/config.c %reldir%/params.c \
 	%reldir%/pipeline.h %reldir%/pipeline.c %reldir%/data.c %reldir%/metrics.c \
-	%reldir%/train.c %reldir%/gen.h %reldir%/gen.c
+	%reldir%/train.c %reldir%/gen.h %reldir%/gen.c \
+	%reldir%/grmcol.h %reldir%/grmcol.c %reldir%/convert.c %reldir%/launch.c
 libgrmcore_la_SOURCES += %reldir%/sparse.h %reldir%/sparse.c
 libgrmcore_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(UV_CFLAGS) $(ZSTD_CFLAGS) $(BLAS_CFLAGS) \
 	-DGRM_PLUGIN_DIR='"$(plugindir)"' -DGRM_BUILD_DIR='"$(abs_top_builddir)"'

@@ -2,6 +2,7 @@
  * exit code (0 ok, 1 failure, 2 usage or configuration error) and the only writer of
  * stdout (STYLE.md §6). */
 #include "gen.h"
+#include "grmcol.h"
 #include "pipeline.h"
 
 #include <errno.h>
@@ -23,6 +24,11 @@ static const char usage_main[] =
     "  check FILE.ini     validate the file and print the wired pipeline\n"
     "  plugins [NAME]     list plugins, or show one plugin's parameters\n"
     "  generate           write the synthetic sample data of the quick start\n"
+    "  launch -n N FILE.ini [train options]\n"
+    "                     train with N ranks under mpirun (comm-mpi, comm-nccl)\n"
+    "  convert IN OUT.grmcol\n"
+    "                     convert delimited text (or .zst) to the grmcol columnar format\n"
+    "  inspect FILE       check a grmcol file; print its schema, row groups and sizes\n"
     "\n"
     "`grmhost COMMAND --help` describes each command. Plugins are searched in\n"
     "GRM_PLUGIN_PATH (colon-separated), then [pipeline] plugin_dirs, then the build tree\n"
@@ -284,6 +290,8 @@ static int cmd_generate(int argc, char **argv)
     return st == GRM_OK ? 0 : fail(st);
 }
 
+int grm__launch_main(int argc, char **argv);   // core/launch.c
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -305,8 +313,12 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
     if (!strcmp(cmd, "plugins")) return cmd_plugins(argc - 1, argv + 1);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
-    static const char *const cmds[] = { "train", "eval", "check", "plugins", "generate" };
-    const char *near = grm__closest(cmd, cmds, 5);
+    if (!strcmp(cmd, "convert")) return grm__convert_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return grm__inspect_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "launch")) return grm__launch_main(argc - 1, argv + 1);
+    static const char *const cmds[] = { "train", "eval", "check", "plugins", "generate",
+                                        "convert", "inspect", "launch" };
+    const char *near = grm__closest(cmd, cmds, 8);
     fprintf(stderr, "grmhost: unknown command '%s'%s%s%s\n\n%s", cmd,
             near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", usage_main);
     return 2;

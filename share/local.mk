@@ -11,3 +11,6 @@ sample_DATA = share/data/quickstart.tsv
 share/data/quickstart.tsv: grmhost$(EXEEXT)
 	$(AM_V_GEN)$(MKDIR_P) share/data && ./grmhost$(EXEEXT) generate --seed 1 --out $@
 CLEANFILES += share/data/quickstart.tsv
+
+# The grmcol columnar format, normative (core/grmcol.c, plugins/reader-grmcol).
+dist_doc_DATA = share/doc/grmcol.md

@@ -3,7 +3,12 @@
  * dense-sampled-softmax: a hand-computed case, loss and all three gradients against
  * central differences of a double reimplementation written here (in_batch on and off,
  * masked negatives, logQ), and the negative sampler: determinism, range, counts and
- * popularity frequencies (chi-square). Errors with status and message. */
+ * popularity frequencies (chi-square). Errors with status and message. The TurboGR options:
+ * l2norm, share_k (intra-batch logit sharing, eq. 2) and neg_fp16 against the PyTorch
+ * reference tests/ref/heads.py (loss and every gradient, l2norm on/off, temperature,
+ * in-batch, logQ), central differences through the normalization, share_k = 1 and
+ * share_k >= B against per-row and whole-batch losses computed without any grouping, blas
+ * vs ref for share_k, and fp16 negatives against fp32. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -384,7 +389,7 @@ static void test_ssm_loss(void)
         const double r1 = ssm_loss_of(ops, h2n, u + 2, pos + 2, pid2 + 1, pos, pid2, 1, 1, 2,
                                       NULL);
         tap_ok(off == 0.0, "in_batch off with no negatives: loss 0 (got %g)", off);
-        tap_ok(fabs(on - (r0 + r1) / 2) < 1e-12,
+        tap_ok(fabs(on - (r0 + r1) / 2) < 1e-6 * fabs(on),
                "in_batch on: other rows' positives act as negatives (%.12f vs %.12f)", on,
                (r0 + r1) / 2);
         const int64_t same[2] = { 7, 7 };
@@ -641,12 +646,386 @@ static void test_ssm_blas_vs_ref(void)
            "d_neg; rtol 1e-4, atol 1e-6) over 10 shapes with masks, duplicates and weights");
 }
 
+
+/* ---- TurboGR options: l2norm, share_k (eq. 2), neg_fp16 ---- */
+
+typedef struct opt_case {
+    const char *name;
+    int64_t B, R, D;
+    int l2norm, in_batch, share_k, logq;    /* logq: negatives drawn by the head */
+    double temperature;
+    const char *impl;
+} opt_case;
+
+/* Inputs of a case: a random item table of 12 ids; positives and negatives are its rows. */
+typedef struct opt_data {
+    float pred[64 * 8], pos[64 * 8], neg[256 * 8], w[64], table[12 * 8];
+    int64_t pid[64], nid[256], cat_ids[12], cat_counts[12];
+} opt_data;
+
+static void *opt_head(const opt_case *c, const char *extra, const char *extra2)
+{
+    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
+    char t[64], l[32], ib[32], k[32], lq[32], n[32], im[32];
+    snprintf(t, sizeof t, "temperature=%.17g", c->temperature);
+    snprintf(l, sizeof l, "l2norm=%s", c->l2norm ? "true" : "false");
+    snprintf(ib, sizeof ib, "in_batch=%s", c->in_batch ? "true" : "false");
+    snprintf(k, sizeof k, "share_k=%d", c->share_k);
+    snprintf(lq, sizeof lq, "logq=%s", c->logq ? "true" : "false");
+    snprintf(n, sizeof n, "negatives=%lld", (long long)c->R);
+    snprintf(im, sizeof im, "impl=%s", c->impl);
+    const char *kvs[10] = { t, l, ib, k, lq, n, im, "sampler=popularity", "alpha=0.75", NULL };
+    int nk = 9;
+    if (extra != NULL) kvs[nk++] = extra;
+    const void *cfg = NULL;
+    if (harness_config_try(info, &cfg, kvs, nk) != GRM_OK) {
+        printf("Bail out! config: %s\n", grm_last_error());
+        exit(1);
+    }
+    (void)extra2;
+    void *inst = NULL;
+    if (((const grm_dense_ops *)info->ops)->create(cfg, c->D, 77, &inst) != GRM_OK) {
+        printf("Bail out! create: %s\n", grm_last_error());
+        exit(1);
+    }
+    return inst;
+}
+
+static void opt_fill(const opt_case *c, opt_data *d, void *head, uint64_t seed)
+{
+    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    uint64_t s = seed;
+    for (int i = 0; i < 12 * 8; i++) d->table[i] = harness_randf(&s);
+    for (int i = 0; i < 12; i++) {
+        d->cat_ids[i] = 100 + i;
+        d->cat_counts[i] = 1 + (i * 7) % 5;
+    }
+    for (int64_t i = 0; i < c->B * c->D; i++) d->pred[i] = harness_randf(&s) * 1.5f;
+    for (int64_t b = 0; b < c->B; b++) {
+        d->pid[b] = 100 + (int64_t)(harness_rand(&s) % 12);
+        d->w[b] = 0.5f + (float)(harness_rand(&s) % 4) * 0.5f;
+    }
+    if (c->logq) {
+        grm_catalog cat = { 12, d->cat_ids, d->cat_counts };
+        int64_t got = 0;
+        ops->negatives(head, d->nid, &got, c->R, &cat, seed);
+    } else {
+        for (int64_t j = 0; j < c->R; j++) d->nid[j] = 100 + (int64_t)(harness_rand(&s) % 12);
+    }
+    // item rows from the table by id, so equal ids are equal rows
+    for (int64_t b = 0; b < c->B; b++)
+        memcpy(d->pos + b * c->D, d->table + (d->pid[b] - 100) * 8, (size_t)c->D * 4);
+    for (int64_t j = 0; j < c->R; j++)
+        memcpy(d->neg + j * c->D, d->table + (d->nid[j] - 100) * 8, (size_t)c->D * 4);
+}
+
+static grm_status opt_loss(void *head, const opt_case *c, const opt_data *d, double *loss,
+                           float *dp, float *dpos, float *dneg)
+{
+    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    grm_loss_io io = new_io();
+    io.rows = c->B;
+    io.dim = c->D;
+    io.pred = d->pred;
+    io.d_pred = dp;
+    io.weights = d->w;
+    io.pos = d->pos;
+    io.d_pos = dpos;
+    io.pos_ids = d->pid;
+    io.neg = d->neg;
+    io.d_neg = dneg;
+    io.neg_ids = d->nid;
+    io.nneg = c->R;
+    grm_status st = ops->loss(head, &io);
+    *loss = io.loss;
+    return st;
+}
+
+static int have_torch(const char **py)
+{
+    *py = getenv("PYTHON3");
+    if (*py == NULL || **py == '\0')
+        *py = "/usr/bin/python3";
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", *py);
+    return system(cmd) == 0;
+}
+
+/* 5 checks: run, loss, d_pred, d_pos, d_neg against tests/ref/heads.py. */
+static void test_opt_torch(const opt_case *c)
+{
+    const char *py;
+    if (!have_torch(&py)) {
+        for (int i = 0; i < 5; i++)
+            tap_skip("no torch", "PyTorch heads.py %s check %d of 5", c->name, i + 1);
+        return;
+    }
+    void *head = opt_head(c, NULL, NULL);
+    static opt_data d;
+    opt_fill(c, &d, head, 1234 + (uint64_t)c->B);
+    const int64_t B = c->B, R = c->R, D = c->D;
+    float dp[64 * 8], dpos[64 * 8], dneg[256 * 8];
+    double loss = 0;
+    grm_status st = opt_loss(head, c, &d, &loss, dp, dpos, dneg);
+    char in[4200], out[4200], cmd[9000];
+    const char *dir = harness_tmpdir("dense-heads");
+    snprintf(in, sizeof in, "%s/in.bin", dir);
+    snprintf(out, sizeof out, "%s/out.bin", dir);
+    FILE *f = fopen(in, "wb");
+    const uint32_t hdr[2] = { 0x49444847u, 1u };
+    const int64_t hd[8] = { B, R, D, c->l2norm, c->in_batch, c->share_k, c->logq, 12 };
+    const double dd[2] = { c->temperature, 0.75 };
+    const uint64_t seed = 77;
+    int ok = f != NULL && fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(hd, sizeof hd, 1, f) == 1
+             && fwrite(dd, sizeof dd, 1, f) == 1 && fwrite(&seed, 8, 1, f) == 1
+             && fwrite(d.pred, 4, (size_t)(B * D), f) == (size_t)(B * D)
+             && fwrite(d.pos, 4, (size_t)(B * D), f) == (size_t)(B * D)
+             && fwrite(d.neg, 4, (size_t)(R * D), f) == (size_t)(R * D)
+             && fwrite(d.pid, 8, (size_t)B, f) == (size_t)B
+             && fwrite(d.nid, 8, (size_t)R, f) == (size_t)R
+             && fwrite(d.w, 4, (size_t)B, f) == (size_t)B
+             && fwrite(d.cat_ids, 8, 12, f) == 12 && fwrite(d.cat_counts, 8, 12, f) == 12;
+    if (f != NULL) fclose(f);
+    const char *src = harness_srcdir() != NULL ? harness_srcdir() : ".";
+    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/ref/heads.py' '%s' '%s'", py, src, in, out);
+    ok = ok && system(cmd) == 0;
+    static float wdp[64 * 8], wdpos[64 * 8], wdneg[256 * 8];
+    double wloss = 0;
+    f = ok ? fopen(out, "rb") : NULL;
+    ok = f != NULL && fread(&wloss, 8, 1, f) == 1
+         && fread(wdp, 4, (size_t)(B * D), f) == (size_t)(B * D)
+         && fread(wdpos, 4, (size_t)(B * D), f) == (size_t)(B * D)
+         && fread(wdneg, 4, (size_t)(R * D), f) == (size_t)(R * D);
+    if (f != NULL) fclose(f);
+    tap_ok(ok && st == GRM_OK, "%s: head and tests/ref/heads.py ran (%s)", c->name,
+           st == GRM_OK ? "ok" : grm_last_error());
+    char what[160];
+    const float gl = (float)loss, wl = (float)wloss;
+    snprintf(what, sizeof what, "torch %s: loss", c->name);
+    tap_close_f32(&gl, &wl, 1, 1e-4, 1e-6, what);
+    snprintf(what, sizeof what, "torch %s: d_pred", c->name);
+    tap_close_f32(dp, wdp, B * D, 1e-4, 1e-5, what);
+    snprintf(what, sizeof what, "torch %s: d_pos", c->name);
+    tap_close_f32(dpos, wdpos, B * D, 1e-4, 1e-5, what);
+    snprintf(what, sizeof what, "torch %s: d_neg", c->name);
+    tap_close_f32(dneg, wdneg, R * D, 1e-4, 1e-5, what);
+    ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)->destroy(head);
+}
+
+/* Central differences of the ref implementation's loss (double dots of float inputs) with
+ * respect to every input float; the step actually taken is the float difference. */
+static void test_opt_fd(const opt_case *c)
+{
+    void *head = opt_head(c, NULL, NULL);
+    static opt_data d;
+    opt_fill(c, &d, head, 99);
+    const int64_t B = c->B, R = c->R, D = c->D;
+    float dp[64 * 8], dpos[64 * 8], dneg[256 * 8], t1[64 * 8], t2[64 * 8], t3[256 * 8];
+    double loss = 0, lp = 0, lm = 0;
+    grm_status st = opt_loss(head, c, &d, &loss, dp, dpos, dneg);
+    float *vars[3] = { d.pred, d.pos, d.neg };
+    const float *ana[3] = { dp, dpos, dneg };
+    const int64_t len[3] = { B * D, B * D, R * D };
+    double worst = 0;
+    int bad = 0;
+    for (int v = 0; v < 3; v++)
+        for (int64_t i = 0; i < len[v]; i++) {
+            // Richardson extrapolation of two central differences (steps 4e-3 and 2e-3)
+            // cancels the h^2 term, which is large where a short row is normalized
+            const float keep = vars[v][i];
+            double cd[2];
+            for (int k = 0; k < 2; k++) {
+                const float hi = keep + (k ? 2e-3f : 4e-3f), lo = keep - (k ? 2e-3f : 4e-3f);
+                vars[v][i] = hi;
+                st |= opt_loss(head, c, &d, &lp, t1, t2, t3);
+                vars[v][i] = lo;
+                st |= opt_loss(head, c, &d, &lm, t1, t2, t3);
+                cd[k] = (lp - lm) / ((double)hi - (double)lo);
+            }
+            vars[v][i] = keep;
+            const double num = (4 * cd[1] - cd[0]) / 3;
+            // the normalized rows are rounded to float: ~1e-7 of noise in the loss
+            const double err = fabs(num - ana[v][i]) / (2e-3 + fabs(num));
+            if (err > worst) worst = err;
+            if (err > 5e-3 && bad++ < 5)
+                tap_diag("%s: input %d index %lld: numeric %.8g, analytic %.8g", c->name, v,
+                         (long long)i, num, (double)ana[v][i]);
+        }
+    tap_ok(st == GRM_OK && bad == 0, "%s: d_pred, d_pos, d_neg vs central differences "
+           "(worst rel err %.2g)", c->name, worst);
+    ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)->destroy(head);
+}
+
+/* share_k = 1 is the per-row loss with the row's own r negatives, and share_k >= B the loss
+ * with all B r negatives shared by the batch: both computed here from heads with share_k = 0,
+ * without any grouping or shuffle. */
+static void test_share_limits(void)
+{
+    const opt_case c1 = { "share_k=1", 6, 12, 5, 1, 0, 1, 0, 0.2, "blas" };
+    const opt_case call = { "share_k=8>=B", 6, 12, 5, 1, 0, 8, 0, 0.2, "ref" };
+    const opt_case c0 = { "shared", 6, 12, 5, 1, 0, 0, 0, 0.2, "ref" };
+    void *h1 = opt_head(&c1, NULL, NULL), *hall = opt_head(&call, NULL, NULL);
+    void *h0 = opt_head(&c0, NULL, NULL);
+    static opt_data d;
+    opt_fill(&c1, &d, h1, 5);
+    double l1 = 0, lall = 0, l0 = 0;
+    float dp1[48], dpos1[48], dneg1[96], dpa[48], dposa[48], dnega[96];
+    float dp0[48], dpos0[48], dneg0[96];
+    grm_status st = opt_loss(h1, &c1, &d, &l1, dp1, dpos1, dneg1);
+    st |= opt_loss(hall, &call, &d, &lall, dpa, dposa, dnega);
+    st |= opt_loss(h0, &c0, &d, &l0, dp0, dpos0, dneg0);
+    // per row: a one-row batch with its own 2 negatives (weights: the row's weight)
+    double num = 0, den = 0;
+    float dprow[48], dposrow[48], dnegrow[96];
+    for (int64_t b = 0; b < 6; b++) {
+        static opt_data one;
+        one = d;
+        memcpy(one.pred, d.pred + b * 5, 20);
+        memcpy(one.pos, d.pos + b * 5, 20);
+        memcpy(one.neg, d.neg + b * 10, 40);
+        one.pid[0] = d.pid[b];
+        one.nid[0] = d.nid[2 * b];
+        one.nid[1] = d.nid[2 * b + 1];
+        one.w[0] = 1;
+        const opt_case cr = { "row", 1, 2, 5, 1, 0, 0, 0, 0.2, "ref" };
+        double lr = 0;
+        st |= opt_loss(h0, &cr, &one, &lr, dprow + b * 5, dposrow + b * 5, dnegrow + b * 10);
+        num += d.w[b] * lr;
+        den += d.w[b];
+    }
+    // the per-row gradients scale by w_b / sum w
+    for (int64_t b = 0; b < 6; b++) {
+        const float sc = (float)(d.w[b] / den);
+        for (int i = 0; i < 5; i++) {
+            dprow[b * 5 + i] *= sc;
+            dposrow[b * 5 + i] *= sc;
+        }
+        for (int i = 0; i < 10; i++) dnegrow[b * 10 + i] *= sc;
+    }
+    const float g1 = (float)l1, w1 = (float)(num / den), ga = (float)lall, wa = (float)l0;
+    tap_ok(st == GRM_OK, "share_k limits: heads run");
+    tap_close_f32(&g1, &w1, 1, 1e-5, 1e-7, "share_k = 1: loss = weighted mean of per-row "
+                  "losses over own negatives");
+    tap_close_f32(dp1, dprow, 30, 1e-4, 1e-6, "share_k = 1: d_pred per row");
+    tap_close_f32(dneg1, dnegrow, 60, 1e-4, 1e-6, "share_k = 1: d_neg per row");
+    tap_close_f32(&ga, &wa, 1, 1e-6, 1e-7, "share_k >= B: loss = all negatives shared "
+                  "(share_k = 0, in_batch off)");
+    tap_close_f32(dpa, dp0, 30, 1e-5, 1e-7, "share_k >= B: d_pred");
+    tap_close_f32(dnega, dneg0, 60, 1e-5, 1e-7, "share_k >= B: d_neg");
+    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    ops->destroy(h1);
+    ops->destroy(hall);
+    ops->destroy(h0);
+}
+
+/* share_k: blas equals ref on a larger case (several chunks, a partial last group). */
+static void test_share_impls(void)
+{
+    const opt_case cb = { "share blas", 61, 61 * 4, 8, 1, 0, 3, 0, 0.1, "blas" };
+    const opt_case cr = { "share ref", 61, 61 * 4, 8, 1, 0, 3, 0, 0.1, "ref" };
+    void *hb = opt_head(&cb, NULL, NULL), *hr = opt_head(&cr, NULL, NULL);
+    static opt_data d;
+    opt_fill(&cb, &d, hb, 8);
+    static float a[3][256 * 8], b[3][256 * 8];
+    double la = 0, lb = 0;
+    grm_status st = opt_loss(hb, &cb, &d, &la, a[0], a[1], a[2]);
+    st |= opt_loss(hr, &cr, &d, &lb, b[0], b[1], b[2]);
+    const float fa = (float)la, fb = (float)lb;
+    tap_ok(st == GRM_OK && fabs(fa - fb) <= 1e-4 * fabs(fb), "share_k = 3: blas loss %.7g = "
+           "ref %.7g", fa, fb);
+    tap_close_f32(a[0], b[0], 61 * 8, 1e-4, 1e-5, "share_k = 3 blas vs ref: d_pred");
+    tap_close_f32(a[2], b[2], 61 * 4 * 8, 1e-4, 1e-5, "share_k = 3 blas vs ref: d_neg");
+    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    ops->destroy(hb);
+    ops->destroy(hr);
+}
+
+/* neg_fp16: negatives exactly representable in FP16 give bit-identical results; others stay
+ * within the fp16 tolerance of STYLE.md §9 (rtol 1e-2, atol 1e-3). */
+static void test_fp16(void)
+{
+    const opt_case c = { "fp32", 9, 20, 8, 1, 1, 0, 0, 0.1, "blas" };
+    void *h32 = opt_head(&c, NULL, NULL), *h16 = opt_head(&c, "neg_fp16=true", NULL);
+    static opt_data d;
+    opt_fill(&c, &d, h32, 3);
+    static float a[3][256 * 8], b[3][256 * 8];
+    double l32 = 0, l16 = 0;
+    grm_status st = opt_loss(h32, &c, &d, &l32, a[0], a[1], a[2]);
+    st |= opt_loss(h16, &c, &d, &l16, b[0], b[1], b[2]);
+    const float f32v = (float)l32, f16v = (float)l16;
+    tap_ok(st == GRM_OK && l16 != l32, "neg_fp16 changes the loss of generic negatives "
+           "(%.9g vs %.9g)", l16, l32);
+    tap_close_f32(&f16v, &f32v, 1, 1e-2, 1e-3, "neg_fp16 loss within fp16 tolerance of fp32");
+    tap_close_f32(b[0], a[0], 9 * 8, 1e-2, 1e-3, "neg_fp16 d_pred within fp16 tolerance");
+    tap_close_f32(b[2], a[2], 20 * 8, 1e-2, 1e-3, "neg_fp16 d_neg within fp16 tolerance");
+    // round every negative to a multiple of 2^-8 in [-1, 1]: exact in FP16
+    for (int64_t i = 0; i < 20 * 8; i++) d.neg[i] = roundf(d.neg[i] * 256.0f) / 256.0f;
+    d.neg[0] = 0x1.0p-20f;                      // an FP16 subnormal, exact too
+    st = opt_loss(h32, &c, &d, &l32, a[0], a[1], a[2]);
+    st |= opt_loss(h16, &c, &d, &l16, b[0], b[1], b[2]);
+    tap_ok(st == GRM_OK && l16 == l32 && memcmp(a[0], b[0], 9 * 8 * 4) == 0
+           && memcmp(a[2], b[2], 20 * 8 * 4) == 0,
+           "neg_fp16 on FP16-exact negatives (subnormal included) is bit-identical to fp32");
+    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    ops->destroy(h32);
+    ops->destroy(h16);
+}
+
+static void test_opt_errors(void)
+{
+    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
+    const grm_dense_ops *ops = info->ops;
+    const void *cfg = NULL;
+    void *inst = NULL;
+    const char *ib[] = { "share_k=2" };
+    grm_status st = harness_config_try(info, &cfg, ib, 1);
+    if (st == GRM_OK) st = ops->create(cfg, 4, 1, &inst);
+    expect(st, GRM_EINVAL, "set in_batch = false", "share_k with in_batch on is refused");
+    const char *neg[] = { "share_k=-1", "in_batch=false" };
+    expect(harness_config_try(info, &cfg, neg, 2), GRM_EINVAL, "share_k",
+           "share_k = -1 is refused");
+    const opt_case c = { "bad", 3, 7, 4, 0, 0, 2, 0, 1.0, "blas" };
+    void *h = opt_head(&c, NULL, NULL);
+    static opt_data d;
+    opt_fill(&c, &d, h, 1);
+    double l = 0;
+    float t1[64], t2[64], t3[64];
+    expect(opt_loss(h, &c, &d, &l, t1, t2, t3), GRM_EINVAL, "io->nneg 7 is not a multiple "
+           "of io->rows 3", "share_k with nneg not a multiple of rows");
+    ops->destroy(h);
+}
+
+static void test_ssm_options(void)
+{
+    // name, B, R, D, l2norm, in_batch, share_k, logq, temperature, impl
+    const opt_case torch_cases[] = {
+        { "plain T=0.5 in-batch", 6, 5, 4, 0, 1, 0, 0, 0.5, "blas" },
+        { "l2norm T=0.05 in-batch logQ", 7, 6, 5, 1, 1, 0, 1, 0.05, "blas" },
+        { "l2norm T=0.2 no in-batch ref", 5, 4, 3, 1, 0, 0, 0, 0.2, "ref" },
+        { "share_k=3 l2norm T=0.1", 7, 14, 4, 1, 0, 3, 0, 0.1, "blas" },
+        { "share_k=2 logQ ref", 6, 18, 3, 0, 0, 2, 1, 0.5, "ref" },
+    };
+    for (size_t i = 0; i < sizeof torch_cases / sizeof *torch_cases; i++)
+        test_opt_torch(&torch_cases[i]);
+    const opt_case fd_cases[] = {
+        { "fd l2norm in-batch", 4, 3, 3, 1, 1, 0, 0, 0.3, "ref" },
+        { "fd share_k=2 l2norm", 5, 10, 3, 1, 0, 2, 0, 0.3, "ref" },
+    };
+    for (size_t i = 0; i < sizeof fd_cases / sizeof *fd_cases; i++)
+        test_opt_fd(&fd_cases[i]);
+    test_share_limits();
+    test_share_impls();
+    test_fp16();
+    test_opt_errors();
+}
+
 int main(void)
 {
-    tap_plan(48);
+    tap_plan(48 + 5 * 5 + 2 + 7 + 3 + 5 + 3);
     test_bce();
     test_ssm_loss();
     test_negatives();
     test_ssm_blas_vs_ref();
+    test_ssm_options();
     return tap_done();
 }

@@ -1,7 +1,9 @@
 /* plugins/dense-mlp/heads.c - the two heads of dense-mlp.so: dense-bce (multi-task
  * binary cross-entropy on logits) and dense-sampled-softmax (retrieval loss over sampled
- * and in-batch negatives, with the negative sampler). Both pass rows through unchanged
- * (out_dim = in_dim); the numerics are in heads_ref.c. */
+ * and in-batch negatives, with the negative sampler, optional L2 normalization, FP16
+ * negatives (TurboGR §4.3.2) and intra-batch logit sharing (TurboGR §4.3.3, eq. 2)). Both
+ * pass rows through unchanged (out_dim = in_dim); the numerics are in heads_ref.c and
+ * heads_cpu.c. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,10 +83,20 @@ struct ssm_head {
     const grm_host_api *host;
     ssm_config cfg;             /* copy */
     int64_t dim;
+    uint64_t seed;              /* of the token-level shuffle */
 
     ssm_loss_fn loss;           /* picked at create from cfg.impl (STYLE.md §7) */
+    ssm_share_fn share;         /* the same, for share_k > 0 */
     double *work;               /* owned: [work_cap], see ssm_work_doubles */
     int64_t work_cap;
+
+    /* per-step buffers, grown to the largest batch seen (owned, malloc) */
+    uint16_t *neg16;            /* [R, D] negatives stored in FP16 (neg_fp16) */
+    float *negq;                /* [R, D] the FP16 negatives read back as fp32 */
+    float *unit;                /* [2 B + R, D] normalized pred, pos, neg (l2norm) */
+    float *norms;               /* [2 B + R] their norms before normalization */
+    int64_t *perm;              /* [B] token-level shuffle (share_k) */
+    int64_t neg16_cap, negq_cap, unit_cap, norms_cap, perm_cap;
 
     /* popularity table, cached per catalog (ids, counts, n) */
     double *cdf;                /* owned: [cdf_n] cumulative counts^alpha */
@@ -99,7 +111,7 @@ struct ssm_head {
 };
 
 grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t in_dim,
-                      ssm_head **out)
+                      uint64_t seed, ssm_head **out)
 {
     grm_status st;
     *out = NULL;
@@ -115,14 +127,22 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
     if (!(cfg->alpha >= 0 && cfg->alpha <= 2))
         return host->errorf(GRM_EINVAL, "dense-sampled-softmax: alpha: %g out of range "
                             "[0, 2]", cfg->alpha);
+    if (cfg->share_k < 0 || cfg->share_k > (1 << 16))
+        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: share_k: %lld out of range "
+                            "0..%d", (long long)cfg->share_k, 1 << 16);
+    if (cfg->share_k > 0 && cfg->in_batch)
+        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: share_k: logit sharing "
+                            "(TurboGR eq. 2) has no in-batch term; set in_batch = false");
     ssm_head *h = calloc(1, sizeof *h);
     if (h == NULL)
         return host->errorf(GRM_ENOMEM, "dense-sampled-softmax: create: out of memory");
     h->host = host;
     h->cfg = *cfg;
     h->dim = in_dim;
+    h->seed = seed;
     h->ndrawn = -1;
     h->loss = cfg->impl == MLP_IMPL_REF ? ssm_loss_ref : ssm_loss_cpu;
+    h->share = cfg->impl == MLP_IMPL_REF ? ssm_share_loss_ref : ssm_share_loss_cpu;
     if (cfg->negatives > 0) {
         const size_t n = (size_t)cfg->negatives;
         h->drawn_idx = malloc(n * sizeof *h->drawn_idx);
@@ -148,6 +168,11 @@ void ssm_destroy(ssm_head *h)
     if (h == NULL)
         return;
     free(h->work);
+    free(h->neg16);
+    free(h->negq);
+    free(h->unit);
+    free(h->norms);
+    free(h->perm);
     free(h->cdf);
     free(h->drawn_idx);
     free(h->drawn_ids);
@@ -158,6 +183,22 @@ void ssm_destroy(ssm_head *h)
 int64_t ssm_dim(const ssm_head *h)
 {
     return h->dim;
+}
+
+/* Make *buf hold `need` elements of `elem` bytes; grows to the largest batch seen, then
+ * stays (no allocation in the step once warm). */
+static grm_status grow(ssm_head *h, void **buf, int64_t *cap, int64_t need, size_t elem)
+{
+    if (need <= *cap)
+        return GRM_OK;
+    void *p = malloc((size_t)need * elem);
+    if (p == NULL)
+        return h->host->errorf(GRM_ENOMEM, "dense-sampled-softmax: loss: cannot allocate "
+                               "%lld elements of %zu bytes of scratch", (long long)need, elem);
+    free(*buf);
+    *buf = p;
+    *cap = need;
+    return GRM_OK;
 }
 
 grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
@@ -193,20 +234,87 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
                                 "negatives");
         logq = h->drawn_logq;
     }
-    const int64_t need = ssm_work_doubles(B, R);
-    if (need > h->work_cap) {
-        // grows to the largest batch seen, then stays
-        double *w = malloc((size_t)need * sizeof *w);
-        if (w == NULL)
-            return host->errorf(GRM_ENOMEM, "dense-sampled-softmax: loss: cannot allocate "
-                                "%lld doubles of logits", (long long)need);
-        free(h->work);
-        h->work = w;
-        h->work_cap = need;
+    int64_t r = 0;              /* negatives per row (share_k) */
+    if (h->cfg.share_k > 0) {
+        if ((B == 0 && R != 0) || (B > 0 && R % B != 0))
+            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: io->nneg %lld is "
+                                "not a multiple of io->rows %lld; with share_k each row owns "
+                                "nneg / rows negatives (rows [i r, (i+1) r) of io->neg)",
+                                (long long)R, (long long)B);
+        r = B > 0 ? R / B : 0;
     }
-    return h->loss(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, io->pred, io->pos,
-                        io->neg, io->pos_ids, io->neg_ids, io->weights, logq,
-                        h->cfg.in_batch, h->cfg.temperature, B, R, D, h->work);
+    const int64_t nunit = 2 * B + R;
+    grm_status st2 = GRM_OK;
+    if (h->cfg.share_k > 0) {
+        const int64_t chunks = ssm_share_chunks((B + h->cfg.share_k - 1) / h->cfg.share_k,
+                                                host->num_threads());
+        const int64_t fl = ssm_share_work_floats(h->cfg.share_k, r, D, chunks);
+        st2 = grow(h, (void **)&h->work, &h->work_cap, (fl + 1) / 2 + 1 + B, sizeof(double));
+        if (st2 == GRM_OK)
+            st2 = grow(h, (void **)&h->perm, &h->perm_cap, B, sizeof(int64_t));
+    } else {
+        st2 = grow(h, (void **)&h->work, &h->work_cap, ssm_work_doubles(B, R, h->cfg.in_batch),
+                   sizeof(double));
+    }
+    if (st2 == GRM_OK && h->cfg.neg_fp16)
+        st2 = grow(h, (void **)&h->neg16, &h->neg16_cap, R * D, sizeof(uint16_t));
+    if (st2 == GRM_OK && h->cfg.neg_fp16)
+        st2 = grow(h, (void **)&h->negq, &h->negq_cap, R * D, sizeof(float));
+    if (st2 == GRM_OK && h->cfg.l2norm)
+        st2 = grow(h, (void **)&h->unit, &h->unit_cap, nunit * D, sizeof(float));
+    if (st2 == GRM_OK && h->cfg.l2norm)
+        st2 = grow(h, (void **)&h->norms, &h->norms_cap, nunit, sizeof(float));
+    if (st2 != GRM_OK)
+        return st2;
+
+    const float *pred = io->pred, *pos = io->pos, *neg = io->neg;   /* [B|R, D] */
+    if (h->cfg.neg_fp16 && R > 0) {
+        // TurboGR §4.3.2: the negatives are stored in FP16 and read back as fp32; the
+        // gradient d_neg stays fp32 (straight through the rounding)
+        for (int64_t i = 0; i < R * D; i++)
+            h->neg16[i] = ssm_f32_to_f16(neg[i]);
+        for (int64_t i = 0; i < R * D; i++)
+            h->negq[i] = ssm_f16_to_f32(h->neg16[i]);
+        neg = h->negq;
+    }
+    const float *raw_pred = pred, *raw_pos = pos, *raw_neg = neg;
+    if (h->cfg.l2norm) {
+        // cosine logits: u / |u| . v / |v|, as HSTU's MovieLens setup (with a small
+        // temperature, e.g. 0.05); the gradients go back through the normalization below
+        float *up = h->unit, *pp = h->unit + B * D, *np = h->unit + 2 * B * D;
+        mlp_l2norm_fwd(up, h->norms, pred, B, D);
+        mlp_l2norm_fwd(pp, h->norms + B, pos, B, D);
+        if (R > 0)
+            mlp_l2norm_fwd(np, h->norms + 2 * B, neg, R, D);
+        pred = up;
+        pos = pp;
+        neg = R > 0 ? np : neg;
+    }
+    if (h->cfg.share_k > 0) {
+        // the token-level shuffle of eq. 2, keyed by the seed and the step's negatives
+        // (a pure function of the data: replays exactly, changes every step)
+        uint64_t key = grm_mix64(h->seed ^ 0x9b05688c2b3e6c1fULL);
+        for (int64_t j = 0; io->neg_ids != NULL && j < R; j++)
+            key = grm_mix64(key ^ (uint64_t)io->neg_ids[j]);
+        key = grm_mix64(key ^ (uint64_t)B);
+        ssm_shuffle(h->perm, B, key);
+        st = h->share(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, pred, pos, neg,
+                      io->pos_ids, io->neg_ids, io->weights, logq, h->perm, h->cfg.share_k,
+                      h->cfg.temperature, B, r, D, (float *)h->work);
+    } else {
+        st = h->loss(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, pred, pos, neg,
+                     io->pos_ids, io->neg_ids, io->weights, logq, h->cfg.in_batch,
+                     h->cfg.temperature, B, R, D, h->work);
+    }
+    if (st != GRM_OK || !h->cfg.l2norm)
+        return st;
+    if (io->d_pred != NULL)
+        mlp_l2norm_bwd(io->d_pred, io->d_pred, raw_pred, h->norms, B, D);
+    if (io->d_pos != NULL)
+        mlp_l2norm_bwd(io->d_pos, io->d_pos, raw_pos, h->norms + B, B, D);
+    if (io->d_neg != NULL && R > 0)
+        mlp_l2norm_bwd(io->d_neg, io->d_neg, raw_neg, h->norms + 2 * B, R, D);
+    return GRM_OK;
 }
 
 /* Build (or reuse) the cumulative popularity table counts[i]^alpha of `catalog`. */

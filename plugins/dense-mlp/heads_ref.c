@@ -160,3 +160,156 @@ void ssm_draw(int64_t *idx, int64_t n, const double *cdf, int64_t cdf_n, uint64_
         idx[i] = k < cdf_n ? k : cdf_n - 1;
     }
 }
+
+/* ---- intra-batch logit sharing (TurboGR §4.3.3, eq. 2) ---- */
+
+void ssm_shuffle(int64_t *perm, int64_t B, uint64_t key)
+{
+    for (int64_t i = 0; i < B; i++)
+        perm[i] = i;
+    uint64_t state = key;
+    for (int64_t i = B - 1; i > 0; i--) {
+        const int64_t j = (int64_t)(grm_splitmix64(&state) % (uint64_t)(i + 1));
+        const int64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+grm_status ssm_share_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
+                              float *d_pos, float *d_neg, const float *pred, const float *pos,
+                              const float *neg, const int64_t *pos_ids,
+                              const int64_t *neg_ids, const float *weights,
+                              const double *logq, const int64_t *perm, int64_t k,
+                              double temperature, int64_t B, int64_t r, int64_t D,
+                              float *work)
+{
+    (void)work;
+    if (d_pred != NULL)
+        memset(d_pred, 0, (size_t)(B * D) * sizeof *d_pred);
+    if (d_pos != NULL)
+        memset(d_pos, 0, (size_t)(B * D) * sizeof *d_pos);
+    if (d_neg != NULL)
+        memset(d_neg, 0, (size_t)(B * r * D) * sizeof *d_neg);
+    double wsum = 0;
+    for (int64_t b = 0; b < B; b++)
+        wsum += weights != NULL ? (double)weights[b] : 1.0;
+    if (B > 0 && !(wsum > 0))
+        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: sample weights sum to "
+                            "%g over %lld rows; at least one weight must be positive", wsum,
+                            (long long)B);
+    const double inv_t = 1.0 / temperature;
+    double total = 0;
+    for (int64_t p = 0; p < B; p++) {
+        const int64_t i = perm[p];                          /* the token */
+        const int64_t g0 = p - p % k;                       /* its group's first position */
+        const int64_t m = B - g0 < k ? B - g0 : k;          /* members of the group */
+        const float *u = pred + i * D;                      /* [D] */
+        const double w = weights != NULL ? (double)weights[i] : 1.0;
+        // eq. 2: l+ against exp(l+) + sum over own and auxiliary negatives; the
+        // log-sum-exp runs over the group's m r negatives, stabilized by the max
+        const double sp = dot(u, pos + i * D, D) * inv_t;
+        double mx = sp;
+        for (int64_t a = 0; a < m; a++) {
+            const int64_t owner = perm[g0 + a];
+            for (int64_t j = 0; j < r; j++) {
+                const int64_t slot = owner * r + j;
+                if (neg_ids != NULL && pos_ids != NULL && neg_ids[slot] == pos_ids[i])
+                    continue;
+                const double s = dot(u, neg + slot * D, D) * inv_t
+                                 - (logq != NULL ? logq[slot] : 0.0);
+                mx = fmax(mx, s);
+            }
+        }
+        double z = exp(sp - mx);
+        for (int64_t a = 0; a < m; a++) {
+            const int64_t owner = perm[g0 + a];
+            for (int64_t j = 0; j < r; j++) {
+                const int64_t slot = owner * r + j;
+                if (neg_ids != NULL && pos_ids != NULL && neg_ids[slot] == pos_ids[i])
+                    continue;
+                z += exp(dot(u, neg + slot * D, D) * inv_t
+                         - (logq != NULL ? logq[slot] : 0.0) - mx);
+            }
+        }
+        const double lse = mx + log(z);
+        total += w * (lse - sp);
+        const double c = w / wsum * inv_t;
+        const double gp = c * (exp(sp - lse) - 1.0);
+        if (d_pred != NULL)
+            axpy(d_pred + i * D, gp, pos + i * D, D);
+        if (d_pos != NULL)
+            axpy(d_pos + i * D, gp, u, D);
+        for (int64_t a = 0; a < m; a++) {
+            const int64_t owner = perm[g0 + a];
+            for (int64_t j = 0; j < r; j++) {
+                const int64_t slot = owner * r + j;
+                if (neg_ids != NULL && pos_ids != NULL && neg_ids[slot] == pos_ids[i])
+                    continue;
+                const double s = dot(u, neg + slot * D, D) * inv_t
+                                 - (logq != NULL ? logq[slot] : 0.0);
+                const double gi = c * exp(s - lse);
+                if (d_pred != NULL)
+                    axpy(d_pred + i * D, gi, neg + slot * D, D);
+                if (d_neg != NULL)
+                    axpy(d_neg + slot * D, gi, u, D);
+            }
+        }
+    }
+    *loss = B > 0 ? total / wsum : 0.0;
+    return GRM_OK;
+}
+
+/* ---- FP16 storage of negatives (TurboGR §4.3.2) ---- */
+
+uint16_t ssm_f32_to_f16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u)                                  // inf or NaN (quiet, keep top bits)
+        return (uint16_t)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u | (ax >> 13) : 0));
+    if (ax >= 0x477ff000u)                                  // rounds to >= 65520: overflow
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {                                 // below 2^-14: subnormal or zero
+        if (ax < 0x33000000u)                               // below 2^-25: rounds to 0
+            return sign;
+        const uint32_t e = ax >> 23;                        // 102..112
+        const uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
+        const uint32_t shift = 126 - e;                     // 14..24
+        uint32_t h = mant >> shift;
+        const uint32_t rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1u)))        // round to nearest even
+            h++;
+        return (uint16_t)(sign | h);
+    }
+    // normal: rebias the exponent (127 -> 15), round the 13 dropped bits to nearest even
+    uint32_t h = ((ax >> 13) - ((127u - 15u) << 10));
+    const uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+        h++;                                                // a carry into the exponent is right
+    return (uint16_t)(sign | h);
+}
+
+float ssm_f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t e = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    uint32_t x;
+    if (e == 0x1f) {
+        x = sign | 0x7f800000u | (mant << 13);
+    } else if (e != 0) {
+        x = sign | ((e + 112u) << 23) | (mant << 13);
+    } else if (mant == 0) {
+        x = sign;
+    } else {
+        // subnormal: mant 2^-24, exact in binary32
+        const float v = (float)mant * 0x1.0p-24f;
+        memcpy(&x, &v, sizeof x);
+        x |= sign;
+    }
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}

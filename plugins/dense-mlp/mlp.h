@@ -57,6 +57,10 @@ typedef struct ssm_config {
     int32_t in_batch;           /* 1: other rows' positives are negatives too */
     int32_t logq;               /* 1: subtract log Q from sampled-negative logits */
     int32_t impl;               /* enum mlp_impl_kind: BLAS (heads_cpu.c) or ref */
+    int32_t l2norm;             /* 1: L2-normalize query and item rows before the dots */
+    int64_t share_k;            /* 0: negatives shared by the batch; k >= 1: per-token
+                                 * negatives, shared in shuffled groups of k (TurboGR eq. 2) */
+    int32_t neg_fp16;           /* 1: negatives stored in FP16, read back as fp32 */
 } ssm_config;
 
 /* ---- linear-layer kernels (STYLE.md §9: one type per operation) ---- */
@@ -155,29 +159,69 @@ grm_status bce_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
 
 /* Sampled softmax over [positive, R sampled negatives, B-1 in-batch positives] for each
  * row b; see README.md. logq [R] (or NULL) is subtracted from the negatives' logits.
- * Gradient outputs (each may be NULL) are overwritten. work: [1 + R + B] doubles. */
-grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
-                        float *d_pos, float *d_neg, const float *pred, const float *pos,
-                        const float *neg, const int64_t *pos_ids, const int64_t *neg_ids,
-                        const float *weights, const double *logq, int32_t in_batch,
-                        double temperature, int64_t B, int64_t R, int64_t D, double *work);
-
-/* The sampled-softmax loss; ssm_loss_ref (plain loops, double) and ssm_loss_cpu
- * (heads_cpu.c: OpenBLAS GEMMs, rows on the thread pool) have this type. work holds
- * ssm_work_doubles(B, R) doubles. */
+ * Gradient outputs (each may be NULL) are overwritten. ssm_loss_ref (plain loops, double)
+ * and ssm_loss_cpu (heads_cpu.c: OpenBLAS GEMMs, row and item chunks on the thread pool)
+ * have this type. work holds ssm_work_doubles(B, R, in_batch) doubles. */
 typedef grm_status (*ssm_loss_fn)(const grm_host_api *host, double *loss, float *d_pred,
                                   float *d_pos, float *d_neg, const float *pred,
                                   const float *pos, const float *neg, const int64_t *pos_ids,
                                   const int64_t *neg_ids, const float *weights,
                                   const double *logq, int32_t in_batch, double temperature,
                                   int64_t B, int64_t R, int64_t D, double *work);
+grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
+                        float *d_pos, float *d_neg, const float *pred, const float *pos,
+                        const float *neg, const int64_t *pos_ids, const int64_t *neg_ids,
+                        const float *weights, const double *logq, int32_t in_batch,
+                        double temperature, int64_t B, int64_t R, int64_t D, double *work);
 grm_status ssm_loss_cpu(const grm_host_api *host, double *loss, float *d_pred,
                         float *d_pos, float *d_neg, const float *pred, const float *pos,
                         const float *neg, const int64_t *pos_ids, const int64_t *neg_ids,
                         const float *weights, const double *logq, int32_t in_batch,
                         double temperature, int64_t B, int64_t R, int64_t D, double *work);
 /* Doubles of work either implementation needs for B rows and R negatives. */
-int64_t ssm_work_doubles(int64_t B, int64_t R);
+int64_t ssm_work_doubles(int64_t B, int64_t R, int32_t in_batch);
+
+/* Intra-batch logit sharing (TurboGR §4.3.3, eq. 2). Row i owns the r negatives
+ * neg [i r, (i+1) r); perm [B] is the token-level shuffle (perm[p] = row at shuffled
+ * position p) and the rows at positions [g k, (g+1) k) form group g: every row of a group
+ * is scored against the negatives of all its members (its own r plus (m-1) r auxiliary,
+ * the Delta of eq. 2). Negatives equal to the row's positive are masked; no in-batch
+ * term. logq [B r] or NULL. Gradients overwritten (each may be NULL). ssm_share_loss_ref
+ * (plain loops, double) and ssm_share_loss_cpu (groups on the thread pool, OpenBLAS per
+ * group) have this type; work holds ssm_share_work_floats(k, r, D, threads) floats. */
+typedef grm_status (*ssm_share_fn)(const grm_host_api *host, double *loss, float *d_pred,
+                                   float *d_pos, float *d_neg, const float *pred,
+                                   const float *pos, const float *neg,
+                                   const int64_t *pos_ids, const int64_t *neg_ids,
+                                   const float *weights, const double *logq,
+                                   const int64_t *perm, int64_t k, double temperature,
+                                   int64_t B, int64_t r, int64_t D, float *work);
+grm_status ssm_share_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
+                              float *d_pos, float *d_neg, const float *pred, const float *pos,
+                              const float *neg, const int64_t *pos_ids,
+                              const int64_t *neg_ids, const float *weights,
+                              const double *logq, const int64_t *perm, int64_t k,
+                              double temperature, int64_t B, int64_t r, int64_t D,
+                              float *work);
+grm_status ssm_share_loss_cpu(const grm_host_api *host, double *loss, float *d_pred,
+                              float *d_pos, float *d_neg, const float *pred, const float *pos,
+                              const float *neg, const int64_t *pos_ids,
+                              const int64_t *neg_ids, const float *weights,
+                              const double *logq, const int64_t *perm, int64_t k,
+                              double temperature, int64_t B, int64_t r, int64_t D,
+                              float *work);
+/* Chunks the cpu share path splits the groups into, and the floats of work it needs. */
+int64_t ssm_share_chunks(int64_t groups, int32_t threads);
+int64_t ssm_share_work_floats(int64_t k, int64_t r, int64_t D, int64_t chunks);
+
+/* The token-level shuffle of eq. 2: perm [B] out, a Fisher-Yates shuffle of 0..B-1 driven by
+ * grm_splitmix64 from key (j = next % (i + 1) for i = B-1 down to 1). */
+void ssm_shuffle(int64_t *perm, int64_t B, uint64_t key);
+
+/* IEEE binary16 <-> binary32, round to nearest even, with subnormals, infinities and NaN
+ * (portable; no F16C). */
+uint16_t ssm_f32_to_f16(float f);
+float ssm_f16_to_f32(uint16_t h);
 
 /* Draw n indices in [0, cdf_n) with probability proportional to the increments of the
  * cumulative table cdf [cdf_n] (or uniformly when cdf is NULL), with replacement, from a
@@ -193,7 +237,7 @@ int64_t bce_dim(const bce_head *h);
 grm_status bce_loss(bce_head *h, grm_loss_io *io);
 
 grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t in_dim,
-                      ssm_head **out);
+                      uint64_t seed, ssm_head **out);
 void ssm_destroy(ssm_head *h);
 int64_t ssm_dim(const ssm_head *h);
 grm_status ssm_loss(ssm_head *h, grm_loss_io *io);

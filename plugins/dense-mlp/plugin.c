@@ -269,17 +269,25 @@ static const grm_param_decl ssm_params_decl[] = {
       GRM_PARAM_ANY, NULL, "subtract log Q (expected count) from sampled-negative logits" },
     { "impl", GRM_PARAM_ENUM, 0, offsetof(ssm_config, impl), "blas",
       GRM_PARAM_ANY, "blas|ref", "loss implementation: OpenBLAS GEMMs or plain loops" },
+    { "l2norm", GRM_PARAM_BOOL, 0, offsetof(ssm_config, l2norm), "false",
+      GRM_PARAM_ANY, NULL, "L2-normalize query and item rows (cosine logits; use a small "
+      "temperature such as 0.05)" },
+    { "share_k", GRM_PARAM_INT, 0, offsetof(ssm_config, share_k), "0",
+      GRM_PARAM_RANGE(0, 1 << 16), NULL, "0: negatives shared by the batch; k >= 1: each "
+      "row owns nneg/rows negatives, shared in shuffled groups of k (TurboGR eq. 2)" },
+    { "neg_fp16", GRM_PARAM_BOOL, 0, offsetof(ssm_config, neg_fp16), "false",
+      GRM_PARAM_ANY, NULL, "store negatives in FP16 and read them back as fp32 "
+      "(TurboGR §4.3.2)" },
     { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
 };
 
 static grm_status ssm_op_create(const void *config, int64_t in_dim, uint64_t seed,
                                 void **inst)
 {
-    (void)seed;
     if (config == NULL || inst == NULL)
         return mlp_host->errorf(GRM_EINVAL, "dense-sampled-softmax: create: config and inst "
                                 "must not be NULL");
-    return ssm_create(mlp_host, config, in_dim, (ssm_head **)inst);
+    return ssm_create(mlp_host, config, in_dim, seed, (ssm_head **)inst);
 }
 
 static void ssm_op_destroy(void *inst)

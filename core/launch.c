@@ -1,0 +1,162 @@
+/* core/launch.c - `grmhost launch -n N FILE.ini [train options]`: run N ranks of
+ * `grmhost train` under Open MPI's mpirun (DESIGN.md §6: MPI launches the ranks; the
+ * pipeline's [distributed] plugin = comm-mpi or comm-nccl joins them). A thin wrapper: it
+ * builds the mpirun command line and execs it, so mpirun's exit status is the job's. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int grm__launch_main(int argc, char **argv);
+
+static const char usage_launch[] =
+    "usage: grmhost launch -n N [-v] FILE.ini [train options]\n"
+    "\n"
+    "Run N ranks of `grmhost train FILE.ini [train options]` under Open MPI:\n"
+    "  mpirun [--allow-run-as-root] [--oversubscribe] -n N GRMHOST train FILE.ini ...\n"
+    "--allow-run-as-root is added when running as root, --oversubscribe when N exceeds\n"
+    "the online CPU cores. Select comm-mpi (CPU) or comm-nccl (GPU) in [distributed].\n"
+    "The exit status is mpirun's: non-zero when any rank fails or dies.\n"
+    "\n"
+    "options:\n"
+    "  -n, --np N           number of ranks (required, >= 1)\n"
+    "  -v, --verbose        print the mpirun command line on stderr; passed on to train\n"
+    "  -h, --help           this text\n"
+    "environment:\n"
+    "  GRM_MPIRUN           the mpirun to use (default: mpirun found in PATH)\n";
+
+static int launch_usage(const char *what, const char *arg)
+{
+    fprintf(stderr, "grmhost: launch: %s%s%s\n\n%s", what, arg ? " " : "", arg ? arg : "",
+            usage_launch);
+    return 2;
+}
+
+// The first executable `name` in PATH into out [PATH_MAX]; 0 if there is none.
+static int launch_which(const char *name, char *out)
+{
+    const char *path = getenv("PATH");
+    if (path == NULL || *path == '\0') path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        const char *end = strchr(path, ':');
+        const size_t len = end ? (size_t)(end - path) : strlen(path);
+        if (len > 0 && snprintf(out, PATH_MAX, "%.*s/%s", (int)len, path, name) < PATH_MAX
+            && access(out, X_OK) == 0)
+            return 1;
+        path += len + (end != NULL);
+    }
+    return 0;
+}
+
+int grm__launch_main(int argc, char **argv)
+{
+    long np = 0;
+    int verbose = 0, nfwd = 0;
+    char **fwd = calloc((size_t)argc + 1, sizeof(char *));  // train's arguments
+    if (fwd == NULL) {
+        fprintf(stderr, "grmhost: launch: out of memory\n");
+        return 1;
+    }
+    // Only -n/--np and -h are launch's own; everything else (FILE.ini, --verbose and the
+    // train options with their values) goes to train unchanged and in order.
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            free(fwd);
+            fputs(usage_launch, stdout);
+            return 0;
+        }
+        if (!strcmp(a, "-n") || !strcmp(a, "--np")) {
+            if (i + 1 >= argc) {
+                free(fwd);
+                return launch_usage("-n needs a number of ranks", NULL);
+            }
+            val = argv[++i];
+        } else if (!strncmp(a, "--np=", 5)) {
+            val = a + 5;
+        } else if (!strncmp(a, "-n", 2) && a[2] != '\0') {
+            val = a + 2;
+        }
+        if (val != NULL) {
+            char *end;
+            errno = 0;
+            np = strtol(val, &end, 10);
+            if (errno || *end || end == val || np < 1 || np > 1000000) {
+                free(fwd);
+                return launch_usage("-n: expected a number of ranks >= 1, got", val);
+            }
+            continue;
+        }
+        if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) verbose = 1;
+        fwd[nfwd++] = argv[i];
+    }
+    if (np == 0) {
+        free(fwd);
+        return launch_usage("expected -n N, the number of ranks", NULL);
+    }
+    if (nfwd == 0) {
+        free(fwd);
+        return launch_usage("expected a pipeline FILE.ini", NULL);
+    }
+
+    char mpirun[PATH_MAX], self[PATH_MAX];
+    const char *env = getenv("GRM_MPIRUN");
+    if (env != NULL && *env != '\0') {
+        if (access(env, X_OK) != 0) {
+            fprintf(stderr, "grmhost: launch: GRM_MPIRUN '%s' is not executable: %s\n", env,
+                    strerror(errno));
+            free(fwd);
+            return 1;
+        }
+        snprintf(mpirun, sizeof mpirun, "%s", env);
+    } else if (!launch_which("mpirun", mpirun)) {
+        fprintf(stderr, "grmhost: launch: mpirun not found in PATH; install Debian packages "
+                "openmpi-bin libopenmpi-dev (and rebuild grm so comm-mpi is built), or set "
+                "GRM_MPIRUN to an mpirun\n");
+        free(fwd);
+        return 1;
+    }
+    // This very grmhost, so ranks run the same build as the launcher.
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) {
+        fprintf(stderr, "grmhost: launch: cannot find this grmhost (/proc/self/exe): %s\n",
+                strerror(errno));
+        free(fwd);
+        return 1;
+    }
+    self[n] = '\0';
+
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char npbuf[32];
+    snprintf(npbuf, sizeof npbuf, "%ld", np);
+    char **cmd = calloc((size_t)nfwd + 9, sizeof(char *));
+    if (cmd == NULL) {
+        fprintf(stderr, "grmhost: launch: out of memory\n");
+        free(fwd);
+        return 1;
+    }
+    int k = 0;
+    cmd[k++] = mpirun;
+    if (geteuid() == 0) cmd[k++] = "--allow-run-as-root";  // Open MPI refuses root otherwise
+    if (cores > 0 && np > cores) cmd[k++] = "--oversubscribe";
+    cmd[k++] = "-n";
+    cmd[k++] = npbuf;
+    cmd[k++] = self;
+    cmd[k++] = "train";
+    for (int i = 0; i < nfwd; i++) cmd[k++] = fwd[i];
+    cmd[k] = NULL;
+    if (verbose) {
+        fprintf(stderr, "grmhost: launch:");
+        for (int i = 0; i < k; i++) fprintf(stderr, " %s", cmd[i]);
+        fprintf(stderr, "\n");
+        fflush(stderr);
+    }
+    fflush(stdout);
+    execv(mpirun, cmd);
+    fprintf(stderr, "grmhost: launch: cannot run %s: %s\n", mpirun, strerror(errno));
+    free(cmd);
+    free(fwd);
+    return 1;
+}

@@ -1,0 +1,452 @@
+// kernels/hash_table.cu - dynamic embedding hash table on the device (MTGRBoost §4.1):
+// a key structure (keys [cap] and slot states [cap]) separate from an embedding structure
+// of fixed-size row chunks, MurmurHash3 fmix64 as the hash, open addressing with grouped
+// parallel probing (eq. 5): a group of G = 8 threads checks G consecutive slots (one
+// bucket) at once and the bucket stride is S' = (k % (M/G - 1) + 1) | 1, i.e. eq. 5's
+// S = S' * G in slots; S' is odd and M/G a power of two, so the probe visits every bucket
+// (Theorem 1). Growth doubles the key structure only (at load factor 0.75, erased slots
+// counted) and re-inserts (key, row) pairs; rows never move, new rows come in new chunks.
+// New rows get grm_row_init's value (grm/rng.h, ported in cuda_common.cuh). The reference
+// the test compares with is a plain C map in tests/test-cuda-hash.c (exact row values for
+// UNIFORM init, 1e-6 relative for NORMAL).
+//
+// Slot states: EMPTY, TOMB (erased), BUSY (claimed, key being written), or a row >= 0.
+// An insert claims the first EMPTY slot of its probe sequence with a CAS (EMPTY -> BUSY),
+// writes the key, fences and publishes the row; a lookup waits out BUSY slots of its
+// bucket, so two threads inserting the same key in one batch end on the same row.
+#include <string.h>
+
+#include <new>
+#include <vector>
+
+#include "cuda_common.cuh"
+
+namespace {
+
+constexpr int kG = 8;                                   // threads per probing group
+constexpr long long kEmpty = -1, kTomb = -2, kBusy = -3;
+
+// counters on the device
+enum { C_NEXT_ROW = 0, C_FREE_TOP = 1, C_INSERTED = 2, C_ERASED = 3, C_N = 4 };
+
+struct dev_table {
+    int64_t *keys;          // [cap]
+    long long *state;       // [cap]
+    uint64_t nb;            // buckets = cap / kG, a power of two >= 8
+    float *const *chunks;   // [n_chunks] -> [chunk_rows, dim]
+    int64_t chunk_rows;
+    int32_t dim;
+    int64_t *free_rows;     // [free_cap] recycled rows
+    long long *ctr;         // [C_N]
+    int32_t init;
+    double scale;
+    uint64_t seed, table_hash;
+};
+
+__device__ __forceinline__ uint64_t bucket_step(int64_t key, uint64_t nb)
+{
+    return (((uint64_t)key % (nb - 1)) + 1) | 1;      // eq. 5 in units of buckets
+}
+
+__device__ __forceinline__ float *row_ptr(const dev_table &t, int64_t row)
+{
+    return t.chunks[row / t.chunk_rows] + (row % t.chunk_rows) * t.dim;
+}
+
+__device__ __forceinline__ long long load_state(const long long *p)
+{
+    return *(const volatile long long *)p;
+}
+
+__device__ __forceinline__ int64_t load_key(const int64_t *p)
+{
+    return *(const volatile int64_t *)p;
+}
+
+// Allocate a row: a recycled one if any, else the next fresh one.
+__device__ int64_t alloc_row(const dev_table &t)
+{
+    const long long top = atomicAdd((unsigned long long *)(t.ctr + C_FREE_TOP),
+                                    (unsigned long long)-1ll) - 1;
+    if ((long long)top >= 0) return t.free_rows[top];
+    return (int64_t)atomicAdd((unsigned long long *)(t.ctr + C_NEXT_ROW), 1ull);
+}
+
+enum op_kind { OP_FIND = 0, OP_FIND_OR_INSERT = 1, OP_ASSIGN = 2, OP_ERASE = 3 };
+
+// One group of kG threads per key. rows_out: the key's row (-1 if absent for FIND).
+template <int OP>
+__global__ void probe_kernel(dev_table t, int64_t *__restrict__ rows_out,
+                             const int64_t *__restrict__ keys, const float *__restrict__ values,
+                             int64_t n)
+{
+    const int lane = threadIdx.x % kG;
+    const int gshift = (threadIdx.x % 32) / kG * kG;
+    const unsigned gmask = 0xFFu << gshift;
+    const int64_t ngroups_grid = ((int64_t)gridDim.x * blockDim.x) / kG;
+    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / kG; i < n;
+         i += ngroups_grid) {
+        const int64_t key = keys[i];
+        const uint64_t h = grm_dev_mix64((uint64_t)key);
+        const uint64_t mask = t.nb - 1, step = bucket_step(key, t.nb);
+        uint64_t b = h & mask;
+        int64_t row = -1;
+        bool fresh = false;
+        for (uint64_t probes = 0; probes < t.nb;) {
+            const uint64_t slot = b * kG + lane;
+            long long st = load_state(t.state + slot);
+            // wait for slots being written by another group of this batch
+            while (__ballot_sync(gmask, st == kBusy) != 0) {
+                if (st == kBusy) st = load_state(t.state + slot);
+            }
+            const bool match = st >= 0 && load_key(t.keys + slot) == key;
+            const unsigned mb = __ballot_sync(gmask, match) >> gshift & 0xFFu;
+            if (mb != 0) {
+                const int src = __ffs(mb) - 1;
+                row = __shfl_sync(gmask, (long long)st, gshift + src);
+                if (OP == OP_ERASE && lane == src) {
+                    if (atomicCAS((unsigned long long *)(t.state + slot), (unsigned long long)st,
+                                  (unsigned long long)kTomb) == (unsigned long long)st) {
+                        const long long top = atomicAdd(
+                            (unsigned long long *)(t.ctr + C_FREE_TOP), 1ull);
+                        t.free_rows[top] = row;
+                        atomicAdd((unsigned long long *)(t.ctr + C_ERASED), 1ull);
+                    }
+                }
+                break;
+            }
+            const unsigned eb = __ballot_sync(gmask, st == kEmpty) >> gshift & 0xFFu;
+            if (eb == 0) {                              // full bucket: next one (eq. 5)
+                b = (b + step) & mask;
+                probes++;
+                continue;
+            }
+            if (OP == OP_FIND || OP == OP_ERASE) break; // an empty slot ends the sequence
+            const int leader = __ffs(eb) - 1;
+            long long won = 0;
+            if (lane == leader) {
+                if (atomicCAS((unsigned long long *)(t.state + slot), (unsigned long long)kEmpty,
+                              (unsigned long long)kBusy) == (unsigned long long)kEmpty) {
+                    const int64_t r = alloc_row(t);
+                    *(volatile int64_t *)(t.keys + slot) = key;
+                    __threadfence();
+                    atomicExch((unsigned long long *)(t.state + slot), (unsigned long long)r);
+                    atomicAdd((unsigned long long *)(t.ctr + C_INSERTED), 1ull);
+                    won = 1 + r;
+                }
+            }
+            won = __shfl_sync(gmask, won, gshift + leader);
+            if (won != 0) {
+                row = won - 1;
+                fresh = true;
+                break;
+            }
+            // lost the race for that slot: look at the same bucket again
+        }
+        if (OP == OP_FIND_OR_INSERT && fresh) {
+            float *p = row_ptr(t, row);
+            const uint64_t rs = grm_dev_row_seed(t.seed, t.table_hash, key);
+            for (int32_t j = lane; j < t.dim; j += kG)
+                p[j] = grm_dev_row_init_elem(j, t.init, t.scale, rs);
+        }
+        if (OP == OP_ASSIGN && row >= 0) {
+            float *p = row_ptr(t, row);
+            for (int32_t j = lane; j < t.dim; j += kG) p[j] = values[i * t.dim + j];
+        }
+        if (rows_out != nullptr && lane == 0) rows_out[i] = row;
+    }
+}
+
+// Re-insert every live (key, row) of the old key structure into the new one (growth).
+__global__ void rehash_kernel(int64_t *__restrict__ nkeys, long long *__restrict__ nstate,
+                              uint64_t nnb, const int64_t *__restrict__ okeys,
+                              const long long *__restrict__ ostate, int64_t ocap)
+{
+    for (int64_t s = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; s < ocap;
+         s += (int64_t)gridDim.x * blockDim.x) {
+        const long long row = ostate[s];
+        if (row < 0) continue;
+        const int64_t key = okeys[s];
+        const uint64_t mask = nnb - 1, step = bucket_step(key, nnb);
+        uint64_t b = grm_dev_mix64((uint64_t)key) & mask;
+        for (;;) {
+            bool done = false;
+            for (int l = 0; l < kG && !done; l++) {
+                const uint64_t slot = b * kG + l;
+                if (atomicCAS((unsigned long long *)(nstate + slot), (unsigned long long)kEmpty,
+                              (unsigned long long)row) == (unsigned long long)kEmpty) {
+                    nkeys[slot] = key;      // nobody reads keys during a rehash
+                    done = true;
+                }
+            }
+            if (done) break;
+            b = (b + step) & mask;
+        }
+    }
+}
+
+__global__ void gather_rows_kernel(float *__restrict__ out, dev_table t,
+                                   const int64_t *__restrict__ rows, int64_t n)
+{
+    const int64_t total = n * t.dim;
+    for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total;
+         k += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = k / t.dim, j = k % t.dim;
+        const int64_t r = rows[i];
+        out[k] = r >= 0 ? row_ptr(t, r)[j] : 0.0f;
+    }
+}
+
+} // namespace
+
+struct grm_cuda_hash {
+    grm_cuda_hash_opts opts;
+    int64_t cap;                    // key slots
+    int64_t *keys;                  // [cap] device
+    long long *state;               // [cap] device
+    std::vector<float *> chunks;    // host copy of the chunk pointers
+    float **d_chunks;               // [chunk_slots] device
+    int64_t chunk_slots;
+    int64_t *free_rows;             // [free_cap] device
+    int64_t free_cap;
+    long long *ctr;                 // [C_N] device
+    long long host_ctr[C_N];        // as of the last synchronisation
+    int64_t size, tombs;
+};
+
+static dev_table dev_view(const grm_cuda_hash *h)
+{
+    dev_table t;
+    t.keys = h->keys;
+    t.state = h->state;
+    t.nb = (uint64_t)h->cap / kG;
+    t.chunks = h->d_chunks;
+    t.chunk_rows = h->opts.chunk_rows;
+    t.dim = h->opts.dim;
+    t.free_rows = h->free_rows;
+    t.ctr = h->ctr;
+    t.init = h->opts.init;
+    t.scale = h->opts.init_scale;
+    t.seed = h->opts.seed;
+    t.table_hash = h->opts.table_hash;
+    return t;
+}
+
+static grm_status alloc_keys(int64_t cap, int64_t **keys, long long **state)
+{
+    *keys = nullptr;
+    *state = nullptr;
+    GRM_CUDA_CHECK(cudaMalloc(keys, (size_t)cap * sizeof(int64_t)));
+    const cudaError_t e = cudaMalloc(state, (size_t)cap * sizeof(long long));
+    if (e != cudaSuccess) {
+        cudaFree(*keys);
+        *keys = nullptr;
+        GRM_CUDA_CHECK(e);
+    }
+    GRM_CUDA_CHECK(cudaMemset(*state, 0xFF, (size_t)cap * sizeof(long long)));   // kEmpty
+    return GRM_OK;
+}
+
+// Grow the key structure to new_cap slots (also drops erased slots); rows stay in place.
+static grm_status rehash(grm_cuda_hash *h, int64_t new_cap, cudaStream_t st)
+{
+    int64_t *nkeys;
+    long long *nstate;
+    grm_status s = alloc_keys(new_cap, &nkeys, &nstate);
+    if (s != GRM_OK) return s;
+    rehash_kernel<<<grm_cuda__blocks(h->cap, 256), 256, 0, st>>>(
+        nkeys, nstate, (uint64_t)new_cap / kG, h->keys, h->state, h->cap);
+    GRM_CUDA_CHECK_LAUNCH();
+    GRM_CUDA_CHECK(cudaStreamSynchronize(st));
+    cudaFree(h->keys);
+    cudaFree(h->state);
+    h->keys = nkeys;
+    h->state = nstate;
+    h->cap = new_cap;
+    h->tombs = 0;
+    return GRM_OK;
+}
+
+// Make room for n more keys: key slots under load factor 0.75, chunks for n fresh rows.
+static grm_status reserve(grm_cuda_hash *h, int64_t n, cudaStream_t st)
+{
+    if ((double)(h->size + h->tombs + n) > 0.75 * (double)h->cap) {
+        int64_t new_cap = h->cap;
+        while ((double)(h->size + n) > 0.75 * (double)new_cap) new_cap *= 2;
+        grm_status s = rehash(h, new_cap, st);
+        if (s != GRM_OK) return s;
+    }
+    const int64_t need = h->host_ctr[C_NEXT_ROW] + n;
+    const int64_t cr = h->opts.chunk_rows;
+    while ((int64_t)h->chunks.size() * cr < need) {
+        float *c = nullptr;
+        GRM_CUDA_CHECK(cudaMalloc(&c, (size_t)cr * h->opts.dim * sizeof(float)));
+        h->chunks.push_back(c);
+    }
+    if ((int64_t)h->chunks.size() > h->chunk_slots) {
+        // the small pointer array is reallocated; the chunks it points to stay
+        const int64_t slots = 2 * (int64_t)h->chunks.size();
+        float **d = nullptr;
+        GRM_CUDA_CHECK(cudaMalloc(&d, (size_t)slots * sizeof(float *)));
+        cudaFree(h->d_chunks);
+        h->d_chunks = d;
+        h->chunk_slots = slots;
+    }
+    GRM_CUDA_CHECK(cudaMemcpy(h->d_chunks, h->chunks.data(), h->chunks.size() * sizeof(float *),
+                              cudaMemcpyHostToDevice));
+    const int64_t rows_cap = (int64_t)h->chunks.size() * cr;
+    if (rows_cap > h->free_cap) {
+        int64_t *nf = nullptr;
+        GRM_CUDA_CHECK(cudaMalloc(&nf, (size_t)rows_cap * sizeof(int64_t)));
+        if (h->free_rows != nullptr && h->host_ctr[C_FREE_TOP] > 0)
+            GRM_CUDA_CHECK(cudaMemcpy(nf, h->free_rows,
+                                      (size_t)h->host_ctr[C_FREE_TOP] * sizeof(int64_t),
+                                      cudaMemcpyDeviceToDevice));
+        cudaFree(h->free_rows);
+        h->free_rows = nf;
+        h->free_cap = rows_cap;
+    }
+    return GRM_OK;
+}
+
+// Read the counters back after a batch (synchronises) and fold them into the host view.
+static grm_status settle(grm_cuda_hash *h, cudaStream_t st)
+{
+    long long c[C_N];
+    GRM_CUDA_CHECK(cudaMemcpyAsync(c, h->ctr, sizeof c, cudaMemcpyDeviceToHost, st));
+    GRM_CUDA_CHECK(cudaStreamSynchronize(st));
+    if (c[C_FREE_TOP] < 0) c[C_FREE_TOP] = 0;       // pops past the bottom took fresh rows
+    h->size += c[C_INSERTED] - c[C_ERASED];
+    h->tombs += c[C_ERASED];
+    c[C_INSERTED] = c[C_ERASED] = 0;
+    memcpy(h->host_ctr, c, sizeof c);
+    GRM_CUDA_CHECK(cudaMemcpyAsync(h->ctr, c, sizeof c, cudaMemcpyHostToDevice, st));
+    GRM_CUDA_CHECK(cudaStreamSynchronize(st));
+    return GRM_OK;
+}
+
+extern "C" void grm_cuda_hash_destroy(grm_cuda_hash *h)
+{
+    if (h == nullptr) return;
+    cudaFree(h->keys);
+    cudaFree(h->state);
+    for (float *c : h->chunks) cudaFree(c);
+    cudaFree(h->d_chunks);
+    cudaFree(h->free_rows);
+    cudaFree(h->ctr);
+    delete h;
+}
+
+extern "C" grm_status grm_cuda_hash_create(grm_cuda_hash **out, const grm_cuda_hash_opts *o)
+{
+    const char *fn = "grm_cuda_hash_create";
+    *out = nullptr;
+    if (o->dim < 1 || o->dim > 4096)
+        return grm_cuda__errorf(GRM_EINVAL, "%s: dim %d outside [1, 4096]", fn, (int)o->dim);
+    if (o->chunk_rows < 1)
+        return grm_cuda__errorf(GRM_EINVAL, "%s: chunk_rows %lld < 1", fn,
+                                (long long)o->chunk_rows);
+    if (o->capacity < 0 || o->capacity > ((int64_t)1 << 40))
+        return grm_cuda__errorf(GRM_EINVAL, "%s: capacity %lld outside [0, 2^40]", fn,
+                                (long long)o->capacity);
+    if (o->init < GRM_EMB_INIT_ZEROS || o->init > GRM_EMB_INIT_NORMAL)
+        return grm_cuda__errorf(GRM_EINVAL, "%s: init %d is not a grm_emb_init", fn,
+                                (int)o->init);
+    grm_cuda_hash *h = new (std::nothrow) grm_cuda_hash();
+    if (h == nullptr) return grm_cuda__errorf(GRM_ENOMEM, "%s: out of host memory", fn);
+    h->opts = *o;
+    h->cap = 64;
+    while (h->cap < o->capacity) h->cap *= 2;
+    grm_status s = alloc_keys(h->cap, &h->keys, &h->state);
+    if (s != GRM_OK) goto fail;
+    {
+        const cudaError_t e = cudaMalloc(&h->ctr, C_N * sizeof(long long));
+        if (e != cudaSuccess) {
+            s = grm_cuda__errorf(GRM_EDEVICE, "%s: %s", fn, cudaGetErrorString(e));
+            goto fail;
+        }
+        if (cudaMemset(h->ctr, 0, C_N * sizeof(long long)) != cudaSuccess) {
+            s = grm_cuda__errorf(GRM_EDEVICE, "%s: cudaMemset failed", fn);
+            goto fail;
+        }
+    }
+    *out = h;
+    return GRM_OK;
+fail:
+    grm_cuda_hash_destroy(h);
+    return s;
+}
+
+template <int OP>
+static grm_status run_op(grm_cuda_hash *h, int64_t *rows, const int64_t *keys,
+                         const float *values, int64_t n, void *stream)
+{
+    if (n < 0) return grm_cuda__errorf(GRM_EINVAL, "grm_cuda_hash: n %lld < 0", (long long)n);
+    if (n == 0) return GRM_OK;
+    const cudaStream_t st = grm_cuda__stream(stream);
+    if (OP == OP_FIND_OR_INSERT || OP == OP_ASSIGN) {
+        grm_status s = reserve(h, n, st);
+        if (s != GRM_OK) return s;
+    }
+    if (h->d_chunks == nullptr) {                    // nothing inserted yet: all absent
+        if (rows != nullptr) GRM_CUDA_CHECK(cudaMemsetAsync(rows, 0xFF, (size_t)n * 8, st));
+        return GRM_OK;
+    }
+    probe_kernel<OP><<<grm_cuda__blocks(n * kG, 256), 256, 0, st>>>(dev_view(h), rows, keys,
+                                                                    values, n);
+    GRM_CUDA_CHECK_LAUNCH();
+    if (OP == OP_FIND) return GRM_OK;
+    return settle(h, st);
+}
+
+extern "C" grm_status grm_cuda_hash_find(grm_cuda_hash *h, int64_t *rows, const int64_t *keys,
+                                         int64_t n, void *stream)
+{
+    return run_op<OP_FIND>(h, rows, keys, nullptr, n, stream);
+}
+
+extern "C" grm_status grm_cuda_hash_find_or_insert(grm_cuda_hash *h, int64_t *rows,
+                                                   const int64_t *keys, int64_t n, void *stream)
+{
+    return run_op<OP_FIND_OR_INSERT>(h, rows, keys, nullptr, n, stream);
+}
+
+extern "C" grm_status grm_cuda_hash_insert_or_assign(grm_cuda_hash *h, const int64_t *keys,
+                                                     const float *values, int64_t n,
+                                                     void *stream)
+{
+    return run_op<OP_ASSIGN>(h, nullptr, keys, values, n, stream);
+}
+
+extern "C" grm_status grm_cuda_hash_erase(grm_cuda_hash *h, const int64_t *keys, int64_t n,
+                                          void *stream)
+{
+    return run_op<OP_ERASE>(h, nullptr, keys, nullptr, n, stream);
+}
+
+extern "C" grm_status grm_cuda_hash_gather(grm_cuda_hash *h, float *out, const int64_t *rows,
+                                           int64_t n, void *stream)
+{
+    if (n < 0) return grm_cuda__errorf(GRM_EINVAL, "grm_cuda_hash_gather: n %lld < 0",
+                                       (long long)n);
+    if (n == 0) return GRM_OK;
+    const cudaStream_t st = grm_cuda__stream(stream);
+    if (h->d_chunks == nullptr) {
+        GRM_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)n * h->opts.dim * sizeof(float), st));
+        return GRM_OK;
+    }
+    gather_rows_kernel<<<grm_cuda__blocks(n * h->opts.dim, 256), 256, 0, st>>>(out, dev_view(h),
+                                                                                rows, n);
+    GRM_CUDA_CHECK_LAUNCH();
+    return GRM_OK;
+}
+
+extern "C" int64_t grm_cuda_hash_size(const grm_cuda_hash *h)
+{
+    return h->size;
+}
+
+extern "C" int64_t grm_cuda_hash_capacity(const grm_cuda_hash *h)
+{
+    return h->cap;
+}

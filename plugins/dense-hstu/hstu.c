@@ -1,0 +1,636 @@
+/* plugins/dense-hstu/hstu.c - the HSTU layer of dense-hstu (Zhai et al. 2024; MTGRBoost §2
+ * eq. 1-3) on jagged sequences:
+ *   U, V, Q, K = split(SiLU(f1(LN(x))))                       eq. 1
+ *   O = SiLU(Q K^T + rab_pos + rab_time) / n V, causal          eq. 2 (hstu_attn_*)
+ *   y = x + f2(Dropout(LN(O) * U))                              eq. 3 plus the residual
+ * Forward cache, backward, parameters and flops. Linear layers and the attention run in
+ * the implementation picked in create (hstu_ref.c or hstu_cpu.c); the row-wise steps
+ * (layer norms, SiLU, dropout) are here, shared by both. See README.md. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hstu.h"
+
+static const grm_device cpu_device = { GRM_DEVICE_CPU, 0 };
+
+enum { P_W1, P_B1, P_W2, P_B2, P_RAB_POS, P_RAB_TIME, P_COUNT };
+
+static const char *const param_names[P_COUNT] = {
+    "f1.weight", "f1.bias", "f2.weight", "f2.bias", "rab_pos", "rab_time"
+};
+
+struct hstu {
+    const grm_host_api *host;
+    hstu_config cfg;            /* copy */
+    const hstu_impl *impl;      /* static */
+    int64_t D;                  /* in_dim = out_dim */
+    int64_t H, dqk, dv;
+    int64_t HV;                 /* H * dv: width of U, V and of the attention output */
+    int64_t P;                  /* H * (2 dv + 2 dqk): width of f1, columns [U | V | Q | K] */
+    uint64_t seed;
+
+    float *block;               /* owned (host->alloc): all params, then all grads */
+    size_t nparams;             /* floats in the params half */
+    float *value[P_COUNT];      /* views into block; NULL when the bias is off */
+    float *grad[P_COUNT];
+    int64_t shape[P_COUNT][2];
+    int32_t order[P_COUNT];     /* params() index -> P_*; */
+    int32_t ntensors;
+
+    int64_t *time_thr;          /* owned (malloc): [time_buckets] */
+
+    void *cache;                /* owned (host->alloc): hstu_cache_bytes(cap_rows, cap_seq) */
+    int64_t cap_rows, cap_seq;
+    /* views into cache, valid for cap_rows rows */
+    float *xn;                  /* [N, D]  f1 input (x, or LN(x)) */
+    float *rstd_in;             /* [N]     1/sigma of the input norm */
+    float *z1;                  /* [N, P]  f1 output before SiLU */
+    float *h1;                  /* [N, P]  SiLU(z1) = [U | V | Q | K] */
+    float *on;                  /* [N, HV] attention output, then LN of it */
+    float *rstd_o;              /* [N]     1/sigma of the attention-output norm */
+    float *gd;                  /* [N, HV] f2 input: Dropout(LN(O) * U) */
+    float *dh1;                 /* [N, P]  backward: d/d h1, then d/d z1 */
+    float *dg;                  /* [N, HV] backward: d/d gd, then d/d O */
+    float *tmp;                 /* [N, D]  f2 output (forward), d/d xn (backward) */
+    int64_t *offsets;           /* [nseq+1] copy of the last forward's offsets */
+    int64_t *times;             /* [N]     copy of the last forward's times */
+    void *ws;                   /* hstu_attn_ws_bytes */
+
+    int64_t rows;               /* rows of the last training forward; -1: none */
+    int64_t nseq;               /* sequences of the last forward */
+    int32_t has_times;          /* the last forward had a time bias */
+    uint64_t dkey;              /* dropout key of the last training forward */
+    int32_t dropped;            /* the last training forward applied dropout */
+    double pairs;               /* sum over sequences of L (L + 1) / 2, last forward */
+    int64_t pairs_rows;         /* rows of that forward; 0: none yet */
+};
+
+/* ---- sizes ---- */
+
+static int64_t proj_width(const hstu_config *cfg)
+{
+    return cfg->num_heads * (2 * cfg->dv + 2 * cfg->dqk);
+}
+
+/* Floats per row of the cache (see the views in struct hstu). */
+static int64_t floats_per_row(const hstu_config *cfg, int64_t D)
+{
+    const int64_t P = proj_width(cfg), HV = cfg->num_heads * cfg->dv;
+    return D + 1 + P + P + HV + 1 + HV + P + HV + D;
+}
+
+/* Attention workspace of rows rows in nseq sequences (the RAB buckets of the config). */
+static size_t ws_bytes_for(const hstu_config *cfg, int64_t rows, int64_t nseq)
+{
+    const int64_t nrab = (cfg->rab_pos ? cfg->max_len : 0)
+                         + (cfg->rab_time ? cfg->time_buckets : 0);
+    return hstu_attn_ws_bytes(rows, nseq, cfg->num_heads, nrab);
+}
+
+static size_t align64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+size_t hstu_cache_bytes(const hstu_config *cfg, int64_t in_dim, int64_t rows, int64_t nseq)
+{
+    return align64((size_t)rows * (size_t)floats_per_row(cfg, in_dim) * sizeof(float))
+           + align64((size_t)(nseq + 1) * sizeof(int64_t))
+           + align64((size_t)rows * sizeof(int64_t)) + align64(ws_bytes_for(cfg, rows, nseq));
+}
+
+/* Lay the cache out for cap_rows rows and cap_seq sequences. */
+static void cache_bind(hstu *m)
+{
+    const int64_t N = m->cap_rows;
+    float *p = m->cache;
+    m->xn = p;
+    p += N * m->D;
+    m->rstd_in = p;
+    p += N;
+    m->z1 = p;
+    p += N * m->P;
+    m->h1 = p;
+    p += N * m->P;
+    m->on = p;
+    p += N * m->HV;
+    m->rstd_o = p;
+    p += N;
+    m->gd = p;
+    p += N * m->HV;
+    m->dh1 = p;
+    p += N * m->P;
+    m->dg = p;
+    p += N * m->HV;
+    m->tmp = p;
+    char *c = (char *)m->cache
+              + align64((size_t)N * (size_t)floats_per_row(&m->cfg, m->D) * sizeof(float));
+    m->offsets = (int64_t *)c;
+    c += align64((size_t)(m->cap_seq + 1) * sizeof(int64_t));
+    m->times = (int64_t *)c;
+    c += align64((size_t)N * sizeof(int64_t));
+    m->ws = c;
+}
+
+/* Make room for rows rows in nseq sequences; grows by at least half. */
+static grm_status cache_reserve(hstu *m, int64_t rows, int64_t nseq)
+{
+    if (rows <= m->cap_rows && nseq <= m->cap_seq && m->cache != NULL)
+        return GRM_OK;
+    int64_t cap = rows > m->cap_rows ? m->cap_rows + m->cap_rows / 2 : m->cap_rows;
+    int64_t cap_seq = nseq > m->cap_seq ? m->cap_seq + m->cap_seq / 2 : m->cap_seq;
+    if (cap < rows)
+        cap = rows;
+    if (cap_seq < nseq)
+        cap_seq = nseq;
+    if ((uint64_t)cap > (SIZE_MAX / 4) / sizeof(float) / (uint64_t)floats_per_row(&m->cfg, m->D))
+        return m->host->errorf(GRM_ENOMEM, "dense-hstu: forward: %lld rows overflow size_t",
+                               (long long)cap);
+    const size_t bytes = hstu_cache_bytes(&m->cfg, m->D, cap, cap_seq);
+    void *c = m->host->alloc(cpu_device, bytes, 64);
+    if (c == NULL)
+        return m->host->errorf(GRM_ENOMEM, "dense-hstu: forward: cannot allocate the cache "
+                               "for %lld rows (%zu bytes)", (long long)cap, bytes);
+    m->host->free(cpu_device, m->cache);
+    m->cache = c;
+    m->cap_rows = cap;
+    m->cap_seq = cap_seq;
+    m->rows = -1;
+    cache_bind(m);
+    return GRM_OK;
+}
+
+/* ---- create / destroy ---- */
+
+/* Xavier/Glorot uniform (Glorot & Bengio 2010): U(-a, a), a = sqrt(6 / (in + out)). */
+static void xavier_uniform(float *w, int64_t in, int64_t out, uint64_t *state)
+{
+    const double a = sqrt(6.0 / (double)(in + out));
+    for (int64_t i = 0; i < in * out; i++)
+        w[i] = (float)((2.0 * grm_rng_uniform01(state) - 1.0) * a);
+}
+
+static grm_status check_config(const grm_host_api *host, const hstu_config *cfg,
+                               int64_t in_dim)
+{
+    static const char *const names[4] = { "num_heads", "dqk", "dv", "max_len" };
+    const int64_t vals[4] = { cfg->num_heads, cfg->dqk, cfg->dv, cfg->max_len };
+    for (int i = 0; i < 4; i++)
+        if (vals[i] < 1 || vals[i] > HSTU_DIM_MAX)
+            return host->errorf(GRM_EINVAL, "dense-hstu: %s: %lld out of range 1..%d",
+                                names[i], (long long)vals[i], HSTU_DIM_MAX);
+    if (cfg->time_buckets < 1 || cfg->time_buckets > HSTU_TIME_BUCKETS_MAX)
+        return host->errorf(GRM_EINVAL, "dense-hstu: time_buckets: %lld out of range 1..%d",
+                            (long long)cfg->time_buckets, HSTU_TIME_BUCKETS_MAX);
+    if (!(cfg->dropout >= 0 && cfg->dropout < 1))
+        return host->errorf(GRM_EINVAL, "dense-hstu: dropout: %g out of range [0, 1)",
+                            cfg->dropout);
+    if (cfg->attn_norm != HSTU_NORM_MAX_LEN && cfg->attn_norm != HSTU_NORM_LENGTH)
+        return host->errorf(GRM_EINVAL, "dense-hstu: attn_norm: unknown index %d; use "
+                            "max_len or length", (int)cfg->attn_norm);
+    if (cfg->impl != HSTU_IMPL_CPU && cfg->impl != HSTU_IMPL_REF)
+        return host->errorf(GRM_EINVAL, "dense-hstu: impl: unknown index %d; use cpu or ref",
+                            (int)cfg->impl);
+    if (in_dim < 1 || in_dim > HSTU_DIM_MAX)
+        return host->errorf(GRM_EINVAL, "dense-hstu: create: in_dim %lld out of range 1..%d",
+                            (long long)in_dim, HSTU_DIM_MAX);
+    const int64_t P = proj_width(cfg);
+    if (P > HSTU_DIM_MAX || P * in_dim > INT32_MAX)
+        return host->errorf(GRM_EINVAL, "dense-hstu: create: num_heads * (2 dv + 2 dqk) = "
+                            "%lld features (in_dim %lld) is too large; at most %d and %d "
+                            "weights", (long long)P, (long long)in_dim, HSTU_DIM_MAX,
+                            INT32_MAX);
+    return GRM_OK;
+}
+
+grm_status hstu_create(const grm_host_api *host, const hstu_config *cfg, int64_t in_dim,
+                       uint64_t seed, hstu **out)
+{
+    grm_status st;
+    *out = NULL;
+    st = check_config(host, cfg, in_dim);
+    if (st != GRM_OK)
+        return st;
+    hstu *m = calloc(1, sizeof *m);
+    if (m == NULL)
+        return host->errorf(GRM_ENOMEM, "dense-hstu: create: out of memory");
+    m->host = host;
+    m->cfg = *cfg;
+    m->impl = cfg->impl == HSTU_IMPL_REF ? &hstu_impl_ref : &hstu_impl_cpu;
+    m->D = in_dim;
+    m->H = cfg->num_heads;
+    m->dqk = cfg->dqk;
+    m->dv = cfg->dv;
+    m->HV = m->H * m->dv;
+    m->P = proj_width(cfg);
+    m->seed = seed;
+    m->rows = -1;
+
+    const int64_t shapes[P_COUNT][2] = {
+        { m->P, m->D }, { m->P, 1 }, { m->D, m->HV }, { m->D, 1 },
+        { m->H, cfg->max_len }, { m->H, cfg->time_buckets }
+    };
+    const int on[P_COUNT] = { 1, 1, 1, 1, cfg->rab_pos != 0, cfg->rab_time != 0 };
+    size_t nparams = 0;
+    for (int i = 0; i < P_COUNT; i++) {
+        m->shape[i][0] = shapes[i][0];
+        m->shape[i][1] = shapes[i][1];
+        if (on[i]) {
+            m->order[m->ntensors++] = i;
+            nparams += (size_t)(shapes[i][0] * shapes[i][1]);
+        }
+    }
+    m->nparams = nparams;
+
+    m->time_thr = malloc((size_t)cfg->time_buckets * sizeof *m->time_thr);
+    // STYLE.md §8: parameters and gradients are one block, typed views into it
+    m->block = host->alloc(cpu_device, 2 * nparams * sizeof(float), 64);
+    if (m->time_thr == NULL || m->block == NULL) {
+        st = host->errorf(GRM_ENOMEM, "dense-hstu: create: cannot allocate %zu parameters",
+                          nparams);
+        goto fail;
+    }
+    hstu_time_thresholds(m->time_thr, cfg->time_buckets);
+    memset(m->block, 0, 2 * nparams * sizeof(float));
+    float *p = m->block, *g = m->block + nparams;
+    for (int32_t t = 0; t < m->ntensors; t++) {
+        const int i = m->order[t];
+        m->value[i] = p;
+        m->grad[i] = g;
+        p += m->shape[i][0] * m->shape[i][1];
+        g += m->shape[i][0] * m->shape[i][1];
+    }
+    // f1, f2: Xavier uniform; biases 0; RAB tables N(0, 0.02^2) as the reference
+    // implementation, each row drawn by grm_row_init (a pure function of seed and row)
+    uint64_t state = seed;
+    xavier_uniform(m->value[P_W1], m->D, m->P, &state);
+    xavier_uniform(m->value[P_W2], m->HV, m->D, &state);
+    for (int i = P_RAB_POS; i <= P_RAB_TIME; i++)
+        if (m->value[i] != NULL)
+            for (int64_t h = 0; h < m->H; h++)
+                grm_row_init(m->value[i] + h * m->shape[i][1], (int32_t)m->shape[i][1],
+                             GRM_EMB_INIT_NORMAL, 0.02, seed, grm_str_hash64(param_names[i]),
+                             h);
+    *out = m;
+    return GRM_OK;
+
+fail:
+    hstu_destroy(m);
+    return st;
+}
+
+void hstu_destroy(hstu *m)
+{
+    if (m == NULL)
+        return;
+    if (m->block != NULL)
+        m->host->free(cpu_device, m->block);
+    if (m->cache != NULL)
+        m->host->free(cpu_device, m->cache);
+    free(m->time_thr);
+    free(m);
+}
+
+int64_t hstu_dim(const hstu *m)
+{
+    return m->D;
+}
+
+/* ---- row-wise steps ---- */
+
+typedef struct rows_job {
+    hstu *m;
+    float *y;
+    const float *x;
+    const float *dy;
+    float *dx;
+} rows_job;
+
+/* Run fn over [0, rows): on the pool for the cpu implementation, else in one call. */
+static grm_status run_rows(hstu *m, int64_t rows, grm_range_fn fn, rows_job *job)
+{
+    if (rows == 0)
+        return GRM_OK;
+    if (m->impl->parallel)
+        return m->host->parallel_for(rows, 16, fn, job);
+    return fn(job, 0, rows);
+}
+
+/* Layer norm without affine of x [n] into y [n]; returns 1/sigma. */
+static float ln_row(float *y, const float *x, int64_t n)
+{
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; i++)
+        mean += x[i];
+    mean /= (double)n;
+    for (int64_t i = 0; i < n; i++)
+        var += ((double)x[i] - mean) * ((double)x[i] - mean);
+    var /= (double)n;
+    const double rstd = 1.0 / sqrt(var + HSTU_LN_EPS);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (float)(((double)x[i] - mean) * rstd);
+    return (float)rstd;
+}
+
+/* Backward of ln_row: dx [n] = rstd (g - mean(g) - y mean(g y)) from g [n] = d/dy and the
+ * normalized output y [n]; dx may alias g. */
+static void ln_row_bwd(float *dx, const float *g, const float *y, float rstd, int64_t n)
+{
+    double mg = 0, mgy = 0;
+    for (int64_t i = 0; i < n; i++) {
+        mg += g[i];
+        mgy += (double)g[i] * (double)y[i];
+    }
+    mg /= (double)n;
+    mgy /= (double)n;
+    for (int64_t i = 0; i < n; i++)
+        dx[i] = (float)(rstd * ((double)g[i] - mg - (double)y[i] * mgy));
+}
+
+static float silu(float z)
+{
+    return z / (1.0f + expf(-z));
+}
+
+/* Rows [r0, r1): xn = LN(x) or x. */
+static grm_status fwd_in_rows(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    const hstu *m = j->m;
+    for (int64_t r = r0; r < r1; r++) {
+        if (m->cfg.input_norm)
+            m->rstd_in[r] = ln_row(m->xn + r * m->D, j->x + r * m->D, m->D);
+        else
+            memcpy(m->xn + r * m->D, j->x + r * m->D, (size_t)m->D * sizeof *m->xn);
+    }
+    return GRM_OK;
+}
+
+/* Rows [r0, r1): h1 = SiLU(z1) (eq. 1). */
+static grm_status fwd_silu_rows(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    const hstu *m = j->m;
+    for (int64_t e = r0 * m->P; e < r1 * m->P; e++)
+        m->h1[e] = silu(m->z1[e]);
+    return GRM_OK;
+}
+
+/* Rows [r0, r1): on = LN(O) in place, gd = Dropout(on * U) (eq. 3). */
+static grm_status fwd_out_rows(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    const hstu *m = j->m;
+    const float scale = m->dropped ? (float)(1.0 / (1.0 - m->cfg.dropout)) : 1.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        float *on = m->on + r * m->HV, *gd = m->gd + r * m->HV;    /* [HV] */
+        const float *u = m->h1 + r * m->P;                          /* [HV] */
+        m->rstd_o[r] = ln_row(on, on, m->HV);
+        for (int64_t c = 0; c < m->HV; c++) {
+            const int keep = !m->dropped
+                             || hstu_dropout_keep(m->dkey, r * m->HV + c, m->cfg.dropout);
+            gd[c] = keep ? on[c] * u[c] * scale : 0.0f;
+        }
+    }
+    return GRM_OK;
+}
+
+/* Rows [r0, r1): y = x + tmp (the residual). */
+static grm_status fwd_residual_rows(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    const hstu *m = j->m;
+    for (int64_t e = r0 * m->D; e < r1 * m->D; e++)
+        j->y[e] = j->x[e] + m->tmp[e];
+    return GRM_OK;
+}
+
+/* ---- forward ---- */
+
+/* Copy and check the jagged layout of ctx (or make each row its own sequence). */
+static grm_status load_layout(hstu *m, int64_t rows, const grm_dense_ctx *ctx)
+{
+    const int jagged = ctx != NULL && ctx->offsets != NULL;
+    const int64_t nseq = jagged ? ctx->nseq : rows;
+    if (nseq < 0)
+        return m->host->errorf(GRM_EINVAL, "dense-hstu: forward: ctx->nseq %lld is negative",
+                               (long long)nseq);
+    if (jagged && nseq == 0 && rows != 0)
+        return m->host->errorf(GRM_EINVAL, "dense-hstu: forward: ctx->nseq is 0 but x has "
+                               "%lld rows", (long long)rows);
+    grm_status st = cache_reserve(m, rows, nseq);
+    if (st != GRM_OK)
+        return st;
+    m->nseq = nseq;
+    m->pairs = 0;
+    m->offsets[0] = 0;
+    for (int64_t s = 0; s < nseq; s++) {
+        const int64_t o = jagged ? ctx->offsets[s] : s, e = jagged ? ctx->offsets[s + 1] : s + 1;
+        if ((s == 0 && o != 0) || e < o)
+            return m->host->errorf(GRM_EINVAL, "dense-hstu: forward: ctx->offsets[%lld..%lld] "
+                                   "= %lld, %lld; offsets must start at 0 and not decrease",
+                                   (long long)s, (long long)s + 1, (long long)o, (long long)e);
+        m->offsets[s + 1] = e;
+        m->pairs += 0.5 * (double)(e - o) * (double)(e - o + 1);
+    }
+    if (m->offsets[nseq] != rows)
+        return m->host->errorf(GRM_EINVAL, "dense-hstu: forward: ctx->offsets[%lld] = %lld, "
+                               "expected the %lld rows of x", (long long)nseq,
+                               (long long)m->offsets[nseq], (long long)rows);
+    m->pairs_rows = rows;
+    m->has_times = m->cfg.rab_time && GRM_HAS_OP(grm_dense_ctx, ctx, times);
+    if (m->has_times)
+        memcpy(m->times, ctx->times, (size_t)rows * sizeof *m->times);
+    return GRM_OK;
+}
+
+static hstu_attn_args attn_args(const hstu *m)
+{
+    hstu_attn_args a = { 0 };
+    a.host = m->host;
+    a.nseq = m->nseq;
+    a.offsets = m->offsets;
+    a.times = m->has_times ? m->times : NULL;
+    a.H = m->H;
+    a.dqk = m->dqk;
+    a.dv = m->dv;
+    a.ld = m->P;
+    a.v = m->h1 + m->HV;                    // columns [U | V | Q | K], as the reference
+    a.q = m->h1 + 2 * m->HV;
+    a.k = m->h1 + 2 * m->HV + m->H * m->dqk;
+    a.rab_pos = m->value[P_RAB_POS];
+    a.rab_time = m->value[P_RAB_TIME];
+    a.max_len = m->cfg.max_len;
+    a.nbuckets = m->cfg.time_buckets;
+    a.time_thr = m->time_thr;
+    a.norm = m->cfg.attn_norm;
+    return a;
+}
+
+grm_status hstu_forward(hstu *m, float *y, const float *x, int64_t rows,
+                        const grm_dense_ctx *ctx)
+{
+    const int32_t training = ctx != NULL && ctx->training;
+    m->rows = -1;
+    grm_status st = load_layout(m, rows, ctx);
+    if (st != GRM_OK || rows == 0) {
+        if (st == GRM_OK && training)
+            m->rows = 0;
+        return st;
+    }
+    m->dropped = training && m->cfg.dropout > 0;
+    m->dkey = hstu_dropout_key(m->seed, ctx != NULL ? ctx->step : 0);
+    rows_job job = { .m = m, .y = y, .x = x };
+
+    // eq. 1: U, V, Q, K = split(SiLU(f1(LN(x))))
+    st = run_rows(m, rows, fwd_in_rows, &job);
+    if (st == GRM_OK)
+        st = m->impl->linear_fwd(m->host, m->z1, m->xn, m->value[P_W1], m->value[P_B1], rows,
+                                 m->D, m->P);
+    if (st == GRM_OK)
+        st = run_rows(m, rows, fwd_silu_rows, &job);
+    // eq. 2: O = SiLU(Q K^T + rab) / n V
+    const hstu_attn_args a = attn_args(m);
+    if (st == GRM_OK)
+        st = m->impl->attn_fwd(m->on, &a, m->ws);
+    // eq. 3: y = x + f2(Dropout(LN(O) * U))
+    if (st == GRM_OK)
+        st = run_rows(m, rows, fwd_out_rows, &job);
+    if (st == GRM_OK)
+        st = m->impl->linear_fwd(m->host, m->tmp, m->gd, m->value[P_W2], m->value[P_B2], rows,
+                                 m->HV, m->D);
+    if (st == GRM_OK)
+        st = run_rows(m, rows, fwd_residual_rows, &job);
+    if (st == GRM_OK && training)
+        m->rows = rows;
+    return st;
+}
+
+/* ---- backward ---- */
+
+/* Rows [r0, r1): dg (d/d gd) -> dU into dh1, then d/d O in place of dg. */
+static grm_status bwd_out_rows(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    const hstu *m = j->m;
+    const float scale = m->dropped ? (float)(1.0 / (1.0 - m->cfg.dropout)) : 1.0f;
+    for (int64_t r = r0; r < r1; r++) {
+        float *dg = m->dg + r * m->HV, *du = m->dh1 + r * m->P;       /* [HV] */
+        const float *on = m->on + r * m->HV, *u = m->h1 + r * m->P;   /* [HV] */
+        for (int64_t c = 0; c < m->HV; c++) {
+            const int keep = !m->dropped
+                             || hstu_dropout_keep(m->dkey, r * m->HV + c, m->cfg.dropout);
+            const float g = keep ? dg[c] * scale : 0.0f;   /* d/d (on * u) */
+            du[c] = g * on[c];
+            dg[c] = g * u[c];
+        }
+        ln_row_bwd(dg, dg, on, m->rstd_o[r], m->HV);
+    }
+    return GRM_OK;
+}
+
+/* Rows [r0, r1): dh1 -> dz1 = dh1 SiLU'(z1) in place. */
+static grm_status bwd_silu_rows(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    const hstu *m = j->m;
+    for (int64_t e = r0 * m->P; e < r1 * m->P; e++) {
+        const float z = m->z1[e], sg = 1.0f / (1.0f + expf(-z));
+        m->dh1[e] *= sg * (1.0f + z * (1.0f - sg));
+    }
+    return GRM_OK;
+}
+
+/* Rows [r0, r1): dx = dy + d/dx of the input norm applied to tmp (= d/d xn). */
+static grm_status bwd_in_rows(void *ctx, int64_t r0, int64_t r1)
+{
+    const rows_job *j = ctx;
+    const hstu *m = j->m;
+    for (int64_t r = r0; r < r1; r++) {
+        float *t = m->tmp + r * m->D;        /* [D] */
+        if (m->cfg.input_norm)
+            ln_row_bwd(t, t, m->xn + r * m->D, m->rstd_in[r], m->D);
+        for (int64_t c = 0; c < m->D; c++)
+            j->dx[r * m->D + c] = j->dy[r * m->D + c] + t[c];
+    }
+    return GRM_OK;
+}
+
+grm_status hstu_backward(hstu *m, float *dx, const float *dy, int64_t rows)
+{
+    if (m->rows < 0)
+        return m->host->errorf(GRM_EINVAL, "dense-hstu: backward: no training forward to "
+                               "differentiate; call forward with ctx->training = 1 first");
+    if (rows != m->rows)
+        return m->host->errorf(GRM_EINVAL, "dense-hstu: backward: dy has %lld rows, the last "
+                               "forward had %lld", (long long)rows, (long long)m->rows);
+    if (rows == 0)
+        return GRM_OK;
+    rows_job job = { .m = m, .dy = dy, .dx = dx };
+    // eq. 3 backward: f2, dropout, the product with U, the norm of O
+    grm_status st = m->impl->linear_bwd(m->host, m->dg, m->grad[P_W2], m->grad[P_B2], dy,
+                                        m->gd, m->value[P_W2], rows, m->HV, m->D);
+    if (st == GRM_OK)
+        st = run_rows(m, rows, bwd_out_rows, &job);
+    // eq. 2 backward: dQ, dK, dV into their columns of dh1, and the RAB tables
+    const hstu_attn_args a = attn_args(m);
+    if (st == GRM_OK)
+        st = m->impl->attn_bwd(m->dh1 + 2 * m->HV, m->dh1 + 2 * m->HV + m->H * m->dqk,
+                               m->dh1 + m->HV, m->grad[P_RAB_POS],
+                               m->has_times ? m->grad[P_RAB_TIME] : NULL, m->dg, &a, m->ws);
+    // eq. 1 backward: SiLU, f1, the input norm, and the residual
+    if (st == GRM_OK)
+        st = run_rows(m, rows, bwd_silu_rows, &job);
+    if (st == GRM_OK)
+        st = m->impl->linear_bwd(m->host, dx != NULL ? m->tmp : NULL, m->grad[P_W1],
+                                 m->grad[P_B1], m->dh1, m->xn, m->value[P_W1], rows, m->D,
+                                 m->P);
+    if (st == GRM_OK && dx != NULL)
+        st = run_rows(m, rows, bwd_in_rows, &job);
+    return st;
+}
+
+/* ---- parameters and flops ---- */
+
+grm_status hstu_params(hstu *m, int32_t index, grm_named_tensor *value, grm_tensor *grad)
+{
+    if (index < 0 || index >= m->ntensors)
+        return m->host->errorf(GRM_ENOTFOUND, "dense-hstu: params: no parameter %d; the "
+                               "block has %d", (int)index, (int)m->ntensors);
+    const int i = m->order[index];
+    grm_tensor t = { 0 };
+    t.dtype = GRM_DTYPE_F32;
+    t.device.type = GRM_DEVICE_CPU;
+    for (int d = 0; d < GRM_TENSOR_MAX_DIMS; d++)
+        t.shape[d] = 1;
+    const int is_vec = i == P_B1 || i == P_B2;
+    t.ndim = is_vec ? 1 : 2;
+    t.shape[0] = m->shape[i][0];
+    if (!is_vec)
+        t.shape[1] = m->shape[i][1];
+    if (value != NULL) {
+        value->name = param_names[i];
+        value->tensor = t;
+        value->tensor.data = m->value[i];
+    }
+    if (grad != NULL) {
+        *grad = t;
+        grad->data = m->grad[i];
+    }
+    return GRM_OK;
+}
+
+double hstu_flops(const hstu *m, int64_t rows, int32_t backward)
+{
+    // projections: f1 [rows, D] x [D, P] and f2 [rows, HV] x [HV, D]
+    const double proj = 2.0 * (double)rows * (double)m->D * (double)(m->P + m->HV);
+    // attention: per head and causal pair, q.k (2 dqk) and a v (2 dv); the pair count is
+    // the last forward's sum of L (L + 1) / 2, scaled to `rows` (none yet: length-1)
+    double pairs = (double)rows;
+    if (m->pairs_rows > 0)
+        pairs = m->pairs * (double)rows / (double)m->pairs_rows;
+    const double attn = pairs * (double)m->H * 2.0 * (double)(m->dqk + m->dv);
+    return backward ? 2.0 * (proj + attn) : proj + attn;
+}

@@ -1,0 +1,895 @@
+/* tests/test-dense-hstu.c - dense-hstu (the HSTU layer, MTGRBoost §2 eq. 1-3, with the
+ * relative attention bias of TurboGR §4.1.1 / App. A): named parameters in one block,
+ * forward and every gradient against central differences of a double-precision layer
+ * written here (both RAB tables, dropout, both norms), cpu vs ref implementations on tile
+ * edges, causality, independence of sequences, eval vs train, rows without offsets, the
+ * O(L) memory of the attention (documented size functions, and the kernels run in exactly
+ * that workspace), config and argument errors, and the PyTorch fixture of tests/ref/hstu.py.
+ * Links hstu.c, hstu_ref.c and hstu_cpu.c to reach the kernels and size functions. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "hstu.h"
+#include "tap.h"
+
+static const grm_plugin_info *info;
+static const grm_dense_ops *ops;
+
+static grm_tensor mat(float *data, int64_t rows, int64_t cols)
+{
+    grm_tensor t = { 0 };
+    t.data = data;
+    t.dtype = GRM_DTYPE_F32;
+    t.ndim = 2;
+    t.shape[0] = rows;
+    t.shape[1] = cols;
+    t.shape[2] = t.shape[3] = 1;
+    t.device.type = GRM_DEVICE_CPU;
+    return t;
+}
+
+static int64_t numel(const grm_tensor *t)
+{
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= t->shape[d];
+    return n;
+}
+
+static void *make(const void *cfg, int64_t in_dim, uint64_t seed)
+{
+    void *inst = NULL;
+    if (ops->create(cfg, in_dim, seed, &inst) != GRM_OK) {
+        printf("Bail out! dense-hstu create: %s\n", grm_last_error());
+        exit(1);
+    }
+    return inst;
+}
+
+static void fill(float *v, int64_t n, uint64_t *s, float scale)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = harness_randf(s) * scale;
+}
+
+static int64_t count_params(void *inst)
+{
+    grm_named_tensor v;
+    grm_tensor g;
+    int64_t n = 0;
+    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++)
+        n += numel(&v.tensor);
+    return n;
+}
+
+static void zero_grads(void *inst)
+{
+    grm_named_tensor v;
+    grm_tensor g;
+    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++)
+        memset(g.data, 0, (size_t)numel(&g) * sizeof(float));
+}
+
+/* Concatenate every parameter (grad = 0) or gradient (grad = 1) of inst into out. */
+static void gather(void *inst, int grad, float *out)
+{
+    grm_named_tensor v;
+    grm_tensor g;
+    int64_t k = 0;
+    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++) {
+        const grm_tensor *t = grad ? &g : &v.tensor;
+        memcpy(out + k, t->data, (size_t)numel(t) * sizeof(float));
+        k += numel(t);
+    }
+}
+
+static void scatter(void *inst, const float *in)
+{
+    grm_named_tensor v;
+    grm_tensor g;
+    int64_t k = 0;
+    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++) {
+        memcpy(v.tensor.data, in + k, (size_t)numel(&v.tensor) * sizeof(float));
+        k += numel(&v.tensor);
+    }
+}
+
+static grm_dense_ctx make_ctx(int training, int64_t step, const int64_t *offsets,
+                              int64_t nseq, const int64_t *times)
+{
+    grm_dense_ctx c = { 0 };
+    c.struct_size = sizeof c;
+    c.training = training;
+    c.step = step;
+    c.offsets = offsets;
+    c.nseq = nseq;
+    c.times = times;
+    return c;
+}
+
+/* Training forward and backward of inst (grads zeroed first); y, dx, grads out. */
+static grm_status run_fb(void *inst, const float *x, const float *dy, int64_t N, int64_t D,
+                         const grm_dense_ctx *ctx, float *y, float *dx, float *grads)
+{
+    grm_tensor tx = mat((float *)x, N, D), ty = mat(y, N, D);
+    grm_tensor tdy = mat((float *)dy, N, D), tdx = mat(dx, N, D);
+    zero_grads(inst);
+    grm_status st = ops->forward(inst, &ty, &tx, ctx);
+    if (st == GRM_OK)
+        st = ops->backward(inst, dx != NULL ? &tdx : NULL, &tdy, ctx);
+    if (st == GRM_OK && grads != NULL)
+        gather(inst, 1, grads);
+    return st;
+}
+
+static const char *cfgstr(char *buf, size_t n, const char *key, int64_t v)
+{
+    snprintf(buf, n, "%s=%lld", key, (long long)v);
+    return buf;
+}
+
+/* ---- a double-precision HSTU layer, written from the paper independently of hstu.c ---- */
+
+typedef struct lay_d {
+    int64_t D, H, dqk, dv, max_len, nb;
+    int rab_pos, rab_time, input_norm, norm_len;
+    double p;                   /* dropout rate; 0: off */
+    uint64_t key;               /* dropout key (hstu_dropout_keep's documented formula) */
+} lay_d;
+
+static int64_t lay_nparams(const lay_d *l)
+{
+    const int64_t P = l->H * (2 * l->dv + 2 * l->dqk), HV = l->H * l->dv;
+    return P * l->D + P + l->D * HV + l->D + (l->rab_pos ? l->H * l->max_len : 0)
+           + (l->rab_time ? l->H * l->nb : 0);
+}
+
+static double silu_d(double z)
+{
+    return z / (1 + exp(-z));
+}
+
+/* LN without affine, eps 1e-6, of x [n] into y [n]. */
+static void ln_d(double *y, const double *x, int64_t n)
+{
+    double m = 0, v = 0;
+    for (int64_t i = 0; i < n; i++)
+        m += x[i];
+    m /= (double)n;
+    for (int64_t i = 0; i < n; i++)
+        v += (x[i] - m) * (x[i] - m);
+    v /= (double)n;
+    for (int64_t i = 0; i < n; i++)
+        y[i] = (x[i] - m) / sqrt(v + 1e-6);
+}
+
+static int64_t tbucket_d(int64_t dt, int64_t nb)
+{
+    const double a = fabs((double)dt) < 1 ? 1 : fabs((double)dt);
+    const int64_t b = (int64_t)floor(log(a) / 0.301);
+    return b < nb - 1 ? b : nb - 1;
+}
+
+/* y [N, D] of the layer with parameters theta (params() order). */
+static void lay_forward(const lay_d *l, const double *theta, const double *x, int64_t N,
+                        const int64_t *offs, int64_t nseq, const int64_t *times, double *y)
+{
+    const int64_t D = l->D, H = l->H, dqk = l->dqk, dv = l->dv;
+    const int64_t HV = H * dv, P = H * (2 * dv + 2 * dqk);
+    const double *W1 = theta, *b1 = W1 + P * D, *W2 = b1 + P, *b2 = W2 + D * HV;
+    const double *rp = b2 + D, *rt = rp + (l->rab_pos ? H * l->max_len : 0);
+    double *xn = malloc((size_t)(N * D) * sizeof *xn), *h = malloc((size_t)(N * P) * 8);
+    double *O = calloc((size_t)(N * HV), 8), *g = malloc((size_t)(N * HV) * 8);
+    for (int64_t r = 0; r < N; r++) {
+        if (l->input_norm)
+            ln_d(xn + r * D, x + r * D, D);
+        else
+            memcpy(xn + r * D, x + r * D, (size_t)D * 8);
+        for (int64_t o = 0; o < P; o++) {
+            double z = b1[o];
+            for (int64_t i = 0; i < D; i++)
+                z += W1[o * D + i] * xn[r * D + i];
+            h[r * P + o] = silu_d(z);
+        }
+    }
+    for (int64_t s = 0; s < nseq; s++) {
+        const int64_t o = offs[s], e = offs[s + 1];
+        const double n = l->norm_len ? (double)(e - o) : (double)l->max_len;
+        for (int64_t hd = 0; hd < H; hd++)
+            for (int64_t i = o; i < e; i++)
+                for (int64_t j = o; j <= i; j++) {
+                    double sc = 0;
+                    for (int64_t d = 0; d < dqk; d++)
+                        sc += h[i * P + 2 * HV + hd * dqk + d]
+                              * h[j * P + 2 * HV + H * dqk + hd * dqk + d];
+                    if (l->rab_pos)
+                        sc += rp[hd * l->max_len + (i - j < l->max_len ? i - j : l->max_len - 1)];
+                    if (l->rab_time && times != NULL)
+                        sc += rt[hd * l->nb + tbucket_d(times[i] - times[j], l->nb)];
+                    for (int64_t d = 0; d < dv; d++)
+                        O[i * HV + hd * dv + d] += silu_d(sc) / n * h[j * P + HV + hd * dv + d];
+                }
+    }
+    for (int64_t r = 0; r < N; r++) {
+        ln_d(g + r * HV, O + r * HV, HV);
+        for (int64_t c = 0; c < HV; c++) {
+            g[r * HV + c] *= h[r * P + c];
+            if (l->p > 0)
+                g[r * HV + c] *= hstu_dropout_keep(l->key, r * HV + c, l->p) ? 1 / (1 - l->p)
+                                                                              : 0;
+        }
+        for (int64_t o = 0; o < D; o++) {
+            double z = b2[o];
+            for (int64_t c = 0; c < HV; c++)
+                z += W2[o * HV + c] * g[r * HV + c];
+            y[r * D + o] = x[r * D + o] + z;
+        }
+    }
+    free(xn);
+    free(h);
+    free(O);
+    free(g);
+}
+
+static double lay_loss(const lay_d *l, const double *theta, const double *x, int64_t N,
+                       const int64_t *offs, int64_t nseq, const int64_t *times,
+                       const double *dy)
+{
+    double *y = malloc((size_t)(N * l->D) * sizeof *y), L = 0;
+    lay_forward(l, theta, x, N, offs, nseq, times, y);
+    for (int64_t i = 0; i < N * l->D; i++)
+        L += y[i] * dy[i];
+    free(y);
+    return L;
+}
+
+/* ---- parameters, flops ---- */
+
+static void test_params(void)
+{
+    void *inst = make(harness_config(info, "num_heads=2", "dqk=3", "dv=4", "max_len=7",
+                                     "time_buckets=5", NULL), 6, 1);
+    static const char *names[] = { "f1.weight", "f1.bias", "f2.weight", "f2.bias", "rab_pos",
+                                   "rab_time" };
+    // P = 2 * (2*4 + 2*3) = 28, HV = 8
+    static const int64_t shapes[6][2] = { { 28, 6 }, { 28, 0 }, { 6, 8 }, { 6, 0 },
+                                          { 2, 7 }, { 2, 5 } };
+    int good = 1, contiguous = 1;
+    float *next = NULL, *first_grad = NULL;
+    for (int i = 0; i < 6; i++) {
+        grm_named_tensor v;
+        grm_tensor g;
+        if (ops->params(inst, i, &v, &g) != GRM_OK) {
+            good = 0;
+            break;
+        }
+        const int nd = shapes[i][1] ? 2 : 1;
+        good &= strcmp(v.name, names[i]) == 0 && v.tensor.ndim == nd && g.ndim == nd
+                && v.tensor.shape[0] == shapes[i][0] && g.shape[0] == shapes[i][0]
+                && (nd == 1 || (v.tensor.shape[1] == shapes[i][1]
+                                && g.shape[1] == shapes[i][1]));
+        if (next != NULL && (float *)v.tensor.data != next)
+            contiguous = 0;
+        next = (float *)v.tensor.data + numel(&v.tensor);
+        if (i == 0)
+            first_grad = g.data;
+    }
+    tap_ok(good, "params() lists f1.weight [28,6], f1.bias [28], f2.weight [6,8], f2.bias [6], "
+           "rab_pos [2,7], rab_time [2,5]");
+    tap_ok(contiguous && first_grad == next,
+           "parameters are one contiguous block, gradients follow it (STYLE.md §8)");
+    grm_named_tensor v;
+    grm_tensor g;
+    grm_status st = ops->params(inst, 6, &v, &g);
+    tap_ok(st == GRM_ENOTFOUND && strstr(grm_last_error(), "no parameter 6") != NULL,
+           "params(6) past the last is GRM_ENOTFOUND (%s)", grm_last_error());
+    tap_ok(ops->out_dim(inst) == 6, "out_dim is in_dim (residual)");
+    // flops: projections 2 N D (P + HV); attention pairs H 2 (dqk + dv), pairs = sum L(L+1)/2
+    float x[10 * 6] = { 0 }, y[10 * 6];
+    uint64_t s = 5;
+    fill(x, 60, &s, 1);
+    const int64_t offs[3] = { 0, 4, 10 };   // pairs 10 + 21 = 31
+    grm_dense_ctx ctx = make_ctx(0, 0, offs, 2, NULL);
+    grm_tensor tx = mat(x, 10, 6), ty = mat(y, 10, 6);
+    st = ops->forward(inst, &ty, &tx, &ctx);
+    const double proj = 2.0 * 10 * 6 * (28 + 8), attn = 31.0 * 2 * 2 * (3 + 4);
+    const double f0 = ops->flops(inst, 10, 0), f1 = ops->flops(inst, 10, 1);
+    tap_ok(st == GRM_OK && f0 == proj + attn && f1 == 2 * f0,
+           "flops: projections + causal pairs of the last forward (%g = %g), backward twice "
+           "(%g)", f0, proj + attn, f1);
+    ops->destroy(inst);
+
+    inst = make(harness_config(info, "rab_pos=false", "rab_time=false", NULL), 6, 1);
+    tap_ok(ops->params(inst, 3, &v, &g) == GRM_OK && strcmp(v.name, "f2.bias") == 0
+           && ops->params(inst, 4, &v, &g) == GRM_ENOTFOUND,
+           "without rab_pos and rab_time the block has 4 parameters");
+    ops->destroy(inst);
+}
+
+/* ---- gradients against central differences of the double layer ---- */
+
+static void test_gradcheck(const char *what, const lay_d *l, const char *const *kv, int nkv,
+                           int with_times_in_ctx)
+{
+    enum { N = 10, NSEQ = 3 };
+    static const int64_t offs[NSEQ + 1] = { 0, 1, 4, 10 };
+    // time gaps that land in several buckets, including clamped ones
+    static const int64_t times[N] = { 50, 1000, 1000, 1003, 7, 8, 30, 200, 5000, 400000 };
+    const int64_t D = l->D, np = lay_nparams(l);
+    const void *cfg = NULL;
+    grm_status st = harness_config_try(info, &cfg, kv, nkv);
+    void *inst = st == GRM_OK ? make(cfg, D, 3) : NULL;
+    if (inst == NULL || count_params(inst) != np) {
+        tap_ok(0, "%s: config (%s)", what, grm_last_error());
+        for (int i = 0; i < 4; i++)
+            tap_ok(0, "%s: not run", what);
+        return;
+    }
+    tap_ok(1, "%s: the block has the %lld parameters of the double layer", what,
+           (long long)np);
+    uint64_t s = 77;
+    float *theta = malloc((size_t)np * 4), *grads = malloc((size_t)np * 4);
+    float *want_g = malloc((size_t)np * 4);
+    double *thd = malloc((size_t)np * 8);
+    float x[N * 8], dy[N * 8], y[N * 8], dx[N * 8], want_y[N * 8], want_dx[N * 8];
+    double xd[N * 8], dyd[N * 8], yd[N * 8];
+    fill(theta, np, &s, 0.7f);
+    fill(x, N * D, &s, 1.0f);
+    fill(dy, N * D, &s, 1.0f);
+    scatter(inst, theta);
+    for (int64_t i = 0; i < np; i++)
+        thd[i] = theta[i];
+    for (int64_t i = 0; i < N * D; i++) {
+        xd[i] = x[i];
+        dyd[i] = dy[i];
+    }
+    const int64_t *tms = with_times_in_ctx ? times : NULL;
+    lay_d ld = *l;
+    ld.key = hstu_dropout_key(3, 9);    // the documented key of seed 3, step 9
+    grm_dense_ctx ctx = make_ctx(1, 9, offs, NSEQ, tms);
+    st = run_fb(inst, x, dy, N, D, &ctx, y, dx, grads);
+
+    lay_forward(&ld, thd, xd, N, offs, NSEQ, tms, yd);
+    for (int64_t i = 0; i < N * D; i++)
+        want_y[i] = (float)yd[i];
+    const double h = 1e-6;
+    for (int64_t i = 0; i < np; i++) {
+        const double keep = thd[i];
+        thd[i] = keep + h;
+        const double lp = lay_loss(&ld, thd, xd, N, offs, NSEQ, tms, dyd);
+        thd[i] = keep - h;
+        const double lm = lay_loss(&ld, thd, xd, N, offs, NSEQ, tms, dyd);
+        thd[i] = keep;
+        want_g[i] = (float)((lp - lm) / (2 * h));
+    }
+    for (int64_t i = 0; i < N * D; i++) {
+        const double keep = xd[i];
+        xd[i] = keep + h;
+        const double lp = lay_loss(&ld, thd, xd, N, offs, NSEQ, tms, dyd);
+        xd[i] = keep - h;
+        const double lm = lay_loss(&ld, thd, xd, N, offs, NSEQ, tms, dyd);
+        xd[i] = keep;
+        want_dx[i] = (float)((lp - lm) / (2 * h));
+    }
+    char buf[160];
+    snprintf(buf, sizeof buf, "%s: forward vs the double layer", what);
+    if (st != GRM_OK)
+        tap_diag("run: %s", grm_last_error());
+    tap_close_f32(y, want_y, N * D, 1e-4, 1e-5, buf);
+    snprintf(buf, sizeof buf, "%s: every parameter gradient vs central differences", what);
+    tap_close_f32(grads, want_g, np, 1e-3, 2e-5, buf);
+    snprintf(buf, sizeof buf, "%s: dx vs central differences", what);
+    tap_close_f32(dx, want_dx, N * D, 1e-3, 2e-5, buf);
+    // the RAB tables are the tail of theta; report them on their own
+    const int64_t nrab = (l->rab_pos ? l->H * l->max_len : 0) + (l->rab_time ? l->H * l->nb : 0);
+    if (nrab > 0) {
+        snprintf(buf, sizeof buf, "%s: RAB table gradients vs central differences", what);
+        tap_close_f32(grads + np - nrab, want_g + np - nrab, nrab, 1e-3, 2e-5, buf);
+    } else {
+        tap_ok(1, "%s: no RAB table", what);
+    }
+    free(theta);
+    free(grads);
+    free(want_g);
+    free(thd);
+    ops->destroy(inst);
+}
+
+/* ---- cpu vs ref ---- */
+
+static void test_impls(void)
+{
+    // lengths on both sides of the tile edges (HSTU_TILE = 64)
+    static const int64_t lens[] = { 1, 63, 64, 65, 130, 7 };
+    enum { NS = 6, D = 12 };
+    int64_t offs[NS + 1] = { 0 };
+    for (int i = 0; i < NS; i++)
+        offs[i + 1] = offs[i] + lens[i];
+    const int64_t N = offs[NS];
+    int64_t *times = malloc((size_t)N * sizeof *times);
+    uint64_t s = 31;
+    for (int64_t i = 0; i < N; i++)
+        times[i] = (int64_t)(harness_rand(&s) % 100000);    // unordered: |dt| matters
+    const char *common[] = { "num_heads=3", "dqk=5", "dv=4", "max_len=50", "time_buckets=12",
+                             "dropout=0.2" };
+    const void *cfg_cpu = harness_config(info, common[0], common[1], common[2], common[3],
+                                         common[4], common[5], "impl=cpu", NULL);
+    const void *cfg_ref = harness_config(info, common[0], common[1], common[2], common[3],
+                                         common[4], common[5], "impl=ref", NULL);
+    void *a = make(cfg_cpu, D, 9), *b = make(cfg_ref, D, 9);
+    const int64_t np = count_params(a);
+    float *theta = malloc((size_t)np * 4), *ga = malloc((size_t)np * 4);
+    float *gb = malloc((size_t)np * 4);
+    float *x = malloc((size_t)(N * D) * 4), *dy = malloc((size_t)(N * D) * 4);
+    float *ya = malloc((size_t)(N * D) * 4), *yb = malloc((size_t)(N * D) * 4);
+    float *dxa = malloc((size_t)(N * D) * 4), *dxb = malloc((size_t)(N * D) * 4);
+    fill(theta, np, &s, 0.5f);
+    fill(x, N * D, &s, 1.0f);
+    fill(dy, N * D, &s, 1.0f);
+    scatter(a, theta);
+    scatter(b, theta);
+    grm_dense_ctx ctx = make_ctx(1, 4, offs, NS, times);
+    grm_status st = run_fb(a, x, dy, N, D, &ctx, ya, dxa, ga);
+    st |= run_fb(b, x, dy, N, D, &ctx, yb, dxb, gb);
+    tap_ok(st == GRM_OK, "cpu and ref run lengths 1, 63, 64, 65, 130, 7 with times and "
+           "dropout");
+    tap_close_f32(ya, yb, N * D, 1e-4, 1e-5, "cpu y vs ref y");
+    tap_close_f32(dxa, dxb, N * D, 1e-4, 1e-5, "cpu dx vs ref dx");
+    tap_close_f32(ga, gb, np, 1e-4, 1e-5, "cpu parameter gradients vs ref");
+    // the same problem through the attention kernels alone, on their ws contract
+    free(theta);
+    free(ga);
+    free(gb);
+    free(x);
+    free(dy);
+    free(ya);
+    free(yb);
+    free(dxa);
+    free(dxb);
+    free(times);
+    ops->destroy(a);
+    ops->destroy(b);
+}
+
+/* ---- causality, independence, eval, no offsets ---- */
+
+static void test_structure(void)
+{
+    enum { D = 8 };
+    static const int64_t offs[4] = { 0, 5, 75, 78 };   // 5, 70 (two tiles), 3
+    const int64_t N = 78;
+    void *inst = make(harness_config(info, "num_heads=2", "dqk=4", "dv=4", "max_len=32",
+                                     "time_buckets=8", NULL), D, 2);
+    int64_t times[78];
+    for (int64_t i = 0; i < N; i++)
+        times[i] = 1000 + 37 * i;
+    uint64_t s = 8;
+    float x[78 * D], x2[78 * D], y[78 * D], y2[78 * D];
+    fill(x, N * D, &s, 1.0f);
+    memcpy(x2, x, sizeof x);
+    const int64_t j = 5 + 40;               // token 40 of sequence 1
+    for (int c = 0; c < D; c++)     // not a constant shift, which the input norm removes
+        x2[j * D + c] += c % 2 ? 0.5f : -0.25f * (float)c;
+    grm_dense_ctx ctx = make_ctx(0, 0, offs, 3, times);
+    grm_tensor tx = mat(x, N, D), tx2 = mat(x2, N, D), ty = mat(y, N, D), ty2 = mat(y2, N, D);
+    grm_status st = ops->forward(inst, &ty, &tx, &ctx);
+    st |= ops->forward(inst, &ty2, &tx2, &ctx);
+    int before = 1, after = 1, others = 1;
+    for (int64_t r = 0; r < N; r++)
+        for (int c = 0; c < D; c++) {
+            const int same = y[r * D + c] == y2[r * D + c];
+            if (r >= 5 && r < j)
+                before &= same;
+            else if (r >= j && r < 75)
+                after &= !same || c > 0;    // each later row changes (checked on column 0)
+            else
+                others &= same;
+        }
+    tap_ok(st == GRM_OK && before, "causal: changing token 40 leaves tokens 0..39 of its "
+           "sequence bit-identical");
+    tap_ok(after, "causal: tokens 40..69 of that sequence change");
+    tap_ok(others, "sequences are independent: the other sequences are bit-identical");
+
+    // each sequence alone gives the rows it gives in the batch
+    float alone[78 * D];
+    int ok = 1;
+    for (int q = 0; q < 3; q++) {
+        const int64_t o = offs[q], L = offs[q + 1] - offs[q];
+        const int64_t one[2] = { 0, L };
+        grm_dense_ctx c1 = make_ctx(0, 0, one, 1, times + o);
+        grm_tensor a = mat(x + o * D, L, D), b = mat(alone + o * D, L, D);
+        ok &= ops->forward(inst, &b, &a, &c1) == GRM_OK;
+    }
+    tap_ok(ok, "each sequence runs alone");
+    tap_close_f32(alone, y, N * D, 1e-5, 1e-6, "a sequence alone vs in the batch");
+
+    // no offsets: every row is its own length-1 sequence
+    int64_t unit[79];
+    for (int64_t i = 0; i <= N; i++)
+        unit[i] = i;
+    grm_dense_ctx cu = make_ctx(0, 0, unit, N, times), cn = make_ctx(0, 0, NULL, 0, times);
+    st = ops->forward(inst, &ty, &tx, &cu);
+    st |= ops->forward(inst, &ty2, &tx, &cn);
+    tap_ok(st == GRM_OK && memcmp(y, y2, sizeof y) == 0,
+           "ctx->offsets NULL: each row is a length-1 sequence");
+    st = ops->forward(inst, &ty2, &tx, NULL);
+    tap_ok(st == GRM_OK, "ctx NULL: forward runs (rows as length-1 sequences, eval)");
+
+    // a 1.1 host's ctx (no times field): the time bias is absent, as with times NULL
+    grm_dense_ctx old = make_ctx(0, 0, offs, 3, times), none = make_ctx(0, 0, offs, 3, NULL);
+    old.struct_size = offsetof(grm_dense_ctx, times);
+    st = ops->forward(inst, &ty, &tx, &old);
+    st |= ops->forward(inst, &ty2, &tx, &none);
+    tap_ok(st == GRM_OK && memcmp(y, y2, sizeof y) == 0,
+           "a ctx without the times field (struct_size of 1.1) works as times NULL");
+    ops->destroy(inst);
+}
+
+static void test_eval_dropout(void)
+{
+    enum { D = 8, N = 20 };
+    static const int64_t offs[3] = { 0, 12, 20 };
+    void *drop = make(harness_config(info, "dropout=0.5", "num_heads=2", "dqk=4", "dv=4",
+                                     NULL), D, 4);
+    void *nodrop = make(harness_config(info, "dropout=0", "num_heads=2", "dqk=4", "dv=4",
+                                       NULL), D, 4);
+    uint64_t s = 19;
+    float x[N * D], ye[N * D], yt[N * D], y0[N * D], y1[N * D], y2[N * D];
+    fill(x, N * D, &s, 1.0f);
+    grm_tensor tx = mat(x, N, D);
+    grm_tensor te = mat(ye, N, D), tt = mat(yt, N, D), t0 = mat(y0, N, D);
+    grm_tensor t1 = mat(y1, N, D), t2 = mat(y2, N, D);
+    grm_dense_ctx ev = make_ctx(0, 3, offs, 2, NULL), tr = make_ctx(1, 3, offs, 2, NULL);
+    grm_dense_ctx tr4 = make_ctx(1, 4, offs, 2, NULL);
+    grm_status st = ops->forward(drop, &te, &tx, &ev);
+    st |= ops->forward(nodrop, &t0, &tx, &tr);
+    tap_ok(st == GRM_OK && memcmp(ye, y0, sizeof ye) == 0,
+           "eval forward with dropout 0.5 equals the train forward without dropout");
+    float dy[N * D];
+    fill(dy, N * D, &s, 1.0f);
+    grm_tensor tdy = mat(dy, N, D);
+    st = ops->backward(drop, NULL, &tdy, &ev);
+    tap_ok(st == GRM_EINVAL && strstr(grm_last_error(), "no training forward") != NULL,
+           "backward after an eval forward is refused (%s)", grm_last_error());
+    st = ops->forward(drop, &tt, &tx, &tr);
+    st |= ops->forward(drop, &t1, &tx, &tr);
+    st |= ops->forward(drop, &t2, &tx, &tr4);
+    tap_ok(st == GRM_OK && memcmp(yt, ye, sizeof yt) != 0 && memcmp(yt, y1, sizeof yt) == 0
+           && memcmp(yt, y2, sizeof yt) != 0,
+           "train dropout: differs from eval, same step gives the same mask, another step "
+           "another");
+    ops->destroy(drop);
+    ops->destroy(nodrop);
+}
+
+/* ---- memory: O(L), never O(L^2) ---- */
+
+static void test_memory(void)
+{
+    const hstu_config *cfg = harness_config(info, "num_heads=2", "dqk=16", "dv=16",
+                                            "max_len=4096", "time_buckets=32", NULL);
+    const int64_t D = 32;
+    const size_t b256 = hstu_cache_bytes(cfg, D, 256, 1);
+    const size_t b512 = hstu_cache_bytes(cfg, D, 512, 1);
+    const size_t b4096 = hstu_cache_bytes(cfg, D, 4096, 1);
+    const size_t fixed = hstu_cache_bytes(cfg, D, 0, 1);
+    tap_diag("layer bytes: L=256 %zu, L=512 %zu, L=4096 %zu (fixed part %zu)", b256, b512,
+             b4096, fixed);
+    const double ratio = (double)b4096 / (double)b256;
+    const double ratio_l = (double)(b4096 - fixed) / (double)(b256 - fixed);
+    tap_ok(ratio <= 16.5 && ratio_l > 15.5 && ratio_l < 16.5,
+           "layer memory grows as L: L=4096 / L=256 = %.2f in all (%.2f for the L-dependent "
+           "part; an L x L buffer would give ~256)", ratio, ratio_l);
+
+    // the cpu attention kernels, forward and backward, in exactly the documented
+    // workspace (ASan builds catch any write past it) for one sequence of L = 4096
+    const int64_t H = 1, dqk = 8, dv = 8, ld = 2 * dqk + dv, nb = 16, ml = 512;
+    size_t ws_bytes[2];
+    int ok = 1;
+    for (int k = 0; k < 2; k++) {
+        const int64_t L = k == 0 ? 256 : 4096;
+        const int64_t offs[2] = { 0, L };
+        ws_bytes[k] = hstu_attn_ws_bytes(L, 1, H, ml + nb);
+        float *qkv = malloc((size_t)(L * ld) * 4), *d = calloc((size_t)(L * ld), 4);
+        float *out = malloc((size_t)(L * H * dv) * 4), *rab = malloc((size_t)(ml + nb) * 4);
+        float *drab = calloc((size_t)(ml + nb), 4);
+        int64_t *times = malloc((size_t)L * 8), thr[16];
+        void *ws = malloc(ws_bytes[k]);
+        uint64_t s = 3;
+        fill(qkv, L * ld, &s, 1.0f);
+        fill(rab, ml + nb, &s, 1.0f);
+        for (int64_t i = 0; i < L; i++)
+            times[i] = 10 * i;
+        hstu_time_thresholds(thr, nb);
+        hstu_attn_args a = { .host = harness_host(), .nseq = 1, .offsets = offs,
+                             .times = times, .H = H, .dqk = dqk, .dv = dv, .ld = ld,
+                             .q = qkv, .k = qkv + dqk, .v = qkv + 2 * dqk, .rab_pos = rab,
+                             .rab_time = rab + ml, .max_len = ml, .nbuckets = nb,
+                             .time_thr = thr, .norm = HSTU_NORM_LENGTH };
+        ok &= hstu_attn_fwd_cpu(out, &a, ws) == GRM_OK;
+        ok &= hstu_attn_bwd_cpu(d, d + dqk, d + 2 * dqk, drab, drab + ml, out, &a, ws)
+              == GRM_OK;
+        for (int64_t i = 0; i < L * ld; i++)
+            ok &= isfinite(d[i]);
+        free(qkv);
+        free(d);
+        free(out);
+        free(rab);
+        free(drab);
+        free(times);
+        free(ws);
+    }
+    tap_ok(ok, "cpu attention forward and backward of L = 256 and 4096 run in the documented "
+           "workspace");
+    tap_ok(ws_bytes[1] < ws_bytes[0] + 2 * (4096 / HSTU_TILE) * sizeof(hstu_item),
+           "attention workspace: %zu bytes at L=256, %zu at L=4096 (item lists only grow; "
+           "an L x L score matrix would be %zu bytes)", ws_bytes[0], ws_bytes[1],
+           (size_t)4096 * 4096 * 4);
+}
+
+/* ---- errors ---- */
+
+static int err_has(grm_status st, grm_status want, const char *sub)
+{
+    return st == want && strstr(grm_last_error(), sub) != NULL;
+}
+
+static void test_errors(void)
+{
+    const void *cfg = NULL;
+    const char *kv0[] = { "num_heads=0" };
+    grm_status st = harness_config_try(info, &cfg, kv0, 1);
+    tap_ok(st != GRM_OK && strstr(grm_last_error(), "num_heads") != NULL,
+           "config num_heads=0 is refused (%s)", grm_last_error());
+    const char *kv1[] = { "time_buckets=1000" };
+    st = harness_config_try(info, &cfg, kv1, 1);
+    tap_ok(st != GRM_OK && strstr(grm_last_error(), "time_buckets") != NULL,
+           "config time_buckets=1000 is refused (%s)", grm_last_error());
+    const char *kv2[] = { "attn_norm=sqrt" };
+    st = harness_config_try(info, &cfg, kv2, 1);
+    tap_ok(st != GRM_OK && strstr(grm_last_error(), "attn_norm") != NULL,
+           "config attn_norm=sqrt is refused (%s)", grm_last_error());
+
+    // the plugin's own checks, for a config struct that bypassed the host's
+    hstu_config c = *(const hstu_config *)harness_config(info, NULL);
+    void *inst = NULL;
+    c.num_heads = 0;
+    st = ops->create(&c, 8, 1, &inst);
+    tap_ok(err_has(st, GRM_EINVAL, "dense-hstu: num_heads: 0 out of range") && inst == NULL,
+           "create refuses num_heads 0 (%s)", grm_last_error());
+    c = *(const hstu_config *)harness_config(info, NULL);
+    c.dv = 40000;
+    c.dqk = 40000;
+    st = ops->create(&c, 8, 1, &inst);
+    tap_ok(err_has(st, GRM_EINVAL, "too large"), "create refuses a projection too wide (%s)",
+           grm_last_error());
+    c = *(const hstu_config *)harness_config(info, NULL);
+    st = ops->create(&c, 0, 1, &inst);
+    tap_ok(err_has(st, GRM_EINVAL, "in_dim 0 out of range"), "create refuses in_dim 0 (%s)",
+           grm_last_error());
+    st = ops->create(NULL, 8, 1, &inst);
+    tap_ok(err_has(st, GRM_EINVAL, "config and inst"), "create refuses a NULL config");
+
+    inst = make(&c, 8, 1);
+    float x[4 * 8] = { 0 }, y[4 * 8], dy[4 * 8] = { 0 };
+    grm_tensor tx = mat(x, 4, 7), ty = mat(y, 4, 8);
+    const int64_t offs[3] = { 0, 2, 4 }, bad_end[3] = { 0, 2, 3 }, bad_start[3] = { 1, 2, 4 };
+    const int64_t down[3] = { 0, 3, 2 };
+    grm_dense_ctx ctx = make_ctx(1, 0, offs, 2, NULL);
+    st = ops->forward(inst, &ty, &tx, &ctx);
+    tap_ok(err_has(st, GRM_EINVAL, "x has 7 columns, expected 8"),
+           "forward refuses x with in_dim 7 for an 8-feature block (%s)", grm_last_error());
+    tx = mat(x, 4, 8);
+    grm_tensor ty3 = mat(y, 3, 8);
+    st = ops->forward(inst, &ty3, &tx, &ctx);
+    tap_ok(err_has(st, GRM_EINVAL, "y has 3 rows, expected 4"), "forward refuses y of 3 rows");
+    ctx.offsets = bad_end;
+    st = ops->forward(inst, &ty, &tx, &ctx);
+    tap_ok(err_has(st, GRM_EINVAL, "ctx->offsets[2] = 3, expected the 4 rows"),
+           "forward refuses offsets that do not end at N (%s)", grm_last_error());
+    ctx.offsets = bad_start;
+    st = ops->forward(inst, &ty, &tx, &ctx);
+    tap_ok(err_has(st, GRM_EINVAL, "must start at 0"), "forward refuses offsets[0] = 1");
+    ctx.offsets = down;
+    st = ops->forward(inst, &ty, &tx, &ctx);
+    tap_ok(err_has(st, GRM_EINVAL, "not decrease"), "forward refuses decreasing offsets");
+    ctx.offsets = offs;
+    ctx.nseq = -1;
+    st = ops->forward(inst, &ty, &tx, &ctx);
+    tap_ok(err_has(st, GRM_EINVAL, "nseq -1 is negative"), "forward refuses nseq -1");
+    ctx.nseq = 2;
+    grm_tensor tdy = mat(dy, 4, 8);
+    st = ops->backward(inst, NULL, &tdy, &ctx);
+    tap_ok(err_has(st, GRM_EINVAL, "no training forward"),
+           "backward after a failed forward is refused");
+    st = ops->forward(inst, &ty, &tx, &ctx);
+    grm_tensor tdy3 = mat(dy, 3, 8);
+    st |= ops->backward(inst, NULL, &tdy3, &ctx);
+    tap_ok(err_has(st, GRM_EINVAL, "dy has 3 rows, the last forward had 4"),
+           "backward refuses dy of another row count (%s)", grm_last_error());
+    grm_tensor bad = tx;
+    bad.dtype = GRM_DTYPE_F16;
+    st = ops->forward(inst, &ty, &bad, &ctx);
+    tap_ok(err_has(st, GRM_ENOTSUP, "2-d f32 CPU tensor"), "forward refuses an f16 x");
+    ops->destroy(inst);
+    ops->destroy(NULL);
+    tap_ok(1, "destroy(NULL) is a no-op");
+}
+
+/* ---- PyTorch fixture ---- */
+
+enum { FIX_MAGIC = 0x55545348, FIX_VERSION = 1, FIX_CASES = 5, FIX_POINTS_PER = 10 };
+
+static int read_f32(FILE *f, float **out, int64_t n)
+{
+    *out = malloc((size_t)(n > 0 ? n : 1) * sizeof **out);
+    return *out != NULL && fread(*out, sizeof **out, (size_t)n, f) == (size_t)n;
+}
+
+static void torch_case(FILE *f, int idx)
+{
+    int64_t hdr[16];
+    int ok = fread(hdr, sizeof hdr, 1, f) == 1;
+    const int64_t D = hdr[0], H = hdr[1], dqk = hdr[2], dv = hdr[3], nseq = hdr[10];
+    const int64_t N = hdr[11], has_times = hdr[12], np = hdr[13];
+    ok = ok && D > 0 && D <= 64 && nseq > 0 && nseq < 100 && N > 0 && N < 10000 && np > 0;
+    int64_t *offs = NULL, *times = NULL;
+    float *x = NULL, *theta = NULL, *dy = NULL, *y = NULL, *dx = NULL, *dtheta = NULL;
+    if (ok) {
+        offs = malloc((size_t)(nseq + 1) * 8);
+        ok = fread(offs, 8, (size_t)(nseq + 1), f) == (size_t)(nseq + 1);
+        if (ok && has_times) {
+            times = malloc((size_t)N * 8);
+            ok = fread(times, 8, (size_t)N, f) == (size_t)N;
+        }
+        ok = ok && read_f32(f, &x, N * D) && read_f32(f, &theta, np) && read_f32(f, &dy, N * D)
+             && read_f32(f, &y, N * D) && read_f32(f, &dx, N * D) && read_f32(f, &dtheta, np);
+    }
+    char desc[200];
+    snprintf(desc, sizeof desc, "torch case %d (D %lld, H %lld, dqk %lld, dv %lld, rab_pos %lld, "
+             "rab_time %lld, times %lld, attn_norm %lld, %lld seqs, N %lld)", idx,
+             (long long)D, (long long)H, (long long)dqk, (long long)dv, (long long)hdr[4],
+             (long long)hdr[5], (long long)has_times, (long long)hdr[9], (long long)nseq,
+             (long long)N);
+    if (!tap_ok(ok, "%s: fixture readable", desc)) {
+        for (int i = 1; i < FIX_POINTS_PER; i++)
+            tap_ok(0, "%s: not run", desc);
+        goto done;
+    }
+    char b[11][48];
+    for (int impl = 0; impl < 2; impl++) {
+        const void *cfg = harness_config(info, cfgstr(b[0], 48, "num_heads", H),
+                                         cfgstr(b[1], 48, "dqk", dqk), cfgstr(b[2], 48, "dv", dv),
+                                         hdr[4] ? "rab_pos=true" : "rab_pos=false",
+                                         hdr[5] ? "rab_time=true" : "rab_time=false",
+                                         cfgstr(b[3], 48, "max_len", hdr[6]),
+                                         cfgstr(b[4], 48, "time_buckets", hdr[7]),
+                                         hdr[8] ? "input_norm=true" : "input_norm=false",
+                                         hdr[9] ? "attn_norm=length" : "attn_norm=max_len",
+                                         impl == 0 ? "impl=cpu" : "impl=ref", NULL);
+        void *inst = make(cfg, D, 1);
+        const int np_ok = count_params(inst) == np;
+        if (np_ok)
+            scatter(inst, theta);
+        float *gy = malloc((size_t)(N * D) * 4), *gdx = malloc((size_t)(N * D) * 4);
+        float *gth = malloc((size_t)np * 4);
+        grm_dense_ctx ctx = make_ctx(1, 1, offs, nseq, times);
+        grm_status st = np_ok ? run_fb(inst, x, dy, N, D, &ctx, gy, gdx, gth) : GRM_EINVAL;
+        const char *iname = impl == 0 ? "cpu" : "ref";
+        char w[260];
+        if (impl == 0) {
+            tap_ok(st == GRM_OK, "%s: %s runs (%s)", desc, iname,
+                   st == GRM_OK ? "ok" : grm_last_error());
+        } else if (st != GRM_OK) {
+            tap_diag("ref failed: %s", grm_last_error());
+        }
+        if (impl == 0) {
+            snprintf(w, sizeof w, "torch %d %s: y", idx, iname);
+            tap_close_f32(gy, y, N * D, 1e-4, 1e-5, w);
+            snprintf(w, sizeof w, "torch %d %s: dx", idx, iname);
+            tap_close_f32(gdx, dx, N * D, 1e-4, 1e-5, w);
+            // projections, then the RAB tables, each relative to its own scale
+            const int64_t P = H * (2 * dv + 2 * dqk), nproj = P * D + P + D * H * dv + D;
+            snprintf(w, sizeof w, "torch %d %s: f1/f2 weight and bias gradients", idx, iname);
+            tap_close_f32(gth, dtheta, nproj, 1e-4, 1e-5, w);
+            snprintf(w, sizeof w, "torch %d %s: RAB table gradients", idx, iname);
+            if (np > nproj)
+                tap_close_f32(gth + nproj, dtheta + nproj, np - nproj, 1e-4, 1e-5, w);
+            else
+                tap_ok(1, "%s (no RAB table)", w);
+        } else {
+            snprintf(w, sizeof w, "torch %d %s: y", idx, iname);
+            tap_close_f32(gy, y, N * D, 1e-4, 1e-5, w);
+            snprintf(w, sizeof w, "torch %d %s: dx", idx, iname);
+            tap_close_f32(gdx, dx, N * D, 1e-4, 1e-5, w);
+            snprintf(w, sizeof w, "torch %d %s: every parameter gradient", idx, iname);
+            tap_close_f32(gth, dtheta, np, 1e-4, 1e-5, w);
+            tap_ok(st == GRM_OK, "%s: ref runs", desc);
+        }
+        free(gy);
+        free(gdx);
+        free(gth);
+        ops->destroy(inst);
+    }
+done:
+    free(offs);
+    free(times);
+    free(x);
+    free(theta);
+    free(dy);
+    free(y);
+    free(dx);
+    free(dtheta);
+}
+
+static void test_torch(void)
+{
+    const int points = 1 + FIX_CASES * FIX_POINTS_PER;
+    const char *py = getenv("PYTHON3");
+    if (py == NULL || *py == '\0')
+        py = "/usr/bin/python3";
+    char cmd[8192], path[4096];
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", py);
+    if (system(cmd) != 0) {
+        for (int i = 0; i < points; i++)
+            tap_skip("no torch", "PyTorch fixture check %d of %d", i + 1, points);
+        return;
+    }
+    const char *src = harness_srcdir() != NULL ? harness_srcdir() : ".";
+    snprintf(path, sizeof path, "%s/hstu.bin", harness_tmpdir("dense-hstu"));
+    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/ref/hstu.py' '%s'", py, src, path);
+    const int rc = system(cmd);
+    FILE *f = rc == 0 ? fopen(path, "rb") : NULL;
+    uint32_t hdr[2] = { 0 };
+    int64_t ncases = 0;
+    const int ok = f != NULL && fread(hdr, sizeof hdr, 1, f) == 1 && hdr[0] == FIX_MAGIC
+                   && hdr[1] == FIX_VERSION && fread(&ncases, sizeof ncases, 1, f) == 1
+                   && ncases == FIX_CASES;
+    if (!tap_ok(ok, "tests/ref/hstu.py wrote a fixture of %d cases (exit %d)", FIX_CASES, rc)) {
+        for (int i = 1; i < points; i++)
+            tap_ok(0, "PyTorch fixture check %d of %d (no fixture)", i + 1, points);
+        if (f != NULL)
+            fclose(f);
+        return;
+    }
+    for (int c = 0; c < FIX_CASES; c++)
+        torch_case(f, c);
+    fclose(f);
+}
+
+int main(void)
+{
+    info = harness_plugin("dense-hstu");
+    ops = info->ops;
+    tap_plan(113);
+    tap_ok(info->kind == GRM_KIND_DENSE && ops->loss == NULL,
+           "dense-hstu is a dense block, not a head");
+    test_params();
+
+    const lay_d both = { 6, 2, 3, 2, 4, 5, 1, 1, 1, 0, 0, 0 };
+    const char *kv_both_ref[] = { "num_heads=2", "dqk=3", "dv=2", "max_len=4",
+                                  "time_buckets=5", "impl=ref" };
+    test_gradcheck("ref, both RABs, input norm, 1/max_len", &both, kv_both_ref, 6, 1);
+    const char *kv_both_cpu[] = { "num_heads=2", "dqk=3", "dv=2", "max_len=4",
+                                  "time_buckets=5", "impl=cpu" };
+    test_gradcheck("cpu, both RABs, input norm, 1/max_len", &both, kv_both_cpu, 6, 1);
+    const lay_d drop = { 5, 2, 2, 3, 3, 6, 1, 1, 0, 1, 0.3, 0 };
+    const char *kv_drop[] = { "num_heads=2", "dqk=2", "dv=3", "max_len=3", "time_buckets=6",
+                              "input_norm=false", "attn_norm=length", "dropout=0.3" };
+    test_gradcheck("cpu, dropout 0.3, no input norm, 1/L", &drop, kv_drop, 8, 1);
+    const lay_d notime = { 6, 1, 3, 3, 8, 4, 1, 1, 1, 0, 0, 0 };
+    const char *kv_notime[] = { "num_heads=1", "dqk=3", "dv=3", "max_len=8",
+                                "time_buckets=4" };
+    test_gradcheck("cpu, rab_time on but no timestamps", &notime, kv_notime, 5, 0);
+
+    test_impls();
+    test_structure();
+    test_eval_dropout();
+    test_memory();
+    test_errors();
+    test_torch();
+    return tap_done();
+}
