@@ -31,3 +31,11 @@ GRM_BENCH_BINS += bench/bench-sparse
 bench_bench_sparse_SOURCES = bench/bench-sparse.c
 bench_bench_sparse_LDADD = libgrmcore.la -lm
 EXTRA_DIST += bench/bench_sparse.py
+
+# core/dist.c: distributed lookup/update. tests/test-dist is an MPI program (through the
+# comm-mpi plugin, or comm-single alone); tests/test-dist.sh runs it at 1, 2 and 4 ranks.
+check_PROGRAMS += tests/test-dist
+TESTS += tests/test-dist.sh
+tests_test_dist_SOURCES = tests/test-dist.c
+tests_test_dist_LDADD = $(GRM_TEST_LIBS)
+EXTRA_DIST += tests/test-dist.sh bench/bench_dist.sh
