@@ -132,6 +132,7 @@ static struct {
     int32_t busy;             /* workers still inside the current job */
     int stop;
     int started;
+    uint64_t base;            /* generation when the workers were created */
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER,
            .done = PTHREAD_COND_INITIALIZER };
 
@@ -162,9 +163,10 @@ static void *pool_worker(void *arg)
 {
     (void)arg;
     pthread_mutex_lock(&pool.lock);
-    /* a pool started again after grm__pool_fini keeps its generation count: a new worker
-     * waits for the next job, not for one that ran before it existed */
-    uint64_t seen = pool.generation;
+    /* the generation count survives grm__pool_fini: a worker of a restarted pool starts
+     * from the count at its creation, so it neither replays a finished job nor misses one
+     * posted before it first took the lock */
+    uint64_t seen = pool.base;
     for (;;) {
         while (!pool.stop && pool.generation == seen) pthread_cond_wait(&pool.work, &pool.lock);
         if (pool.stop) break;
@@ -188,6 +190,7 @@ grm_status grm__pool_init(int32_t threads)
     }
     pool.nthreads = threads - 1;
     pool.stop = 0;
+    pool.base = pool.generation;
     if (pool.nthreads > 0) {
         pool.threads = calloc((size_t)pool.nthreads, sizeof *pool.threads);
         if (!pool.threads) return grm_errorf(GRM_ENOMEM, "thread pool: out of memory");

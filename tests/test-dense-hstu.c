@@ -565,6 +565,52 @@ static void test_eval_dropout(void)
     ops->destroy(nodrop);
 }
 
+/* input_dropout: off in evaluation; in training a fixed mask per step, so dx matches
+ * central differences of sum(y * dy), and masked inputs get exactly zero gradient. */
+static void test_input_dropout(void)
+{
+    enum { D = 8, N = 12 };
+    static const int64_t offs[3] = { 0, 7, 12 };
+    void *a = make(harness_config(info, "input_dropout=0.4", "num_heads=2", "dqk=4", "dv=4",
+                                  NULL), D, 9);
+    void *b = make(harness_config(info, "num_heads=2", "dqk=4", "dv=4", NULL), D, 9);
+    uint64_t s = 23;
+    float x[N * D], dy[N * D], ya[N * D], yb[N * D], dx[N * D], yp[N * D], ym[N * D];
+    fill(x, N * D, &s, 1.0f);
+    fill(dy, N * D, &s, 1.0f);
+    grm_tensor tx = mat(x, N, D), ta = mat(ya, N, D), tb = mat(yb, N, D);
+    grm_dense_ctx ev = make_ctx(0, 5, offs, 2, NULL), tr = make_ctx(1, 5, offs, 2, NULL);
+    grm_status st = ops->forward(a, &ta, &tx, &ev);
+    st |= ops->forward(b, &tb, &tx, &ev);
+    tap_ok(st == GRM_OK && memcmp(ya, yb, sizeof ya) == 0,
+           "input_dropout is off in evaluation (same output as input_dropout = 0)");
+    st = run_fb(a, x, dy, N, D, &tr, ya, dx, NULL);
+    int zeros = 0, bad = 0;
+    double worst = 0;
+    for (int64_t e = 0; e < N * D; e++) {
+        const float keep = x[e];
+        double f[2];
+        for (int k = 0; k < 2; k++) {
+            x[e] = keep + (k ? -1e-2f : 1e-2f);
+            grm_tensor ty = mat(k ? ym : yp, N, D);
+            st |= ops->forward(a, &ty, &tx, &tr);
+            f[k] = 0;
+            for (int64_t i = 0; i < N * D; i++) f[k] += (double)(k ? ym : yp)[i] * dy[i];
+        }
+        x[e] = keep;
+        const double fd = (f[0] - f[1]) / 2e-2;
+        zeros += dx[e] == 0.0f;
+        const double err = fabs(fd - dx[e]) / (fabs(fd) + fabs(dx[e]) + 1e-2);
+        if (err > worst) worst = err;
+        bad += err > 2e-2;
+    }
+    tap_ok(st == GRM_OK && bad == 0 && zeros > 10 && zeros < N * D / 2 + 20,
+           "input_dropout 0.4: dx matches central differences (worst %.2g), %d of %d inputs "
+           "dropped with zero gradient", worst, zeros, N * D);
+    ops->destroy(a);
+    ops->destroy(b);
+}
+
 /* ---- memory: O(L), never O(L^2) ---- */
 
 static void test_memory(void)
@@ -864,7 +910,7 @@ int main(void)
 {
     info = harness_plugin("dense-hstu");
     ops = info->ops;
-    tap_plan(113);
+    tap_plan(115);
     tap_ok(info->kind == GRM_KIND_DENSE && ops->loss == NULL,
            "dense-hstu is a dense block, not a head");
     test_params();
@@ -888,6 +934,7 @@ int main(void)
     test_impls();
     test_structure();
     test_eval_dropout();
+    test_input_dropout();
     test_memory();
     test_errors();
     test_torch();

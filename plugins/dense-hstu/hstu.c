@@ -63,6 +63,9 @@ struct hstu {
     int32_t has_times;          /* the last forward had a time bias */
     uint64_t dkey;              /* dropout key of the last training forward */
     int32_t dropped;            /* the last training forward applied dropout */
+    int32_t in_dropped;         /* ... and input dropout, into xd */
+    float *xd;                  /* [cap_xd, D] the dropped input of the last forward */
+    int64_t cap_xd;
     double pairs;               /* sum over sequences of L (L + 1) / 2, last forward */
     int64_t pairs_rows;         /* rows of that forward; 0: none yet */
 };
@@ -289,6 +292,8 @@ void hstu_destroy(hstu *m)
         m->host->free(cpu_device, m->block);
     if (m->cache != NULL)
         m->host->free(cpu_device, m->cache);
+    if (m->xd != NULL)
+        m->host->free(cpu_device, m->xd);
     free(m->time_thr);
     free(m);
 }
@@ -483,6 +488,27 @@ grm_status hstu_forward(hstu *m, float *y, const float *x, int64_t rows,
     m->dropped = training && m->cfg.dropout > 0;
     m->dkey = hstu_dropout_key(m->seed, ctx != NULL ? ctx->step : 0);
     rows_job job = { .m = m, .y = y, .x = x };
+    // input dropout (the embedding dropout of the reference's preprocessor, here per
+    // block): the layer, residual included, sees xd = x * mask / (1 - p)
+    m->in_dropped = training && m->cfg.input_dropout > 0;
+    if (m->in_dropped) {
+        if (rows > m->cap_xd) {
+            float *nx = m->host->alloc(cpu_device, (size_t)(rows * m->D) * sizeof(float), 64);
+            if (nx == NULL)
+                return m->host->errorf(GRM_ENOMEM, "dense-hstu: forward: cannot allocate "
+                                       "the input dropout buffer for %lld rows",
+                                       (long long)rows);
+            if (m->xd != NULL)
+                m->host->free(cpu_device, m->xd);
+            m->xd = nx;
+            m->cap_xd = rows;
+        }
+        const uint64_t key = grm_mix64(m->dkey ^ UINT64_C(0x494e505554) /* "INPUT" */);
+        const float s = (float)(1.0 / (1.0 - m->cfg.input_dropout));
+        for (int64_t e = 0; e < rows * m->D; e++)
+            m->xd[e] = hstu_dropout_keep(key, e, m->cfg.input_dropout) ? x[e] * s : 0.0f;
+        job.x = m->xd;
+    }
 
     // eq. 1: U, V, Q, K = split(SiLU(f1(LN(x))))
     st = run_rows(m, rows, fwd_in_rows, &job);
@@ -589,6 +615,12 @@ grm_status hstu_backward(hstu *m, float *dx, const float *dy, int64_t rows)
                                  m->P);
     if (st == GRM_OK && dx != NULL)
         st = run_rows(m, rows, bwd_in_rows, &job);
+    if (st == GRM_OK && dx != NULL && m->in_dropped) {   // through the input mask
+        const uint64_t key = grm_mix64(m->dkey ^ UINT64_C(0x494e505554));
+        const float s = (float)(1.0 / (1.0 - m->cfg.input_dropout));
+        for (int64_t e = 0; e < rows * m->D; e++)
+            dx[e] = hstu_dropout_keep(key, e, m->cfg.input_dropout) ? dx[e] * s : 0.0f;
+    }
     return st;
 }
 

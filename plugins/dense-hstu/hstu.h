@@ -32,6 +32,7 @@ typedef struct hstu_config {
     int64_t max_len;            /* position buckets (clamp of i - j); also the 1/n norm */
     int64_t time_buckets;       /* time buckets (clamp of the log bucket) */
     double dropout;             /* rate on the f2 input Norm(AV) * U (training) */
+    double input_dropout;       /* rate on the block input x, residual included (training) */
     int32_t input_norm;         /* 1: layer norm (no affine) on x before f1 */
     int32_t attn_norm;          /* enum hstu_norm */
     int32_t impl;               /* enum hstu_impl_kind */

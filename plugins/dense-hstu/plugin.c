@@ -54,6 +54,9 @@ static const grm_param_decl hstu_params_decl[] = {
       GRM_PARAM_RANGE(1, HSTU_TIME_BUCKETS_MAX), NULL, "time-difference buckets" },
     { "dropout", GRM_PARAM_DOUBLE, 0, offsetof(hstu_config, dropout), "0",
       GRM_PARAM_RANGE(0, 0.99), NULL, "inverted dropout rate on the f2 input (training)" },
+    { "input_dropout", GRM_PARAM_DOUBLE, 0, offsetof(hstu_config, input_dropout), "0",
+      GRM_PARAM_RANGE(0, 0.99), NULL, "inverted dropout rate on the block input x, residual "
+      "included (the reference's embedding dropout; training)" },
     { "input_norm", GRM_PARAM_BOOL, 0, offsetof(hstu_config, input_norm), "true",
       GRM_PARAM_ANY, NULL, "layer norm (no affine) on the input before f1" },
     { "attn_norm", GRM_PARAM_ENUM, 0, offsetof(hstu_config, attn_norm), "max_len",
