@@ -664,8 +664,11 @@ static void ensure_perm(trainer *t, int64_t epoch)
     }
     t->perm_epoch = epoch;
 
-    /* the epoch's batches */
+    /* the epoch's batches, cut by the running token sums of the shuffled samples */
     const grm__settings *st = &t->p->set;
+    int64_t *S = t->tok_cum;
+    S[0] = 0;
+    for (int64_t i = 0; i < n; i++) S[i + 1] = S[i] + sample_tokens(t, t->perm[i]);
     t->nb = 0;
     t->bstart[0] = 0;
     if (st->batching == GRM__BATCH_FIXED) {
@@ -680,9 +683,7 @@ static void ensure_perm(trainer *t, int64_t epoch)
      * whose cumulative token count is closest to N (binary search over the running sums);
      * the first k samples are the batch and the rest carry over. A batch is also cut when
      * all of Q is closest but holds N or more, and the last chunk's leftovers are flushed. */
-    int64_t N = t->target_tokens, *S = t->tok_cum;
-    S[0] = 0;
-    for (int64_t i = 0; i < n; i++) S[i + 1] = S[i] + sample_tokens(t, t->perm[i]);
+    int64_t N = t->target_tokens;
     int64_t q0 = 0, qn = 0;
     while (q0 < n) {
         while (S[qn] - S[q0] < N && qn < n) qn = qn + st->batch_size < n ? qn + st->batch_size : n;
@@ -713,8 +714,14 @@ static grm_status epoch_start(trainer *t, int64_t e, int64_t *first)
         if (!nc) return grm_errorf(GRM_ENOMEM, "out of memory");
         t->ep_cum = nc;
         if (t->nep == 0) t->ep_cum[0] = 0;
-        ensure_perm(t, t->nep);
-        t->ep_cum[t->nep + 1] = t->ep_cum[t->nep] + t->nb;
+        int64_t nb;
+        if (t->p->set.batching == GRM__BATCH_FIXED) {   /* every epoch: ceil(nex / batch) */
+            nb = (t->nex + t->p->set.batch_size - 1) / t->p->set.batch_size;
+        } else {                                      /* cuts depend on the epoch's order */
+            ensure_perm(t, t->nep);
+            nb = t->nb;
+        }
+        t->ep_cum[t->nep + 1] = t->ep_cum[t->nep] + nb;
         t->nep++;
     }
     *first = t->ep_cum[e];
@@ -901,8 +908,7 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     t->t_opt += now_s() - t2;
     t->step = step;
     t->tokens += rows;
-    t->step_tokens = 0;
-    for (int64_t k = 0; k < b; k++) t->step_tokens += sample_tokens(t, t->perm[pos + k]);
+    t->step_tokens = t->tok_cum[pos + b] - t->tok_cum[pos];
     *loss_out = io.loss;
     *samples_out = b;
 out:
