@@ -38,10 +38,14 @@ static int run_loop(void *c, const char *dir)
             return 1;
         }
         if (it % 1000 == 0) {
-            snprintf(path, sizeof path, "%s/loops-%d", dir, (int)me);
+            /* written aside and renamed, so the watching script never reads it empty */
+            char done[sizeof path];
+            snprintf(path, sizeof path, "%s/loops-%d.tmp", dir, (int)me);
+            snprintf(done, sizeof done, "%s/loops-%d", dir, (int)me);
             if ((f = fopen(path, "w")) != NULL) {
                 fprintf(f, "%ld\n", it);
                 fclose(f);
+                rename(path, done);
             }
         }
     }
