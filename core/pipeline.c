@@ -31,7 +31,7 @@ typedef struct train_cfg {
     double valid_fraction, test_fraction;
     const char *user_column, *sequence_column, *time_column, *item_table, *metrics_out;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
-    int64_t early_stop, batch_tokens;
+    int64_t early_stop, batch_tokens, accumulate;
     int32_t batching;
     grm_int_list topk;
 } train_cfg;
@@ -68,6 +68,10 @@ static const grm_param_decl train_params[] = {
     { "batch_tokens", GRM_PARAM_INT, 0, offsetof(train_cfg, batch_tokens), "0",
       GRM_PARAM_RANGE(0, 1 << 24), NULL, "batching = tokens: target tokens per step (0: "
       "batch_size times the mean tokens per sample)" },
+    { "accumulate", GRM_PARAM_INT, 0, offsetof(train_cfg, accumulate), "1",
+      GRM_PARAM_RANGE(1, 4096), NULL, "batches whose gradients are summed before one "
+      "optimizer step (gradient accumulation): sparse gradients are aggregated by id and each "
+      "batch is weighted by its share of the step's samples (tokens for sequence models)" },
     { "epochs", GRM_PARAM_INT, 0, offsetof(train_cfg, epochs), "1", GRM_PARAM_RANGE(1, 100000),
       NULL, "passes over the training examples" },
     { "steps", GRM_PARAM_INT, 0, offsetof(train_cfg, steps), "0", GRM_PARAM_RANGE(0, 1e15),
@@ -107,7 +111,7 @@ static const grm_param_decl ckpt_host_params[] = {
 typedef struct feature_cfg {
     const char *source, *table;
     int64_t dim, window, rows;
-    int32_t pooling, init;
+    int32_t pooling, init, merge;
     double init_scale;
 } feature_cfg;
 
@@ -119,10 +123,15 @@ static const grm_param_decl feature_params[] = {
     { "dim", GRM_PARAM_INT, 1, offsetof(feature_cfg, dim), NULL, GRM_PARAM_RANGE(1, 65536), NULL,
       "floats per embedding row" },
     { "pooling", GRM_PARAM_ENUM, 0, offsetof(feature_cfg, pooling), "mean", GRM_PARAM_ANY,
-      "mean|sum|none", "how a sequence's rows become one vector; none: every row is a token "
-      "of a jagged sequence fed to the dense blocks (sequence models: HSTU, SASRec)" },
+      "mean|sum|none|tile", "how a sequence's rows become one vector; none: every row is a "
+      "token of a jagged sequence fed to the dense blocks (sequence models: HSTU, SASRec); "
+      "tile: the last `window` rows side by side, zeros where the list is shorter (RecIS "
+      "Table 1 sequence tile)" },
     { "window", GRM_PARAM_INT, 0, offsetof(feature_cfg, window), "0",
       GRM_PARAM_RANGE(0, 1 << 20), NULL, "most recent ids pooled (0: train.max_seq_len)" },
+    { "merge", GRM_PARAM_BOOL, 0, offsetof(feature_cfg, merge), "true", GRM_PARAM_ANY, NULL,
+      "let this feature's table share a physical table with others of the same dim, "
+      "optimizer and init when the store takes any id (MTGRBoost §4.2); false keeps it alone" },
     { "rows", GRM_PARAM_INT, 0, offsetof(feature_cfg, rows), "0", GRM_PARAM_RANGE(0, 1e12),
       NULL, "table rows for fixed-size stores (0: largest id in the data + 1)" },
     { "init", GRM_PARAM_ENUM, 0, offsetof(feature_cfg, init), "normal", GRM_PARAM_ANY,
@@ -230,6 +239,66 @@ static int is_uint(const char *s)
 
 /* ---- load ---- */
 
+/* The store's capability bits (0 for a store built before ABI 1.3). */
+static uint32_t emb_flags(const grm__pipeline *p)
+{
+    const grm_emb_ops *ops = p->emb.plugin->info->ops;
+    if (ops->struct_size < offsetof(grm_emb_ops, flags) + sizeof ops->flags) return 0;
+    return ops->flags;
+}
+
+static const char *const init_names[] = { "zeros", "uniform", "normal" };
+
+/* Id spaces -> physical tables (MTGRBoost §4.2; FusedRec §3's fusion criterion: equal dim,
+ * optimizer and initializer). An id space merges unless one of its features says
+ * merge = false or the store indexes rows by id (no GRM_EMB_ANY_ID): then it keeps a table of
+ * its own under its own name, and its keys are its ids (k = 1, eq. 8 with i = 0). */
+static grm_status plan_tables(grm__pipeline *p)
+{
+    grm_status st;
+    int any_id = (emb_flags(p) & GRM_EMB_ANY_ID) != 0;
+    grm__sparse_feature_spec *specs = calloc((size_t)p->ntables + 1, sizeof *specs);
+    if (!specs) return grm_errorf(GRM_ENOMEM, "out of memory");
+    for (int32_t t = 0; t < p->ntables; t++) {
+        const grm_emb_table_spec *ts = &p->tables[t];
+        int merge = any_id;
+        for (int32_t i = 0; i < p->nfeatures; i++)
+            if (p->features[i].table_idx == t && !p->features[i].merge) merge = 0;
+        specs[t] = (grm__sparse_feature_spec){ .name = ts->name, .dim = ts->dim,
+                                               .optimizer = p->opt_sparse.plugin->info->name,
+                                               .init = init_names[ts->init],
+                                               .init_scale = ts->init_scale,
+                                               .table = merge ? NULL : ts->name };
+    }
+    st = grm__sparse_plan_build(specs, p->ntables, &p->plan);
+    free(specs);
+    if (st != GRM_OK) return st;
+    p->nphys = p->plan->ntables;
+    p->phys = calloc((size_t)p->nphys + 1, sizeof *p->phys);
+    p->phys_names = calloc((size_t)p->nphys + 1, sizeof *p->phys_names);
+    if (!p->phys || !p->phys_names) return grm_errorf(GRM_ENOMEM, "out of memory");
+    for (int32_t T = 0; T < p->nphys; T++) {
+        const grm__sparse_table *tb = &p->plan->tables[T];
+        /* a merged table is named by its id spaces joined with '+': "user+genre" */
+        size_t len = 1;
+        for (int32_t j = 0; j < tb->nfeatures; j++)
+            len += strlen(p->tables[tb->features[j]].name) + 1;
+        char *name = malloc(len);
+        if (!name) return grm_errorf(GRM_ENOMEM, "out of memory");
+        name[0] = 0;
+        for (int32_t j = 0; j < tb->nfeatures; j++) {
+            if (j) strcat(name, "+");
+            strcat(name, p->tables[tb->features[j]].name);
+        }
+        p->phys_names[T] = name;
+        const grm_emb_table_spec *first = &p->tables[tb->features[0]];
+        p->phys[T] = *first;
+        p->phys[T].name = name;
+        p->phys[T].rows = 0;   /* the trainer sums its id spaces' rows */
+    }
+    return GRM_OK;
+}
+
 grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
 {
     grm_status st;
@@ -329,6 +398,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.eval_every = tc->eval_every;
     p->set.eval_batch = tc->eval_batch;
     p->set.early_stop = tc->early_stop;
+    p->set.accumulate = tc->accumulate;
     p->set.topk = tc->topk;
 
     /* plugins */
@@ -375,6 +445,8 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
             f->dim = (int32_t)fc->dim;
             f->pooling = fc->pooling;
             f->window = fc->window ? fc->window : p->set.max_seq_len;
+            f->width = fc->pooling == GRM__POOL_TILE ? f->window * fc->dim : fc->dim;
+            f->merge = fc->merge;
             f->rows = fc->rows;
             f->init = fc->init;
             f->init_scale = fc->init_scale;
@@ -398,6 +470,12 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->seq_feature = -1;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *f = &p->features[i];
+        if (f->pooling == GRM__POOL_TILE && !ranking && !f->is_sequence) {
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = tile lays out the last "
+                            "`window` ids of a list side by side, but '%s' holds one id per "
+                            "sample; use mean or sum", path, f->line, f->name, f->source);
+            goto fail;
+        }
         if (f->pooling != GRM__POOL_NONE) continue;
         if (ranking || !f->is_sequence) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none: only the item "
@@ -485,6 +563,10 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         || (st = stage_setup(p, &p->comm, "distributed", GRM_KIND_COMM, "comm-single", NULL))
                != GRM_OK)
         goto fail;
+    if ((st = plan_tables(p)) != GRM_OK) {
+        grm_error_prefix("%s: ", path);
+        goto fail;
+    }
     {
         const char **skip = skip_list(p->ckpt.plugin->info, (const char *const[]){ "plugin",
                                                                                  NULL });
@@ -542,6 +624,10 @@ void grm__pipeline_destroy(grm__pipeline *p)
     }
     free(p->features);
     free(p->tables);
+    grm__sparse_plan_destroy(p->plan);
+    for (int32_t t = 0; p->phys_names && t < p->nphys; t++) free(p->phys_names[t]);
+    free(p->phys_names);
+    free(p->phys);
     stage_fini(&p->emb);
     stage_fini(&p->opt_sparse);
     stage_fini(&p->opt_dense);
@@ -564,6 +650,35 @@ static void print_stage(FILE *f, const char *role, const grm__stage *s)
     grm__params_print_values(f, info, s->config.data, "                       ");
 }
 
+/* The merge plan: physical tables, the id spaces each holds and their key encoding. */
+static void print_plan(FILE *f, const grm__pipeline *p)
+{
+    const char *ind = "                       ";
+    const grm__sparse_plan *pl = p->plan;
+    fprintf(f, "%smerge plan (MTGRBoost §4.2): %d id space%s in %d table%s", ind, p->ntables,
+            p->ntables == 1 ? "" : "s", p->nphys, p->nphys == 1 ? "" : "s");
+    if (!(emb_flags(p) & GRM_EMB_ANY_ID))
+        fprintf(f, "; not merged: %s indexes rows by id (emb-dynamic takes any id)",
+                p->emb.plugin->info->name);
+    fputc('\n', f);
+    for (int32_t T = 0; T < p->nphys; T++) {
+        const grm__sparse_table *tb = &pl->tables[T];
+        fprintf(f, "%stable %s: dim %d, %s, %s(%g), %s, k = %d, ids 0 .. 2^%d - 1\n", ind,
+                p->phys[T].name, tb->dim, tb->optimizer, tb->init, tb->init_scale,
+                tb->nslots > 1 ? "merged" : "alone", tb->k, 63 - tb->k);
+        for (int32_t j = 0; j < tb->nfeatures; j++) {
+            int32_t s = tb->features[j];
+            fprintf(f, "%s  %-10s key = (%d << %d) | id   features:", ind, p->tables[s].name,
+                    pl->slots[s].index, 63 - tb->k);
+            for (int32_t i = 0; i < p->nfeatures; i++)
+                if (p->features[i].table_idx == s) fprintf(f, " %s", p->features[i].name);
+            fputc('\n', f);
+        }
+    }
+    if (p->set.task == GRM__TASK_RETRIEVAL)
+        fprintf(f, "%sitems ranked from '%s'\n", ind, p->set.item_table);
+}
+
 void grm__pipeline_print(FILE *f, const grm__pipeline *p)
 {
     fprintf(f, "pipeline '%s' (%s): ok\n", p->set.name, p->cfg->path);
@@ -578,18 +693,13 @@ void grm__pipeline_print(FILE *f, const grm__pipeline *p)
     fprintf(f, "  %-18s\n", "features");
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *ft = &p->features[i];
-        static const char *const how[] = { "mean", "sum", "token sequence" };
+        static const char *const how[] = { "mean", "sum", "token sequence", "tile" };
         fprintf(f, "                       %-10s column %-8s table %-8s dim %d, %s of the last "
                    "%lld\n", ft->name, ft->source, ft->table, ft->dim, how[ft->pooling],
                 (long long)ft->window);
     }
     print_stage(f, "[embedding]", &p->emb);
-    fprintf(f, "                       tables:");
-    for (int32_t t = 0; t < p->ntables; t++)
-        fprintf(f, " %s(dim %d)", p->tables[t].name, p->tables[t].dim);
-    if (p->set.task == GRM__TASK_RETRIEVAL)
-        fprintf(f, "; items ranked from '%s'", p->set.item_table);
-    fputc('\n', f);
+    print_plan(f, p);
     for (int32_t i = 0; i < p->ndense; i++) {
         char role[64];
         snprintf(role, sizeof role, "[%s]", p->dense[i].label);

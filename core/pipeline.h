@@ -4,6 +4,7 @@
 #define GRM_PIPELINE_H
 
 #include "grm_core.h"
+#include "sparse.h"
 
 /* A plugin instance: which plugin, its filled config, its section. */
 typedef struct grm__stage {
@@ -16,16 +17,18 @@ typedef struct grm__stage {
 
 /* A [feature.NAME] section: one id or sequence column looked up in one table. */
 enum { GRM__BATCH_FIXED = 0, GRM__BATCH_TOKENS = 1 };
-enum { GRM__POOL_MEAN = 0, GRM__POOL_SUM = 1, GRM__POOL_NONE = 2 };
+enum { GRM__POOL_MEAN = 0, GRM__POOL_SUM = 1, GRM__POOL_NONE = 2, GRM__POOL_TILE = 3 };
 
 typedef struct grm__feature {
     char *name;                    /* owned: NAME */
     char *source;                  /* owned: column */
-    char *table;                   /* owned: table name */
-    int32_t table_idx;             /* index into pipeline tables */
+    char *table;                   /* owned: its id space (logical table) name */
+    int32_t table_idx;             /* index into pipeline tables (id spaces) */
     int32_t dim;
     int32_t pooling;               /* GRM__POOL_* */
     int64_t window;                /* most recent ids used from a sequence (0: max_seq_len) */
+    int64_t width;                 /* columns of the dense input: dim, or window * dim (tile) */
+    int32_t merge;                 /* 0: its id space keeps a physical table of its own */
     int32_t is_sequence;           /* source is the sequence column */
     int32_t init;                  /* grm_emb_init */
     double init_scale;
@@ -49,6 +52,7 @@ typedef struct grm__settings {
     const char *user_column, *sequence_column, *time_column;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every;
     int64_t eval_batch, early_stop;
+    int64_t accumulate;            /* batches per optimizer step (gradient accumulation) */
     int32_t batching;              /* GRM__BATCH_* */
     int64_t batch_tokens;          /* batching = tokens: target tokens per step (0: derived) */
     grm_int_list topk;
@@ -108,8 +112,17 @@ typedef struct grm__pipeline {
     grm__feature *features;        /* [nfeatures] in file order */
     int32_t nfeatures;
     int32_t seq_feature;           /* the pooling = none feature (sequence model), or -1 */
+    /* id spaces (logical tables): one per distinct [feature.*] table name; features naming
+     * the same table read the same rows */
     grm_emb_table_spec *tables;    /* [ntables] */
     int32_t ntables;
+    /* MTGRBoost §4.2 table merging: id spaces with equal (dim, optimizer, init) share one
+     * physical table of the store when it takes any id (GRM_EMB_ANY_ID); plan feature s is
+     * id space s, and its keys are (i << (63 - k)) | id */
+    grm__sparse_plan *plan;        /* owned */
+    grm_emb_table_spec *phys;      /* [nphys] the tables the store holds */
+    char **phys_names;             /* [nphys] owned backing of phys[].name */
+    int32_t nphys;
     grm__stage emb;
     grm__stage opt_sparse, opt_dense;
     grm__stage *dense;             /* [ndense] in [dense.N] order */

@@ -2,8 +2,9 @@
  * full-ranking evaluation.
  *
  * One step: sample B (user, position) examples -> for each feature, the ids of the
- * history window -> per-table dedup into a step working set (each id looked up once and
- * its gradient summed once, MTGRBoost §4.3's first stage) -> store lookup -> pooling ->
+ * history window -> per physical table, one segment unique over the fused ids of all its id
+ * spaces (FusedRec §3; each id looked up once and its gradient summed once, MTGRBoost §4.3's
+ * first stage), encoded as merged keys (MTGRBoost §4.2) -> store lookup -> pooling ->
  * dense stack -> head (sampled softmax: positives and negatives are rows of the item
  * table) -> backward -> dense optimizer on every parameter, sparse optimizer on touched
  * rows only -> periodic evaluation and checkpoint.
@@ -36,54 +37,34 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ---- per-table step working set: the unique ids of a step ---- */
+/* ---- per physical table step working set ----
+ * The step's ids of every id space the table holds, gathered id space by id space (the
+ * segments of a fused group), deduplicated by segment unique (FusedRec §3, Fig. 5: equal ids
+ * of different id spaces stay apart) and encoded as keys (i << (63 - k)) | id (MTGRBoost §4.2
+ * eq. 8). Every gathered id then names its unique row through inv (FusedRec's I_u). */
 
 typedef struct table_ws {
     int32_t dim;
-    int64_t cap;          /* most unique ids per step */
-    int64_t hcap;         /* hash slots, a power of two >= 2 * cap */
-    int64_t *hkey;        /* [hcap] */
-    int64_t *hval;        /* [hcap] slot of the key */
-    uint32_t *hgen;       /* [hcap] generation that wrote the entry */
-    uint32_t gen;
-    int64_t n;            /* unique ids this step */
-    int64_t *ids;         /* [cap] unique ids, first-seen order */
-    float *rows;          /* [cap, dim] looked-up rows */
+    int32_t nspace;       /* id spaces held: segments of the fused group */
+    int64_t cap;          /* most ids gathered per step */
+    int64_t n;            /* ids gathered this step */
+    int64_t *ids;         /* [cap] gathered raw ids, id space major */
+    int64_t *segoff;      /* [nspace + 1] segment offsets into ids */
+    int64_t *counts;      /* [nspace] unique ids per segment */
+    int64_t *inv;         /* [cap] unique index of ids[j] */
+    int64_t nu;           /* unique (id space, id) pairs this step */
+    int64_t *keys;        /* [cap] their keys, first-seen order */
+    float *rows;          /* [cap, dim] looked-up rows of the keys */
     float *grads;         /* [cap, dim] summed row gradients */
+    /* gradient accumulation (accumulate > 1): keys and gradients of the step's batches,
+     * aggregated by key before the one update */
+    int64_t acap, an;
+    int64_t *akeys;       /* [acap] */
+    float *agrads;        /* [acap, dim] */
+    int64_t *ainv;        /* [acap] */
+    int64_t *ukeys;       /* [acap] */
+    float *ugrads;        /* [acap, dim] */
 } table_ws;
-
-static void ws_reset(table_ws *w)
-{
-    w->n = 0;
-    if (++w->gen == 0) {
-        memset(w->hgen, 0, (size_t)w->hcap * sizeof *w->hgen);
-        w->gen = 1;
-    }
-}
-
-/* Slot of id in the working set, adding it when new. */
-static grm_status ws_slot(table_ws *w, int64_t id, int64_t *slot)
-{
-    uint64_t h = grm_mix64((uint64_t)id) & (uint64_t)(w->hcap - 1);
-    for (;;) {
-        if (w->hgen[h] != w->gen) {
-            if (w->n >= w->cap)
-                return grm_errorf(GRM_EINTERNAL, "step working set overflow (%lld ids)",
-                                  (long long)w->cap);
-            w->hgen[h] = w->gen;
-            w->hkey[h] = id;
-            w->hval[h] = w->n;
-            w->ids[w->n] = id;
-            *slot = w->n++;
-            return GRM_OK;
-        }
-        if (w->hkey[h] == id) {
-            *slot = w->hval[h];
-            return GRM_OK;
-        }
-        h = (h + 1) & (uint64_t)(w->hcap - 1);
-    }
-}
 
 /* ---- dense parameters with their optimizer state ---- */
 
@@ -104,7 +85,8 @@ typedef struct trainer {
     const grm_dense_ops *hops;
     const grm_opt_ops *dops;
     void *dopt;
-    int32_t item_table;
+    int32_t item_table;       /* the id space of the candidate items */
+    int32_t item_phys;        /* its physical table */
     int64_t B;                /* buffer samples: max(batch_size, eval_batch) */
     int64_t RB;               /* buffer rows of the dense stack: B, or B * window tokens */
     /* sequence model ([feature.*] pooling = none): a sample is a user's jagged token
@@ -121,14 +103,21 @@ typedef struct trainer {
     int64_t nseq;             /* samples of the current batch */
     int64_t tokens;           /* tokens trained on so far, for throughput */
     int64_t R;                /* most negatives per step: capacity of the neg buffers */
-    table_ws *ws;             /* [ntables] */
-    int64_t **fslots;         /* [nfeatures][B * window] */
+    table_ws *ws;             /* [nphys] */
+    int64_t **fids;           /* [nfeatures][B * window] gathered raw ids */
+    int64_t *fbase;           /* [nfeatures] where feature i's ids sit in its table's ids */
+    int64_t **fslots;         /* [nfeatures] borrowed: the unique row of each id (table inv) */
     int64_t **foff;           /* [nfeatures][B+1] */
-    int64_t din;              /* sum of feature dims */
+    int64_t din;              /* sum of feature widths */
+    float *ptmp;              /* [B, widest feature] one feature's pooled block */
+    float *gin;               /* [most ids of a feature, widest dim] gradient per gathered id */
+    int64_t *cat_keys;        /* [C] keys of the catalog items */
+    grm__sparse_work work;
     float **acts;             /* [ndense + 2]: x, block outputs, head output; [B, dim_i] */
     float **dacts;            /* same shapes */
     int64_t *dims;            /* [ndense + 2] */
-    int64_t *pos_slot, *neg_ids, *neg_slot;   /* [B], [R], [R] */
+    int64_t *neg_ids;         /* [R] */
+    int64_t *pos_slot, *neg_slot;   /* borrowed: [rows], [nneg] unique rows in the item table */
     float *pos_rows, *neg_rows, *d_pos, *d_neg;
     dparam *params;
     int32_t nparams;
@@ -145,6 +134,8 @@ typedef struct trainer {
     int64_t step_tokens;      /* tokens of the last step */
     int64_t step;             /* steps done */
     int64_t total_steps, steps_per_epoch;
+    int64_t total_mb;         /* batches of the whole run (0: [train] steps decides) */
+    int64_t mb_per_epoch;     /* batches of epoch 0 */
     grm__metrics *metrics;
     uv_loop_t loop;
     uv_signal_t sigint, sigterm;
@@ -250,8 +241,13 @@ static grm_status setup(trainer *t)
     }
     for (int32_t i = 0; i < p->ntables; i++)
         if (strcmp(p->tables[i].name, s->item_table) == 0) t->item_table = i;
+    t->item_phys = p->plan->slots[t->item_table].table;
+    /* a merged table's capacity: the sum of its id spaces' */
+    for (int32_t T = 0; T < p->nphys; T++) p->phys[T].rows = 0;
+    for (int32_t i = 0; i < p->ntables; i++)
+        p->phys[p->plan->slots[i].table].rows += p->tables[i].rows;
     t->eops = p->emb.plugin->info->ops;
-    if ((st = t->eops->create(p->emb.config.data, p->tables, p->ntables, &p->sparse_opt,
+    if ((st = t->eops->create(p->emb.config.data, p->phys, p->nphys, &p->sparse_opt,
                               &p->emb.inst)) != GRM_OK) {
         grm_error_prefix("[embedding] %s: ", p->emb.plugin->info->name);
         return st;
@@ -262,7 +258,7 @@ static grm_status setup(trainer *t)
     t->acts = calloc((size_t)p->ndense + 2, sizeof *t->acts);
     t->dacts = calloc((size_t)p->ndense + 2, sizeof *t->dacts);
     if (!t->dims || !t->acts || !t->dacts) return grm_errorf(GRM_ENOMEM, "out of memory");
-    for (int32_t i = 0; i < p->nfeatures; i++) t->din += p->features[i].dim;
+    for (int32_t i = 0; i < p->nfeatures; i++) t->din += p->features[i].width;
     t->dims[0] = t->din;
     for (int32_t i = 0; i < p->ndense; i++) {
         const grm_dense_ops *ops = p->dense[i].plugin->info->ops;
@@ -320,39 +316,60 @@ static grm_status setup(trainer *t)
         t->R = n;
     }
 
-    /* step working sets */
-    t->ws = calloc((size_t)p->ntables, sizeof *t->ws);
+    /* step working sets, one per physical table */
+    t->ws = calloc((size_t)p->nphys, sizeof *t->ws);
+    t->fids = calloc((size_t)p->nfeatures, sizeof *t->fids);
     t->fslots = calloc((size_t)p->nfeatures, sizeof *t->fslots);
+    t->fbase = calloc((size_t)p->nfeatures, sizeof *t->fbase);
     t->foff = calloc((size_t)p->nfeatures, sizeof *t->foff);
-    if (!t->ws || !t->fslots || !t->foff) return grm_errorf(GRM_ENOMEM, "out of memory");
+    if (!t->ws || !t->fids || !t->fslots || !t->fbase || !t->foff)
+        return grm_errorf(GRM_ENOMEM, "out of memory");
+    int64_t wmax = 1, gmax = 1;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         grm__feature *f = &p->features[i];
         int64_t per = f->is_sequence ? f->window : 1;
         if (t->ranking) per = ds->fmaxlen[i] < f->window ? ds->fmaxlen[i] : f->window;
         if (per < 1) per = 1;
-        t->ws[f->table_idx].cap += t->B * per;
-        t->fslots[i] = xalloc((size_t)(t->B * per) * sizeof(int64_t));
+        int64_t nid = t->seqmode ? t->RB : t->B * per;
+        t->ws[p->plan->slots[f->table_idx].table].cap += nid;
+        t->fids[i] = xalloc((size_t)nid * sizeof(int64_t));
         t->foff[i] = xalloc((size_t)(t->B + 1) * sizeof(int64_t));
-        if (!t->fslots[i] || !t->foff[i]) return GRM_ENOMEM;
+        if (!t->fids[i] || !t->foff[i]) return GRM_ENOMEM;
+        if (f->width > wmax) wmax = f->width;
+        if (nid * f->dim > gmax) gmax = nid * f->dim;
     }
-    if (!t->ranking) t->ws[t->item_table].cap += t->RB + t->R;
-    for (int32_t i = 0; i < p->ntables; i++) {
-        table_ws *w = &t->ws[i];
-        w->dim = p->tables[i].dim;
-        w->hcap = 16;
-        while (w->hcap < 2 * w->cap) w->hcap *= 2;
-        w->hkey = xalloc((size_t)w->hcap * sizeof *w->hkey);
-        w->hval = xalloc((size_t)w->hcap * sizeof *w->hval);
-        w->hgen = calloc((size_t)w->hcap, sizeof *w->hgen);
+    t->ptmp = xalloc((size_t)(t->B * wmax) * sizeof(float));
+    t->gin = xalloc((size_t)gmax * sizeof(float));
+    t->cat_keys = xalloc((size_t)(ds->ncatalog ? ds->ncatalog : 1) * sizeof(int64_t));
+    if (!t->ptmp || !t->gin || !t->cat_keys) return GRM_ENOMEM;
+    if (!t->ranking) t->ws[t->item_phys].cap += t->RB + t->R;
+    for (int32_t T = 0; T < p->nphys; T++) {
+        table_ws *w = &t->ws[T];
+        w->dim = p->phys[T].dim;
+        w->nspace = p->plan->tables[T].nfeatures;
+        if (w->cap < 1) w->cap = 1;
         w->ids = xalloc((size_t)w->cap * sizeof *w->ids);
+        w->segoff = xalloc((size_t)(w->nspace + 1) * sizeof *w->segoff);
+        w->counts = xalloc((size_t)w->nspace * sizeof *w->counts);
+        w->inv = xalloc((size_t)w->cap * sizeof *w->inv);
+        w->keys = xalloc((size_t)w->cap * sizeof *w->keys);
         w->rows = xalloc((size_t)(w->cap * w->dim) * sizeof(float));
         w->grads = xalloc((size_t)(w->cap * w->dim) * sizeof(float));
-        if (!w->hkey || !w->hval || !w->hgen || !w->ids || !w->rows || !w->grads)
+        if (!w->ids || !w->segoff || !w->counts || !w->inv || !w->keys || !w->rows
+            || !w->grads)
             return grm_errorf(GRM_ENOMEM, "out of memory");
+        if (s->accumulate > 1) {
+            w->acap = w->cap * s->accumulate;
+            w->akeys = xalloc((size_t)w->acap * sizeof *w->akeys);
+            w->ainv = xalloc((size_t)w->acap * sizeof *w->ainv);
+            w->ukeys = xalloc((size_t)w->acap * sizeof *w->ukeys);
+            w->agrads = xalloc((size_t)(w->acap * w->dim) * sizeof(float));
+            w->ugrads = xalloc((size_t)(w->acap * w->dim) * sizeof(float));
+            if (!w->akeys || !w->ainv || !w->ukeys || !w->agrads || !w->ugrads)
+                return grm_errorf(GRM_ENOMEM, "out of memory");
+        }
     }
-    t->pos_slot = xalloc((size_t)t->RB * sizeof(int64_t));
     t->neg_ids = xalloc((size_t)(t->R ? t->R : 1) * sizeof(int64_t));
-    t->neg_slot = xalloc((size_t)(t->R ? t->R : 1) * sizeof(int64_t));
     t->pos_rows = xalloc((size_t)(t->RB * D) * sizeof(float));
     t->d_pos = xalloc((size_t)(t->RB * D) * sizeof(float));
     t->queries = xalloc((size_t)(t->B * D) * sizeof(float));
@@ -368,7 +385,7 @@ static grm_status setup(trainer *t)
     if (!t->bstart || !t->tok_cum) return GRM_ENOMEM;
     t->cat_rows = xalloc((size_t)(ds->ncatalog * D) * sizeof(float));
     t->scores = xalloc((size_t)(s->eval_batch * ds->ncatalog) * sizeof(float));
-    if (!t->pos_slot || !t->neg_ids || !t->neg_slot || !t->pos_rows || !t->d_pos
+    if (!t->neg_ids || !t->pos_rows || !t->d_pos
         || !t->neg_rows || !t->d_neg || !t->hist_end || !t->users || !t->perm || !t->cat_rows
         || !t->scores || !t->queries)
         return GRM_ENOMEM;
@@ -412,9 +429,15 @@ static grm_status setup(trainer *t)
     if (t->nex == 0)
         return grm_errorf(GRM_EINVAL, "%s: no training samples (every user has fewer than two "
                           "training items)", p->cfg->path);
-    if ((st = epoch_start(t, 1, &t->steps_per_epoch)) != GRM_OK) return st;   /* epoch 0 */
+    /* steps are optimizer steps of `accumulate` batches each; batches run on across epochs */
+    int64_t N = s->accumulate;
+    if ((st = epoch_start(t, 1, &t->mb_per_epoch)) != GRM_OK) return st;   /* epoch 0 */
+    t->steps_per_epoch = (t->mb_per_epoch + N - 1) / N;
     t->total_steps = s->steps;
-    if (!s->steps && (st = epoch_start(t, s->epochs, &t->total_steps)) != GRM_OK) return st;
+    if (!s->steps) {
+        if ((st = epoch_start(t, s->epochs, &t->total_mb)) != GRM_OK) return st;
+        t->total_steps = (t->total_mb + N - 1) / N;
+    }
     return GRM_OK;
 }
 
@@ -438,23 +461,23 @@ static void teardown(trainer *t)
     p->opt_sparse.inst = p->opt_dense.inst = p->ckpt.inst = p->comm.inst = NULL;
     grm__host_set_comm(NULL);
     if (t->ws) {
-        for (int32_t i = 0; i < p->ntables; i++) {
-            table_ws *w = &t->ws[i];
-            grm__free(CPU, w->hkey);
-            grm__free(CPU, w->hval);
-            free(w->hgen);
-            grm__free(CPU, w->ids);
-            grm__free(CPU, w->rows);
-            grm__free(CPU, w->grads);
+        for (int32_t T = 0; T < p->nphys; T++) {
+            table_ws *w = &t->ws[T];
+            void *wb[] = { w->ids, w->segoff, w->counts, w->inv, w->keys, w->rows, w->grads,
+                           w->akeys, w->agrads, w->ainv, w->ukeys, w->ugrads };
+            for (size_t i = 0; i < sizeof wb / sizeof *wb; i++) grm__free(CPU, wb[i]);
         }
         free(t->ws);
     }
-    for (int32_t i = 0; t->fslots && i < p->nfeatures; i++) {
-        grm__free(CPU, t->fslots[i]);
+    for (int32_t i = 0; t->fids && i < p->nfeatures; i++) {
+        grm__free(CPU, t->fids[i]);
         grm__free(CPU, t->foff[i]);
     }
+    free(t->fids);
     free(t->fslots);
+    free(t->fbase);
     free(t->foff);
+    grm__sparse_work_fini(&t->work);
     for (int32_t i = 0; t->acts && i < p->ndense + 2; i++) {
         grm__free(CPU, t->acts[i]);
         grm__free(CPU, t->dacts[i]);
@@ -462,7 +485,7 @@ static void teardown(trainer *t)
     free(t->acts);
     free(t->dacts);
     free(t->dims);
-    void *bufs[] = { t->pos_slot, t->neg_ids, t->neg_slot, t->pos_rows, t->d_pos, t->neg_rows,
+    void *bufs[] = { t->ptmp, t->gin, t->cat_keys, t->neg_ids, t->pos_rows, t->d_pos, t->neg_rows,
                      t->d_neg, t->hist_end, t->users, t->perm, t->cat_rows, t->scores,
                      t->labels, t->seq_users, t->tok_src, t->tok_times, t->tgt_ids,
                      t->queries, t->bstart, t->tok_cum };
@@ -477,50 +500,174 @@ static void teardown(trainer *t)
     grm__scratch_fini();
 }
 
-/* ---- one batch: features -> lookup -> pooled input x ---- */
+/* ---- one batch: features -> fused dedup -> lookup -> pooled input x ---- */
 
-typedef struct pool_ctx {
-    trainer *t;
-    int64_t b;
-} pool_ctx;
-
-/* Sequence model: token row n of x is the row of its id, unpooled. */
-static grm_status token_range(void *vctx, int64_t lo, int64_t hi)
+/* Feature i's ids of the batch's b samples into t->fids[i], segment k being
+ * fids[i][foff[i][k] .. foff[i][k+1]); a sequence model's token sources and times too. */
+static void gather_feature(trainer *t, int32_t i, int64_t b)
 {
-    pool_ctx *c = vctx;
-    trainer *t = c->t;
-    int32_t i = t->p->seq_feature;
-    const table_ws *w = &t->ws[t->p->features[i].table_idx];
-    for (int64_t n = lo; n < hi; n++)
-        memcpy(t->acts[0] + n * t->din, w->rows + t->fslots[i][n] * w->dim,
-               (size_t)w->dim * sizeof(float));
+    const grm__feature *f = &t->p->features[i];
+    const grm__dataset *ds = t->ds;
+    int64_t *out = t->fids[i], n = 0;
+    t->foff[i][0] = 0;
+    for (int64_t k = 0; k < b; k++) {
+        int64_t u = t->users[k];
+        if (t->ranking) {
+            /* the row's ids of this feature, the most recent `window` of a list */
+            int64_t end = ds->fofs[i][u + 1], beg = end - f->window;
+            if (beg < ds->fofs[i][u]) beg = ds->fofs[i][u];
+            for (int64_t j = beg; j < end; j++) out[n++] = ds->fids[i][j];
+        } else if (f->is_sequence) {
+            int64_t end = t->hist_end[k], beg = end - f->window;
+            if (beg < ds->offsets[u]) beg = ds->offsets[u];
+            for (int64_t j = beg; j < end; j++) {
+                if (t->seqmode) {
+                    t->tok_src[n] = j;
+                    t->tok_times[n] = ds->times ? ds->times[j] : 0;
+                }
+                out[n++] = ds->items[j];
+            }
+        } else {
+            out[n++] = ds->users[u];
+        }
+        t->foff[i][k + 1] = n;
+    }
+}
+
+/* Per physical table: the batch's ids of its id spaces, one segment per id space (features
+ * reading the space, then the step's positives and negatives for the item space), reduced by
+ * one segment unique (FusedRec §3, Fig. 5), encoded as keys (MTGRBoost §4.2 eq. 8) and looked
+ * up once. fslots, pos_slot and neg_slot then point into the table's inverse indices. */
+static grm_status fused_lookup(trainer *t, int64_t b, const int64_t *pos_ids, int64_t npos,
+                               int64_t nneg, int training)
+{
+    grm__pipeline *p = t->p;
+    grm_status st;
+    int64_t pos_base = 0, neg_base = 0;
+    for (int32_t T = 0; T < p->nphys; T++) {
+        const grm__sparse_table *tb = &p->plan->tables[T];
+        table_ws *w = &t->ws[T];
+        int64_t n = 0;
+        for (int32_t j = 0; j < tb->nfeatures; j++) {
+            int32_t space = tb->features[j];
+            w->segoff[j] = n;
+            for (int32_t i = 0; i < p->nfeatures; i++) {
+                if (p->features[i].table_idx != space) continue;
+                int64_t m = t->foff[i][b];
+                if (n + m > w->cap) goto overflow;
+                memcpy(w->ids + n, t->fids[i], (size_t)m * sizeof *w->ids);
+                t->fbase[i] = n;
+                n += m;
+            }
+            if (space == t->item_table && pos_ids) {
+                if (n + npos + nneg > w->cap) goto overflow;
+                memcpy(w->ids + n, pos_ids, (size_t)npos * sizeof *w->ids);
+                pos_base = n;
+                n += npos;
+                memcpy(w->ids + n, t->neg_ids, (size_t)nneg * sizeof *w->ids);
+                neg_base = n;
+                n += nneg;
+            }
+        }
+        w->segoff[tb->nfeatures] = n;
+        w->n = n;
+        st = grm__sparse_segment_unique(w->keys, NULL, w->counts, w->inv, &w->nu, w->ids,
+                                        w->segoff, n, tb->nfeatures, &t->work);
+        if (st != GRM_OK) return st;
+        /* unique ids come out segment by segment: encode each run with its id space */
+        int64_t at = 0;
+        for (int32_t j = 0; j < tb->nfeatures; j++) {
+            st = grm__sparse_plan_encode(p->plan, tb->features[j], w->keys + at, w->keys + at,
+                                         w->counts[j]);
+            if (st != GRM_OK) {
+                grm_error_prefix("[embedding] table %s: ", p->phys[T].name);
+                return st;
+            }
+            at += w->counts[j];
+        }
+        if (w->nu > 0) {
+            st = t->eops->lookup(p->emb.inst, w->rows, T, w->keys, w->nu,
+                                 training ? GRM_EMB_INSERT : 0);
+            if (st != GRM_OK) {
+                grm_error_prefix("[embedding] %s: ", p->emb.plugin->info->name);
+                return st;
+            }
+        }
+    }
+    for (int32_t i = 0; i < p->nfeatures; i++)
+        t->fslots[i] = t->ws[p->plan->slots[p->features[i].table_idx].table].inv + t->fbase[i];
+    if (pos_ids) {
+        t->pos_slot = t->ws[t->item_phys].inv + pos_base;
+        t->neg_slot = t->ws[t->item_phys].inv + neg_base;
+    }
+    return GRM_OK;
+overflow:
+    return grm_errorf(GRM_EINTERNAL, "step working set overflow (%lld ids)",
+                      (long long)t->ws[0].cap);
+}
+
+/* The dense input x [rows, din]: a sequence model's token rows as they are, otherwise each
+ * feature pooled (sum, mean) or tiled (RecIS Table 1) into its columns. */
+static grm_status pool_forward(trainer *t, int64_t b)
+{
+    grm__pipeline *p = t->p;
+    grm_status st;
+    if (t->seqmode) {
+        const table_ws *w = &t->ws[p->plan->slots[p->features[p->seq_feature].table_idx].table];
+        return grm__sparse_gather(t->acts[0], w->rows, t->fslots[p->seq_feature], t->rows,
+                                  w->nu, w->dim);
+    }
+    int64_t col = 0;
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        const grm__feature *f = &p->features[i];
+        const table_ws *w = &t->ws[p->plan->slots[f->table_idx].table];
+        if (f->pooling == GRM__POOL_TILE)
+            st = grm__sparse_tile(t->ptmp, w->rows, t->fslots[i], t->foff[i], b, f->window,
+                                  w->nu, f->dim, GRM_SPARSE_TILE_LAST);
+        else
+            st = grm__sparse_segment_reduce(t->ptmp, w->rows, t->fslots[i], t->foff[i], b,
+                                            w->nu, f->dim,
+                                            f->pooling == GRM__POOL_MEAN ? GRM_SPARSE_POOL_MEAN
+                                                                         : GRM_SPARSE_POOL_SUM);
+        if (st != GRM_OK) return st;
+        for (int64_t k = 0; k < b; k++)
+            memcpy(t->acts[0] + k * t->din + col, t->ptmp + k * f->width,
+                   (size_t)f->width * sizeof(float));
+        col += f->width;
+    }
     return GRM_OK;
 }
 
-static grm_status pool_range(void *vctx, int64_t lo, int64_t hi)
+/* Backward of pool_forward: dx [rows, din] into the summed row gradients of the tables. */
+static grm_status pool_backward(trainer *t, int64_t b)
 {
-    pool_ctx *c = vctx;
-    trainer *t = c->t;
     grm__pipeline *p = t->p;
-    float *x = t->acts[0];
-    for (int64_t b = lo; b < hi; b++) {
-        int64_t col = 0;
-        for (int32_t i = 0; i < p->nfeatures; i++) {
-            const grm__feature *f = &p->features[i];
-            const table_ws *w = &t->ws[f->table_idx];
-            float *dst = x + b * t->din + col;
-            int64_t s0 = t->foff[i][b], s1 = t->foff[i][b + 1];
-            memset(dst, 0, (size_t)f->dim * sizeof *dst);
-            for (int64_t s = s0; s < s1; s++) {
-                const float *row = w->rows + t->fslots[i][s] * w->dim;
-                for (int32_t d = 0; d < f->dim; d++) dst[d] += row[d];
-            }
-            if (f->pooling == GRM__POOL_MEAN && s1 > s0) {
-                float inv = 1.0f / (float)(s1 - s0);
-                for (int32_t d = 0; d < f->dim; d++) dst[d] *= inv;
-            }
-            col += f->dim;
-        }
+    grm_status st;
+    if (t->seqmode) {   /* token n's input gradient goes to its row, unscaled */
+        table_ws *w = &t->ws[p->plan->slots[p->features[p->seq_feature].table_idx].table];
+        return grm__sparse_scatter_add(w->grads, t->dacts[0], t->fslots[p->seq_feature],
+                                       t->rows, w->nu, w->dim, &t->work);
+    }
+    int64_t col = 0;
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        const grm__feature *f = &p->features[i];
+        table_ws *w = &t->ws[p->plan->slots[f->table_idx].table];
+        for (int64_t k = 0; k < b; k++)
+            memcpy(t->ptmp + k * f->width, t->dacts[0] + k * t->din + col,
+                   (size_t)f->width * sizeof(float));
+        col += f->width;
+        if (f->pooling == GRM__POOL_TILE)
+            st = grm__sparse_tile_bwd(t->gin, t->ptmp, t->foff[i], b, f->window, f->dim,
+                                      GRM_SPARSE_TILE_LAST);
+        else
+            st = grm__sparse_segment_reduce_bwd(t->gin, t->ptmp, t->foff[i], b, f->dim,
+                                                f->pooling == GRM__POOL_MEAN
+                                                    ? GRM_SPARSE_POOL_MEAN
+                                                    : GRM_SPARSE_POOL_SUM);
+        if (st != GRM_OK) return st;
+        st = grm__sparse_scatter_add(w->grads, t->gin, t->fslots[i], t->foff[i][b], w->nu,
+                                     f->dim, &t->work);
+        if (st != GRM_OK) return st;
     }
     return GRM_OK;
 }
@@ -534,63 +681,16 @@ static grm_status build_batch(trainer *t, int64_t b, int64_t *pos_ids, int64_t n
                                int training)
 {
     grm__pipeline *p = t->p;
-    grm__dataset *ds = t->ds;
     grm_status st;
     double t0 = now_s();
-    for (int32_t i = 0; i < p->ntables; i++) ws_reset(&t->ws[i]);
-    for (int32_t i = 0; i < p->nfeatures; i++) {
-        const grm__feature *f = &p->features[i];
-        table_ws *w = &t->ws[f->table_idx];
-        int64_t n = 0;
-        t->foff[i][0] = 0;
-        for (int64_t k = 0; k < b; k++) {
-            int64_t u = t->users[k];
-            if (t->ranking) {
-                /* the row's ids of this feature, the most recent `window` of a list */
-                int64_t end = ds->fofs[i][u + 1], beg = end - f->window;
-                if (beg < ds->fofs[i][u]) beg = ds->fofs[i][u];
-                for (int64_t j = beg; j < end; j++)
-                    if ((st = ws_slot(w, ds->fids[i][j], &t->fslots[i][n++])) != GRM_OK) return st;
-            } else if (f->is_sequence) {
-                int64_t end = t->hist_end[k], beg = end - f->window;
-                if (beg < ds->offsets[u]) beg = ds->offsets[u];
-                for (int64_t j = beg; j < end; j++) {
-                    if (t->seqmode) {
-                        t->tok_src[n] = j;
-                        t->tok_times[n] = ds->times ? ds->times[j] : 0;
-                    }
-                    if ((st = ws_slot(w, ds->items[j], &t->fslots[i][n++])) != GRM_OK) return st;
-                }
-            } else {
-                if ((st = ws_slot(w, ds->users[u], &t->fslots[i][n++])) != GRM_OK) return st;
-            }
-            t->foff[i][k + 1] = n;
-        }
-    }
+    for (int32_t i = 0; i < p->nfeatures; i++) gather_feature(t, i, b);
     t->nseq = b;
     t->rows = t->seqmode ? t->foff[p->seq_feature][b] : b;
-    if (pos_ids) {
-        table_ws *w = &t->ws[t->item_table];
-        if (t->seqmode)
-            for (int64_t n = 0; n < t->rows; n++) pos_ids[n] = ds->items[t->tok_src[n] + 1];
-        for (int64_t k = 0; k < t->rows; k++)
-            if ((st = ws_slot(w, pos_ids[k], &t->pos_slot[k])) != GRM_OK) return st;
-        for (int64_t r = 0; r < nneg; r++)
-            if ((st = ws_slot(w, t->neg_ids[r], &t->neg_slot[r])) != GRM_OK) return st;
-    }
+    if (pos_ids && t->seqmode)
+        for (int64_t n = 0; n < t->rows; n++) pos_ids[n] = t->ds->items[t->tok_src[n] + 1];
     double t1 = now_s();
-    for (int32_t i = 0; i < p->ntables; i++) {
-        table_ws *w = &t->ws[i];
-        st = t->eops->lookup(p->emb.inst, w->rows, i, w->ids, w->n,
-                             training ? GRM_EMB_INSERT : 0);
-        if (st != GRM_OK) {
-            grm_error_prefix("[embedding] %s: ", p->emb.plugin->info->name);
-            return st;
-        }
-    }
-    pool_ctx c = { t, b };
-    st = t->seqmode ? grm__parallel_for(t->rows, 64, token_range, &c)
-                    : grm__parallel_for(b, 16, pool_range, &c);
+    if ((st = fused_lookup(t, b, pos_ids, t->rows, nneg, training)) == GRM_OK)
+        st = pool_forward(t, b);
     t->t_batch += t1 - t0;
     t->t_lookup += now_s() - t1;
     return st;
@@ -734,7 +834,7 @@ static grm_status locate(trainer *t, int64_t step, int64_t *epoch, int64_t *batc
     grm_status st;
     int64_t e = 0, first;
     /* epochs hold about the same number of batches: start from the nominal guess */
-    if (t->steps_per_epoch > 0) e = (step - 1) / t->steps_per_epoch;
+    if (t->mb_per_epoch > 0) e = (step - 1) / t->mb_per_epoch;
     for (;;) {
         if ((st = epoch_start(t, e, &first)) != GRM_OK) return st;
         if (first >= step && e > 0) { e--; continue; }
@@ -749,20 +849,40 @@ static grm_status locate(trainer *t, int64_t step, int64_t *epoch, int64_t *batc
     return GRM_OK;
 }
 
-static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
+/* Samples and rows (tokens for a sequence model) of batch g (1-based, counted across
+ * epochs); *pos and perm then locate it. */
+static grm_status batch_size_of(trainer *t, int64_t g, int64_t *pos, int64_t *b, int64_t *rows)
+{
+    int64_t epoch, bi;
+    grm_status st = locate(t, g, &epoch, &bi);
+    if (st != GRM_OK) return st;
+    *pos = t->bstart[bi];
+    *b = t->bstart[bi + 1] - *pos;
+    *rows = t->seqmode ? t->tok_cum[*pos + *b] - t->tok_cum[*pos] : *b;
+    return GRM_OK;
+}
+
+/* Scale n floats by w in place. */
+static void scale(float *x, int64_t n, float w)
+{
+    for (int64_t i = 0; i < n; i++) x[i] *= w;
+}
+
+/* Forward and backward of batch g: dense gradients added into the parameters' grads, the
+ * batch's row gradients summed per unique key into each table's working set. Gradients are
+ * weighted by `weight`, the batch's share of the step's rows, so a step of several batches
+ * averages over its samples, not over its batches (MTGRBoost §5.1). */
+static grm_status run_batch(trainer *t, int64_t g, float weight, double *loss_out,
+                            int64_t *samples_out, int64_t *tokens_out)
 {
     grm__pipeline *p = t->p;
     grm__dataset *ds = t->ds;
     const grm__settings *s = &p->set;
     grm_status st;
-    int64_t step = t->step + 1;
-    int64_t epoch, bi;
-    if ((st = locate(t, step, &epoch, &bi)) != GRM_OK) return st;
-    int64_t pos = t->bstart[bi];
-    int64_t b = t->bstart[bi + 1] - pos;
+    int64_t pos, b, rows_planned;
+    if ((st = batch_size_of(t, g, &pos, &b, &rows_planned)) != GRM_OK) return st;
     int32_t D = t->ranking ? 0 : p->tables[t->item_table].dim;
     int32_t T = ds->ntasks;
-    (void)epoch;
 
     int64_t *pos_ids = NULL, nneg = 0;
     if (t->ranking) {
@@ -791,32 +911,30 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     }
     if (!t->ranking) {
         grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
-        uint64_t nseed = grm_mix64((uint64_t)s->seed ^ grm_mix64(0x5eed + (uint64_t)step));
+        uint64_t nseed = grm_mix64((uint64_t)s->seed ^ grm_mix64(0x5eed + (uint64_t)g));
         if ((st = t->hops->negatives(p->head.inst, t->neg_ids, &nneg, t->R, &cat, nseed))
             != GRM_OK)
             return st;
     }
-    st = build_batch(t, b, pos_ids, nneg, 1);
-    if (st != GRM_OK) goto out;
+    if ((st = build_batch(t, b, pos_ids, nneg, 1)) != GRM_OK) return st;
     int64_t rows = t->rows;   /* samples, or tokens of a sequence model */
 
     double t0 = now_s();
-    if ((st = dense_forward(t, rows, 1, step)) != GRM_OK) goto out;
+    if ((st = dense_forward(t, rows, 1, g)) != GRM_OK) return st;
     int32_t L = p->ndense + 1;
     grm_loss_io io;
-    table_ws *iw = t->ranking ? NULL : &t->ws[t->item_table];
+    table_ws *iw = t->ranking ? NULL : &t->ws[t->item_phys];
     memset(t->dacts[L], 0, (size_t)(rows * t->dims[L]) * sizeof(float));
     if (t->ranking) {
         io = (grm_loss_io){ .struct_size = sizeof io, .ntasks = T, .rows = b, .dim = T,
                             .pred = t->acts[L], .d_pred = t->dacts[L], .labels = t->labels };
     } else {
         /* positives and negatives are rows of the item table, gathered from the step set */
-        for (int64_t k = 0; k < rows; k++)
-            memcpy(t->pos_rows + k * D, iw->rows + t->pos_slot[k] * D,
-                   (size_t)D * sizeof(float));
-        for (int64_t r = 0; r < nneg; r++)
-            memcpy(t->neg_rows + r * D, iw->rows + t->neg_slot[r] * D,
-                   (size_t)D * sizeof(float));
+        if ((st = grm__sparse_gather(t->pos_rows, iw->rows, t->pos_slot, rows, iw->nu, D))
+                != GRM_OK
+            || (st = grm__sparse_gather(t->neg_rows, iw->rows, t->neg_slot, nneg, iw->nu, D))
+                   != GRM_OK)
+            return st;
         memset(t->d_pos, 0, (size_t)(rows * D) * sizeof(float));
         memset(t->d_neg, 0, (size_t)((nneg ? nneg : 1) * D) * sizeof(float));
         io = (grm_loss_io){ .struct_size = sizeof io, .rows = rows, .dim = D, .pred = t->acts[L],
@@ -826,19 +944,22 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     }
     if ((st = t->hops->loss(p->head.inst, &io)) != GRM_OK) {
         grm_error_prefix("[head] %s loss: ", p->head.plugin->info->name);
-        goto out;
+        return st;
     }
-    if (!isfinite(io.loss)) {
-        st = grm_errorf(GRM_EINVAL, "step %lld: loss is %g; lower the learning rates or check "
-                        "the data", (long long)step, io.loss);
-        goto out;
+    if (!isfinite(io.loss))
+        return grm_errorf(GRM_EINVAL, "step %lld: loss is %g; lower the learning rates or "
+                          "check the data", (long long)t->step + 1, io.loss);
+    if (weight != 1.0f) {   /* the loss is linear in these: weight them once, here */
+        scale(t->dacts[L], rows * t->dims[L], weight);
+        if (!t->ranking) {
+            scale(t->d_pos, rows * D, weight);
+            scale(t->d_neg, nneg * D, weight);
+        }
     }
     double t1 = now_s();
 
-    /* backward through head and stack */
-    for (int32_t i = 0; i < t->nparams; i++)
-        memset(t->params[i].grad, 0, (size_t)t->params[i].numel * sizeof(float));
-    grm_dense_ctx ctx = dense_ctx(t, 1, step);
+    /* backward through head and stack (parameter gradients accumulate in the blocks) */
+    grm_dense_ctx ctx = dense_ctx(t, 1, g);
     for (int32_t i = p->ndense; i >= 0; i--) {
         grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
         const grm_dense_ops *ops = stg->plugin->info->ops;
@@ -848,47 +969,105 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
                           .shape = { rows, t->dims[i], 1, 1 }, .device = CPU };
         if ((st = ops->backward(stg->inst, &dx, &dy, &ctx)) != GRM_OK) {
             grm_error_prefix("[%s] %s backward: ", stg->label, stg->plugin->info->name);
-            goto out;
+            return st;
         }
     }
-    /* sparse gradients: summed per unique id (duplicates of a step meet in one slot) */
-    for (int32_t i = 0; i < p->ntables; i++)
-        memset(t->ws[i].grads, 0, (size_t)(t->ws[i].n * t->ws[i].dim) * sizeof(float));
-    for (int64_t k = 0; iw && k < rows; k++) {
-        float *g = iw->grads + t->pos_slot[k] * D;
-        for (int32_t d = 0; d < D; d++) g[d] += t->d_pos[k * D + d];
+    /* sparse gradients: summed per unique key (duplicates of a step meet in one row) */
+    for (int32_t i = 0; i < p->nphys; i++)
+        memset(t->ws[i].grads, 0, (size_t)(t->ws[i].nu * t->ws[i].dim) * sizeof(float));
+    if (iw
+        && ((st = grm__sparse_scatter_add(iw->grads, t->d_pos, t->pos_slot, rows, iw->nu, D,
+                                          &t->work)) != GRM_OK
+            || (st = grm__sparse_scatter_add(iw->grads, t->d_neg, t->neg_slot, nneg, iw->nu, D,
+                                             &t->work)) != GRM_OK))
+        return st;
+    if ((st = pool_backward(t, b)) != GRM_OK) return st;
+    t->t_fwd += t1 - t0;
+    t->t_bwd += now_s() - t1;
+    *loss_out = io.loss;
+    *samples_out = b;
+    *tokens_out = t->tok_cum[pos + b] - t->tok_cum[pos];
+    return GRM_OK;
+}
+
+/* Keep the row gradients of the batch just run for the step's one update. */
+static void stash_rows(trainer *t)
+{
+    for (int32_t i = 0; i < t->p->nphys; i++) {
+        table_ws *w = &t->ws[i];
+        memcpy(w->akeys + w->an, w->keys, (size_t)w->nu * sizeof *w->keys);
+        memcpy(w->agrads + w->an * w->dim, w->grads, (size_t)(w->nu * w->dim) * sizeof(float));
+        w->an += w->nu;
     }
-    for (int64_t r = 0; iw && r < nneg; r++) {
-        float *g = iw->grads + t->neg_slot[r] * D;
-        for (int32_t d = 0; d < D; d++) g[d] += t->d_neg[r * D + d];
+}
+
+/* Sparse gradient accumulation: the stashed (key, gradient) pairs of the step's batches
+ * aggregated by key (segment unique with one segment, then a scatter-add), so each touched
+ * row sees one update with its summed gradient. */
+static grm_status update_accumulated(trainer *t, int64_t step)
+{
+    grm__pipeline *p = t->p;
+    grm_status st;
+    for (int32_t T = 0; T < p->nphys; T++) {
+        table_ws *w = &t->ws[T];
+        int64_t off[2] = { 0, w->an }, nu = 0;
+        st = grm__sparse_segment_unique(w->ukeys, NULL, NULL, w->ainv, &nu, w->akeys, off,
+                                        w->an, 1, &t->work);
+        if (st != GRM_OK) return st;
+        memset(w->ugrads, 0, (size_t)(nu * w->dim) * sizeof(float));
+        st = grm__sparse_scatter_add(w->ugrads, w->agrads, w->ainv, w->an, nu, w->dim,
+                                     &t->work);
+        if (st != GRM_OK) return st;
+        w->an = 0;
+        if ((st = t->eops->update(p->emb.inst, T, w->ukeys, w->ugrads, nu, step)) != GRM_OK) {
+            grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
+            return st;
+        }
     }
-    int64_t col = 0;
-    for (int32_t i = 0; i < p->nfeatures; i++) {
-        const grm__feature *f = &p->features[i];
-        table_ws *w = &t->ws[f->table_idx];
-        if (t->seqmode) {   /* token n's input gradient goes to its row, unscaled */
-            for (int64_t n = 0; n < rows; n++) {
-                float *g = w->grads + t->fslots[i][n] * w->dim;
-                const float *dx = t->dacts[0] + n * t->din;
-                for (int32_t d = 0; d < f->dim; d++) g[d] += dx[d];
-            }
-            continue;
+    return GRM_OK;
+}
+
+/* One optimizer step: [train] accumulate batches (fewer at the very end of the run), their
+ * gradients summed with weights by rows, then the dense optimizer on every parameter and the
+ * sparse optimizer on the touched rows only. */
+static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
+{
+    grm__pipeline *p = t->p;
+    grm_status st = GRM_OK;
+    int64_t step = t->step + 1, N = p->set.accumulate;
+    int64_t g0 = (step - 1) * N, nb = N;
+    if (t->total_mb && g0 + nb > t->total_mb) nb = t->total_mb - g0;
+    if (nb < 1) return grm_errorf(GRM_EINTERNAL, "step %lld is past the run", (long long)step);
+
+    /* rows of the step, for the batches' weights */
+    double total = 0;
+    for (int64_t j = 0; nb > 1 && j < nb; j++) {
+        int64_t pos, b, rows;
+        if ((st = batch_size_of(t, g0 + j + 1, &pos, &b, &rows)) != GRM_OK) return st;
+        total += (double)rows;
+    }
+    for (int32_t i = 0; i < t->nparams; i++)
+        memset(t->params[i].grad, 0, (size_t)t->params[i].numel * sizeof(float));
+    double loss = 0;
+    int64_t samples = 0, tokens = 0, rows0 = t->tokens;
+    for (int64_t j = 0; j < nb; j++) {
+        int64_t g = g0 + j + 1, pos, b, rows;
+        float weight = 1.0f;
+        if (nb > 1) {
+            if ((st = batch_size_of(t, g, &pos, &b, &rows)) != GRM_OK) goto out;
+            weight = (float)((double)rows / total);
         }
-        for (int64_t k = 0; k < b; k++) {
-            int64_t s0 = t->foff[i][k], s1 = t->foff[i][k + 1];
-            if (s1 == s0) continue;
-            const float *dx = t->dacts[0] + k * t->din + col;
-            float scale = f->pooling == GRM__POOL_MEAN ? 1.0f / (float)(s1 - s0) : 1.0f;
-            for (int64_t sl = s0; sl < s1; sl++) {
-                float *g = w->grads + t->fslots[i][sl] * w->dim;
-                for (int32_t d = 0; d < f->dim; d++) g[d] += scale * dx[d];
-            }
-        }
-        col += f->dim;
+        double l = 0;
+        int64_t bs = 0, bt = 0;
+        if ((st = run_batch(t, g, weight, &l, &bs, &bt)) != GRM_OK) goto out;
+        loss += nb > 1 ? weight * l : l;
+        samples += bs;
+        tokens += bt;
+        t->tokens += t->rows;
+        if (N > 1) stash_rows(t);
+        grm__scratch_reset();
     }
     double t2 = now_s();
-
-    /* optimizers: dense on every parameter, sparse on touched rows only */
     for (int32_t i = 0; i < t->nparams; i++) {
         dparam *dp = &t->params[i];
         dp->steps++;
@@ -896,22 +1075,27 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
             != GRM_OK)
             goto out;
     }
-    for (int32_t i = 0; i < p->ntables; i++) {
-        table_ws *w = &t->ws[i];
-        if ((st = t->eops->update(p->emb.inst, i, w->ids, w->grads, w->n, step)) != GRM_OK) {
-            grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
-            goto out;
+    if (N > 1) {
+        st = update_accumulated(t, step);
+    } else {
+        for (int32_t i = 0; i < p->nphys && st == GRM_OK; i++) {
+            table_ws *w = &t->ws[i];
+            st = t->eops->update(p->emb.inst, i, w->keys, w->grads, w->nu, step);
+            if (st != GRM_OK)
+                grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
         }
     }
-    t->t_fwd += t1 - t0;
-    t->t_bwd += t2 - t1;
+    if (st != GRM_OK) goto out;
     t->t_opt += now_s() - t2;
     t->step = step;
-    t->tokens += rows;
-    t->step_tokens = t->tok_cum[pos + b] - t->tok_cum[pos];
-    *loss_out = io.loss;
-    *samples_out = b;
+    t->step_tokens = tokens;
+    *loss_out = loss;
+    *samples_out = samples;
 out:
+    if (st != GRM_OK) {
+        t->tokens = rows0;
+        for (int32_t i = 0; i < p->nphys; i++) t->ws[i].an = 0;
+    }
     grm__scratch_reset();
     return st;
 }
@@ -976,7 +1160,9 @@ static grm_status evaluate(trainer *t, int split, grm__rank_acc *acc, grm__rank_
     int32_t D = p->tables[t->item_table].dim, L = p->ndense + 1;
     grm__rank_acc_init(acc, &p->set.topk);
     if (pop) grm__rank_acc_init(pop, &p->set.topk);
-    st = t->eops->lookup(p->emb.inst, t->cat_rows, t->item_table, ds->catalog_ids, C, 0);
+    st = grm__sparse_plan_encode(p->plan, t->item_table, t->cat_keys, ds->catalog_ids, C);
+    if (st == GRM_OK)
+        st = t->eops->lookup(p->emb.inst, t->cat_rows, t->item_phys, t->cat_keys, C, 0);
     if (st != GRM_OK) return st;
     int64_t *ranks = xalloc((size_t)EB * sizeof *ranks);
     if (!ranks) return GRM_ENOMEM;
@@ -1482,6 +1668,27 @@ static void on_signal(uv_signal_t *h, int signum)
 
 /* The step's samples and tokens on this rank, and the largest token difference between
  * ranks (TurboGR Table 3's figure; 0 on one rank). */
+/* The store's counters per physical table, when it has the stats op: rows held, bytes,
+ * misses and evictions (MTGRBoost §4.1 eviction is reported, not silent). */
+static void emit_tables(trainer *t)
+{
+    const grm__pipeline *p = t->p;
+    if (!GRM_HAS_OP(grm_emb_ops, t->eops, stats)) return;
+    for (int32_t T = 0; T < p->nphys; T++) {
+        grm_emb_stats es = { 0 };
+        if (t->eops->stats(p->emb.inst, T, &es) != GRM_OK) continue;
+        char name[256];
+        const struct { const char *what; int64_t v; } c[] = {
+            { "rows", es.rows }, { "bytes", es.bytes }, { "misses", es.misses },
+            { "evictions", es.evictions },
+        };
+        for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+            snprintf(name, sizeof name, "table.%s.%s", p->phys[T].name, c[i].what);
+            grm__metrics_emit(t->metrics, t->step, "train", name, (double)c[i].v);
+        }
+    }
+}
+
 static grm_status emit_balance(trainer *t, int64_t samples)
 {
     const grm_comm_handle *c = &t->p->comm_handle;
@@ -1506,8 +1713,8 @@ static void print_profile(const trainer *t, double loop_s, int64_t steps)
     const struct { const char *name; double s; const char *what; } row[] = {
         { "read+transform", t->t_read, "reader, transforms, split (before step 1)" },
         { "balance", t->t_plan, "epoch order and batch cuts (Algorithm 1 with tokens)" },
-        { "batch", t->t_batch, "ids of the batch, step working set dedup" },
-        { "lookup", t->t_lookup, "store lookup, pooling or token rows" },
+        { "batch", t->t_batch, "ids of the batch per feature" },
+        { "lookup", t->t_lookup, "segment unique, keys, store lookup, pooling" },
         { "dense fwd", t->t_fwd, "dense blocks and head forward, loss" },
         { "dense bwd", t->t_bwd, "dense backward, row gradient sums" },
         { "optimizer", t->t_opt, "dense optimizer, sparse row updates" },
@@ -1648,6 +1855,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
             grm__metrics_emit(t.metrics, t.step, "train", "samples_per_s",
                               (double)samples / (el > 0 ? el : 1e-9));
             if ((st = emit_balance(&t, b)) != GRM_OK) goto out;
+            emit_tables(&t);
             if (!tty && !opts->quiet)
                 progress(&t, loss_sum / (double)loss_n, (double)samples / el,
                          el / (double)(t.step - start_step) * (double)t.step, 0, 0);

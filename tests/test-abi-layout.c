@@ -115,7 +115,7 @@ int main(void)
     OF(grm_emb_table_spec, init_scale, 24);
     OF(grm_emb_table_spec, seed, 32);
     SZ(grm_emb_stats, 48);
-    SZ(grm_emb_ops, 64);
+    SZ(grm_emb_ops, 72);
     OF(grm_emb_ops, create, 8);
     OF(grm_emb_ops, destroy, 16);
     OF(grm_emb_ops, lookup, 24);
@@ -123,6 +123,7 @@ int main(void)
     OF(grm_emb_ops, tensors, 40);
     OF(grm_emb_ops, load, 48);
     OF(grm_emb_ops, stats, 56);
+    OF(grm_emb_ops, flags, 64);
     SZ(grm_dense_ctx, 48);
     OF(grm_dense_ctx, training, 4);
     OF(grm_dense_ctx, step, 8);
@@ -184,7 +185,7 @@ int main(void)
     OF(grm_comm_ops, broadcast, 64);
     OF(grm_comm_ops, barrier, 72);
     SZ(grm_comm_handle, 16);
-    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 2, "this table pins ABI 1.2 (is %d.%d)",
+    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 3, "this table pins ABI 1.3 (is %d.%d)",
            GRM_ABI_MAJOR, GRM_ABI_MINOR);
     tap_ok(GRM_DTYPE_F32 == 1 && GRM_DTYPE_U8 == 6 && GRM_COL_LIST_F32 == 5
                && GRM_KIND_COMM == 7 && GRM_PARAM_STR_LIST == 7 && GRM_EINTERNAL == 10

@@ -430,6 +430,7 @@ static const grm_emb_ops ed_ops = {
     .tensors = ed_tensors,
     .load = ed_load,
     .stats = ed_stats,
+    .flags = GRM_EMB_ANY_ID,
 };
 
 static const grm_plugin_info ed_info = {

@@ -34,6 +34,11 @@ typedef struct grm_emb_table_spec {
 /* lookup flags */
 #define GRM_EMB_INSERT 1u   /* create missing rows with the initializer (training) */
 
+/* grm_emb_ops.flags (since 1.3) */
+#define GRM_EMB_ANY_ID 1u   /* any int64 id is a key (a hash store), not a row index in
+                             * [0, rows): the host may then merge tables whose specs agree
+                             * into one key space (MTGRBoost §4.2) */
+
 /* Counters of one table; filled by the optional stats op. */
 typedef struct grm_emb_stats {
     int64_t rows;           /* rows present */
@@ -80,6 +85,10 @@ typedef struct grm_emb_ops {
     /* (optional; if NULL, the host reports no table counters) Counters of `table`.
      * since 1.1 */
     grm_status (*stats)(void *inst, int32_t table, grm_emb_stats *out);
+
+    /* GRM_EMB_* capability bits; a store built before 1.3 (a shorter struct_size) reads as
+     * 0: ids index rows, tables are never merged. since 1.3 */
+    uint32_t flags;
 } grm_emb_ops;
 
 #ifdef __cplusplus
