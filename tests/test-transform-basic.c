@@ -2,7 +2,9 @@
  * here, mod of negative inputs, keep order, sequence building on a hand-written event
  * table (two chunks, unsorted timestamps, ties) with exact lists, min_length and
  * max_length, the create errors, and MovieLens 100K end to end through reader-text when
- * GRM_DATA_DIR has it. */
+ * GRM_DATA_DIR has it. The feature engine (RecIS §2.1): cross values computed here from
+ * XXH3, truncate/pad by hand, the order of operations, the fused pass against one
+ * transform at a time on random data, 1 thread against 4, and every new create error. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -481,15 +483,644 @@ static void test_bucketize(void)
            "a column is hashed or bucketized, not both");
 }
 
+/* ---- cross, truncate, pad (RecIS §2.1 Feature Engine) ---- */
+
+static grm_column col_list_i64(const char *name, int64_t *v, int64_t *offs, int64_t rows)
+{
+    return (grm_column){ .name = name, .type = GRM_COL_LIST_I64, .rows = rows, .values = v,
+                         .offsets = offs };
+}
+
+static grm_column col_list_f32(const char *name, float *v, int64_t *offs, int64_t rows)
+{
+    return (grm_column){ .name = name, .type = GRM_COL_LIST_F32, .rows = rows, .values = v,
+                         .offsets = offs };
+}
+
+/* The expected cross, written from the spec: XXH3-64 of the 16 bytes a, b (each
+ * little-endian), & INT64_MAX, % n when n > 0. */
+static int64_t want_cross(int64_t a, int64_t b, int64_t n)
+{
+    unsigned char k[16];
+    for (int i = 0; i < 8; i++) {
+        k[i] = (unsigned char)((uint64_t)a >> (8 * i));
+        k[8 + i] = (unsigned char)((uint64_t)b >> (8 * i));
+    }
+    return want_hash(k, 16, n);
+}
+
+static int64_t want_hash_i64(int64_t x, int64_t buckets)
+{
+    unsigned char le[8];
+    for (int k = 0; k < 8; k++) le[k] = (unsigned char)((uint64_t)x >> (8 * k));
+    return want_hash(le, 8, buckets);
+}
+
+/* Index of output column `name`, or -1. */
+static int out_col(const grm_chunk *out, const char *name)
+{
+    for (int32_t j = 0; out != NULL && j < out->ncols; j++) {
+        if (strcmp(out->cols[j].name, name) == 0) return j;
+    }
+    return -1;
+}
+
+static void test_cross(void)
+{
+    // user i64, item str ["a", "bb", "c"], hist list_i64 [[10,11,12],[],[13]], score f32
+    int64_t user[] = { 1, 2, -3 };
+    char items[] = "abbc";
+    int64_t ioffs[] = { 0, 1, 3, 4 };
+    int64_t hist[] = { 10, 11, 12, 13 }, hoffs[] = { 0, 3, 3, 4 };
+    float score[] = { 1.0f, 2.0f, 3.0f };
+    int64_t hist2[] = { 5, 6, 7, 8 };
+    grm_column cols[5] = {
+        col_i64("user", user, 3),
+        { .name = "item", .type = GRM_COL_STR, .rows = 3, .values = items, .offsets = ioffs },
+        col_list_i64("hist", hist, hoffs, 3), col_f32("score", score, 3),
+        col_list_i64("hist2", hist2, hoffs, 3),
+    };
+    const grm_chunk in = chunk_of(cols, 5, 3);
+    grm_field fields[5];
+    const grm_schema schema = schema_of(&in, fields);
+    void *inst = NULL;
+    const grm_chunk *out = NULL;
+    const grm_schema *osc = NULL;
+
+    const char *kvs[] = { "hash=item", "cross=user*item:ui, user*hist:uh:100, ui*user:uiu:7" };
+    grm_status st = tb_create(&inst, &schema, kvs, 2);
+    if (st == GRM_OK) st = tb_ops->schema(inst, &osc);
+    tap_ok(st == GRM_OK && osc->nfields == 8 && strcmp(osc->fields[5].name, "ui") == 0
+               && osc->fields[5].type == GRM_COL_I64 && strcmp(osc->fields[6].name, "uh") == 0
+               && osc->fields[6].type == GRM_COL_LIST_I64 && osc->fields[7].type == GRM_COL_I64,
+           "cross schema: ui i64, uh list_i64 (user*hist), uiu i64 appended after the inputs");
+    if (st == GRM_OK) st = tb_ops->apply(inst, &in, &out);
+    const int64_t hi[] = { want_hash("a", 1, 0), want_hash("bb", 2, 0), want_hash("c", 1, 0) };
+    int64_t ui[3], uiu[3], uh[4];
+    for (int r = 0; r < 3; r++) {
+        ui[r] = want_cross(user[r], hi[r], 0);
+        uiu[r] = want_cross(ui[r], user[r], 7);
+    }
+    uh[0] = want_cross(1, 10, 100);
+    uh[1] = want_cross(1, 11, 100);
+    uh[2] = want_cross(1, 12, 100);
+    uh[3] = want_cross(-3, 13, 100);
+    const int ok = st == GRM_OK && out != NULL && out->ncols == 8;
+    tap_ok(ok && eq_i64(out->cols[5].values, ui, 3, "ui"),
+           "cross user*item = XXH3-64 of the 16 LE bytes (user, hash(item)) & INT64_MAX");
+    tap_ok(ok && eq_i64(out->cols[6].values, uh, 4, "uh")
+               && eq_i64(out->cols[6].offsets, hoffs, 4, "uh offsets"),
+           "cross user*hist:100 is a list: each hist value with its row's user, %% 100");
+    tap_ok(ok && eq_i64(out->cols[7].values, uiu, 3, "uiu"),
+           "a cross of a cross (ui*user:7) reads the earlier cross's ids");
+    tb_ops->destroy(inst);
+
+    // Range and spread of cross % N: 4000 pairs over 13 buckets hit every bucket.
+    enum { R = 4000 };
+    static int64_t a[R], b[R];
+    uint64_t seed = 42;
+    for (int r = 0; r < R; r++) {
+        a[r] = (int64_t)(harness_rand(&seed) % 50);
+        b[r] = (int64_t)(harness_rand(&seed) % 80) - 40;
+    }
+    grm_column c2[2] = { col_i64("a", a, R), col_i64("b", b, R) };
+    const grm_chunk in2 = chunk_of(c2, 2, R);
+    grm_field f2[2];
+    const grm_schema s2 = schema_of(&in2, f2);
+    const char *kv2[] = { "cross=a*b:ab:13, b*a:ba" };
+    st = tb_create(&inst, &s2, kv2, 1);
+    if (st == GRM_OK) st = tb_ops->apply(inst, &in2, &out);
+    int range_ok = st == GRM_OK, hit[13] = { 0 }, all = 1, asym = 0;
+    for (int r = 0; range_ok && r < R; r++) {
+        const int64_t v = ((const int64_t *)out->cols[2].values)[r];
+        range_ok = v >= 0 && v < 13 && v == want_cross(a[r], b[r], 13);
+        if (range_ok) hit[v] = 1;
+        asym += ((const int64_t *)out->cols[3].values)[r] != want_cross(a[r], b[r], 0);
+    }
+    for (int k = 0; k < 13; k++) all = all && hit[k];
+    tap_ok(range_ok && all, "cross a*b:ab:13 over 4000 rows: every id in [0, 13) and equal to "
+           "the spec, every bucket hit");
+    tap_ok(range_ok && asym > R / 2, "cross is ordered: b*a differs from a*b (%d of %d rows)",
+           asym, R);
+    tb_ops->destroy(inst);
+
+    // Negative cases: each names the entry or column.
+    static const struct { const char *kv, *n1, *n2, *what; } bad[] = {
+        { "cross=user+item:x", "cross entry 'user+item:x': expected a*b:out", NULL,
+          "cross entry without '*'" },
+        { "cross=user*item", "cross entry 'user*item': expected a*b:out", NULL,
+          "cross entry without an output name" },
+        { "cross=user*nope:x", "cross column 'nope' is not in the input", "user (i64)",
+          "cross of an unknown column lists the available ones" },
+        { "cross=user*score:x", "cross entry 'user*score:x': column 'score' is f32",
+          "i64 or list_i64", "cross of an f32 column" },
+        { "cross=user*item:x", "column 'item' is str", NULL, "cross of an unhashed str column" },
+        { "cross=hist*hist2:x", "cross entry 'hist*hist2:x': 'hist' and 'hist2' are both lists",
+          "scalar", "cross of two list columns" },
+        { "cross=user*hist:score", "column 'score' already exists", NULL,
+          "cross output named like an input column" },
+        { "cross=user*hist:x:0", "cross entry 'user*hist:x:0': N = '0' must be an integer > 0",
+          NULL, "cross N = 0" },
+        { "cross=user*hist:x:ten", "N = 'ten' must be an integer", NULL, "cross N not a number" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *kv[] = { bad[i].kv };
+        st = tb_create(&inst, &schema, kv, 1);
+        tap_ok(err_is(st, GRM_EINVAL, bad[i].n1, bad[i].n2) && inst == NULL,
+               "%s is GRM_EINVAL (%s)", bad[i].what, bad[i].kv);
+    }
+}
+
+static void test_truncate_pad(void)
+{
+    // hist list_i64 [[1,2,3,4,5],[6],[],[7,8,9]]; vals list_f32 [[.5],[],[1,2,3],[4]]
+    int64_t hist[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 }, hoffs[] = { 0, 5, 6, 6, 9 };
+    float vals[] = { 0.5f, 1.0f, 2.0f, 3.0f, 4.0f };
+    int64_t voffs[] = { 0, 1, 1, 4, 5 };
+    int64_t user[] = { 3, 4, 5, 6 };
+    grm_column cols[3] = { col_list_i64("hist", hist, hoffs, 4),
+                           col_list_f32("vals", vals, voffs, 4), col_i64("user", user, 4) };
+    const grm_chunk in = chunk_of(cols, 3, 4);
+    grm_field fields[3];
+    const grm_schema schema = schema_of(&in, fields);
+    void *inst = NULL;
+    const grm_chunk *out = NULL;
+
+    static const struct {
+        const char *kv1, *kv2;
+        int64_t offs[5], v[20];
+        const char *what;
+    } cases[] = {
+        { "truncate=hist:3", NULL, { 0, 3, 4, 4, 7 }, { 3, 4, 5, 6, 7, 8, 9 },
+          "truncate=hist:3 keeps the 3 most recent (last) values of each row" },
+        { "truncate=hist:2:recent", NULL, { 0, 2, 3, 3, 5 }, { 4, 5, 6, 8, 9 },
+          "truncate=hist:2:recent keeps the last 2" },
+        { "truncate=hist:2:first", NULL, { 0, 2, 3, 3, 5 }, { 1, 2, 6, 7, 8 },
+          "truncate=hist:2:first keeps the first 2" },
+        { "pad=hist:3", NULL, { 0, 5, 8, 11, 14 }, { 1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 7, 8, 9 },
+          "pad=hist:3 pads short rows with 0 at the back, leaves long rows whole" },
+        { "truncate=hist:3", "pad=hist:3:-1", { 0, 3, 6, 9, 12 },
+          { 3, 4, 5, 6, -1, -1, -1, -1, -1, 7, 8, 9 },
+          "truncate=hist:3 then pad=hist:3:-1 gives every row exactly 3 values" },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *kv[] = { cases[i].kv1, cases[i].kv2 };
+        grm_status st = tb_create(&inst, &schema, kv, cases[i].kv2 != NULL ? 2 : 1);
+        if (st == GRM_OK) st = tb_ops->apply(inst, &in, &out);
+        const int64_t n = cases[i].offs[4];
+        tap_ok(st == GRM_OK && out->cols[0].type == GRM_COL_LIST_I64
+                   && eq_i64(out->cols[0].offsets, cases[i].offs, 5, "offsets")
+                   && eq_i64(out->cols[0].values, cases[i].v, n, "hist")
+                   && out->cols[1].values == (void *)vals,
+               "%s", cases[i].what);
+        tb_ops->destroy(inst);
+    }
+    {
+        const char *kv[] = { "truncate=vals:2", "pad=vals:2:-1.5" };
+        grm_status st = tb_create(&inst, &schema, kv, 2);
+        if (st == GRM_OK) st = tb_ops->apply(inst, &in, &out);
+        const int64_t offs[] = { 0, 2, 4, 6, 8 };
+        const float want[] = { 0.5f, -1.5f, -1.5f, -1.5f, 2.0f, 3.0f, 4.0f, -1.5f };
+        tap_ok(st == GRM_OK && out->cols[1].type == GRM_COL_LIST_F32
+                   && eq_i64(out->cols[1].offsets, offs, 5, "offsets")
+                   && memcmp(out->cols[1].values, want, sizeof(want)) == 0,
+               "list_f32: truncate=vals:2 keeps [2,3] of [1,2,3]; pad=vals:2:-1.5 fills");
+        tb_ops->destroy(inst);
+    }
+    {
+        // The documented order: hash, mod, cross (on the full list), truncate, pad; the pad
+        // value is written as given (not hashed).
+        const char *kv[] = { "hash=hist", "mod=hist:10", "cross=hist*user:hu:1000",
+                             "truncate=hist:2, hu:1:first", "pad=hist:3:99" };
+        grm_status st = tb_create(&inst, &schema, kv, 5);
+        if (st == GRM_OK) st = tb_ops->apply(inst, &in, &out);
+        int64_t m[9], hu[9], whist[12], whu[4];
+        const int64_t rowof[] = { 0, 0, 0, 0, 0, 1, 3, 3, 3 };
+        for (int v = 0; v < 9; v++) {
+            m[v] = want_hash_i64(hist[v], 0) % 10;
+            hu[v] = want_cross(m[v], user[rowof[v]], 1000);
+        }
+        // hist: last 2 of each row, padded to 3 with 99: [m3 m4 99][m5 99 99][99 99 99][m7 m8 99]
+        const int64_t src[] = { 3, 4, -1, 5, -1, -1, -1, -1, -1, 7, 8, -1 };
+        for (int k = 0; k < 12; k++) whist[k] = src[k] >= 0 ? m[src[k]] : 99;
+        whu[0] = hu[0];
+        whu[1] = hu[5];
+        whu[2] = hu[6];
+        const int64_t hoffs_w[] = { 0, 3, 6, 9, 12 }, huoffs_w[] = { 0, 1, 2, 2, 3 };
+        const int jh = out_col(out, "hu");
+        tap_ok(st == GRM_OK && jh == 3 && eq_i64(out->cols[0].offsets, hoffs_w, 5, "offsets")
+                   && eq_i64(out->cols[0].values, whist, 12, "hist")
+                   && eq_i64(out->cols[jh].offsets, huoffs_w, 5, "hu offsets")
+                   && eq_i64(out->cols[jh].values, whu, 3, "hu"),
+               "order hash -> mod -> cross -> truncate -> pad on one list column and its cross");
+        tb_ops->destroy(inst);
+    }
+    {
+        // In sequence mode truncate and pad apply to the emitted lists.
+        const grm_chunk *sout = NULL;
+        int apply_null = 0;
+        const char *extra[] = { "sequence_order=ts", "truncate=item:2:first", "pad=item:4:-1" };
+        grm_status st = run_seq(&inst, extra, 3, &sout, &apply_null);
+        const int64_t items[] = { 4, 2, -1, -1, 6, 5, -1, -1, 9, -1, -1, -1 };
+        const int64_t offs[] = { 0, 4, 8, 12 }, roffs[] = { 0, 4, 7, 8 };
+        tap_ok(st == GRM_OK && sout != NULL && sout->rows == 3
+                   && eq_i64(sout->cols[1].offsets, offs, 4, "item offsets")
+                   && eq_i64(sout->cols[1].values, items, 12, "item")
+                   && eq_i64(sout->cols[3].offsets, roffs, 4, "rating offsets"),
+               "sequence mode: truncate=item:2:first, pad=item:4:-1 on the built lists only");
+        tb_ops->destroy(inst);
+    }
+
+    static const struct { const char *kv, *n1, *n2, *what; } bad[] = {
+        { "truncate=user:3", "truncate column 'user' is i64", "list_i64 or list_f32",
+          "truncate of a scalar column" },
+        { "truncate=nope:3", "truncate column 'nope' is not in the input", "hist (list_i64)",
+          "truncate of an unknown column" },
+        { "truncate=hist:0", "truncate entry 'hist:0': expected column:N", NULL,
+          "truncate N = 0" },
+        { "truncate=hist", "truncate entry 'hist': expected column:N", NULL,
+          "truncate without N" },
+        { "truncate=hist:3:newest", "policy 'newest' is not recent", NULL,
+          "truncate with an unknown policy" },
+        { "truncate=hist:3, hist:2", "truncate lists column 'hist' twice", NULL,
+          "truncate of one column twice" },
+        { "pad=hist:3:x", "pad entry 'hist:3:x': value 'x' is not an integer", NULL,
+          "pad of a list_i64 with a non-integer value" },
+        { "pad=vals:3:abc", "pad entry 'vals:3:abc': value 'abc' is not a number", NULL,
+          "pad of a list_f32 with a non-number" },
+        { "pad=user:3", "pad column 'user' is i64", NULL, "pad of a scalar column" },
+        { "hash=vals", "hash column 'vals' is list_f32", NULL, "hash of a list_f32 column" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *kv[] = { bad[i].kv };
+        const grm_status st = tb_create(&inst, &schema, kv, 1);
+        tap_ok(err_is(st, GRM_EINVAL, bad[i].n1, bad[i].n2) && inst == NULL,
+               "%s is GRM_EINVAL (%s)", bad[i].what, bad[i].kv);
+    }
+    {
+        const grm_chunk *sout = NULL;
+        int apply_null = 0;
+        const char *extra[] = { "truncate=user:2" };
+        const grm_status st = run_seq(&inst, extra, 1, &sout, &apply_null);
+        tap_ok(err_is(st, GRM_EINVAL, "truncate column 'user' is not a sequence column", NULL),
+               "sequence mode: truncate of the key column is GRM_EINVAL");
+    }
+    {
+        const char *kv[] = { "truncate=hist:2" };
+        grm_status st = tb_create(&inst, &schema, kv, 1);
+        grm_column bc[3] = { cols[0], cols[1], cols[2] };
+        bc[0].offsets = NULL;
+        const grm_chunk bin = chunk_of(bc, 3, 4);
+        if (st == GRM_OK) st = tb_ops->apply(inst, &bin, &out);
+        tap_ok(err_is(st, GRM_EINVAL, "chunk column 0 is 'hist'", NULL),
+               "apply with a list column without offsets is GRM_EINVAL");
+        tb_ops->destroy(inst);
+    }
+}
+
+/* ---- the fused pass against one transform at a time ---- */
+
+/* A column of the reference: the transforms below each make one full pass over it. */
+typedef struct refcol {
+    char name[16];
+    int32_t type;
+    int64_t *i;      /* i64 values (scalars or list values) */
+    float *f;        /* f32 values */
+    char *bytes;     /* str bytes */
+    int64_t *offs;   /* [rows+1] str or list offsets */
+} refcol;
+
+enum { FR = 9000, FNCOL = 17 };   /* rows: three 4096-row blocks of the fused pass */
+
+static refcol fcols[FNCOL + 8];
+static void *ref_blocks[256];
+static int ref_nblocks;
+
+/* malloc, remembered for ref_free_all (the reference replaces arrays pass by pass). */
+static void *ref_alloc(size_t n)
+{
+    void *const p = malloc(n);
+    if (ref_nblocks < 256) ref_blocks[ref_nblocks++] = p;
+    return p;
+}
+
+static void ref_free_all(void)
+{
+    while (ref_nblocks > 0) free(ref_blocks[--ref_nblocks]);
+}
+static int fncols;
+
+static refcol *fcol(const char *name)
+{
+    for (int j = 0; j < fncols; j++) {
+        if (strcmp(fcols[j].name, name) == 0) return &fcols[j];
+    }
+    return NULL;
+}
+
+static int64_t fnvals(const refcol *c)
+{
+    return c->offs != NULL && c->type != GRM_COL_STR ? c->offs[FR] : FR;
+}
+
+static void ref_hash(refcol *c, int64_t buckets)
+{
+    const int64_t n = fnvals(c);
+    int64_t *const o = ref_alloc((size_t)n * sizeof(int64_t));
+    for (int64_t v = 0; v < n; v++) {
+        o[v] = c->type == GRM_COL_STR
+                   ? want_hash(c->bytes + c->offs[v], (size_t)(c->offs[v + 1] - c->offs[v]),
+                               buckets)
+                   : want_hash_i64(c->i[v], buckets);
+    }
+    if (c->type == GRM_COL_STR) {
+        c->type = GRM_COL_I64;
+        c->offs = NULL;
+    }
+    c->i = o;
+}
+
+static void ref_mod(refcol *c, int64_t n)
+{
+    const int64_t nv = fnvals(c);
+    int64_t *const o = ref_alloc((size_t)nv * sizeof(int64_t));
+    for (int64_t v = 0; v < nv; v++) o[v] = ((c->i[v] % n) + n) % n;
+    c->i = o;
+}
+
+/* Linear count of boundaries <= x (the plugin searches; this one scans). */
+static void ref_bucketize(refcol *c, const double *b, int nb)
+{
+    const int64_t nv = fnvals(c);
+    int64_t *const o = ref_alloc((size_t)nv * sizeof(int64_t));
+    for (int64_t v = 0; v < nv; v++) {
+        const double x = c->f != NULL ? (double)c->f[v] : (double)c->i[v];
+        o[v] = 0;
+        for (int k = 0; k < nb; k++) o[v] += b[k] <= x;
+    }
+    c->i = o;
+    c->f = NULL;
+    c->type = c->offs != NULL ? GRM_COL_LIST_I64 : GRM_COL_I64;
+}
+
+static void ref_cross(const char *a, const char *b, const char *out, int64_t n)
+{
+    const refcol *const ca = fcol(a), *const cb = fcol(b);
+    refcol *const c = &fcols[fncols++];
+    snprintf(c->name, sizeof(c->name), "%s", out);
+    c->offs = ca->offs != NULL ? ca->offs : cb->offs;
+    c->type = c->offs != NULL ? GRM_COL_LIST_I64 : GRM_COL_I64;
+    c->i = ref_alloc((size_t)fnvals(c) * sizeof(int64_t));
+    for (int64_t r = 0; r < FR; r++) {
+        const int64_t v0 = c->offs != NULL ? c->offs[r] : r;
+        const int64_t v1 = c->offs != NULL ? c->offs[r + 1] : r + 1;
+        for (int64_t v = v0; v < v1; v++) {
+            c->i[v] = want_cross(ca->i[ca->offs != NULL ? v : r], cb->i[cb->offs != NULL ? v : r],
+                                 n);
+        }
+    }
+}
+
+/* Truncate (n > 0, first or last) or pad (pad > 0 with value pv) one list column. */
+static void ref_len(refcol *c, int64_t n, int first, int64_t pad, double pv)
+{
+    int64_t *const offs = ref_alloc((FR + 1) * sizeof(int64_t));
+    offs[0] = 0;
+    for (int64_t r = 0; r < FR; r++) {
+        int64_t len = c->offs[r + 1] - c->offs[r];
+        if (n > 0 && len > n) len = n;
+        if (pad > 0 && len < pad) len = pad;
+        offs[r + 1] = offs[r] + len;
+    }
+    int64_t *const oi = ref_alloc((size_t)offs[FR] * sizeof(int64_t) + 1);
+    float *const of = ref_alloc((size_t)offs[FR] * sizeof(float) + 1);
+    for (int64_t r = 0; r < FR; r++) {
+        int64_t b = c->offs[r], e = c->offs[r + 1];
+        if (n > 0 && e - b > n) {
+            if (first) e = b + n; else b = e - n;
+        }
+        for (int64_t k = 0; k < offs[r + 1] - offs[r]; k++) {
+            if (c->type == GRM_COL_LIST_I64) {
+                oi[offs[r] + k] = b + k < e ? c->i[b + k] : (int64_t)pv;
+            } else {
+                of[offs[r] + k] = b + k < e ? c->f[b + k] : (float)pv;
+            }
+        }
+    }
+    c->offs = offs;
+    c->i = oi;
+    c->f = of;
+}
+
+/* The random input: i64 i0..i7, f32 f0..f2, str s0 s1, list_i64 l0..l2, list_f32 lf0. */
+static void fused_input(grm_column *cols)
+{
+    static const char *const names[FNCOL] = { "i0", "i1", "i2", "i3", "i4", "i5", "i6", "i7",
+                                              "f0", "f1", "f2", "s0", "s1", "l0", "l1", "l2",
+                                              "lf0" };
+    uint64_t seed = 7;
+    fncols = FNCOL;
+    for (int j = 0; j < FNCOL; j++) {
+        refcol *const c = &fcols[j];
+        snprintf(c->name, sizeof(c->name), "%s", names[j]);
+        c->type = j < 8 ? GRM_COL_I64 : j < 11 ? GRM_COL_F32 : j < 13 ? GRM_COL_STR
+                  : j < 16 ? GRM_COL_LIST_I64 : GRM_COL_LIST_F32;
+        if (c->type >= GRM_COL_STR) {
+            c->offs = ref_alloc((FR + 1) * sizeof(int64_t));
+            c->offs[0] = 0;
+            for (int64_t r = 0; r < FR; r++) {
+                c->offs[r + 1] = c->offs[r] + (int64_t)(harness_rand(&seed) % 13);
+            }
+        }
+        const int64_t n = fnvals(c) > FR ? fnvals(c) : FR;
+        const int64_t nv = c->type == GRM_COL_STR ? c->offs[FR] : n;
+        c->i = ref_alloc((size_t)nv * sizeof(int64_t) + 8);
+        c->f = ref_alloc((size_t)nv * sizeof(float) + 8);
+        c->bytes = ref_alloc((size_t)nv + 1);
+        for (int64_t v = 0; v < nv; v++) {
+            c->i[v] = (int64_t)(harness_rand(&seed) % 2000001) - 1000000;
+            c->f[v] = 10.0f * harness_randf(&seed);
+            c->bytes[v] = (char)('a' + harness_rand(&seed) % 4);
+        }
+        if (c->type != GRM_COL_F32 && c->type != GRM_COL_LIST_F32) c->f = NULL;
+        cols[j] = (grm_column){ .name = c->name, .type = c->type, .rows = FR,
+                                .values = c->type == GRM_COL_STR ? (void *)c->bytes
+                                          : c->f != NULL ? (void *)c->f : (void *)c->i,
+                                .offsets = c->type >= GRM_COL_STR ? c->offs : NULL };
+    }
+}
+
+static const char *const fused_kvs[] = {
+    "hash=s0, s1, i0, i1, l0",
+    "hash_buckets=100000",
+    "mod=i0:1000, i2:77, i3:5, l0:50, l1:9",
+    "bucketize=f0:-5/0/5, f1:0, i4:-100/0/100/1000, lf0:-1/1",
+    "cross=s0*i0:c0:1000, i1*i2:c1, l0*i5:c2:500, i6*l1:c3, c0*c1:c4:64, i7*lf0:c5",
+    "truncate=l0:4, l1:3:first, c2:2, l2:6",
+    "pad=l0:5:-1, c3:4, l2:8:7",
+};
+
+/* One transform at a time, in the documented order, each a full pass over its column. */
+static void fused_reference(void)
+{
+    const char *const hashed[] = { "s0", "s1", "i0", "i1", "l0" };
+    for (int k = 0; k < 5; k++) ref_hash(fcol(hashed[k]), 100000);
+    const double b0[] = { -5, 0, 5 }, b1[] = { 0 }, b4[] = { -100, 0, 100, 1000 },
+                 bl[] = { -1, 1 };
+    ref_bucketize(fcol("f0"), b0, 3);
+    ref_bucketize(fcol("f1"), b1, 1);
+    ref_bucketize(fcol("i4"), b4, 4);
+    ref_bucketize(fcol("lf0"), bl, 2);
+    ref_mod(fcol("i0"), 1000);
+    ref_mod(fcol("i2"), 77);
+    ref_mod(fcol("i3"), 5);
+    ref_mod(fcol("l0"), 50);
+    ref_mod(fcol("l1"), 9);
+    ref_cross("s0", "i0", "c0", 1000);
+    ref_cross("i1", "i2", "c1", 0);
+    ref_cross("l0", "i5", "c2", 500);
+    ref_cross("i6", "l1", "c3", 0);
+    ref_cross("c0", "c1", "c4", 64);
+    ref_cross("i7", "lf0", "c5", 0);
+    ref_len(fcol("l0"), 4, 0, 0, 0);
+    ref_len(fcol("l1"), 3, 1, 0, 0);
+    ref_len(fcol("c2"), 2, 0, 0, 0);
+    ref_len(fcol("l2"), 6, 0, 0, 0);
+    ref_len(fcol("l0"), 0, 0, 5, -1);
+    ref_len(fcol("c3"), 0, 0, 4, 0);
+    ref_len(fcol("l2"), 0, 0, 8, 7);
+}
+
+/* 1 when every output column equals the reference column of the same name. */
+static int fused_matches(const grm_chunk *out)
+{
+    if (out == NULL || out->ncols != fncols || out->rows != FR) {
+        tap_diag("fused output: %d columns (want %d)", out != NULL ? out->ncols : -1, fncols);
+        return 0;
+    }
+    for (int32_t j = 0; j < out->ncols; j++) {
+        const grm_column *const o = &out->cols[j];
+        const refcol *const c = fcol(o->name);
+        if (c == NULL || o->type != c->type) {
+            tap_diag("column %s: type %d, want %d", o->name, o->type, c != NULL ? c->type : -1);
+            return 0;
+        }
+        const int list = c->type == GRM_COL_LIST_I64 || c->type == GRM_COL_LIST_F32;
+        if (list && !eq_i64(o->offsets, c->offs, FR + 1, o->name)) return 0;
+        const int64_t n = list ? c->offs[FR] : c->type == GRM_COL_STR ? c->offs[FR] : FR;
+        if (c->type == GRM_COL_I64 || c->type == GRM_COL_LIST_I64) {
+            if (!eq_i64(o->values, c->i, n, o->name)) return 0;
+        } else if (c->type == GRM_COL_F32 || c->type == GRM_COL_LIST_F32) {
+            if (memcmp(o->values, c->f, (size_t)n * sizeof(float)) != 0) {
+                tap_diag("column %s: f32 values differ", o->name);
+                return 0;
+            }
+        } else if (memcmp(o->values, c->bytes, (size_t)n) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Run apply as a task of the pool: nested parallel_for runs inline, i.e. on 1 thread
+ * (core/pool.c in_parallel; the same trick as tests/test-sparse.c). */
+typedef struct serial_apply {
+    void *inst;
+    const grm_chunk *in, *out;
+    grm_status st;
+} serial_apply;
+
+static grm_status serial_range(void *ctx, int64_t b, int64_t e)
+{
+    serial_apply *const j = ctx;
+    (void)e;
+    if (b == 0) j->st = tb_ops->apply(j->inst, j->in, &j->out);
+    return GRM_OK;
+}
+
+/* Copy of a chunk's column values and offsets into one malloc'd blob (for comparing). */
+static size_t blob_of(const grm_chunk *out, unsigned char **blob)
+{
+    size_t n = 0, at = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int32_t j = 0; j < out->ncols; j++) {
+            const grm_column *const c = &out->cols[j];
+            const int has_offs = c->offsets != NULL;
+            const int64_t nv = has_offs ? c->offsets[c->rows] : c->rows;
+            const size_t elem = c->type == GRM_COL_STR ? 1
+                                : c->type == GRM_COL_F32 || c->type == GRM_COL_LIST_F32 ? 4 : 8;
+            const size_t vb = (size_t)nv * elem, ob = has_offs ? (size_t)(c->rows + 1) * 8 : 0;
+            if (pass == 1) {
+                memcpy(*blob + at, c->values, vb);
+                if (ob > 0) memcpy(*blob + at + vb, c->offsets, ob);
+                at += vb + ob;
+            } else {
+                n += vb + ob;
+            }
+        }
+        if (pass == 0) *blob = malloc(n);
+    }
+    return n;
+}
+
+static void test_fused(void)
+{
+    grm_column cols[FNCOL];
+    fused_input(cols);
+    const grm_chunk in = chunk_of(cols, FNCOL, FR);
+    grm_field fields[FNCOL];
+    const grm_schema schema = schema_of(&in, fields);
+    void *inst = NULL;
+    const grm_chunk *out = NULL;
+    const int nkv = (int)(sizeof(fused_kvs) / sizeof(fused_kvs[0]));
+
+    grm_status st = tb_create(&inst, &schema, fused_kvs, nkv);
+    if (st == GRM_OK) st = tb_ops->apply(inst, &in, &out);
+    if (st != GRM_OK) tap_diag("status %d: %s", st, harness_host()->last_error());
+    unsigned char *multi = NULL, *single = NULL;
+    const size_t nm = st == GRM_OK ? blob_of(out, &multi) : 0;
+
+    fused_reference();
+    tap_ok(st == GRM_OK && fused_matches(out),
+           "fused pass (27 transforms, 23 columns, 9000 rows) equals one transform at a time "
+           "(hash, bucketize, mod, cross, truncate, pad reference loops)");
+
+    serial_apply job = { .inst = inst, .in = &in, .st = GRM_EINTERNAL };
+    if (st == GRM_OK) st = harness_host()->parallel_for(1, 1, serial_range, &job);
+    if (st == GRM_OK) st = job.st;
+    const size_t ns = st == GRM_OK ? blob_of(job.out, &single) : 0;
+    tap_ok(st == GRM_OK && nm == ns && memcmp(multi, single, nm) == 0 && fused_matches(job.out),
+           "the same instance on 1 thread and on %d threads gives identical bytes (%zu)",
+           harness_host()->num_threads(), nm);
+
+    // A second, smaller chunk through the same instance: buffers are reused, not stale.
+    grm_column small[FNCOL];
+    for (int j = 0; j < FNCOL; j++) small[j] = cols[j];
+    const grm_chunk in0 = chunk_of(small, FNCOL, 0);
+    for (int j = 0; j < FNCOL; j++) small[j].rows = 0;
+    if (st == GRM_OK) st = tb_ops->apply(inst, &in0, &out);
+    tap_ok(st == GRM_OK && out->rows == 0 && out->ncols == fncols,
+           "an empty chunk through the fused pass gives 0 rows and every column");
+    free(multi);
+    free(single);
+    ref_free_all();
+    tb_ops->destroy(inst);
+}
+
 int main(void)
 {
-    tap_plan(34);
+    tap_plan(72);
+    // Several threads for the 1-vs-N comparison (harness_host would start 2).
+    grm__pool_init(4);
     tb_info = harness_plugin("transform-basic");
     tb_ops = tb_info->ops;
     test_rowwise();
     test_sequences();
     test_movielens();
     test_bucketize();
+    test_cross();
+    test_truncate_pad();
+    test_fused();
     tb_ops->destroy(NULL);
     tap_ok(1, "destroy(NULL) is accepted");
     return tap_done();

@@ -1,6 +1,8 @@
-/* plugins/transform-basic/basic_ref.c - the reference transform: the fused row-wise pass
- * (hash, mod) and sequence building (buffer every event, one stable O(n log n) sort by
- * key and order at flush, then gather each key's events into lists). Plain loops. */
+/* plugins/transform-basic/basic_ref.c - the reference kernels of the feature engine
+ * (RecIS §2.1 Feature Engine, Table 1 bucketize/mod): hash, bucketize, mod and cross of a
+ * range of values, truncate/pad of a range of list rows, and sequence building (buffer
+ * every event, one stable O(n log n) sort by key and order at flush, then gather each
+ * key's events into lists). Plain loops; basic_cpu.c fuses and parallelises them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,40 +87,94 @@ void basic_bucketize(int64_t *out, const void *in, int32_t type, int64_t rows,
     }
 }
 
-grm_status basic_rows(basic_inst *t, const grm_chunk *in)
+int64_t basic_cross_id(int64_t a, int64_t b, int64_t n)
 {
-    const int64_t rows = in->rows;
-    for (int32_t j = 0; j < t->nin; j++) {
-        const grm_column *const c = &in->cols[j];
-        basic_colplan *const p = &t->plan[j];
-        grm_column *const o = &t->row[j];
-
-        *o = *c;  // untouched columns point into the input chunk
-        o->name = p->name;
-        if (!p->hash && p->mod == 0 && p->nbounds == 0) continue;
-        void *buf = p->buf;
-        const grm_status st = basic_grow(t->host, &buf, &p->buf_cap,
-                                         (size_t)rows * sizeof(int64_t));
-        if (st != GRM_OK) return st;
-        p->buf = buf;
-        const int64_t *src = c->values;   /* [rows] */
-        if (p->hash) {
-            if (p->in_type == GRM_COL_STR) {
-                basic_hash_str(p->buf, c->values, c->offsets, rows, t->hash_buckets);
-            } else {
-                basic_hash_i64(p->buf, c->values, rows, t->hash_buckets);
-            }
-            src = p->buf;
-        } else if (p->nbounds > 0) {
-            basic_bucketize(p->buf, c->values, p->in_type, rows, p->bounds, p->nbounds);
-            src = p->buf;
-        }
-        if (p->mod > 0) basic_mod_i64(p->buf, src, rows, p->mod);
-        o->type = GRM_COL_I64;
-        o->values = p->buf;
-        o->offsets = NULL;
+    // The 16 bytes of (a, b), each little-endian whatever the host's byte order, so a cross
+    // id is the same on every machine; XXH3 mixes all 128 input bits into the 64 output
+    // bits, so ids that differ in one source still spread over every bucket of `% n`.
+    const uint64_t ua = (uint64_t)a, ub = (uint64_t)b;
+    unsigned char k[16];
+    for (int i = 0; i < 8; i++) {
+        k[i] = (unsigned char)(ua >> (8 * i));
+        k[8 + i] = (unsigned char)(ub >> (8 * i));
     }
-    return GRM_OK;
+    return basic_hash_finish(XXH3_64bits(k, sizeof(k)), n);
+}
+
+void basic_stage1(const basic_colplan *p, int64_t *out, const grm_column *c, int64_t v0,
+                  int64_t n, int64_t hash_buckets)
+{
+    const int32_t t = p->in_type;
+    const int32_t elem = t == GRM_COL_F32 || t == GRM_COL_LIST_F32 ? GRM_COL_F32 : GRM_COL_I64;
+    const int64_t *src = out;
+    if (p->hash) {
+        if (t == GRM_COL_STR) {
+            basic_hash_str(out, c->values, c->offsets + v0, n, hash_buckets);
+        } else {
+            basic_hash_i64(out, (const int64_t *)c->values + v0, n, hash_buckets);
+        }
+    } else if (p->nbounds > 0) {
+        const void *const in = elem == GRM_COL_F32 ? (const void *)((const float *)c->values + v0)
+                                                   : (const void *)((const int64_t *)c->values
+                                                                    + v0);
+        basic_bucketize(out, in, elem, n, p->bounds, p->nbounds);
+    } else {
+        src = (const int64_t *)c->values + v0;   // mod alone reads the input ids
+    }
+    if (p->mod > 0) basic_mod_i64(out, src, n, p->mod);
+}
+
+/* ---- truncate and pad (stage 2) ---- */
+
+void basic_len_keep(const basic_lenop *l, const int64_t *inoffs, int64_t r, int64_t *b,
+                    int64_t *e)
+{
+    *b = inoffs[r];
+    *e = inoffs[r + 1];
+    if (l->trunc > 0 && *e - *b > l->trunc) {
+        if (l->first) {
+            *e = *b + l->trunc;
+        } else {
+            *b = *e - l->trunc;   // the most recent: lists are ordered oldest first
+        }
+    }
+}
+
+void basic_len_offsets(const basic_lenop *l, int64_t *out, const int64_t *in, int64_t rows)
+{
+    out[0] = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t len = in[r + 1] - in[r];
+        if (l->trunc > 0 && len > l->trunc) len = l->trunc;
+        if (l->pad > 0 && len < l->pad) len = l->pad;
+        out[r + 1] = out[r] + len;
+    }
+}
+
+void basic_len_pad(const basic_lenop *l, size_t elem, int64_t from, int64_t to)
+{
+    for (int64_t i = from; i < to; i++) {
+        if (elem == sizeof(float)) {
+            ((float *)l->values)[i] = l->pad_f32;
+        } else {
+            ((int64_t *)l->values)[i] = l->pad_i64;
+        }
+    }
+}
+
+void basic_len_rows(const basic_lenop *l, const void *in, const int64_t *inoffs, size_t elem,
+                    int64_t r0, int64_t r1)
+{
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b, e;
+        basic_len_keep(l, inoffs, r, &b, &e);
+        const int64_t dst = l->offsets[r];
+        if (e > b) {
+            memcpy((char *)l->values + (size_t)dst * elem, (const char *)in + (size_t)b * elem,
+                   (size_t)(e - b) * elem);
+        }
+        basic_len_pad(l, elem, dst + (e - b), l->offsets[r + 1]);
+    }
 }
 
 /* ---- sequence building ---- */
@@ -208,6 +264,14 @@ void basic_seq_free(basic_inst *t)
     }
     t->host->free(basic_cpu, t->keys_out);
     t->keys_out = NULL;
+    for (int32_t j = 0; j < t->nseq; j++) {
+        basic_lenop *const l = &t->seqcols[j].len;
+        t->host->free(basic_cpu, l->offsets);
+        t->host->free(basic_cpu, l->values);
+        l->offsets = NULL;
+        l->values = NULL;
+        l->offsets_cap = l->values_cap = 0;
+    }
 }
 
 grm_status basic_seq_build(basic_inst *t, int64_t *nkeys_out)
@@ -299,6 +363,26 @@ grm_status basic_seq_build(basic_inst *t, int64_t *nkeys_out)
             .name = t->plan[s->src].name,
             .type = s->type == GRM_COL_I64 ? GRM_COL_LIST_I64 : GRM_COL_LIST_F32,
             .rows = nkeys, .values = s->values, .offsets = s->offsets };
+    }
+
+    // Truncate, then pad, the emitted lists of the sequence columns that declare it.
+    for (int32_t j = 0; j < t->nseq; j++) {
+        basic_seqcol *const s = &t->seqcols[j];
+        if (!s->has_len) continue;
+        basic_lenop *const l = &s->len;
+        const size_t elem = basic_elem_size(s->type);
+        void *p = l->offsets;
+        st = basic_grow(host, &p, &l->offsets_cap, (size_t)(nkeys + 1) * sizeof(int64_t));
+        l->offsets = p;
+        if (st != GRM_OK) goto done;
+        basic_len_offsets(l, l->offsets, s->offsets, nkeys);
+        p = l->values;
+        st = basic_grow(host, &p, &l->values_cap, (size_t)l->offsets[nkeys] * elem);
+        l->values = p;
+        if (st != GRM_OK) goto done;
+        basic_len_rows(l, s->values, s->offsets, elem, 0, nkeys);
+        t->full[1 + j].values = l->values;
+        t->full[1 + j].offsets = l->offsets;
     }
     *nkeys_out = nkeys;
     goto done;

@@ -1,6 +1,7 @@
 /* plugins/transform-basic/plugin.c - glue for transform-basic: entry point, descriptor,
  * declared parameters, the grm_transform_ops table, and the checks that tie the config to
- * the input schema at create. The work is in basic_ref.c. */
+ * the input schema at create (RecIS §2.1 Feature Engine: hash, bucketize, mod, cross,
+ * truncate/pad, sequences). The work is in basic_cpu.c (the fused pass) and basic_ref.c. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -15,15 +16,16 @@ static const grm_device basic_cpu = { GRM_DEVICE_CPU, 0 };
 
 static const grm_param_decl basic_params[] = {
     { "hash", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, hash), NULL, GRM_PARAM_ANY, NULL,
-      "str or i64 columns replaced by an i64 XXH3-64 hash (masked to >= 0) of their bytes" },
+      "str, i64 or list_i64 columns replaced by the XXH3-64 hash (masked to >= 0) of each "
+      "value's bytes" },
     { "hash_buckets", GRM_PARAM_INT, 0, offsetof(basic_config, hash_buckets), "0",
       GRM_PARAM_RANGE(0, (double)INT64_MAX), NULL,
       "reduce hashes modulo this many buckets; 0 keeps the full 63-bit hash" },
     { "mod", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, mod), NULL, GRM_PARAM_ANY, NULL,
-      "column:N entries: i64 column x replaced by ((x % N) + N) % N, N > 0" },
+      "column:N entries: i64 or list_i64 column x replaced by ((x % N) + N) % N, N > 0" },
     { "bucketize", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, bucketize), NULL,
       GRM_PARAM_ANY, NULL,
-      "column:b1/b2/... entries: i64 or f32 column x replaced by the i64 bucket index "
+      "column:b1/b2/... entries: i64 or f32 column (or list) x replaced by the bucket index "
       "(number of ascending boundaries <= x), e.g. rating:4 or age:18/25/35" },
     { "keep", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, keep), NULL, GRM_PARAM_ANY, NULL,
       "output only these columns, in this order (default: all)" },
@@ -42,6 +44,16 @@ static const grm_param_decl basic_params[] = {
     { "max_length", GRM_PARAM_INT, 0, offsetof(basic_config, max_length), "0",
       GRM_PARAM_RANGE(0, (double)INT64_MAX), NULL,
       "keep only the most recent N events of a key; 0: unlimited" },
+    { "cross", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, cross), NULL, GRM_PARAM_ANY, NULL,
+      "a*b:out[:N] entries: new i64 column out = XXH3-64 of the ids of a and b (after their "
+      "hash/bucketize/mod), masked to >= 0, % N; a list crossed with a scalar gives a list" },
+    { "truncate", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, truncate), NULL,
+      GRM_PARAM_ANY, NULL,
+      "column:N[:recent|first] entries: keep at most N values per row of a list column, the "
+      "last N (recent, default) or the first N" },
+    { "pad", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, pad), NULL, GRM_PARAM_ANY, NULL,
+      "column:N[:value] entries: pad rows of a list column shorter than N at the back with "
+      "value (default 0), after truncate" },
     { NULL, 0, 0, 0, NULL, GRM_PARAM_ANY, NULL, NULL },
 };
 
@@ -102,15 +114,21 @@ static void basic_destroy(void *inst)
         host->free(basic_cpu, t->seqcols);
     }
     if (t->plan != NULL) {
-        for (int32_t j = 0; j < t->nin; j++) {
+        for (int32_t j = 0; j < t->nplan; j++) {
             host->free(basic_cpu, t->plan[j].name);
             host->free(basic_cpu, t->plan[j].buf);
+            host->free(basic_cpu, t->plan[j].len.offsets);
+            host->free(basic_cpu, t->plan[j].len.values);
             free(t->plan[j].bounds);
         }
         host->free(basic_cpu, t->plan);
     }
+    host->free(basic_cpu, t->comp_cols);
+    host->free(basic_cpu, t->comp_start);
+    host->free(basic_cpu, t->len_cols);
     if (t->full != t->row) host->free(basic_cpu, t->full);
     host->free(basic_cpu, t->row);
+    host->free(basic_cpu, t->mid);
     host->free(basic_cpu, t->full_fields);
     host->free(basic_cpu, t->out_src);
     host->free(basic_cpu, t->fields);
@@ -130,10 +148,11 @@ static grm_status basic_calloc(void *p, size_t n, size_t size)
     return GRM_OK;
 }
 
-/* The input columns as fields, typed before (hash errors) or after the row-wise pass. */
+/* The columns defined so far (inputs, then crosses) as fields, typed before (hash errors)
+ * or after stage 1. */
 static void basic_plan_fields(const basic_inst *t, grm_field *f, int after)
 {
-    for (int32_t j = 0; j < t->nin; j++) {
+    for (int32_t j = 0; j < t->nplan; j++) {
         f[j].name = t->plan[j].name;
         f[j].type = after ? t->plan[j].out_type : t->plan[j].in_type;
         f[j].reserved = 0;
@@ -146,11 +165,11 @@ static grm_status basic_column(const basic_inst *t, const char *what, const char
 {
     char avail[BASIC_AVAIL_MAX];
     basic_plan_fields(t, t->full_fields, after);
-    *idx = basic_find(t->full_fields, t->nin, name);
+    *idx = basic_find(t->full_fields, t->nplan, name);
     if (*idx < 0) {
         return basic_host->errorf(GRM_EINVAL, "transform-basic: %s column '%s' is not in the "
                                   "input; available: %s", what, name,
-                                  basic_available(avail, t->full_fields, t->nin));
+                                  basic_available(avail, t->full_fields, t->nplan));
     }
     return GRM_OK;
 }
@@ -163,7 +182,7 @@ static grm_status basic_type_error(const basic_inst *t, const char *what, int32_
     return basic_host->errorf(GRM_EINVAL, "transform-basic: %s column '%s' is %s; %s needs %s "
                               "(available: %s)", what, t->plan[idx].name,
                               basic_type_name(type), what, need,
-                              basic_available(avail, t->full_fields, t->nin));
+                              basic_available(avail, t->full_fields, t->nplan));
 }
 
 /* ---- create: tie the config to the input schema ---- */
@@ -177,15 +196,16 @@ static grm_status basic_plan_hash_mod(basic_inst *t, const basic_config *cfg)
         st = basic_column(t, "hash", cfg->hash.v[i], 0, &idx);
         if (st != GRM_OK) return st;
         basic_colplan *const p = &t->plan[idx];
-        if (p->in_type != GRM_COL_STR && p->in_type != GRM_COL_I64) {
-            return basic_type_error(t, "hash", idx, p->in_type, "str or i64");
+        if (p->in_type != GRM_COL_STR && p->in_type != GRM_COL_I64
+            && p->in_type != GRM_COL_LIST_I64) {
+            return basic_type_error(t, "hash", idx, p->in_type, "str or i64, or list_i64");
         }
         if (p->hash) {
             return basic_host->errorf(GRM_EINVAL, "transform-basic: hash lists column '%s' "
                                       "twice; list it once", p->name);
         }
         p->hash = 1;
-        p->out_type = GRM_COL_I64;
+        p->out_type = p->in_type == GRM_COL_LIST_I64 ? GRM_COL_LIST_I64 : GRM_COL_I64;
     }
     for (int64_t i = 0; i < cfg->bucketize.n; i++) {
         const char *const entry = cfg->bucketize.v[i];
@@ -202,8 +222,9 @@ static grm_status basic_plan_hash_mod(basic_inst *t, const basic_config *cfg)
         st = basic_column(t, "bucketize", name, 0, &idx);
         if (st != GRM_OK) return st;
         basic_colplan *const p = &t->plan[idx];
-        if (p->in_type != GRM_COL_I64 && p->in_type != GRM_COL_F32)
-            return basic_type_error(t, "bucketize", idx, p->in_type, "i64 or f32");
+        if (p->in_type == GRM_COL_STR)
+            return basic_type_error(t, "bucketize", idx, p->in_type,
+                                    "i64 or f32 (or a list of them)");
         if (p->hash || p->nbounds > 0)
             return basic_host->errorf(GRM_EINVAL, "transform-basic: bucketize entry '%s': "
                                       "column '%s' is already %s; transform a column once",
@@ -235,7 +256,8 @@ static grm_status basic_plan_hash_mod(basic_inst *t, const basic_config *cfg)
             q = *end ? end + 1 : end;
         }
         p->nbounds = n;
-        p->out_type = GRM_COL_I64;
+        p->out_type = p->in_type == GRM_COL_I64 || p->in_type == GRM_COL_F32 ? GRM_COL_I64
+                                                                             : GRM_COL_LIST_I64;
     }
     for (int64_t i = 0; i < cfg->mod.n; i++) {
         const char *const entry = cfg->mod.v[i];
@@ -263,12 +285,189 @@ static grm_status basic_plan_hash_mod(basic_inst *t, const basic_config *cfg)
         st = basic_column(t, "mod", name, 1, &idx);
         if (st != GRM_OK) return st;
         basic_colplan *const p = &t->plan[idx];
-        if (p->out_type != GRM_COL_I64) return basic_type_error(t, "mod", idx, p->out_type, "i64");
+        if (p->out_type != GRM_COL_I64 && p->out_type != GRM_COL_LIST_I64)
+            return basic_type_error(t, "mod", idx, p->out_type, "i64 or list_i64");
         if (p->mod > 0) {
             return basic_host->errorf(GRM_EINVAL, "transform-basic: mod lists column '%s' "
                                       "twice; list it once", p->name);
         }
         p->mod = (int64_t)n;
+    }
+    return GRM_OK;
+}
+
+/* Copy entry[0, len) into buf (of BASIC_NAME_MAX bytes); 0 when it is empty or too long. */
+#define BASIC_NAME_MAX 256
+
+static int basic_part(char *buf, const char *s, size_t len)
+{
+    if (len == 0 || len >= BASIC_NAME_MAX) return 0;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    return 1;
+}
+
+/* The integer of s[0, len) into *n; 0 when it is not one (no sign, spaces or junk). */
+static int basic_count(const char *s, size_t len, int64_t *n)
+{
+    char buf[32];
+    char *end = NULL;
+    if (len == 0 || len >= sizeof(buf) || s[0] == ' ' || s[0] == '+') return 0;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    errno = 0;
+    const long long v = strtoll(buf, &end, 10);
+    if (*end != '\0' || errno == ERANGE) return 0;
+    *n = (int64_t)v;
+    return 1;
+}
+
+/* cross = a*b:out[:N]: a new column after the inputs, reading stage-1 ids of a and b. */
+static grm_status basic_plan_cross(basic_inst *t, const basic_config *cfg)
+{
+    char a[BASIC_NAME_MAX], b[BASIC_NAME_MAX], out[BASIC_NAME_MAX];
+    grm_status st;
+
+    for (int64_t i = 0; i < cfg->cross.n; i++) {
+        const char *const entry = cfg->cross.v[i];
+        const char *const star = strchr(entry, '*');
+        const char *const c1 = star != NULL ? strchr(star, ':') : NULL;
+        const char *const c2 = c1 != NULL ? strchr(c1 + 1, ':') : NULL;
+        const char *const oend = c2 != NULL ? c2 : entry + strlen(entry);
+        int64_t n = 0;
+        int32_t ia, ib;
+        if (star == NULL || c1 == NULL || !basic_part(a, entry, (size_t)(star - entry))
+            || !basic_part(b, star + 1, (size_t)(c1 - star - 1))
+            || !basic_part(out, c1 + 1, (size_t)(oend - c1 - 1))) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: cross entry '%s': expected "
+                                      "a*b:out or a*b:out:N, e.g. user*item:user_item:1000000",
+                                      entry);
+        }
+        if (c2 != NULL && (!basic_count(c2 + 1, strlen(c2 + 1), &n) || n <= 0)) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: cross entry '%s': N = '%s' "
+                                      "must be an integer > 0", entry, c2 + 1);
+        }
+        st = basic_column(t, "cross", a, 1, &ia);
+        if (st == GRM_OK) st = basic_column(t, "cross", b, 1, &ib);
+        if (st != GRM_OK) return st;
+        const int32_t ta = t->plan[ia].out_type, tb = t->plan[ib].out_type;
+        for (int k = 0; k < 2; k++) {
+            const int32_t ty = k == 0 ? ta : tb;
+            if (ty != GRM_COL_I64 && ty != GRM_COL_LIST_I64) {
+                return basic_host->errorf(GRM_EINVAL, "transform-basic: cross entry '%s': "
+                                          "column '%s' is %s; cross needs i64 or list_i64 ids "
+                                          "(hash or bucketize it first)", entry, k == 0 ? a : b,
+                                          basic_type_name(ty));
+            }
+        }
+        if (ta == GRM_COL_LIST_I64 && tb == GRM_COL_LIST_I64) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: cross entry '%s': '%s' and "
+                                      "'%s' are both lists; cross a list with a scalar column "
+                                      "(each list value with its row's value)", entry, a, b);
+        }
+        basic_plan_fields(t, t->full_fields, 1);
+        if (basic_find(t->full_fields, t->nplan, out) >= 0) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: cross entry '%s': column "
+                                      "'%s' already exists; give the cross a new name", entry,
+                                      out);
+        }
+        basic_colplan *const p = &t->plan[t->nplan];
+        const size_t len = strlen(out);
+        p->name = basic_host->alloc(basic_cpu, len + 1, 0);
+        if (p->name == NULL) return GRM_ENOMEM;
+        memcpy(p->name, out, len + 1);
+        p->in_type = p->out_type = ta == GRM_COL_LIST_I64 || tb == GRM_COL_LIST_I64
+                                       ? GRM_COL_LIST_I64 : GRM_COL_I64;
+        p->src = -1;
+        p->cross_a = ia;
+        p->cross_b = ib;
+        p->cross_n = n;
+        t->plan[ia].is_source = 1;
+        t->plan[ib].is_source = 1;
+        t->nplan++;
+    }
+    return GRM_OK;
+}
+
+/* The truncate (is_pad 0) or pad (is_pad 1) entries: the lenop of a list column of the
+ * row-wise output, or in sequence mode of a sequence column's emitted lists. */
+static grm_status basic_plan_len(basic_inst *t, const grm_str_list *list, int is_pad)
+{
+    const char *const what = is_pad ? "pad" : "truncate";
+    char name[BASIC_NAME_MAX];
+
+    for (int64_t i = 0; i < list->n; i++) {
+        const char *const entry = list->v[i];
+        const char *const c1 = strchr(entry, ':');
+        const char *const c2 = c1 != NULL ? strchr(c1 + 1, ':') : NULL;
+        const char *const nend = c2 != NULL ? c2 : entry + strlen(entry);
+        int64_t n = 0;
+        if (c1 == NULL || !basic_part(name, entry, (size_t)(c1 - entry))
+            || !basic_count(c1 + 1, (size_t)(nend - c1 - 1), &n) || n <= 0) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: %s entry '%s': expected "
+                                      "column:N%s with an integer N > 0, e.g. %s", what, entry,
+                                      is_pad ? "[:value]" : "[:recent|first]",
+                                      is_pad ? "hist:50:0" : "hist:50:recent");
+        }
+        basic_lenop *l = NULL;
+        int32_t type, *has_len;
+        if (t->seq) {
+            int32_t k = 0;
+            while (k < t->nseq && strcmp(t->plan[t->seqcols[k].src].name, name) != 0) k++;
+            if (k == t->nseq) {
+                return basic_host->errorf(GRM_EINVAL, "transform-basic: %s column '%s' is not "
+                                          "a sequence column; with sequence_by, truncate and "
+                                          "pad apply to the lists of sequence_columns", what,
+                                          name);
+            }
+            l = &t->seqcols[k].len;
+            has_len = &t->seqcols[k].has_len;
+            type = t->seqcols[k].type == GRM_COL_I64 ? GRM_COL_LIST_I64 : GRM_COL_LIST_F32;
+        } else {
+            int32_t idx;
+            const grm_status st = basic_column(t, what, name, 1, &idx);
+            if (st != GRM_OK) return st;
+            type = t->plan[idx].out_type;
+            if (type != GRM_COL_LIST_I64 && type != GRM_COL_LIST_F32) {
+                return basic_type_error(t, what, idx, type, "list_i64 or list_f32");
+            }
+            l = &t->plan[idx].len;
+            has_len = &t->plan[idx].has_len;
+        }
+        if (is_pad ? l->pad > 0 : l->trunc > 0) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: %s lists column '%s' "
+                                      "twice; list it once", what, name);
+        }
+        const char *const opt = c2 != NULL ? c2 + 1 : NULL;
+        if (!is_pad) {
+            l->trunc = n;
+            if (opt != NULL && strcmp(opt, "first") == 0) {
+                l->first = 1;
+            } else if (opt != NULL && strcmp(opt, "recent") != 0) {
+                return basic_host->errorf(GRM_EINVAL, "transform-basic: truncate entry '%s': "
+                                          "policy '%s' is not recent (keep the last N) or "
+                                          "first (keep the first N)", entry, opt);
+            }
+        } else {
+            l->pad = n;
+            if (opt != NULL && type == GRM_COL_LIST_I64
+                && !basic_count(opt, strlen(opt), &l->pad_i64)) {
+                return basic_host->errorf(GRM_EINVAL, "transform-basic: pad entry '%s': value "
+                                          "'%s' is not an integer (column '%s' is list_i64)",
+                                          entry, opt, name);
+            }
+            if (opt != NULL && type == GRM_COL_LIST_F32) {
+                char *end = NULL;
+                errno = 0;
+                const double v = strtod(opt, &end);
+                if (end == opt || *end != '\0' || errno == ERANGE || v != v) {
+                    return basic_host->errorf(GRM_EINVAL, "transform-basic: pad entry '%s': "
+                                              "value '%s' is not a number", entry, opt);
+                }
+                l->pad_f32 = (float)v;
+            }
+        }
+        *has_len = 1;
     }
     return GRM_OK;
 }
@@ -354,7 +553,7 @@ static grm_status basic_plan_output(basic_inst *t, const basic_config *cfg)
         st = basic_calloc(&t->full, (size_t)t->nfull, sizeof(*t->full));
         if (st != GRM_OK) return st;
     } else {
-        t->nfull = t->nin;
+        t->nfull = t->nplan;
         basic_plan_fields(t, t->full_fields, 1);
         t->full = t->row;
     }
@@ -419,14 +618,15 @@ static grm_status basic_create(const void *config, const grm_schema *schema, voi
     if (st != GRM_OK) return st;
     t->host = basic_host;
     t->nin = schema->nfields;
+    t->nplan = t->nin;   // crosses are appended by basic_plan_cross
     t->hash_buckets = cfg->hash_buckets;
     t->seq = basic_set(cfg->sequence_by);
-    st = basic_calloc(&t->plan, (size_t)t->nin, sizeof(*t->plan));
-    if (st == GRM_OK) st = basic_calloc(&t->row, (size_t)t->nin, sizeof(*t->row));
-    // Sized for the larger of the two uses: input columns, or key + sequence columns.
-    if (st == GRM_OK) {
-        st = basic_calloc(&t->full_fields, (size_t)t->nin + 1, sizeof(*t->full_fields));
-    }
+    const size_t nmax = (size_t)t->nin + (size_t)cfg->cross.n;
+    st = basic_calloc(&t->plan, nmax, sizeof(*t->plan));
+    if (st == GRM_OK) st = basic_calloc(&t->row, nmax, sizeof(*t->row));
+    if (st == GRM_OK) st = basic_calloc(&t->mid, nmax, sizeof(*t->mid));
+    // Sized for the larger of the two uses: all columns, or key + sequence columns.
+    if (st == GRM_OK) st = basic_calloc(&t->full_fields, nmax + 1, sizeof(*t->full_fields));
     if (st != GRM_OK) goto fail;
     for (int32_t j = 0; j < t->nin; j++) {
         const grm_field *const f = &schema->fields[j];
@@ -449,10 +649,20 @@ static grm_status basic_create(const void *config, const grm_schema *schema, voi
         memcpy(t->plan[j].name, f->name, len + 1);
         t->plan[j].in_type = f->type;
         t->plan[j].out_type = f->type;
+        t->plan[j].src = j;
+        t->plan[j].cross_a = t->plan[j].cross_b = -1;
     }
+    // The order of the pass: hash | bucketize, mod, cross, truncate, pad (row-wise), then
+    // sequence building, whose lists truncate and pad may name instead, then keep.
     st = basic_plan_hash_mod(t, cfg);
+    if (st == GRM_OK) st = basic_plan_cross(t, cfg);
     if (st == GRM_OK && t->seq) st = basic_plan_sequence(t, cfg);
+    if (st == GRM_OK) st = basic_plan_len(t, &cfg->truncate, 0);
+    if (st == GRM_OK) st = basic_plan_len(t, &cfg->pad, 1);
     if (st == GRM_OK) st = basic_plan_output(t, cfg);
+    if (st == GRM_OK && basic_fuse_plan(t) != GRM_OK) {
+        st = basic_host->errorf(GRM_ENOMEM, "transform-basic: create: out of memory");
+    }
     if (st != GRM_OK) goto fail;
     *inst = t;
     return GRM_OK;
@@ -504,7 +714,7 @@ static grm_status basic_apply(void *inst, const grm_chunk *in, const grm_chunk *
         const grm_column *const c = &in->cols[j];
         const basic_colplan *const p = &t->plan[j];
         if (c->name == NULL || strcmp(c->name, p->name) != 0 || c->type != p->in_type
-            || c->rows != in->rows) {
+            || c->rows != in->rows || (c->type >= GRM_COL_STR && c->offsets == NULL)) {
             return basic_host->errorf(GRM_EINVAL, "transform-basic: apply: chunk column %d is "
                                       "'%s' (%s, %lld rows); create's schema has '%s' (%s, "
                                       "%lld rows)", j, c->name != NULL ? c->name : "(null)",
@@ -555,8 +765,8 @@ static const grm_plugin_info basic_info = {
     .kind = GRM_KIND_TRANSFORM,
     .name = "transform-basic",
     .version = "1.0.0",
-    .description = "fused row-wise hash/mod/keep and per-key sequence building "
-                   "(RecIS Table 1 ops; sequences for HSTU)",
+    .description = "feature engine: hash, bucketize, mod, cross, truncate/pad fused into one "
+                   "multi-threaded pass, and per-key sequence building (RecIS §2.1)",
     .ops = &basic_ops,
     .params = basic_params,
     .config_size = sizeof(basic_config),
