@@ -9,10 +9,17 @@
  * table) -> backward -> dense optimizer on every parameter, sparse optimizer on touched
  * rows only -> periodic evaluation and checkpoint.
  *
+ * Several ranks (MTGRBoost §3 hybrid parallelism): every rank plans the same global batches
+ * and trains its contiguous slice of each; rows of every physical table are sharded over the
+ * ranks by a hash of the key and looked up and updated through core/dist.c (two-stage dedup,
+ * MTGRBoost §4.3), dense gradients are allreduced, and each batch's gradients are weighted by
+ * its share of the global step's samples (MTGRBoost §5.1), so N ranks take the steps of one.
+ *
  * Everything is a pure function of (seed, step): example order per epoch, negatives and
  * dropout are seeded from them, and parallel loops write disjoint outputs, so a run
  * resumed from a checkpoint continues exactly as the uninterrupted run would have. */
 #include "pipeline.h"
+#include "dist.h"
 
 #include <grm/rng.h>
 
@@ -54,6 +61,7 @@ typedef struct table_ws {
     int64_t *inv;         /* [cap] unique index of ids[j] */
     int64_t nu;           /* unique (id space, id) pairs this step */
     int64_t *keys;        /* [cap] their keys, first-seen order */
+    int32_t *ufeat;       /* [cap] id space (segment) of each key: FusedRec's category */
     float *rows;          /* [cap, dim] looked-up rows of the keys */
     float *grads;         /* [cap, dim] summed row gradients */
     /* gradient accumulation (accumulate > 1): keys and gradients of the step's batches,
@@ -113,6 +121,15 @@ typedef struct trainer {
     float *gin;               /* [most ids of a feature, widest dim] gradient per gathered id */
     int64_t *cat_keys;        /* [C] keys of the catalog items */
     grm__sparse_work work;
+    /* several ranks */
+    int32_t rank, nranks;
+    grm__dist *dist;          /* model-parallel rows (NULL on one rank) */
+    float *gbuf;              /* [gnumel] dense gradients packed for one allreduce */
+    int64_t gnumel;
+    grm__run_opts lopts;      /* the run's options; quiet on ranks other than 0 */
+    char ckdir[4096];         /* checkpoint directory of this rank ("" for none) */
+    grm__dist_stats dlast[2]; /* dist totals (lookup, update) at the last logged step */
+    int64_t dstep;            /* that step */
     float **acts;             /* [ndense + 2]: x, block outputs, head output; [B, dim_i] */
     float **dacts;            /* same shapes */
     int64_t *dims;            /* [ndense + 2] */
@@ -252,6 +269,22 @@ static grm_status setup(trainer *t)
         grm_error_prefix("[embedding] %s: ", p->emb.plugin->info->name);
         return st;
     }
+    if (t->nranks > 1) {   /* rows sharded over the ranks by a hash of the key */
+        int32_t *dims = calloc((size_t)p->nphys, sizeof *dims);
+        if (!dims) return grm_errorf(GRM_ENOMEM, "out of memory");
+        grm__dist_opts o = grm__dist_opts_default();
+        o.dedup1 = 0;   /* the trainer's segment unique is stage 1 */
+        o.table_names = (const char *const *)p->phys_names;
+        for (int32_t T = 0; T < p->nphys; T++) {
+            dims[T] = p->phys[T].dim;
+            if (p->plan->tables[T].nfeatures > o.nfeatures)
+                o.nfeatures = p->plan->tables[T].nfeatures;
+        }
+        st = grm__dist_create(&p->comm_handle, t->eops, p->emb.inst, p->nphys, dims, &o,
+                              &t->dist);
+        free(dims);
+        if (st != GRM_OK) return st;
+    }
 
     /* dense stack */
     t->dims = calloc((size_t)p->ndense + 2, sizeof *t->dims);
@@ -353,9 +386,10 @@ static grm_status setup(trainer *t)
         w->counts = xalloc((size_t)w->nspace * sizeof *w->counts);
         w->inv = xalloc((size_t)w->cap * sizeof *w->inv);
         w->keys = xalloc((size_t)w->cap * sizeof *w->keys);
+        w->ufeat = xalloc((size_t)w->cap * sizeof *w->ufeat);
         w->rows = xalloc((size_t)(w->cap * w->dim) * sizeof(float));
         w->grads = xalloc((size_t)(w->cap * w->dim) * sizeof(float));
-        if (!w->ids || !w->segoff || !w->counts || !w->inv || !w->keys || !w->rows
+        if (!w->ids || !w->segoff || !w->counts || !w->inv || !w->keys || !w->ufeat || !w->rows
             || !w->grads)
             return grm_errorf(GRM_ENOMEM, "out of memory");
         if (s->accumulate > 1) {
@@ -426,6 +460,11 @@ static grm_status setup(trainer *t)
             if (!t->params) return grm_errorf(GRM_ENOMEM, "out of memory");
         }
     }
+    if (t->nranks > 1) {
+        for (int32_t i = 0; i < t->nparams; i++) t->gnumel += t->params[i].numel;
+        t->gbuf = xalloc((size_t)(t->gnumel + 1) * sizeof(float));
+        if (!t->gbuf) return GRM_ENOMEM;
+    }
     if (t->nex == 0)
         return grm_errorf(GRM_EINVAL, "%s: no training samples (every user has fewer than two "
                           "training items)", p->cfg->path);
@@ -463,7 +502,8 @@ static void teardown(trainer *t)
     if (t->ws) {
         for (int32_t T = 0; T < p->nphys; T++) {
             table_ws *w = &t->ws[T];
-            void *wb[] = { w->ids, w->segoff, w->counts, w->inv, w->keys, w->rows, w->grads,
+            void *wb[] = { w->ids, w->segoff, w->counts, w->inv, w->keys, w->ufeat, w->rows,
+                           w->grads,
                            w->akeys, w->agrads, w->ainv, w->ukeys, w->ugrads };
             for (size_t i = 0; i < sizeof wb / sizeof *wb; i++) grm__free(CPU, wb[i]);
         }
@@ -478,6 +518,8 @@ static void teardown(trainer *t)
     free(t->fbase);
     free(t->foff);
     grm__sparse_work_fini(&t->work);
+    grm__dist_destroy(t->dist);
+    grm__free(CPU, t->gbuf);
     for (int32_t i = 0; t->acts && i < p->ndense + 2; i++) {
         grm__free(CPU, t->acts[i]);
         grm__free(CPU, t->dacts[i]);
@@ -571,7 +613,7 @@ static grm_status fused_lookup(trainer *t, int64_t b, const int64_t *pos_ids, in
         }
         w->segoff[tb->nfeatures] = n;
         w->n = n;
-        st = grm__sparse_segment_unique(w->keys, NULL, w->counts, w->inv, &w->nu, w->ids,
+        st = grm__sparse_segment_unique(w->keys, w->ufeat, w->counts, w->inv, &w->nu, w->ids,
                                         w->segoff, n, tb->nfeatures, &t->work);
         if (st != GRM_OK) return st;
         /* unique ids come out segment by segment: encode each run with its id space */
@@ -585,7 +627,11 @@ static grm_status fused_lookup(trainer *t, int64_t b, const int64_t *pos_ids, in
             }
             at += w->counts[j];
         }
-        if (w->nu > 0) {
+        if (t->dist) {   /* collective: every rank, every table, even with no ids */
+            st = grm__dist_lookup(t->dist, T, w->keys, w->ufeat, w->nu, w->n, w->rows,
+                                  training ? GRM_EMB_INSERT : 0);
+            if (st != GRM_OK) return st;
+        } else if (w->nu > 0) {
             st = t->eops->lookup(p->emb.inst, w->rows, T, w->keys, w->nu,
                                  training ? GRM_EMB_INSERT : 0);
             if (st != GRM_OK) {
@@ -862,6 +908,20 @@ static grm_status batch_size_of(trainer *t, int64_t g, int64_t *pos, int64_t *b,
     return GRM_OK;
 }
 
+/* This rank's slice of global batch g: samples [pos, pos + b) of the epoch's order, the
+ * r-th of nranks contiguous parts (sizes differ by at most one sample). */
+static grm_status slice_of(trainer *t, int64_t g, int64_t *pos, int64_t *b, int64_t *rows)
+{
+    int64_t gpos, gb, grows;
+    grm_status st = batch_size_of(t, g, &gpos, &gb, &grows);
+    if (st != GRM_OK) return st;
+    int64_t lo = gpos + gb * t->rank / t->nranks, hi = gpos + gb * (t->rank + 1) / t->nranks;
+    *pos = lo;
+    *b = hi - lo;
+    *rows = t->seqmode ? t->tok_cum[hi] - t->tok_cum[lo] : hi - lo;
+    return GRM_OK;
+}
+
 /* Scale n floats by w in place. */
 static void scale(float *x, int64_t n, float w)
 {
@@ -880,7 +940,7 @@ static grm_status run_batch(trainer *t, int64_t g, float weight, double *loss_ou
     const grm__settings *s = &p->set;
     grm_status st;
     int64_t pos, b, rows_planned;
-    if ((st = batch_size_of(t, g, &pos, &b, &rows_planned)) != GRM_OK) return st;
+    if ((st = slice_of(t, g, &pos, &b, &rows_planned)) != GRM_OK) return st;
     int32_t D = t->ranking ? 0 : p->tables[t->item_table].dim;
     int32_t T = ds->ntasks;
 
@@ -918,6 +978,12 @@ static grm_status run_batch(trainer *t, int64_t g, float weight, double *loss_ou
     }
     if ((st = build_batch(t, b, pos_ids, nneg, 1)) != GRM_OK) return st;
     int64_t rows = t->rows;   /* samples, or tokens of a sequence model */
+    for (int32_t i = 0; i < p->nphys; i++)
+        memset(t->ws[i].grads, 0, (size_t)(t->ws[i].nu * t->ws[i].dim) * sizeof(float));
+    *loss_out = 0;
+    *samples_out = 0;
+    *tokens_out = 0;
+    if (rows == 0) return GRM_OK;   /* an empty slice: no gradient, the collectives only */
 
     double t0 = now_s();
     if ((st = dense_forward(t, rows, 1, g)) != GRM_OK) return st;
@@ -973,8 +1039,6 @@ static grm_status run_batch(trainer *t, int64_t g, float weight, double *loss_ou
         }
     }
     /* sparse gradients: summed per unique key (duplicates of a step meet in one row) */
-    for (int32_t i = 0; i < p->nphys; i++)
-        memset(t->ws[i].grads, 0, (size_t)(t->ws[i].nu * t->ws[i].dim) * sizeof(float));
     if (iw
         && ((st = grm__sparse_scatter_add(iw->grads, t->d_pos, t->pos_slot, rows, iw->nu, D,
                                           &t->work)) != GRM_OK
@@ -1019,11 +1083,44 @@ static grm_status update_accumulated(trainer *t, int64_t step)
                                      &t->work);
         if (st != GRM_OK) return st;
         w->an = 0;
-        if ((st = t->eops->update(p->emb.inst, T, w->ukeys, w->ugrads, nu, step)) != GRM_OK) {
+        st = t->dist ? grm__dist_update(t->dist, T, w->ukeys, w->ugrads, nu, step)
+                     : t->eops->update(p->emb.inst, T, w->ukeys, w->ugrads, nu, step);
+        if (st != GRM_OK) {
             grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
             return st;
         }
     }
+    return GRM_OK;
+}
+
+/* Data-parallel dense side (MTGRBoost §3): the weighted dense gradients of all ranks summed
+ * in one allreduce, so every rank applies the same update; the step's loss, samples and
+ * tokens summed alike. */
+static grm_status allreduce_step(trainer *t, double *loss, int64_t *samples, int64_t *tokens)
+{
+    const grm_comm_handle *c = &t->p->comm_handle;
+    grm_status st;
+    int64_t at = 0;
+    for (int32_t i = 0; i < t->nparams; i++) {
+        memcpy(t->gbuf + at, t->params[i].grad, (size_t)t->params[i].numel * sizeof(float));
+        at += t->params[i].numel;
+    }
+    t->gbuf[at] = (float)*loss;   /* the weighted loss travels with the gradients */
+    if ((st = c->ops->allreduce(c->inst, t->gbuf, at + 1, GRM_DTYPE_F32, GRM_REDUCE_SUM))
+        != GRM_OK)
+        return st;
+    double l = t->gbuf[at];
+    at = 0;
+    for (int32_t i = 0; i < t->nparams; i++) {
+        memcpy(t->params[i].grad, t->gbuf + at, (size_t)t->params[i].numel * sizeof(float));
+        at += t->params[i].numel;
+    }
+    int64_t n[2] = { *samples, *tokens };
+    if ((st = c->ops->allreduce(c->inst, n, 2, GRM_DTYPE_I64, GRM_REDUCE_SUM)) != GRM_OK)
+        return st;
+    *loss = l;
+    *samples = n[0];
+    *tokens = n[1];
     return GRM_OK;
 }
 
@@ -1039,9 +1136,10 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     if (t->total_mb && g0 + nb > t->total_mb) nb = t->total_mb - g0;
     if (nb < 1) return grm_errorf(GRM_EINTERNAL, "step %lld is past the run", (long long)step);
 
-    /* rows of the step, for the batches' weights */
+    /* rows of the global step (every rank's slices), for the batches' weights */
+    int weighted = nb > 1 || t->nranks > 1;
     double total = 0;
-    for (int64_t j = 0; nb > 1 && j < nb; j++) {
+    for (int64_t j = 0; weighted && j < nb; j++) {
         int64_t pos, b, rows;
         if ((st = batch_size_of(t, g0 + j + 1, &pos, &b, &rows)) != GRM_OK) return st;
         total += (double)rows;
@@ -1053,20 +1151,21 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     for (int64_t j = 0; j < nb; j++) {
         int64_t g = g0 + j + 1, pos, b, rows;
         float weight = 1.0f;
-        if (nb > 1) {
-            if ((st = batch_size_of(t, g, &pos, &b, &rows)) != GRM_OK) goto out;
+        if (weighted) {
+            if ((st = slice_of(t, g, &pos, &b, &rows)) != GRM_OK) goto out;
             weight = (float)((double)rows / total);
         }
         double l = 0;
         int64_t bs = 0, bt = 0;
         if ((st = run_batch(t, g, weight, &l, &bs, &bt)) != GRM_OK) goto out;
-        loss += nb > 1 ? weight * l : l;
+        loss += weighted ? weight * l : l;
         samples += bs;
         tokens += bt;
         t->tokens += t->rows;
         if (N > 1) stash_rows(t);
         grm__scratch_reset();
     }
+    if (t->nranks > 1 && (st = allreduce_step(t, &loss, &samples, &tokens)) != GRM_OK) goto out;
     double t2 = now_s();
     for (int32_t i = 0; i < t->nparams; i++) {
         dparam *dp = &t->params[i];
@@ -1080,7 +1179,8 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     } else {
         for (int32_t i = 0; i < p->nphys && st == GRM_OK; i++) {
             table_ws *w = &t->ws[i];
-            st = t->eops->update(p->emb.inst, i, w->keys, w->grads, w->nu, step);
+            st = t->dist ? grm__dist_update(t->dist, i, NULL, w->grads, w->nu, step)
+                         : t->eops->update(p->emb.inst, i, w->keys, w->grads, w->nu, step);
             if (st != GRM_OK)
                 grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
         }
@@ -1161,7 +1261,9 @@ static grm_status evaluate(trainer *t, int split, grm__rank_acc *acc, grm__rank_
     grm__rank_acc_init(acc, &p->set.topk);
     if (pop) grm__rank_acc_init(pop, &p->set.topk);
     st = grm__sparse_plan_encode(p->plan, t->item_table, t->cat_keys, ds->catalog_ids, C);
-    if (st == GRM_OK)
+    if (st == GRM_OK && t->dist)
+        st = grm__dist_lookup(t->dist, t->item_phys, t->cat_keys, NULL, C, 0, t->cat_rows, 0);
+    else if (st == GRM_OK)
         st = t->eops->lookup(p->emb.inst, t->cat_rows, t->item_phys, t->cat_keys, C, 0);
     if (st != GRM_OK) return st;
     int64_t *ranks = xalloc((size_t)EB * sizeof *ranks);
@@ -1513,8 +1615,8 @@ static grm_status save_ckpt_as(trainer *t, const char *file)
 {
     grm__pipeline *p = t->p;
     const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
-    const char *dir = p->set.ckpt_dir;
-    char path[4096], meta[1024];
+    const char *dir = t->ckdir;
+    char path[4096 + 64], meta[1024];
     ckpt_list l = { 0 };
     grm_status st;
     if (!dir[0]) return GRM_OK;
@@ -1528,8 +1630,9 @@ static grm_status save_ckpt_as(trainer *t, const char *file)
         snprintf(path, sizeof path, "%s/step-%010lld.%s", dir, (long long)t->step,
                  kops->extension(p->ckpt.inst));
     snprintf(meta, sizeof meta, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
-             "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":1,\"rank\":0,\"seed\":%lld}",
-             GRM_VERSION_STRING, p->set.name, (long long)t->step, (long long)p->set.seed);
+             "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,\"rank\":%d,\"seed\":%lld}",
+             GRM_VERSION_STRING, p->set.name, (long long)t->step, t->nranks, t->rank,
+             (long long)p->set.seed);
     if ((st = kops->save(p->ckpt.inst, path, l.v, l.n, meta)) != GRM_OK) goto out;
     if (!file) prune_ckpts(dir, kops->extension(p->ckpt.inst), p->set.ckpt_keep);
     if (!t->opts->quiet) grm__log(GRM_LOG_INFO, "grmhost", "checkpoint %s", path);
@@ -1689,6 +1792,53 @@ static void emit_tables(trainer *t)
     }
 }
 
+/* The exchange of model-parallel rows per step since the last logged one (MTGRBoost §4.3,
+ * FusedRec Fig. 7): ids before and after stage-1 dedup, ids sent to other ranks, ids the
+ * owners looked up after stage 2, bytes of ids and of rows, alltoall rounds; this rank's. */
+static void emit_dist(trainer *t)
+{
+    if (!t->dist || t->step <= t->dstep) return;
+    static const char *const opn[2] = { "lookup", "update" };
+    double n = (double)(t->step - t->dstep);
+    for (int32_t op = 0; op < 2; op++) {
+        grm__dist_stats tot, *l = &t->dlast[op];
+        if (grm__dist_counters(t->dist, -1, op, NULL, &tot) != GRM_OK) continue;
+        const struct { const char *what; int64_t v; } c[] = {
+            { "ids_raw", tot.ids_raw - l->ids_raw }, { "ids_unique", tot.ids_unique - l->ids_unique },
+            { "ids_sent", tot.ids_sent - l->ids_sent }, { "ids_store", tot.ids_store - l->ids_store },
+            { "id_bytes", tot.id_bytes - l->id_bytes }, { "row_bytes", tot.row_bytes - l->row_bytes },
+            { "rounds", tot.rounds - l->rounds },
+        };
+        for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "dist.%s.%s", opn[op], c[i].what);
+            grm__metrics_emit(t->metrics, t->step, "train", name, (double)c[i].v / n);
+        }
+        *l = tot;
+    }
+    t->dstep = t->step;
+}
+
+/* Data parallelism keeps the dense parameters identical on every rank; a hash of their
+ * bits, compared at each logged step (max and min over the ranks), proves it. */
+static grm_status check_replicas(trainer *t)
+{
+    if (t->nranks < 2) return GRM_OK;
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    for (int32_t i = 0; i < t->nparams; i++) {
+        const uint32_t *v = (const uint32_t *)t->params[i].value;
+        for (int64_t k = 0; k < t->params[i].numel; k++) h = grm_mix64(h ^ v[k]);
+    }
+    int64_t mm[2] = { (int64_t)(h >> 1), -(int64_t)(h >> 1) };
+    const grm_comm_handle *c = &t->p->comm_handle;
+    grm_status st = c->ops->allreduce(c->inst, mm, 2, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+    if (st != GRM_OK) return st;
+    if (mm[0] != -mm[1])
+        return grm_errorf(GRM_EINTERNAL, "step %lld: the dense parameters differ across ranks "
+                          "(data-parallel replicas diverged)", (long long)t->step);
+    return GRM_OK;
+}
+
 static grm_status emit_balance(trainer *t, int64_t samples)
 {
     const grm_comm_handle *c = &t->p->comm_handle;
@@ -1759,16 +1909,55 @@ static void progress(trainer *t, double loss, double sps, double elapsed, int tt
 
 /* ---- entry points ---- */
 
+/* This rank's checkpoint directory: [checkpoint] dir itself on one rank, dir/rank-R-of-N
+ * with several (each rank writes the rows it owns and its copy of the dense state). A
+ * directory written by another world size is refused: resharding is not implemented. */
+static grm_status ckpt_dir_of(trainer *t)
+{
+    const char *dir = t->p->set.ckpt_dir;
+    t->ckdir[0] = 0;
+    if (!dir[0]) return GRM_OK;
+    if (t->nranks == 1) snprintf(t->ckdir, sizeof t->ckdir, "%s", dir);
+    else snprintf(t->ckdir, sizeof t->ckdir, "%s/rank-%d-of-%d", dir, t->rank, t->nranks);
+    if (t->opts->fresh) return GRM_OK;
+    DIR *d = opendir(dir);
+    if (!d) return GRM_OK;
+    struct dirent *e;
+    int other = 0, top = 0;
+    while ((e = readdir(d)) != NULL) {
+        int r, n;
+        if (sscanf(e->d_name, "rank-%d-of-%d", &r, &n) == 2 && n != t->nranks) other = n;
+        if (strncmp(e->d_name, "step-", 5) == 0 && t->nranks > 1) top = 1;
+    }
+    closedir(d);
+    if (other || top)
+        return grm_errorf(GRM_EINVAL, "%s: checkpoints there were written by %d rank%s and this "
+                          "job has %d; resuming on another world size (resharding) is not "
+                          "supported yet: run with %d ranks, or pass --fresh", dir,
+                          other ? other : 1, other > 1 ? "s" : "", t->nranks, other ? other : 1);
+    return GRM_OK;
+}
+
 static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *t)
 {
     grm_status st;
     memset(t, 0, sizeof *t);
     t->p = p;
-    t->opts = opts;
+    t->lopts = *opts;
+    t->opts = opts = &t->lopts;
     t->ranking = p->set.task == GRM__TASK_RANKING;
     openblas_set_num_threads(1);   /* the host pool owns the cores; BLAS calls stay small */
     if ((st = grm__pool_init((int32_t)p->set.threads)) != GRM_OK) return st;
     if ((st = create_instances(t)) != GRM_OK) return st;
+    const grm_comm_handle *c = &p->comm_handle;
+    t->rank = c->ops->rank(c->inst);
+    t->nranks = c->ops->size(c->inst);
+    if (t->rank > 0) {   /* rank 0 speaks for the job */
+        t->lopts.quiet = 1;
+        t->lopts.profile = 0;
+        if (grm__log_level() > GRM_LOG_WARN) grm__log_set_level(GRM_LOG_WARN);
+    }
+    if ((st = ckpt_dir_of(t)) != GRM_OK) return st;
     double t0 = now_s();
     if ((st = grm__dataset_build(p, &t->ds)) != GRM_OK) return st;
     t->t_read = now_s() - t0;
@@ -1790,7 +1979,7 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *
                  (long long)ds->bad_rows);
     if ((st = setup(t)) != GRM_OK) return st;
     const char *mpath = opts->metrics_out ? opts->metrics_out : p->set.metrics_out;
-    return grm__metrics_open(mpath, &t->metrics);
+    return grm__metrics_open(t->rank == 0 ? mpath : NULL, &t->metrics);
 }
 
 static void finish_summary(trainer *t, FILE *f)
@@ -1805,12 +1994,13 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     grm_status st = prepare(p, opts, &t);
     const grm__settings *s = &p->set;
     const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    opts = t.opts;
     int tty = isatty(2) && !opts->quiet;
     if (st != GRM_OK) goto out;
 
-    if (s->ckpt_dir[0] && !opts->fresh) {
+    if (t.ckdir[0] && !opts->fresh) {
         char path[4096];
-        if ((st = newest_ckpt(s->ckpt_dir, kops->extension(p->ckpt.inst), path, sizeof path))
+        if ((st = newest_ckpt(t.ckdir, kops->extension(p->ckpt.inst), path, sizeof path))
             != GRM_OK)
             goto out;
         if (path[0]) {
@@ -1846,6 +2036,14 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         double loss = 0;
         int64_t b = 0;
         if ((st = train_step(&t, &loss, &b)) != GRM_OK) goto out;
+        if (t.nranks > 1) {   /* a signal to one rank stops every rank after the same step */
+            int64_t sv = t.stop;
+            const grm_comm_handle *c = &p->comm_handle;
+            if ((st = c->ops->allreduce(c->inst, &sv, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX))
+                != GRM_OK)
+                goto out;
+            t.stop = (int)sv;
+        }
         samples += b;
         loss_sum += loss;
         loss_n++;
@@ -1855,7 +2053,9 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
             grm__metrics_emit(t.metrics, t.step, "train", "samples_per_s",
                               (double)samples / (el > 0 ? el : 1e-9));
             if ((st = emit_balance(&t, b)) != GRM_OK) goto out;
+            if ((st = check_replicas(&t)) != GRM_OK) goto out;
             emit_tables(&t);
+            emit_dist(&t);
             if (!tty && !opts->quiet)
                 progress(&t, loss_sum / (double)loss_n, (double)samples / el,
                          el / (double)(t.step - start_step) * (double)t.step, 0, 0);
@@ -1905,13 +2105,13 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     if (s->early_stop > 0) {
         /* the final model competes too; then test the best one */
         double score = 0;
-        char best[4096];
+        char best[4096 + 64];
         if (!early_stopped) {
             if ((st = run_eval(&t, 0, 0, &score)) != GRM_OK) goto out;
             if ((st = track_best(&t, score, &early_stopped)) != GRM_OK) goto out;
         }
         if (t.best_step != t.step) {
-            snprintf(best, sizeof best, "%s/best.%s", s->ckpt_dir, kops->extension(p->ckpt.inst));
+            snprintf(best, sizeof best, "%s/best.%s", t.ckdir, kops->extension(p->ckpt.inst));
             if ((st = load_ckpt(&t, best)) != GRM_OK) goto out;
             grm__log(GRM_LOG_INFO, "grmhost", "restored the best model (step %lld, validation "
                      "%s %.4f) from %s", (long long)t.step, t.ranking ? "auc" : "ndcg",
@@ -1920,7 +2120,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     }
     if ((st = run_eval(&t, 0, 1, NULL)) != GRM_OK) goto out;
     if ((st = run_eval(&t, 1, 1, NULL)) != GRM_OK) goto out;
-    finish_summary(&t, stdout);
+    if (t.rank == 0) finish_summary(&t, stdout);
 out:
     if (t.loop_ok) {
         uv_close((uv_handle_t *)&t.sigint, NULL);
@@ -1962,7 +2162,7 @@ grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
         grm__log(GRM_LOG_INFO, "grmhost", "evaluating %s (step %lld)", path, (long long)t.step);
     if ((st = run_eval(&t, 0, 1, NULL)) != GRM_OK) goto out;
     if ((st = run_eval(&t, 1, 1, NULL)) != GRM_OK) goto out;
-    finish_summary(&t, stdout);
+    if (t.rank == 0) finish_summary(&t, stdout);
 out:
     grm__dataset_destroy(t.ds);
     teardown(&t);
