@@ -31,7 +31,7 @@ typedef struct train_cfg {
     double valid_fraction, test_fraction;
     const char *user_column, *sequence_column, *time_column, *item_table, *metrics_out;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
-    int64_t early_stop, batch_tokens, accumulate;
+    int64_t early_stop, batch_tokens, accumulate, sparse_group;
     int32_t batching;
     grm_int_list topk;
 } train_cfg;
@@ -72,6 +72,10 @@ static const grm_param_decl train_params[] = {
       GRM_PARAM_RANGE(1, 4096), NULL, "batches whose gradients are summed before one "
       "optimizer step (gradient accumulation): sparse gradients are aggregated by id and each "
       "batch is weighted by its share of the step's samples (tokens for sequence models)" },
+    { "sparse_group", GRM_PARAM_INT, 0, offsetof(train_cfg, sparse_group), "0",
+      GRM_PARAM_RANGE(0, 1 << 20), NULL, "several ranks: ranks per replica group of the "
+      "embedding rows (TurboGR §4.2.1 hierarchical sparse parallelism: rows sharded inside a "
+      "group, groups kept identical); 0: one group of all ranks" },
     { "epochs", GRM_PARAM_INT, 0, offsetof(train_cfg, epochs), "1", GRM_PARAM_RANGE(1, 100000),
       NULL, "passes over the training examples" },
     { "steps", GRM_PARAM_INT, 0, offsetof(train_cfg, steps), "0", GRM_PARAM_RANGE(0, 1e15),
@@ -399,6 +403,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.eval_batch = tc->eval_batch;
     p->set.early_stop = tc->early_stop;
     p->set.accumulate = tc->accumulate;
+    p->set.sparse_group = tc->sparse_group;
     p->set.topk = tc->topk;
 
     /* plugins */

@@ -53,6 +53,7 @@ typedef struct grm__settings {
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every;
     int64_t eval_batch, early_stop;
     int64_t accumulate;            /* batches per optimizer step (gradient accumulation) */
+    int64_t sparse_group;          /* ranks per replica group of the rows (0: all) */
     int32_t batching;              /* GRM__BATCH_* */
     int64_t batch_tokens;          /* batching = tokens: target tokens per step (0: derived) */
     grm_int_list topk;

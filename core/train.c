@@ -274,6 +274,7 @@ static grm_status setup(trainer *t)
         if (!dims) return grm_errorf(GRM_ENOMEM, "out of memory");
         grm__dist_opts o = grm__dist_opts_default();
         o.dedup1 = 0;   /* the trainer's segment unique is stage 1 */
+        o.group_size = (int32_t)s->sparse_group;
         o.table_names = (const char *const *)p->phys_names;
         for (int32_t T = 0; T < p->nphys; T++) {
             dims[T] = p->phys[T].dim;
