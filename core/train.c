@@ -1805,9 +1805,12 @@ static void emit_dist(trainer *t)
         grm__dist_stats tot, *l = &t->dlast[op];
         if (grm__dist_counters(t->dist, -1, op, NULL, &tot) != GRM_OK) continue;
         const struct { const char *what; int64_t v; } c[] = {
-            { "ids_raw", tot.ids_raw - l->ids_raw }, { "ids_unique", tot.ids_unique - l->ids_unique },
-            { "ids_sent", tot.ids_sent - l->ids_sent }, { "ids_store", tot.ids_store - l->ids_store },
-            { "id_bytes", tot.id_bytes - l->id_bytes }, { "row_bytes", tot.row_bytes - l->row_bytes },
+            { "ids_raw", tot.ids_raw - l->ids_raw },
+            { "ids_unique", tot.ids_unique - l->ids_unique },
+            { "ids_sent", tot.ids_sent - l->ids_sent },
+            { "ids_store", tot.ids_store - l->ids_store },
+            { "id_bytes", tot.id_bytes - l->id_bytes },
+            { "row_bytes", tot.row_bytes - l->row_bytes },
             { "rounds", tot.rounds - l->rounds },
         };
         for (size_t i = 0; i < sizeof c / sizeof *c; i++) {

@@ -160,6 +160,8 @@ typedef struct grm_cuda_row_opt {
     double eps;             /* Adam(W), Adagrad: denominator floor */
     double weight_decay;    /* L2 (SGD, Adam, Adagrad) or decoupled (AdamW) */
     double lr_decay;        /* Adagrad: lr / (1 + (t - 1) lr_decay) */
+    double initial_accumulator_value;   /* Adagrad: the sum at a row's first step (t = 1),
+                                         * plugins/opt-adagrad's semantics */
 } grm_cuda_row_opt;
 
 /* State floats per row element: SGD 1 when momentum > 0 else 0; Adam(W) 2 (m, then v);

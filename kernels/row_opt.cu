@@ -19,6 +19,7 @@ struct coef {
     float beta1, beta2, omb1, omb2; // Adam: decays and 1 - decays
     float eps, l2, decay;           // Adam: floor, L2 (adam), 1 - lr wd (adamw)
     float step_size, inv_sqrt_bc2;  // Adam: lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t)
+    float acc0;                     // Adagrad: initial_accumulator_value
 };
 
 __device__ coef coef_at(const grm_cuda_row_opt &o, int64_t step)
@@ -33,6 +34,7 @@ __device__ coef coef_at(const grm_cuda_row_opt &o, int64_t step)
     c.omb1 = (float)(1.0 - o.beta1);
     c.omb2 = (float)(1.0 - o.beta2);
     c.eps = (float)o.eps;
+    c.acc0 = (float)o.initial_accumulator_value;
     const bool decoupled = o.kind == GRM_CUDA_OPT_ADAMW;
     c.l2 = decoupled ? 0.0f : (float)o.weight_decay;
     c.decay = decoupled ? (float)(1.0 - o.lr * o.weight_decay) : 1.0f;
@@ -95,7 +97,7 @@ __global__ void row_opt_kernel(float *__restrict__ table, float *__restrict__ st
             }
             default: {                                 // torch.optim.Adagrad
                 g = g + c.wd * x;
-                const float sum = st[j] + g * g;
+                const float sum = (t == 1 ? c.acc0 : st[j]) + g * g;   // opt-adagrad
                 st[j] = sum;
                 x = x - c.step_size * g / (sqrtf(sum) + c.eps);
                 break;

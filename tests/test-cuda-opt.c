@@ -32,11 +32,11 @@ static grm_cuda_row_opt cfgs[N_CFG] = {
     {.kind = GRM_CUDA_OPT_ADAMW, .lr = 0.05, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-8,
      .weight_decay = 0.2},
     {.kind = GRM_CUDA_OPT_ADAGRAD, .lr = 0.1, .eps = 1e-10, .weight_decay = 0.01,
-     .lr_decay = 0.01},
+     .lr_decay = 0.01, .initial_accumulator_value = 0.1},
 };
 static const char *cfg_names[N_CFG] = {"sgd wd 0.01", "sgd momentum 0.9",
                                        "sgd nesterov 0.8 wd 0.1", "adam wd 0.1",
-                                       "adamw wd 0.2", "adagrad lr_decay 0.01 wd 0.01"};
+                                       "adamw wd 0.2", "adagrad lr_decay 0.01 wd 0.01 init 0.1"};
 
 /* ---- the reference: one update of one row [D] with its summed gradient g [D] ---- */
 static void ref_update(float *p, float *st, const float *g0, int32_t D, int64_t t,
@@ -54,7 +54,8 @@ static void ref_update(float *p, float *st, const float *g0, int32_t D, int64_t 
         } else if (o->kind == GRM_CUDA_OPT_ADAGRAD) {
             const float clr = (float)(o->lr / (1.0 + (double)(t - 1) * o->lr_decay));
             g = g + (float)o->weight_decay * p[j];
-            st[j] += g * g;
+            /* plugins/opt-adagrad: the sum starts at initial_accumulator_value */
+            st[j] = (t == 1 ? (float)o->initial_accumulator_value : st[j]) + g * g;
             p[j] -= clr * g / (sqrtf(st[j]) + (float)o->eps);
         } else {
             const int w = o->kind == GRM_CUDA_OPT_ADAMW;

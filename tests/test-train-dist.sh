@@ -23,7 +23,7 @@ same_curve() {   # FILE1 FILE2 TOL: same steps, every loss within relative TOL
     losses "$1" >"$tmp/c1"; losses "$2" >"$tmp/c2"
     [ -s "$tmp/c1" ] && [ "$(wc -l <"$tmp/c1")" = "$(wc -l <"$tmp/c2")" ] || return 1
     paste -d' ' "$tmp/c1" "$tmp/c2" | awk -v tol="$3" '
-        { n++; d = $2 - $4; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (d > md / 1) md = d
+        { n++; d = $2 - $4; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (d > md) md = d
           if ($1 != $3 || d > tol * m) { print "# step " $1 ": " $2 " vs step " $3 ": " $4; bad = 1 } }
         END { print "# " n " steps compared, largest difference " md; exit bad }'
 }
@@ -144,8 +144,10 @@ r2=$(metric "$tmp/r2.jsonl" train "table.user+item.rows")
 echo "# rows held by rank 0: $r1 alone, $r2 of 2 ranks"
 awk -v a="${r1:-0}" -v b="${r2:-0}" 'BEGIN { exit !(b > 0.3 * a && b < 0.7 * a) }'
 ok $? "2 ranks: rank 0 holds about half of the rows (they are sharded, not replicated)"
-u=$(metric "$tmp/r2.jsonl" train dist.lookup.ids_unique); s2=$(metric "$tmp/r2.jsonl" train dist.lookup.ids_sent)
-w=$(metric "$tmp/r2.jsonl" train dist.lookup.ids_raw); st=$(metric "$tmp/r2.jsonl" train dist.lookup.ids_store)
+u=$(metric "$tmp/r2.jsonl" train dist.lookup.ids_unique)
+s2=$(metric "$tmp/r2.jsonl" train dist.lookup.ids_sent)
+w=$(metric "$tmp/r2.jsonl" train dist.lookup.ids_raw)
+st=$(metric "$tmp/r2.jsonl" train dist.lookup.ids_store)
 echo "# rank 0 per step: ids $w -> unique $u, sent $s2, looked up as owner $st"
 awk -v w="${w:-0}" -v u="${u:-0}" -v s="${s2:--1}" -v st="${st:-0}" \
     'BEGIN { exit !(w >= u && u > 0 && s > 0 && s < u && st > 0) }'
@@ -159,7 +161,7 @@ mpi 4 train --fresh --quiet --max-steps 60 --metrics-out "$tmp/r4h.jsonl" "$tmp/
 rc=$?
 [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/r4h.out" | tail -8
 same_curve "$tmp/r1.jsonl" "$tmp/r4h.jsonl" 1e-5
-ok $(( rc | $? )) "4 ranks in 2 replica groups of 2 (sparse_group = 2, TurboGR §4.2.1): one rank's losses"
+ok $(( rc | $? )) "4 ranks as 2 replica groups of 2 (sparse_group = 2): one rank's losses"
 
 rank_ini comm-mpi 2 "$tmp/ck2a" >"$tmp/r2a.ini"
 mpi 2 train --fresh --quiet --max-steps 30 --metrics-out "$tmp/r2a.jsonl" "$tmp/r2a.ini" \
