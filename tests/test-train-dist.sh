@@ -15,19 +15,6 @@ trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
 echo "1..12"
 
-losses() {
-    grep '"split":"train","name":"loss"' "$1" \
-        | sed 's/.*"step":\([0-9]*\).*"value":\([^}]*\)}/\1 \2/'
-}
-same_curve() {   # FILE1 FILE2 TOL: same steps, every loss within relative TOL
-    losses "$1" >"$tmp/c1"; losses "$2" >"$tmp/c2"
-    [ -s "$tmp/c1" ] && [ "$(wc -l <"$tmp/c1")" = "$(wc -l <"$tmp/c2")" ] || return 1
-    paste -d' ' "$tmp/c1" "$tmp/c2" | awk -v tol="$3" '
-        { n++; d = $2 - $4; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (d > md) md = d
-          if ($1 != $3 || d > tol * m) { print "# step " $1 ": " $2 " vs step " $3 ": " $4; bad = 1 } }
-        END { print "# " n " steps compared, largest difference " md; exit bad }'
-}
-
 "$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || exit 1
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
 rank_ini() {   # $1 comm plugin, $2 accumulate, $3 checkpoint dir

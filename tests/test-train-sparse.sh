@@ -14,21 +14,6 @@ trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
 echo "1..13"
 
-# losses of a --metrics-out file, one per logged step: "step loss"
-losses() {
-    grep '"split":"train","name":"loss"' "$1" \
-        | sed 's/.*"step":\([0-9]*\).*"value":\([^}]*\)}/\1 \2/'
-}
-# same steps, and every loss within relative tolerance $3
-same_curve() {
-    losses "$1" >"$tmp/c1"; losses "$2" >"$tmp/c2"
-    [ -s "$tmp/c1" ] || return 1
-    paste -d' ' "$tmp/c1" "$tmp/c2" | awk -v tol="$3" '
-        { n++; d = $2 - $4; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2
-          if ($1 != $3 || d > tol * m) { print "# step " $1 ": " $2 " vs step " $3 ": " $4; bad = 1 } }
-        END { if (n == 0) bad = 1; exit bad }'
-}
-
 # rows: user, item, click = item is odd (a ranking task with two id features)
 "$g" generate --users 400 --items 300 --clusters 8 --seed 5 --out "$tmp/ev.tsv" || exit 1
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 2) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
