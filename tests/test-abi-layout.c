@@ -19,7 +19,7 @@
 int main(void)
 {
     if (sizeof(void *) != 8 || sizeof(long) != 8) tap_skip_all("layout table is for LP64");
-    tap_plan(166);
+    tap_plan(167);
     SZ(grm_device, 8);
     SZ(grm_tensor, 56);
     OF(grm_tensor, dtype, 8);
