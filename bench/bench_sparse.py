@@ -7,8 +7,12 @@ grm's operators and writes the input streams it used; this script times PyTorch 
 streams and prints, per case,
   bench=sparse case=gather dist=zipf dim=64 grm_ms=.. peer=torch peer_ms=.. ratio=.. mbu=..
 ratio = peer_ms / grm_ms (> 1: grm faster); mbu = useful bytes / grm time / triad bandwidth,
-peer_mbu the same for PyTorch. Useful bytes count each access once (ids, rows read, rows
-written; scatter counts the row read-modify-write), as RecIS's MBU does.
+peer_mbu the same for PyTorch. Useful bytes count each access once, as RecIS's MBU does:
+gather = ids + rows read + output written (8 + 2 * 4D bytes per id); scatter = ids + src read
++ the row read and written back (8 + 3 * 4D). The bandwidth is the best STREAM triad of the
+run with cached and with streaming stores (bench-sparse.c says why). Repeated (Zipf-hot) rows
+are counted on every access though they come from cache, so Zipf MBU can pass 100%: read the
+uniform stream beside it for the DRAM-bound figure.
 
 PyTorch peers: gather = index_select; scatter = index_add_; unique = torch.unique(
 return_inverse=True); ids partition = unique + destination rank (the same MurmurHash3

@@ -578,6 +578,79 @@ static void test_gather_scatter(void)
     grm__sparse_work_fini(&w);
 }
 
+/* Every specialised row width (16, 32, 64, 128), odd ones (1, 5) and a multiple of 4 that is
+ * not specialised (20), each large enough for the partitioned scatter-add and, at >= 8 MiB of
+ * output with D % 4 == 0, for the gather's streaming stores; against the plain loops, bitwise,
+ * with 2 threads and with 1. */
+static void test_gather_scatter_dims(void)
+{
+    static const int64_t dims[] = { 1, 5, 16, 20, 32, 64, 128 };
+    const int64_t nrows = 4096;
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+        const int64_t D = dims[k];
+        int64_t n = ((int64_t)9 << 20) / (4 * D) + 1;
+        if (n * D < 70000) n = 70000;
+        int64_t *idx = xmalloc((size_t)n * 8);
+        float *src = xmalloc((size_t)(n * D) * 4), *rows0 = xmalloc((size_t)(nrows * D) * 4);
+        float *rw = xmalloc((size_t)(nrows * D) * 4), *r1 = xmalloc((size_t)(nrows * D) * 4);
+        float *r2 = xmalloc((size_t)(nrows * D) * 4);
+        float *out = xmalloc((size_t)(n * D + 4) * 4);
+        uint64_t rng = 100 + (uint64_t)D;
+        for (int64_t j = 0; j < n; j++) {   /* half the updates on 3 hot rows */
+            const uint64_t r = harness_rand(&rng);
+            idx[j] = (r & 1) ? (int64_t)(r >> 20) % 3 : (int64_t)((r >> 20) % (uint64_t)nrows);
+        }
+        for (int64_t x = 0; x < n * D; x++) src[x] = harness_randf(&rng);
+        for (int64_t x = 0; x < nrows * D; x++) rows0[x] = harness_randf(&rng);
+
+        /* Aligned output (streamed when large) and one float off (cached stores). */
+        int ok = 1;
+        for (int shift = 0; shift < 2; shift++) {
+            float *o = out + shift;
+            grm_status st = grm__sparse_gather(o, rows0, idx, n, nrows, D);
+            ok &= st == GRM_OK;
+            for (int64_t j = 0; j < n && ok; j++)
+                ok &= memcmp(o + j * D, rows0 + idx[j] * D, (size_t)D * 4) == 0;
+        }
+        tap_ok(ok, "gather D=%lld of %lld rows (%.1f MiB out, aligned and not) equals the copy",
+               (long long)D, (long long)n, (double)(n * D * 4) / (1 << 20));
+
+        memcpy(rw, rows0, (size_t)(nrows * D) * 4);
+        for (int64_t j = 0; j < n; j++)
+            for (int64_t d = 0; d < D; d++) rw[idx[j] * D + d] += src[j * D + d];
+        memcpy(r1, rows0, (size_t)(nrows * D) * 4);
+        memcpy(r2, rows0, (size_t)(nrows * D) * 4);
+        op_args a1 = { .o1 = r1, .i1 = src, .i2 = idx, .n1 = n, .n2 = nrows, .n3 = D };
+        const grm_status st1 = one_thread(do_scatter, &a1);
+        const grm_status st2 = grm__sparse_scatter_add(r2, src, idx, n, nrows, D, NULL);
+        tap_ok(st1 == GRM_OK && st2 == GRM_OK &&
+               memcmp(r2, rw, (size_t)(nrows * D) * 4) == 0 &&
+               memcmp(r1, rw, (size_t)(nrows * D) * 4) == 0,
+               "scatter-add D=%lld of %lld rows equals the sequential loop bitwise, 1 and 2 "
+               "threads", (long long)D, (long long)n);
+
+        /* A batch shorter than the prefetch distance. */
+        memcpy(r2, rows0, (size_t)(nrows * D) * 4);
+        memcpy(rw, rows0, (size_t)(nrows * D) * 4);
+        for (int64_t j = 0; j < 7; j++)
+            for (int64_t d = 0; d < D; d++) rw[idx[j] * D + d] += src[j * D + d];
+        grm_status st = grm__sparse_scatter_add(r2, src, idx, 7, nrows, D, NULL);
+        ok = st == GRM_OK && memcmp(r2, rw, (size_t)(nrows * D) * 4) == 0;
+        st = grm__sparse_gather(out, rows0, idx, 7, nrows, D);
+        ok &= st == GRM_OK;
+        for (int64_t j = 0; j < 7 && ok; j++)
+            ok &= memcmp(out + j * D, rows0 + idx[j] * D, (size_t)D * 4) == 0;
+        tap_ok(ok, "gather and scatter-add D=%lld of 7 rows equal the plain loops",
+               (long long)D);
+        free(idx), free(src), free(rows0), free(rw), free(r1), free(r2), free(out);
+    }
+    float dummy = 1.0f;
+    const int64_t zero = 0;
+    tap_ok(grm__sparse_gather(&dummy, &dummy, &zero, 1, 1, 0) == GRM_OK &&
+           grm__sparse_scatter_add(&dummy, &dummy, &zero, 1, 1, 0, NULL) == GRM_OK &&
+           dummy == 1.0f, "gather and scatter-add of rows of dim 0 do nothing");
+}
+
 /* ---- pooling ---- */
 
 static void test_pooling(void)
@@ -690,6 +763,59 @@ static void test_pooling(void)
     free(idx), free(rows), free(out), free(want), free(gi), free(gw), free(go), free(o1);
 }
 
+/* The register-accumulated reduce of the row widths 16, 32, 64 and 128: sum and mean, with
+ * and without idx, against the plain loop bitwise (rows hold some -0.0: 0 + -0 is +0), with
+ * 2 threads and 1. */
+static void test_reduce_dims(void)
+{
+    enum { B = 200 };
+    static const int64_t dims[] = { 16, 32, 64, 128 };
+    const int64_t nrows = 300;
+    int64_t off[B + 1];
+    off[0] = 0;
+    uint64_t rng = 44;
+    for (int b = 0; b < B; b++) {
+        const uint64_t r = harness_rand(&rng);
+        off[b + 1] = off[b] + (b % 40 == 0 ? (int64_t)(r % 700) : (int64_t)(r % 4));
+    }
+    const int64_t n = off[B];
+    int64_t *idx = xmalloc((size_t)n * 8);
+    for (int64_t j = 0; j < n; j++) idx[j] = (int64_t)(harness_rand(&rng) % (uint64_t)nrows);
+    for (size_t k = 0; k < sizeof dims / sizeof dims[0]; k++) {
+        const int64_t D = dims[k];
+        float *rows = xmalloc((size_t)(nrows * D) * 4), *full = xmalloc((size_t)(n * D) * 4);
+        float *out = xmalloc((size_t)(B * D) * 4), *o1 = xmalloc((size_t)(B * D) * 4);
+        float *o2 = xmalloc((size_t)(B * D) * 4), *want = xmalloc((size_t)(B * D) * 4);
+        for (int64_t x = 0; x < nrows * D; x++)
+            rows[x] = x % 13 == 0 ? -0.0f : harness_randf(&rng);
+        for (int64_t j = 0; j < n; j++)
+            memcpy(full + j * D, rows + idx[j] * D, (size_t)D * 4);
+        int ok = 1;
+        for (int mode = 0; mode < 2; mode++) {
+            for (int b = 0; b < B; b++) {
+                for (int64_t d = 0; d < D; d++) {
+                    float sum = 0.0f;
+                    for (int64_t j = off[b]; j < off[b + 1]; j++) sum += rows[idx[j] * D + d];
+                    const int64_t len = off[b + 1] - off[b];
+                    want[b * D + d] = mode && len ? sum / (float)len : sum;
+                }
+            }
+            grm_status st = grm__sparse_segment_reduce(out, rows, idx, off, B, nrows, D, mode);
+            ok &= st == GRM_OK && memcmp(out, want, (size_t)(B * D) * 4) == 0;
+            st = grm__sparse_segment_reduce(o2, full, NULL, off, B, n, D, mode);
+            ok &= st == GRM_OK && memcmp(o2, want, (size_t)(B * D) * 4) == 0;
+            op_args a1 = { .o1 = o1, .i1 = rows, .i2 = idx, .i3 = off, .n1 = B, .n2 = nrows,
+                           .n3 = D, .k = mode };
+            st = one_thread(do_reduce, &a1);
+            ok &= st == GRM_OK && memcmp(o1, want, (size_t)(B * D) * 4) == 0;
+        }
+        tap_ok(ok, "reduce sum and mean D=%lld (with and without idx, 1 and 2 threads) equal "
+               "the loop bitwise", (long long)D);
+        free(rows), free(full), free(out), free(o1), free(o2), free(want);
+    }
+    free(idx);
+}
+
 /* ---- bucketize, mod ---- */
 
 static void test_transforms(void)
@@ -778,7 +904,9 @@ int main(void)
     test_plan();
     test_unique();
     test_gather_scatter();
+    test_gather_scatter_dims();
     test_pooling();
+    test_reduce_dims();
     test_transforms();
     grm__pool_fini();
     tap_plan(tap_n_);
