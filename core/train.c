@@ -577,6 +577,12 @@ static void gather_feature(trainer *t, int32_t i, int64_t b)
     }
 }
 
+static grm_status ws_overflow(const grm__pipeline *p, int32_t T, int64_t cap)
+{
+    return grm_errorf(GRM_EINTERNAL, "table %s: step working set overflow (more than %lld "
+                      "ids)", p->phys[T].name, (long long)cap);
+}
+
 /* Per physical table: the batch's ids of its id spaces, one segment per id space (features
  * reading the space, then the step's positives and negatives for the item space), reduced by
  * one segment unique (FusedRec §3, Fig. 5), encoded as keys (MTGRBoost §4.2 eq. 8) and looked
@@ -597,13 +603,13 @@ static grm_status fused_lookup(trainer *t, int64_t b, const int64_t *pos_ids, in
             for (int32_t i = 0; i < p->nfeatures; i++) {
                 if (p->features[i].table_idx != space) continue;
                 int64_t m = t->foff[i][b];
-                if (n + m > w->cap) goto overflow;
+                if (n + m > w->cap) return ws_overflow(p, T, w->cap);
                 memcpy(w->ids + n, t->fids[i], (size_t)m * sizeof *w->ids);
                 t->fbase[i] = n;
                 n += m;
             }
             if (space == t->item_table && pos_ids) {
-                if (n + npos + nneg > w->cap) goto overflow;
+                if (n + npos + nneg > w->cap) return ws_overflow(p, T, w->cap);
                 memcpy(w->ids + n, pos_ids, (size_t)npos * sizeof *w->ids);
                 pos_base = n;
                 n += npos;
@@ -648,9 +654,6 @@ static grm_status fused_lookup(trainer *t, int64_t b, const int64_t *pos_ids, in
         t->neg_slot = t->ws[t->item_phys].inv + neg_base;
     }
     return GRM_OK;
-overflow:
-    return grm_errorf(GRM_EINTERNAL, "step working set overflow (%lld ids)",
-                      (long long)t->ws[0].cap);
 }
 
 /* The dense input x [rows, din]: a sequence model's token rows as they are, otherwise each
@@ -923,25 +926,18 @@ static grm_status slice_of(trainer *t, int64_t g, int64_t *pos, int64_t *b, int6
     return GRM_OK;
 }
 
-/* Scale n floats by w in place. */
-static void scale(float *x, int64_t n, float w)
-{
-    for (int64_t i = 0; i < n; i++) x[i] *= w;
-}
-
-/* Forward and backward of batch g: dense gradients added into the parameters' grads, the
- * batch's row gradients summed per unique key into each table's working set. Gradients are
+/* Forward and backward of batch g, this rank's samples perm[pos, pos + b) of it: dense
+ * gradients added into the parameters' grads, the batch's row gradients summed per unique
+ * key into each table's working set. Gradients are
  * weighted by `weight`, the batch's share of the step's rows, so a step of several batches
  * averages over its samples, not over its batches (MTGRBoost §5.1). */
-static grm_status run_batch(trainer *t, int64_t g, float weight, double *loss_out,
-                            int64_t *samples_out, int64_t *tokens_out)
+static grm_status run_batch(trainer *t, int64_t g, int64_t pos, int64_t b, float weight,
+                            double *loss_out, int64_t *samples_out, int64_t *tokens_out)
 {
     grm__pipeline *p = t->p;
     grm__dataset *ds = t->ds;
     const grm__settings *s = &p->set;
     grm_status st;
-    int64_t pos, b, rows_planned;
-    if ((st = slice_of(t, g, &pos, &b, &rows_planned)) != GRM_OK) return st;
     int32_t D = t->ranking ? 0 : p->tables[t->item_table].dim;
     int32_t T = ds->ntasks;
 
@@ -1017,10 +1013,10 @@ static grm_status run_batch(trainer *t, int64_t g, float weight, double *loss_ou
         return grm_errorf(GRM_EINVAL, "step %lld: loss is %g; lower the learning rates or "
                           "check the data", (long long)t->step + 1, io.loss);
     if (weight != 1.0f) {   /* the loss is linear in these: weight them once, here */
-        scale(t->dacts[L], rows * t->dims[L], weight);
+        cblas_sscal((int)(rows * t->dims[L]), weight, t->dacts[L], 1);
         if (!t->ranking) {
-            scale(t->d_pos, rows * D, weight);
-            scale(t->d_neg, nneg * D, weight);
+            cblas_sscal((int)(rows * D), weight, t->d_pos, 1);
+            if (nneg > 0) cblas_sscal((int)(nneg * D), weight, t->d_neg, 1);
         }
     }
     double t1 = now_s();
@@ -1151,15 +1147,12 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     int64_t samples = 0, tokens = 0, rows0 = t->tokens;
     for (int64_t j = 0; j < nb; j++) {
         int64_t g = g0 + j + 1, pos, b, rows;
-        float weight = 1.0f;
-        if (weighted) {
-            if ((st = slice_of(t, g, &pos, &b, &rows)) != GRM_OK) goto out;
-            weight = (float)((double)rows / total);
-        }
+        if ((st = slice_of(t, g, &pos, &b, &rows)) != GRM_OK) goto out;
+        float weight = weighted ? (float)((double)rows / total) : 1.0f;
         double l = 0;
         int64_t bs = 0, bt = 0;
-        if ((st = run_batch(t, g, weight, &l, &bs, &bt)) != GRM_OK) goto out;
-        loss += weighted ? weight * l : l;
+        if ((st = run_batch(t, g, pos, b, weight, &l, &bs, &bt)) != GRM_OK) goto out;
+        loss += weight * l;
         samples += bs;
         tokens += bt;
         t->tokens += t->rows;
