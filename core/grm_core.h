@@ -48,6 +48,9 @@ void grm__alloc_fail_at(int64_t n);
 grm_status grm__pool_init(int32_t threads);
 void grm__pool_fini(void);
 grm_status grm__parallel_for(int64_t n, int64_t grain, grm_range_fn fn, void *ctx);
+/* The calling thread's parallel_for calls run inline from now on: for a thread other than
+ * the trainer's (the data thread), which must not post work to the one pool meanwhile. */
+void grm__pool_inline_thread(void);
 int32_t grm__num_threads(void);
 
 /* Step scratch arena: grm__scratch hands out memory until grm__scratch_reset. */

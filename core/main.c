@@ -50,8 +50,9 @@ static const char usage_train[] =
     "                       overrides [train] metrics_out\n"
     "  --max-steps N        stop after N more steps (a checkpoint is written)\n"
     "  --profile            at the end, print where the time went: read, balance, batch,\n"
-    "                       lookup, dense forward, dense backward, optimizers, checkpoint,\n"
-    "                       evaluation\n"
+    "                       data wait, lookup, dense forward, dense backward, optimizers,\n"
+    "                       checkpoint, evaluation, and how much of the batch assembly\n"
+    "                       the data thread hid behind compute ([train] prefetch)\n"
     "  -q, --quiet          print only errors and the final table\n"
     "  -v, --verbose        print debug messages\n"
     "  -h, --help           this text\n";

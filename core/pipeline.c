@@ -31,8 +31,8 @@ typedef struct train_cfg {
     double valid_fraction, test_fraction;
     const char *user_column, *sequence_column, *time_column, *item_table, *metrics_out;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
-    int64_t early_stop, batch_tokens, accumulate, sparse_group;
-    int32_t batching;
+    int64_t early_stop, batch_tokens, accumulate, sparse_group, prefetch;
+    int32_t batching, rank_split;
     grm_int_list topk;
 } train_cfg;
 
@@ -76,6 +76,15 @@ static const grm_param_decl train_params[] = {
       GRM_PARAM_RANGE(0, 1 << 20), NULL, "several ranks: ranks per replica group of the "
       "embedding rows (TurboGR §4.2.1 hierarchical sparse parallelism: rows sharded inside a "
       "group, groups kept identical); 0: one group of all ranks" },
+    { "prefetch", GRM_PARAM_INT, 0, offsetof(train_cfg, prefetch), "2",
+      GRM_PARAM_RANGE(0, 64), NULL, "batches assembled ahead on a data thread while the "
+      "current one computes (MTGRBoost §3 prefetch, TurboGR's pipelined stages): ids, "
+      "negatives' slots, segment unique and keys; 0: assemble each batch on the trainer "
+      "thread when it is needed" },
+    { "rank_split", GRM_PARAM_ENUM, 0, offsetof(train_cfg, rank_split), "contiguous",
+      GRM_PARAM_ANY, "contiguous|tokens", "several ranks: how a global batch is split. "
+      "contiguous: equal sample counts; tokens: global token reallocation (TurboGR §4.1.3): "
+      "samples sorted by tokens, each given to the rank with the fewest tokens so far" },
     { "epochs", GRM_PARAM_INT, 0, offsetof(train_cfg, epochs), "1", GRM_PARAM_RANGE(1, 100000),
       NULL, "passes over the training examples" },
     { "steps", GRM_PARAM_INT, 0, offsetof(train_cfg, steps), "0", GRM_PARAM_RANGE(0, 1e15),
@@ -404,6 +413,8 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.early_stop = tc->early_stop;
     p->set.accumulate = tc->accumulate;
     p->set.sparse_group = tc->sparse_group;
+    p->set.prefetch = tc->prefetch;
+    p->set.rank_split = tc->rank_split;
     p->set.topk = tc->topk;
 
     /* plugins */

@@ -36,6 +36,9 @@ typedef struct grm__feature {
     int line;
 } grm__feature;
 
+/* [train] rank_split: contiguous slices, or TurboGR §4.1.3 global token reallocation. */
+enum { GRM__SPLIT_CONTIGUOUS = 0, GRM__SPLIT_TOKENS = 1 };
+
 /* What [train] task = trains. */
 enum { GRM__TASK_RETRIEVAL = 0, GRM__TASK_RANKING = 1 };
 
@@ -54,6 +57,8 @@ typedef struct grm__settings {
     int64_t eval_batch, early_stop;
     int64_t accumulate;            /* batches per optimizer step (gradient accumulation) */
     int64_t sparse_group;          /* ranks per replica group of the rows (0: all) */
+    int64_t prefetch;              /* batches assembled ahead on the data thread (0: none) */
+    int32_t rank_split;            /* GRM__SPLIT_*: a global batch's samples over the ranks */
     int32_t batching;              /* GRM__BATCH_* */
     int64_t batch_tokens;          /* batching = tokens: target tokens per step (0: derived) */
     grm_int_list topk;

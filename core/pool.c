@@ -221,6 +221,11 @@ void grm__pool_fini(void)
     pool.started = 0;
 }
 
+void grm__pool_inline_thread(void)
+{
+    in_parallel = 1;
+}
+
 int32_t grm__num_threads(void)
 {
     return pool.started ? pool.nthreads + 1 : 1;

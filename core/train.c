@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -44,25 +45,65 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ---- per physical table step working set ----
- * The step's ids of every id space the table holds, gathered id space by id space (the
- * segments of a fused group), deduplicated by segment unique (FusedRec §3, Fig. 5: equal ids
- * of different id spaces stay apart) and encoded as keys (i << (63 - k)) | id (MTGRBoost §4.2
- * eq. 8). Every gathered id then names its unique row through inv (FusedRec's I_u). */
+/* ---- one batch's input, assembled ahead of its compute ----
+ * Everything a batch needs from the data before the store is touched: its samples, every
+ * feature's ids, the targets, and per physical table the ids of all the id spaces it holds,
+ * gathered id space by id space (the segments of a fused group), deduplicated by segment
+ * unique (FusedRec §3, Fig. 5: equal ids of different id spaces stay apart) and encoded as
+ * keys (i << (63 - k)) | id (MTGRBoost §4.2 eq. 8); every gathered id then names its unique
+ * row through inv (FusedRec's I_u). With [train] prefetch = N a data thread fills a ring of
+ * N + 1 such batches ahead of the trainer (MTGRBoost §3 prefetch; TurboGR's pipelined
+ * stages), so this work overlaps the compute of the batches before.
+ * Negatives are the exception: a head keeps the state of its last draw for its loss (logQ),
+ * so the trainer draws them just before the batch computes and merges them into the item
+ * table's unique keys through imap, which the data thread builds. */
 
-typedef struct table_ws {
-    int32_t dim;
-    int32_t nspace;       /* id spaces held: segments of the fused group */
-    int64_t cap;          /* most ids gathered per step */
-    int64_t n;            /* ids gathered this step */
+typedef struct batch_tab {
+    int64_t n;            /* ids gathered (negatives not counted) */
+    int64_t nu;           /* unique keys, merged negatives included */
     int64_t *ids;         /* [cap] gathered raw ids, id space major */
     int64_t *segoff;      /* [nspace + 1] segment offsets into ids */
     int64_t *counts;      /* [nspace] unique ids per segment */
     int64_t *inv;         /* [cap] unique index of ids[j] */
-    int64_t nu;           /* unique (id space, id) pairs this step */
-    int64_t *keys;        /* [cap] their keys, first-seen order */
+    int64_t *keys;        /* [cap] the unique keys, first-seen order, then new negatives */
     int32_t *ufeat;       /* [cap] id space (segment) of each key: FusedRec's category */
-    float *rows;          /* [cap, dim] looked-up rows of the keys */
+} batch_tab;
+
+typedef struct batch {
+    int64_t g;            /* global batch index, 1-based (0: evaluation) */
+    int64_t b;            /* this rank's samples */
+    int64_t rows;         /* rows of the dense stack: samples, or a sequence model's tokens */
+    int64_t tokens;       /* sample_tokens summed over the samples */
+    double step_rows;     /* rows of the whole step (all ranks, all batches): the weights */
+    int64_t *ex;          /* [B] training examples (indices of sample_tokens) */
+    int64_t *users;       /* [B] dataset user index (ranking: row index) */
+    int64_t *hist_end;    /* [B] history end (exclusive absolute item index) */
+    float *labels;        /* [B, T] ranking labels */
+    int64_t *pos_ids;     /* [RB] the targets: next item of each sample or token */
+    int64_t *tok_src;     /* [RB] sequence model: absolute item index of each token */
+    int64_t *tok_times;   /* [RB] sequence model: its timestamp, when the data has them */
+    int64_t **fids;       /* [nfeatures][B * window] gathered raw ids */
+    int64_t **foff;       /* [nfeatures][B + 1] */
+    int64_t *fbase;       /* [nfeatures] where feature i's ids sit in its table's ids */
+    int64_t pos_base;     /* where the targets sit in the item table's ids */
+    int64_t nneg;         /* negatives drawn for the batch */
+    int64_t *neg_ids;     /* [R] */
+    int64_t *neg_slot;    /* [R] unique row of each negative in the item table */
+    int64_t *imap;        /* [mcap] item table keys -> unique index + 1 (open addressing) */
+    int64_t mcap;         /* power of two */
+    batch_tab *tab;       /* [nphys] */
+    grm__sparse_work work;
+    grm_status st;        /* the data thread's failure, raised by the trainer */
+    char err[1024];
+} batch;
+
+/* ---- per physical table: the looked-up rows and their gradients ---- */
+
+typedef struct table_ws {
+    int32_t dim;
+    int32_t nspace;       /* id spaces held: segments of the fused group */
+    int64_t cap;          /* most ids gathered per batch, negatives included */
+    float *rows;          /* [cap, dim] looked-up rows of the batch's keys */
     float *grads;         /* [cap, dim] summed row gradients */
     /* gradient accumulation (accumulate > 1): keys and gradients of the step's batches,
      * aggregated by key before the one update */
@@ -73,6 +114,25 @@ typedef struct table_ws {
     int64_t *ukeys;       /* [acap] */
     float *ugrads;        /* [acap, dim] */
 } table_ws;
+
+/* The data thread and its ring of batches. Batch g lives in ring[(g - 1) % nslots]; the data
+ * thread assembles g once g - nslots has been released by the trainer. */
+typedef struct prefetcher {
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int running;          /* the thread exists */
+    int stop;             /* asked to stop */
+    batch *ring;          /* [nslots] */
+    int32_t nslots;
+    int64_t next;         /* next batch to assemble */
+    int64_t last;         /* last batch of the run */
+    int64_t ready;        /* batches up to here are assembled (or failed) */
+    int64_t released;     /* the trainer is done with batches up to here */
+    double busy_s;        /* seconds the data thread spent assembling */
+    double step_rows;     /* cache: rows of step cached_step */
+    int64_t cached_step;
+} prefetcher;
 
 /* ---- dense parameters with their optimizer state ---- */
 
@@ -95,6 +155,7 @@ typedef struct trainer {
     void *dopt;
     int32_t item_table;       /* the id space of the candidate items */
     int32_t item_phys;        /* its physical table */
+    int32_t item_seg;         /* its segment (FusedRec category) in that table's fused group */
     int64_t B;                /* buffer samples: max(batch_size, eval_batch) */
     int64_t RB;               /* buffer rows of the dense stack: B, or B * window tokens */
     /* sequence model ([feature.*] pooling = none): a sample is a user's jagged token
@@ -103,19 +164,13 @@ typedef struct trainer {
     int seqmode;
     int64_t nex;              /* training samples: (user, position) pairs or users */
     int64_t *seq_users;       /* [nex] seqmode: users with at least two training items */
-    int64_t *tok_src;         /* [RB] seqmode: absolute item index of each token */
-    int64_t *tok_times;       /* [RB] seqmode: its timestamp, when the data has them */
-    int64_t *tgt_ids;         /* [RB] seqmode: the next item of each token */
     float *queries;           /* [B, D] seqmode evaluation: last-token outputs */
-    int64_t rows;             /* rows of the current batch (samples or tokens) */
-    int64_t nseq;             /* samples of the current batch */
     int64_t tokens;           /* tokens trained on so far, for throughput */
     int64_t R;                /* most negatives per step: capacity of the neg buffers */
     table_ws *ws;             /* [nphys] */
-    int64_t **fids;           /* [nfeatures][B * window] gathered raw ids */
-    int64_t *fbase;           /* [nfeatures] where feature i's ids sit in its table's ids */
+    batch eb;                 /* the evaluation batch (and the training one with prefetch 0) */
+    prefetcher pf;            /* the data thread (prefetch > 0) */
     int64_t **fslots;         /* [nfeatures] borrowed: the unique row of each id (table inv) */
-    int64_t **foff;           /* [nfeatures][B+1] */
     int64_t din;              /* sum of feature widths */
     float *ptmp;              /* [B, widest feature] one feature's pooled block */
     float *gin;               /* [most ids of a feature, widest dim] gradient per gathered id */
@@ -133,8 +188,7 @@ typedef struct trainer {
     float **acts;             /* [ndense + 2]: x, block outputs, head output; [B, dim_i] */
     float **dacts;            /* same shapes */
     int64_t *dims;            /* [ndense + 2] */
-    int64_t *neg_ids;         /* [R] */
-    int64_t *pos_slot, *neg_slot;   /* borrowed: [rows], [nneg] unique rows in the item table */
+    int64_t *pos_slot;        /* borrowed: [rows] unique rows of the targets in the item table */
     float *pos_rows, *neg_rows, *d_pos, *d_neg;
     dparam *params;
     int32_t nparams;
@@ -148,7 +202,8 @@ typedef struct trainer {
     int64_t *ep_cum;          /* [nep + 1] batches before epoch e */
     int64_t nep;
     int64_t target_tokens;    /* batching = tokens: N of Algorithm 1 */
-    int64_t step_tokens;      /* tokens of the last step */
+    int64_t step_tokens;      /* tokens of the last step, all ranks */
+    int64_t my_tokens, my_samples;   /* this rank's tokens and samples of the last step */
     int64_t step;             /* steps done */
     int64_t total_steps, steps_per_epoch;
     int64_t total_mb;         /* batches of the whole run (0: [train] steps decides) */
@@ -160,17 +215,15 @@ typedef struct trainer {
     volatile int stop;
     double t_batch, t_lookup, t_fwd, t_bwd, t_opt;
     double t_read, t_plan, t_ckpt, t_eval;   /* --profile: seconds in each stage */
+    double t_wait;            /* seconds the trainer waited for the data thread */
     /* evaluation */
     float *cat_rows;          /* [C, D] */
     float *scores;            /* [eval_batch, C] */
-    int64_t *hist_end;        /* [B] */
-    int64_t *users;           /* [B] retrieval: dataset user index; ranking: row index */
     int ranking;              /* [train] task = ranking */
     int64_t ckpt_state[7];    /* trainer.state as checkpoints store it */
     double best_score;        /* early stopping: best validation score so far */
     int64_t best_step;        /* its step (0: none yet) */
     int64_t bad_evals;        /* validation runs since it */
-    float *labels;            /* [B, T] ranking labels of the step */
 } trainer;
 
 /* ---- setup ---- */
@@ -207,6 +260,87 @@ static grm_status create_instances(trainer *t)
 }
 
 static int64_t sample_tokens(const trainer *t, int64_t e);
+/* Most ids feature i gathers for one batch. */
+static int64_t feature_ids_cap(const trainer *t, int32_t i)
+{
+    const grm__feature *f = &t->p->features[i];
+    int64_t per = f->is_sequence ? f->window : 1;
+    if (t->ranking) per = t->ds->fmaxlen[i] < f->window ? t->ds->fmaxlen[i] : f->window;
+    if (per < 1) per = 1;
+    return t->seqmode ? t->RB : t->B * per;
+}
+
+static void batch_fini(const grm__pipeline *p, batch *bt)
+{
+    for (int32_t i = 0; bt->fids && i < p->nfeatures; i++) grm__free(CPU, bt->fids[i]);
+    for (int32_t i = 0; bt->foff && i < p->nfeatures; i++) grm__free(CPU, bt->foff[i]);
+    for (int32_t T = 0; bt->tab && T < p->nphys; T++) {
+        batch_tab *w = &bt->tab[T];
+        void *wb[] = { w->ids, w->segoff, w->counts, w->inv, w->keys, w->ufeat };
+        for (size_t i = 0; i < sizeof wb / sizeof *wb; i++) grm__free(CPU, wb[i]);
+    }
+    void *bufs[] = { bt->ex, bt->users, bt->hist_end, bt->labels, bt->pos_ids, bt->tok_src,
+                     bt->tok_times, bt->neg_ids, bt->neg_slot, bt->imap };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
+    free(bt->fids);
+    free(bt->foff);
+    free(bt->fbase);
+    free(bt->tab);
+    grm__sparse_work_fini(&bt->work);
+    memset(bt, 0, sizeof *bt);
+}
+
+/* The buffers of one batch, sized by setup's capacities (t->ws[].cap, B, RB, R). */
+static grm_status batch_init(trainer *t, batch *bt)
+{
+    const grm__pipeline *p = t->p;
+    int64_t T = t->ranking ? t->ds->ntasks : 1, R = t->R ? t->R : 1;
+    memset(bt, 0, sizeof *bt);
+    bt->fids = calloc((size_t)p->nfeatures, sizeof *bt->fids);
+    bt->foff = calloc((size_t)p->nfeatures, sizeof *bt->foff);
+    bt->fbase = calloc((size_t)p->nfeatures, sizeof *bt->fbase);
+    bt->tab = calloc((size_t)p->nphys, sizeof *bt->tab);
+    if (!bt->fids || !bt->foff || !bt->fbase || !bt->tab) goto oom;
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        bt->fids[i] = xalloc((size_t)feature_ids_cap(t, i) * sizeof(int64_t));
+        bt->foff[i] = xalloc((size_t)(t->B + 1) * sizeof(int64_t));
+        if (!bt->fids[i] || !bt->foff[i]) goto oom;
+    }
+    for (int32_t k = 0; k < p->nphys; k++) {
+        batch_tab *w = &bt->tab[k];
+        int64_t cap = t->ws[k].cap, ns = p->plan->tables[k].nfeatures;
+        w->ids = xalloc((size_t)cap * sizeof *w->ids);
+        w->segoff = xalloc((size_t)(ns + 1) * sizeof *w->segoff);
+        w->counts = xalloc((size_t)(ns ? ns : 1) * sizeof *w->counts);
+        w->inv = xalloc((size_t)cap * sizeof *w->inv);
+        w->keys = xalloc((size_t)cap * sizeof *w->keys);
+        w->ufeat = xalloc((size_t)cap * sizeof *w->ufeat);
+        if (!w->ids || !w->segoff || !w->counts || !w->inv || !w->keys || !w->ufeat) goto oom;
+    }
+    bt->ex = xalloc((size_t)t->B * sizeof(int64_t));
+    bt->users = xalloc((size_t)t->B * sizeof(int64_t));
+    bt->hist_end = xalloc((size_t)t->B * sizeof(int64_t));
+    bt->labels = xalloc((size_t)(t->B * T) * sizeof(float));
+    bt->pos_ids = xalloc((size_t)t->RB * sizeof(int64_t));
+    bt->tok_src = xalloc((size_t)t->RB * sizeof(int64_t));
+    bt->tok_times = xalloc((size_t)t->RB * sizeof(int64_t));
+    bt->neg_ids = xalloc((size_t)R * sizeof(int64_t));
+    bt->neg_slot = xalloc((size_t)R * sizeof(int64_t));
+    if (!t->ranking) {   /* the item table's key map: load factor at most one half */
+        bt->mcap = 64;
+        while (bt->mcap < 2 * t->ws[t->item_phys].cap) bt->mcap *= 2;
+        bt->imap = xalloc((size_t)bt->mcap * sizeof(int64_t));
+        if (!bt->imap) goto oom;
+    }
+    if (!bt->ex || !bt->users || !bt->hist_end || !bt->labels || !bt->pos_ids || !bt->tok_src
+        || !bt->tok_times || !bt->neg_ids || !bt->neg_slot)
+        goto oom;
+    return GRM_OK;
+oom:
+    batch_fini(p, bt);
+    return grm_errorf(GRM_ENOMEM, "out of memory allocating a batch");
+}
+
 static grm_status epoch_start(trainer *t, int64_t e, int64_t *first);
 
 static grm_status setup(trainer *t)
@@ -242,10 +376,6 @@ static grm_status setup(trainer *t)
         int64_t w = p->features[p->seq_feature].window;
         t->RB = (s->batch_size > s->eval_batch ? s->batch_size : s->eval_batch) * w;
         if (t->target_tokens && t->RB < t->target_tokens + w) t->RB = t->target_tokens + w;
-        t->tok_src = xalloc((size_t)t->RB * sizeof(int64_t));
-        t->tok_times = xalloc((size_t)t->RB * sizeof(int64_t));
-        t->tgt_ids = xalloc((size_t)t->RB * sizeof(int64_t));
-        if (!t->tok_src || !t->tok_times || !t->tgt_ids) return GRM_ENOMEM;
     }
     /* table sizes for fixed-capacity stores come from the data unless given */
     for (int32_t i = 0; i < p->nfeatures; i++) {
@@ -259,6 +389,8 @@ static grm_status setup(trainer *t)
     for (int32_t i = 0; i < p->ntables; i++)
         if (strcmp(p->tables[i].name, s->item_table) == 0) t->item_table = i;
     t->item_phys = p->plan->slots[t->item_table].table;
+    for (int32_t j = 0; j < p->plan->tables[t->item_phys].nfeatures; j++)
+        if (p->plan->tables[t->item_phys].features[j] == t->item_table) t->item_seg = j;
     /* a merged table's capacity: the sum of its id spaces' */
     for (int32_t T = 0; T < p->nphys; T++) p->phys[T].rows = 0;
     for (int32_t i = 0; i < p->ntables; i++)
@@ -352,23 +484,13 @@ static grm_status setup(trainer *t)
 
     /* step working sets, one per physical table */
     t->ws = calloc((size_t)p->nphys, sizeof *t->ws);
-    t->fids = calloc((size_t)p->nfeatures, sizeof *t->fids);
     t->fslots = calloc((size_t)p->nfeatures, sizeof *t->fslots);
-    t->fbase = calloc((size_t)p->nfeatures, sizeof *t->fbase);
-    t->foff = calloc((size_t)p->nfeatures, sizeof *t->foff);
-    if (!t->ws || !t->fids || !t->fslots || !t->fbase || !t->foff)
-        return grm_errorf(GRM_ENOMEM, "out of memory");
+    if (!t->ws || !t->fslots) return grm_errorf(GRM_ENOMEM, "out of memory");
     int64_t wmax = 1, gmax = 1;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         grm__feature *f = &p->features[i];
-        int64_t per = f->is_sequence ? f->window : 1;
-        if (t->ranking) per = ds->fmaxlen[i] < f->window ? ds->fmaxlen[i] : f->window;
-        if (per < 1) per = 1;
-        int64_t nid = t->seqmode ? t->RB : t->B * per;
+        int64_t nid = feature_ids_cap(t, i);
         t->ws[p->plan->slots[f->table_idx].table].cap += nid;
-        t->fids[i] = xalloc((size_t)nid * sizeof(int64_t));
-        t->foff[i] = xalloc((size_t)(t->B + 1) * sizeof(int64_t));
-        if (!t->fids[i] || !t->foff[i]) return GRM_ENOMEM;
         if (f->width > wmax) wmax = f->width;
         if (nid * f->dim > gmax) gmax = nid * f->dim;
     }
@@ -382,17 +504,9 @@ static grm_status setup(trainer *t)
         w->dim = p->phys[T].dim;
         w->nspace = p->plan->tables[T].nfeatures;
         if (w->cap < 1) w->cap = 1;
-        w->ids = xalloc((size_t)w->cap * sizeof *w->ids);
-        w->segoff = xalloc((size_t)(w->nspace + 1) * sizeof *w->segoff);
-        w->counts = xalloc((size_t)w->nspace * sizeof *w->counts);
-        w->inv = xalloc((size_t)w->cap * sizeof *w->inv);
-        w->keys = xalloc((size_t)w->cap * sizeof *w->keys);
-        w->ufeat = xalloc((size_t)w->cap * sizeof *w->ufeat);
         w->rows = xalloc((size_t)(w->cap * w->dim) * sizeof(float));
         w->grads = xalloc((size_t)(w->cap * w->dim) * sizeof(float));
-        if (!w->ids || !w->segoff || !w->counts || !w->inv || !w->keys || !w->ufeat || !w->rows
-            || !w->grads)
-            return grm_errorf(GRM_ENOMEM, "out of memory");
+        if (!w->rows || !w->grads) return grm_errorf(GRM_ENOMEM, "out of memory");
         if (s->accumulate > 1) {
             w->acap = w->cap * s->accumulate;
             w->akeys = xalloc((size_t)w->acap * sizeof *w->akeys);
@@ -404,26 +518,21 @@ static grm_status setup(trainer *t)
                 return grm_errorf(GRM_ENOMEM, "out of memory");
         }
     }
-    t->neg_ids = xalloc((size_t)(t->R ? t->R : 1) * sizeof(int64_t));
     t->pos_rows = xalloc((size_t)(t->RB * D) * sizeof(float));
     t->d_pos = xalloc((size_t)(t->RB * D) * sizeof(float));
     t->queries = xalloc((size_t)(t->B * D) * sizeof(float));
     t->neg_rows = xalloc((size_t)((t->R ? t->R : 1) * D) * sizeof(float));
     t->d_neg = xalloc((size_t)((t->R ? t->R : 1) * D) * sizeof(float));
-    t->hist_end = xalloc((size_t)t->B * sizeof(int64_t));
-    t->users = xalloc((size_t)t->B * sizeof(int64_t));
-    t->labels = xalloc((size_t)(t->B * (ds->ntasks ? ds->ntasks : 1)) * sizeof(float));
-    if (!t->labels) return GRM_ENOMEM;
     t->perm = xalloc((size_t)(t->nex ? t->nex : 1) * sizeof(int64_t));
     t->bstart = xalloc((size_t)(t->nex + 1) * sizeof(int64_t));
     t->tok_cum = xalloc((size_t)(t->nex + 1) * sizeof(int64_t));
     if (!t->bstart || !t->tok_cum) return GRM_ENOMEM;
     t->cat_rows = xalloc((size_t)(ds->ncatalog * D) * sizeof(float));
     t->scores = xalloc((size_t)(s->eval_batch * ds->ncatalog) * sizeof(float));
-    if (!t->neg_ids || !t->pos_rows || !t->d_pos
-        || !t->neg_rows || !t->d_neg || !t->hist_end || !t->users || !t->perm || !t->cat_rows
+    if (!t->pos_rows || !t->d_pos || !t->neg_rows || !t->d_neg || !t->perm || !t->cat_rows
         || !t->scores || !t->queries)
         return GRM_ENOMEM;
+    if ((st = batch_init(t, &t->eb)) != GRM_OK) return st;
     t->perm_epoch = -1;
 
     /* dense parameters and their optimizer state */
@@ -481,9 +590,12 @@ static grm_status setup(trainer *t)
     return GRM_OK;
 }
 
+static void pf_stop(trainer *t);
+
 static void teardown(trainer *t)
 {
     grm__pipeline *p = t->p;
+    pf_stop(t);
     if (p->emb.inst) t->eops->destroy(p->emb.inst);
     p->emb.inst = NULL;
     for (int32_t i = 0; i < p->ndense; i++) {
@@ -503,21 +615,16 @@ static void teardown(trainer *t)
     if (t->ws) {
         for (int32_t T = 0; T < p->nphys; T++) {
             table_ws *w = &t->ws[T];
-            void *wb[] = { w->ids, w->segoff, w->counts, w->inv, w->keys, w->ufeat, w->rows,
-                           w->grads,
-                           w->akeys, w->agrads, w->ainv, w->ukeys, w->ugrads };
+            void *wb[] = { w->rows, w->grads, w->akeys, w->agrads, w->ainv, w->ukeys,
+                           w->ugrads };
             for (size_t i = 0; i < sizeof wb / sizeof *wb; i++) grm__free(CPU, wb[i]);
         }
-        free(t->ws);
     }
-    for (int32_t i = 0; t->fids && i < p->nfeatures; i++) {
-        grm__free(CPU, t->fids[i]);
-        grm__free(CPU, t->foff[i]);
-    }
-    free(t->fids);
+    for (int32_t k = 0; t->pf.ring && k < t->pf.nslots; k++) batch_fini(p, &t->pf.ring[k]);
+    free(t->pf.ring);
+    batch_fini(p, &t->eb);
+    free(t->ws);
     free(t->fslots);
-    free(t->fbase);
-    free(t->foff);
     grm__sparse_work_fini(&t->work);
     grm__dist_destroy(t->dist);
     grm__free(CPU, t->gbuf);
@@ -528,10 +635,9 @@ static void teardown(trainer *t)
     free(t->acts);
     free(t->dacts);
     free(t->dims);
-    void *bufs[] = { t->ptmp, t->gin, t->cat_keys, t->neg_ids, t->pos_rows, t->d_pos, t->neg_rows,
-                     t->d_neg, t->hist_end, t->users, t->perm, t->cat_rows, t->scores,
-                     t->labels, t->seq_users, t->tok_src, t->tok_times, t->tgt_ids,
-                     t->queries, t->bstart, t->tok_cum };
+    void *bufs[] = { t->ptmp, t->gin, t->cat_keys, t->pos_rows, t->d_pos, t->neg_rows,
+                     t->d_neg, t->perm, t->cat_rows, t->scores, t->seq_users, t->queries,
+                     t->bstart, t->tok_cum };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
     for (int32_t i = 0; t->params && i < t->nparams; i++) {
         free(t->params[i].name);
@@ -545,35 +651,35 @@ static void teardown(trainer *t)
 
 /* ---- one batch: features -> fused dedup -> lookup -> pooled input x ---- */
 
-/* Feature i's ids of the batch's b samples into t->fids[i], segment k being
+/* Feature i's ids of the batch's samples into bt->fids[i], segment k being
  * fids[i][foff[i][k] .. foff[i][k+1]); a sequence model's token sources and times too. */
-static void gather_feature(trainer *t, int32_t i, int64_t b)
+static void gather_feature(const trainer *t, batch *bt, int32_t i)
 {
     const grm__feature *f = &t->p->features[i];
     const grm__dataset *ds = t->ds;
-    int64_t *out = t->fids[i], n = 0;
-    t->foff[i][0] = 0;
-    for (int64_t k = 0; k < b; k++) {
-        int64_t u = t->users[k];
+    int64_t *out = bt->fids[i], n = 0;
+    bt->foff[i][0] = 0;
+    for (int64_t k = 0; k < bt->b; k++) {
+        int64_t u = bt->users[k];
         if (t->ranking) {
             /* the row's ids of this feature, the most recent `window` of a list */
             int64_t end = ds->fofs[i][u + 1], beg = end - f->window;
             if (beg < ds->fofs[i][u]) beg = ds->fofs[i][u];
             for (int64_t j = beg; j < end; j++) out[n++] = ds->fids[i][j];
         } else if (f->is_sequence) {
-            int64_t end = t->hist_end[k], beg = end - f->window;
+            int64_t end = bt->hist_end[k], beg = end - f->window;
             if (beg < ds->offsets[u]) beg = ds->offsets[u];
             for (int64_t j = beg; j < end; j++) {
                 if (t->seqmode) {
-                    t->tok_src[n] = j;
-                    t->tok_times[n] = ds->times ? ds->times[j] : 0;
+                    bt->tok_src[n] = j;
+                    bt->tok_times[n] = ds->times ? ds->times[j] : 0;
                 }
                 out[n++] = ds->items[j];
             }
         } else {
             out[n++] = ds->users[u];
         }
-        t->foff[i][k + 1] = n;
+        bt->foff[i][k + 1] = n;
     }
 }
 
@@ -583,45 +689,64 @@ static grm_status ws_overflow(const grm__pipeline *p, int32_t T, int64_t cap)
                       "ids)", p->phys[T].name, (long long)cap);
 }
 
-/* Per physical table: the batch's ids of its id spaces, one segment per id space (features
- * reading the space, then the step's positives and negatives for the item space), reduced by
- * one segment unique (FusedRec §3, Fig. 5), encoded as keys (MTGRBoost §4.2 eq. 8) and looked
- * up once. fslots, pos_slot and neg_slot then point into the table's inverse indices. */
-static grm_status fused_lookup(trainer *t, int64_t b, const int64_t *pos_ids, int64_t npos,
-                               int64_t nneg, int training)
+static uint64_t imap_hash(int64_t key)
 {
-    grm__pipeline *p = t->p;
+    return grm_mix64((uint64_t)key);
+}
+
+/* The item table's unique keys into bt->imap (key -> index + 1), for merging negatives. */
+static void imap_build(batch *bt, const batch_tab *w)
+{
+    const uint64_t mask = (uint64_t)bt->mcap - 1;
+    memset(bt->imap, 0, (size_t)bt->mcap * sizeof *bt->imap);
+    for (int64_t u = 0; u < w->nu; u++) {
+        uint64_t h = imap_hash(w->keys[u]) & mask;
+        while (bt->imap[h]) h = (h + 1) & mask;
+        bt->imap[h] = u + 1;
+    }
+}
+
+/* The data side of a batch whose samples (users, hist_end, labels) are set: every feature's
+ * ids, the targets (when `targets`: a sequence model's next item per token, or the samples'
+ * pos_ids set by the caller), then per physical table one segment unique over the segments
+ * of its id spaces (FusedRec §3, Fig. 5) and the keys (MTGRBoost §4.2 eq. 8). Touches only
+ * the batch and read-only data, so it runs on the data thread. */
+static grm_status assemble_ids(const trainer *t, batch *bt, int targets)
+{
+    const grm__pipeline *p = t->p;
     grm_status st;
-    int64_t pos_base = 0, neg_base = 0;
+    for (int32_t i = 0; i < p->nfeatures; i++) gather_feature(t, bt, i);
+    bt->rows = t->seqmode ? bt->foff[p->seq_feature][bt->b] : bt->b;
+    if (targets && t->seqmode)
+        for (int64_t n = 0; n < bt->rows; n++) bt->pos_ids[n] = t->ds->items[bt->tok_src[n] + 1];
+    bt->nneg = 0;
     for (int32_t T = 0; T < p->nphys; T++) {
         const grm__sparse_table *tb = &p->plan->tables[T];
-        table_ws *w = &t->ws[T];
+        batch_tab *w = &bt->tab[T];
+        const int64_t cap = t->ws[T].cap;
         int64_t n = 0;
         for (int32_t j = 0; j < tb->nfeatures; j++) {
             int32_t space = tb->features[j];
             w->segoff[j] = n;
             for (int32_t i = 0; i < p->nfeatures; i++) {
                 if (p->features[i].table_idx != space) continue;
-                int64_t m = t->foff[i][b];
-                if (n + m > w->cap) return ws_overflow(p, T, w->cap);
-                memcpy(w->ids + n, t->fids[i], (size_t)m * sizeof *w->ids);
-                t->fbase[i] = n;
+                int64_t m = bt->foff[i][bt->b];
+                if (n + m > cap) return ws_overflow(p, T, cap);
+                memcpy(w->ids + n, bt->fids[i], (size_t)m * sizeof *w->ids);
+                bt->fbase[i] = n;
                 n += m;
             }
-            if (space == t->item_table && pos_ids) {
-                if (n + npos + nneg > w->cap) return ws_overflow(p, T, w->cap);
-                memcpy(w->ids + n, pos_ids, (size_t)npos * sizeof *w->ids);
-                pos_base = n;
-                n += npos;
-                memcpy(w->ids + n, t->neg_ids, (size_t)nneg * sizeof *w->ids);
-                neg_base = n;
-                n += nneg;
+            if (space == t->item_table && targets) {
+                if (n + bt->rows + t->R > cap) return ws_overflow(p, T, cap);
+                memcpy(w->ids + n, bt->pos_ids, (size_t)bt->rows * sizeof *w->ids);
+                bt->pos_base = n;
+                n += bt->rows;
             }
         }
         w->segoff[tb->nfeatures] = n;
         w->n = n;
         st = grm__sparse_segment_unique(w->keys, w->ufeat, w->counts, w->inv, &w->nu, w->ids,
-                                        w->segoff, n, tb->nfeatures, &t->work);
+                                        w->segoff, n, tb->nfeatures, &bt->work);
         if (st != GRM_OK) return st;
         /* unique ids come out segment by segment: encode each run with its id space */
         int64_t at = 0;
@@ -634,12 +759,56 @@ static grm_status fused_lookup(trainer *t, int64_t b, const int64_t *pos_ids, in
             }
             at += w->counts[j];
         }
+    }
+    if (!t->ranking) imap_build(bt, &bt->tab[t->item_phys]);
+    return GRM_OK;
+}
+
+/* Negatives ids [nneg] of the item id space into the batch: each finds its unique row in
+ * the item table through imap, or becomes a new unique key; bt->neg_slot names the rows. */
+static grm_status merge_negatives(const trainer *t, batch *bt, const int64_t *ids, int64_t nneg)
+{
+    const grm__pipeline *p = t->p;
+    batch_tab *w = &bt->tab[t->item_phys];
+    const uint64_t mask = (uint64_t)bt->mcap - 1;
+    if (w->n + nneg > t->ws[t->item_phys].cap)
+        return ws_overflow(p, t->item_phys, t->ws[t->item_phys].cap);
+    grm_status st = grm__sparse_plan_encode(p->plan, t->item_table, bt->neg_slot, ids, nneg);
+    if (st != GRM_OK) {
+        grm_error_prefix("[embedding] table %s: ", p->phys[t->item_phys].name);
+        return st;
+    }
+    for (int64_t j = 0; j < nneg; j++) {
+        const int64_t key = bt->neg_slot[j];
+        uint64_t h = imap_hash(key) & mask;
+        while (bt->imap[h] && w->keys[bt->imap[h] - 1] != key) h = (h + 1) & mask;
+        if (!bt->imap[h]) {
+            w->keys[w->nu] = key;
+            w->ufeat[w->nu] = t->item_seg;
+            bt->imap[h] = ++w->nu;
+        }
+        bt->neg_slot[j] = bt->imap[h] - 1;
+    }
+    if (ids != bt->neg_ids) memcpy(bt->neg_ids, ids, (size_t)nneg * sizeof *ids);
+    bt->nneg = nneg;
+    return GRM_OK;
+}
+
+/* The rows of the batch's keys from the store (every rank's, with several), once per
+ * physical table; fslots and pos_slot then point into the batch's inverse indices. */
+static grm_status lookup_batch(trainer *t, batch *bt, int training)
+{
+    grm__pipeline *p = t->p;
+    grm_status st;
+    for (int32_t T = 0; T < p->nphys; T++) {
+        const batch_tab *w = &bt->tab[T];
         if (t->dist) {   /* collective: every rank, every table, even with no ids */
-            st = grm__dist_lookup(t->dist, T, w->keys, w->ufeat, w->nu, w->n, w->rows,
+            st = grm__dist_lookup(t->dist, T, w->keys, w->ufeat, w->nu,
+                                  w->n + (T == t->item_phys ? bt->nneg : 0), t->ws[T].rows,
                                   training ? GRM_EMB_INSERT : 0);
             if (st != GRM_OK) return st;
         } else if (w->nu > 0) {
-            st = t->eops->lookup(p->emb.inst, w->rows, T, w->keys, w->nu,
+            st = t->eops->lookup(p->emb.inst, t->ws[T].rows, T, w->keys, w->nu,
                                  training ? GRM_EMB_INSERT : 0);
             if (st != GRM_OK) {
                 grm_error_prefix("[embedding] %s: ", p->emb.plugin->info->name);
@@ -648,35 +817,34 @@ static grm_status fused_lookup(trainer *t, int64_t b, const int64_t *pos_ids, in
         }
     }
     for (int32_t i = 0; i < p->nfeatures; i++)
-        t->fslots[i] = t->ws[p->plan->slots[p->features[i].table_idx].table].inv + t->fbase[i];
-    if (pos_ids) {
-        t->pos_slot = t->ws[t->item_phys].inv + pos_base;
-        t->neg_slot = t->ws[t->item_phys].inv + neg_base;
-    }
+        t->fslots[i] = bt->tab[p->plan->slots[p->features[i].table_idx].table].inv + bt->fbase[i];
+    if (!t->ranking) t->pos_slot = bt->tab[t->item_phys].inv + bt->pos_base;
     return GRM_OK;
 }
 
 /* The dense input x [rows, din]: a sequence model's token rows as they are, otherwise each
  * feature pooled (sum, mean) or tiled (RecIS Table 1) into its columns. */
-static grm_status pool_forward(trainer *t, int64_t b)
+static grm_status pool_forward(trainer *t, const batch *bt)
 {
     grm__pipeline *p = t->p;
     grm_status st;
+    const int64_t b = bt->b;
     if (t->seqmode) {
-        const table_ws *w = &t->ws[p->plan->slots[p->features[p->seq_feature].table_idx].table];
-        return grm__sparse_gather(t->acts[0], w->rows, t->fslots[p->seq_feature], t->rows,
-                                  w->nu, w->dim);
+        int32_t T = p->plan->slots[p->features[p->seq_feature].table_idx].table;
+        return grm__sparse_gather(t->acts[0], t->ws[T].rows, t->fslots[p->seq_feature],
+                                  bt->rows, bt->tab[T].nu, t->ws[T].dim);
     }
     int64_t col = 0;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *f = &p->features[i];
-        const table_ws *w = &t->ws[p->plan->slots[f->table_idx].table];
+        int32_t T = p->plan->slots[f->table_idx].table;
+        const table_ws *w = &t->ws[T];
         if (f->pooling == GRM__POOL_TILE)
-            st = grm__sparse_tile(t->ptmp, w->rows, t->fslots[i], t->foff[i], b, f->window,
-                                  w->nu, f->dim, GRM_SPARSE_TILE_LAST);
+            st = grm__sparse_tile(t->ptmp, w->rows, t->fslots[i], bt->foff[i], b, f->window,
+                                  bt->tab[T].nu, f->dim, GRM_SPARSE_TILE_LAST);
         else
-            st = grm__sparse_segment_reduce(t->ptmp, w->rows, t->fslots[i], t->foff[i], b,
-                                            w->nu, f->dim,
+            st = grm__sparse_segment_reduce(t->ptmp, w->rows, t->fslots[i], bt->foff[i], b,
+                                            bt->tab[T].nu, f->dim,
                                             f->pooling == GRM__POOL_MEAN ? GRM_SPARSE_POOL_MEAN
                                                                          : GRM_SPARSE_POOL_SUM);
         if (st != GRM_OK) return st;
@@ -689,80 +857,68 @@ static grm_status pool_forward(trainer *t, int64_t b)
 }
 
 /* Backward of pool_forward: dx [rows, din] into the summed row gradients of the tables. */
-static grm_status pool_backward(trainer *t, int64_t b)
+static grm_status pool_backward(trainer *t, const batch *bt)
 {
     grm__pipeline *p = t->p;
     grm_status st;
+    const int64_t b = bt->b;
     if (t->seqmode) {   /* token n's input gradient goes to its row, unscaled */
-        table_ws *w = &t->ws[p->plan->slots[p->features[p->seq_feature].table_idx].table];
-        return grm__sparse_scatter_add(w->grads, t->dacts[0], t->fslots[p->seq_feature],
-                                       t->rows, w->nu, w->dim, &t->work);
+        int32_t T = p->plan->slots[p->features[p->seq_feature].table_idx].table;
+        return grm__sparse_scatter_add(t->ws[T].grads, t->dacts[0], t->fslots[p->seq_feature],
+                                       bt->rows, bt->tab[T].nu, t->ws[T].dim, &t->work);
     }
     int64_t col = 0;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *f = &p->features[i];
-        table_ws *w = &t->ws[p->plan->slots[f->table_idx].table];
+        int32_t T = p->plan->slots[f->table_idx].table;
         for (int64_t k = 0; k < b; k++)
             memcpy(t->ptmp + k * f->width, t->dacts[0] + k * t->din + col,
                    (size_t)f->width * sizeof(float));
         col += f->width;
         if (f->pooling == GRM__POOL_TILE)
-            st = grm__sparse_tile_bwd(t->gin, t->ptmp, t->foff[i], b, f->window, f->dim,
+            st = grm__sparse_tile_bwd(t->gin, t->ptmp, bt->foff[i], b, f->window, f->dim,
                                       GRM_SPARSE_TILE_LAST);
         else
-            st = grm__sparse_segment_reduce_bwd(t->gin, t->ptmp, t->foff[i], b, f->dim,
+            st = grm__sparse_segment_reduce_bwd(t->gin, t->ptmp, bt->foff[i], b, f->dim,
                                                 f->pooling == GRM__POOL_MEAN
                                                     ? GRM_SPARSE_POOL_MEAN
                                                     : GRM_SPARSE_POOL_SUM);
         if (st != GRM_OK) return st;
-        st = grm__sparse_scatter_add(w->grads, t->gin, t->fslots[i], t->foff[i][b], w->nu,
-                                     f->dim, &t->work);
+        st = grm__sparse_scatter_add(t->ws[T].grads, t->gin, t->fslots[i], bt->foff[i][b],
+                                     bt->tab[T].nu, f->dim, &t->work);
         if (st != GRM_OK) return st;
     }
     return GRM_OK;
 }
 
-/* Build the dense input for b samples: users[b] (dataset index) whose history ends
- * (exclusively) at absolute item index hist_end[b] (ranking: users[b] is the row). Adds
- * the step's targets, pos_ids [b] and neg_ids [nneg], to the item table's working set when
- * pos_ids is non-NULL; a sequence model has one target per token, the item after it,
- * written to pos_ids [rows] here. Sets t->rows and t->nseq. */
-static grm_status build_batch(trainer *t, int64_t b, int64_t *pos_ids, int64_t nneg,
-                               int training)
+/* Lookup and the dense input of an assembled batch. */
+static grm_status embed_batch(trainer *t, batch *bt, int training)
 {
-    grm__pipeline *p = t->p;
-    grm_status st;
     double t0 = now_s();
-    for (int32_t i = 0; i < p->nfeatures; i++) gather_feature(t, i, b);
-    t->nseq = b;
-    t->rows = t->seqmode ? t->foff[p->seq_feature][b] : b;
-    if (pos_ids && t->seqmode)
-        for (int64_t n = 0; n < t->rows; n++) pos_ids[n] = t->ds->items[t->tok_src[n] + 1];
-    double t1 = now_s();
-    if ((st = fused_lookup(t, b, pos_ids, t->rows, nneg, training)) == GRM_OK)
-        st = pool_forward(t, b);
-    t->t_batch += t1 - t0;
-    t->t_lookup += now_s() - t1;
+    grm_status st = lookup_batch(t, bt, training);
+    if (st == GRM_OK) st = pool_forward(t, bt);
+    if (training) t->t_lookup += now_s() - t0;   /* evaluation has a row of its own */
     return st;
 }
 
 /* What the blocks learn about the batch: the step, and a sequence model's jagged layout. */
-static grm_dense_ctx dense_ctx(const trainer *t, int training, int64_t step)
+static grm_dense_ctx dense_ctx(const trainer *t, const batch *bt, int training, int64_t step)
 {
     grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = training, .step = step };
     if (t->seqmode) {
-        ctx.offsets = t->foff[t->p->seq_feature];   /* [nseq + 1] token rows */
-        ctx.nseq = t->nseq;
-        ctx.times = t->ds->times ? t->tok_times : NULL;
+        ctx.offsets = bt->foff[t->p->seq_feature];   /* [nseq + 1] token rows */
+        ctx.nseq = bt->b;
+        ctx.times = t->ds->times ? bt->tok_times : NULL;
     }
     return ctx;
 }
 
-/* The stack and the head's forward on the batch's b = t->rows rows. */
-static grm_status dense_forward(trainer *t, int64_t b, int training, int64_t step)
+/* The stack and the head's forward on the batch's bt->rows rows. */
+static grm_status dense_forward(trainer *t, const batch *bt, int training, int64_t step)
 {
     grm__pipeline *p = t->p;
-    grm_dense_ctx ctx = dense_ctx(t, training, step);
+    grm_dense_ctx ctx = dense_ctx(t, bt, training, step);
+    const int64_t b = bt->rows;
     for (int32_t i = 0; i <= p->ndense; i++) {
         grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
         const grm_dense_ops *ops = stg->plugin->info->ops;
@@ -879,7 +1035,7 @@ static grm_status epoch_start(trainer *t, int64_t e, int64_t *first)
 }
 
 /* The epoch and batch of global step `step` (1-based). */
-static grm_status locate(trainer *t, int64_t step, int64_t *epoch, int64_t *batch)
+static grm_status locate(trainer *t, int64_t step, int64_t *epoch, int64_t *bi)
 {
     grm_status st;
     int64_t e = 0, first;
@@ -894,7 +1050,7 @@ static grm_status locate(trainer *t, int64_t step, int64_t *epoch, int64_t *batc
         break;
     }
     *epoch = e;
-    *batch = step - 1 - first;
+    *bi = step - 1 - first;
     ensure_perm(t, e);
     return GRM_OK;
 }
@@ -912,27 +1068,235 @@ static grm_status batch_size_of(trainer *t, int64_t g, int64_t *pos, int64_t *b,
     return GRM_OK;
 }
 
-/* This rank's slice of global batch g: samples [pos, pos + b) of the epoch's order, the
- * r-th of nranks contiguous parts (sizes differ by at most one sample). */
-static grm_status slice_of(trainer *t, int64_t g, int64_t *pos, int64_t *b, int64_t *rows)
+typedef struct split_item {
+    int64_t tokens, at;
+} split_item;
+
+static int by_tokens_desc(const void *x, const void *y)
+{
+    const split_item *a = x, *b = y;
+    if (a->tokens != b->tokens) return a->tokens > b->tokens ? -1 : 1;
+    return (a->at > b->at) - (a->at < b->at);
+}
+
+/* This rank's samples of global batch g into bt (ex, b, tokens). contiguous: the r-th of
+ * nranks contiguous parts of the batch (sizes differ by at most one sample). tokens: global
+ * token reallocation (TurboGR §4.1.3): the batch's samples sorted by token count, longest
+ * first, each given to the rank with the fewest tokens so far (ties: the lower rank), so
+ * the ranks' token counts, not their sample counts, come out level; a rank keeps its
+ * samples in batch order. Every rank computes the same assignment from the same order. */
+static grm_status slice_of(trainer *t, int64_t g, batch *bt)
 {
     int64_t gpos, gb, grows;
     grm_status st = batch_size_of(t, g, &gpos, &gb, &grows);
     if (st != GRM_OK) return st;
-    int64_t lo = gpos + gb * t->rank / t->nranks, hi = gpos + gb * (t->rank + 1) / t->nranks;
-    *pos = lo;
-    *b = hi - lo;
-    *rows = t->seqmode ? t->tok_cum[hi] - t->tok_cum[lo] : hi - lo;
+    bt->g = g;
+    bt->b = 0;
+    bt->tokens = 0;
+    if (t->nranks == 1 || t->p->set.rank_split == GRM__SPLIT_CONTIGUOUS) {
+        int64_t lo = gpos + gb * t->rank / t->nranks, hi = gpos + gb * (t->rank + 1) / t->nranks;
+        for (int64_t i = lo; i < hi; i++) bt->ex[bt->b++] = t->perm[i];
+        bt->tokens = t->tok_cum[hi] - t->tok_cum[lo];
+        return GRM_OK;
+    }
+    split_item *it = malloc((size_t)(gb ? gb : 1) * sizeof *it);
+    int64_t *load = calloc((size_t)t->nranks, sizeof *load);
+    int32_t *owner = malloc((size_t)(gb ? gb : 1) * sizeof *owner);
+    if (!it || !load || !owner) {
+        free(it);
+        free(load);
+        free(owner);
+        return grm_errorf(GRM_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < gb; i++)
+        it[i] = (split_item){ t->tok_cum[gpos + i + 1] - t->tok_cum[gpos + i], i };
+    qsort(it, (size_t)gb, sizeof *it, by_tokens_desc);
+    for (int64_t i = 0; i < gb; i++) {
+        int32_t r = 0;
+        for (int32_t q = 1; q < t->nranks; q++)
+            if (load[q] < load[r]) r = q;
+        load[r] += it[i].tokens;
+        owner[it[i].at] = r;
+    }
+    for (int64_t i = 0; i < gb; i++)
+        if (owner[i] == t->rank) {
+            bt->ex[bt->b++] = t->perm[gpos + i];
+            bt->tokens += t->tok_cum[gpos + i + 1] - t->tok_cum[gpos + i];
+        }
+    free(it);
+    free(load);
+    free(owner);
     return GRM_OK;
 }
 
-/* Forward and backward of batch g, this rank's samples perm[pos, pos + b) of it: dense
- * gradients added into the parameters' grads, the batch's row gradients summed per unique
- * key into each table's working set. Gradients are
+/* Rows of every rank's slices of every batch of the step holding batch g: the denominator
+ * of the batch weights. */
+static grm_status step_rows_of(trainer *t, int64_t g, double *out)
+{
+    const int64_t N = t->p->set.accumulate, step = (g - 1) / N + 1;
+    if (t->pf.cached_step == step) {
+        *out = t->pf.step_rows;
+        return GRM_OK;
+    }
+    int64_t g0 = (step - 1) * N, nb = N;
+    if (t->total_mb && g0 + nb > t->total_mb) nb = t->total_mb - g0;
+    double total = 0;
+    for (int64_t j = 0; j < nb; j++) {
+        int64_t pos, b, rows;
+        grm_status st = batch_size_of(t, g0 + j + 1, &pos, &b, &rows);
+        if (st != GRM_OK) return st;
+        total += (double)rows;
+    }
+    t->pf.cached_step = step;
+    t->pf.step_rows = total;
+    *out = total;
+    return GRM_OK;
+}
+
+/* Everything of training batch g that comes from the data (this rank's samples, their ids,
+ * targets, keys), into bt. Runs on the data thread when prefetch > 0: it alone then touches
+ * the epoch order (perm, bstart, tok_cum, ep_cum). */
+static grm_status assemble_train(trainer *t, batch *bt, int64_t g)
+{
+    const grm__dataset *ds = t->ds;
+    const int32_t T = ds->ntasks;
+    grm_status st = slice_of(t, g, bt);
+    if (st == GRM_OK) st = step_rows_of(t, g, &bt->step_rows);
+    if (st != GRM_OK) return st;
+    for (int64_t k = 0; k < bt->b; k++) {
+        int64_t e = bt->ex[k];
+        if (t->ranking) {
+            int64_t r = ds->split_rows[0][e];
+            bt->users[k] = r;
+            memcpy(bt->labels + k * T, ds->labels + r * T, (size_t)T * sizeof(float));
+        } else if (t->seqmode) {
+            /* the user's training items: tokens items[beg, end - 1), each predicting the
+             * next */
+            int64_t u = t->seq_users[e];
+            bt->users[k] = u;
+            bt->hist_end[k] = ds->train_end[u] - 1;
+        } else {
+            bt->users[k] = ds->ex_user[e];
+            bt->hist_end[k] = ds->ex_pos[e];
+            bt->pos_ids[k] = ds->items[ds->ex_pos[e]];
+        }
+    }
+    return assemble_ids(t, bt, !t->ranking);
+}
+
+/* ---- the data thread ---- */
+
+static void *pf_main(void *arg)
+{
+    trainer *t = arg;
+    prefetcher *pf = &t->pf;
+    grm__pool_inline_thread();   /* the pool belongs to the trainer thread */
+    pthread_mutex_lock(&pf->lock);
+    for (;;) {
+        while (!pf->stop && pf->next <= pf->last && pf->next > pf->released + pf->nslots)
+            pthread_cond_wait(&pf->cond, &pf->lock);
+        if (pf->stop || pf->next > pf->last) break;
+        int64_t g = pf->next;
+        batch *bt = &pf->ring[(g - 1) % pf->nslots];
+        pthread_mutex_unlock(&pf->lock);
+        double t0 = now_s();
+        bt->st = assemble_train(t, bt, g);
+        if (bt->st != GRM_OK) snprintf(bt->err, sizeof bt->err, "%s", grm_last_error());
+        double dt = now_s() - t0;
+        pthread_mutex_lock(&pf->lock);
+        pf->busy_s += dt;
+        pf->ready = g;
+        pf->next = bt->st == GRM_OK ? g + 1 : pf->last + 1;   /* a failure ends the thread */
+        pthread_cond_broadcast(&pf->cond);
+    }
+    pthread_mutex_unlock(&pf->lock);
+    return NULL;
+}
+
+/* Start assembling batches first .. last ahead (prefetch > 0; otherwise nothing to do). */
+static grm_status pf_start(trainer *t, int64_t first, int64_t last)
+{
+    prefetcher *pf = &t->pf;
+    grm_status st;
+    if (t->p->set.prefetch <= 0 || first > last) return GRM_OK;
+    if (!pf->ring) {
+        pf->nslots = (int32_t)t->p->set.prefetch + 1;
+        pf->ring = calloc((size_t)pf->nslots, sizeof *pf->ring);
+        if (!pf->ring) return grm_errorf(GRM_ENOMEM, "out of memory");
+        for (int32_t k = 0; k < pf->nslots; k++)
+            if ((st = batch_init(t, &pf->ring[k])) != GRM_OK) return st;
+        pthread_mutex_init(&pf->lock, NULL);
+        pthread_cond_init(&pf->cond, NULL);
+    }
+    pf->stop = 0;
+    pf->next = first;
+    pf->last = last;
+    pf->ready = pf->released = first - 1;
+    int rc = pthread_create(&pf->thread, NULL, pf_main, t);
+    if (rc != 0)
+        return grm_errorf(GRM_EINTERNAL, "data thread: pthread_create: %s", strerror(rc));
+    pf->running = 1;
+    return GRM_OK;
+}
+
+static void pf_stop(trainer *t)
+{
+    prefetcher *pf = &t->pf;
+    if (!pf->running) return;
+    pthread_mutex_lock(&pf->lock);
+    pf->stop = 1;
+    pthread_cond_broadcast(&pf->cond);
+    pthread_mutex_unlock(&pf->lock);
+    pthread_join(pf->thread, NULL);
+    pf->running = 0;
+    t->t_batch += pf->busy_s;   /* assembly time, spent on the data thread */
+    pf->busy_s = 0;
+}
+
+/* Batch g, assembled: from the ring (waiting for the data thread if it is behind), or built
+ * here into the evaluation batch when nothing prefetches. */
+static grm_status pf_take(trainer *t, int64_t g, batch **out)
+{
+    prefetcher *pf = &t->pf;
+    if (!pf->running) {
+        double t0 = now_s();
+        grm_status st = assemble_train(t, &t->eb, g);
+        t->t_batch += now_s() - t0;
+        *out = &t->eb;
+        return st;
+    }
+    if (g != pf->released + 1)
+        return grm_errorf(GRM_EINTERNAL, "data thread: batch %lld asked for out of order "
+                          "(next is %lld)", (long long)g, (long long)pf->released + 1);
+    double t0 = now_s();
+    pthread_mutex_lock(&pf->lock);
+    while (pf->ready < g && pf->running) pthread_cond_wait(&pf->cond, &pf->lock);
+    pthread_mutex_unlock(&pf->lock);
+    t->t_wait += now_s() - t0;
+    batch *bt = &pf->ring[(g - 1) % pf->nslots];
+    if (bt->st != GRM_OK) return grm_errorf(bt->st, "%s", bt->err);
+    *out = bt;
+    return GRM_OK;
+}
+
+/* The trainer is done with batch g: its slot may take batch g + nslots. */
+static void pf_release(trainer *t, int64_t g)
+{
+    prefetcher *pf = &t->pf;
+    if (!pf->running) return;
+    pthread_mutex_lock(&pf->lock);
+    pf->released = g;
+    pthread_cond_broadcast(&pf->cond);
+    pthread_mutex_unlock(&pf->lock);
+}
+
+/* Forward and backward of batch bt (this rank's samples of global batch bt->g): negatives
+ * drawn and merged, rows looked up, dense gradients added into the parameters' grads, the
+ * batch's row gradients summed per unique key into each table's working set. Gradients are
  * weighted by `weight`, the batch's share of the step's rows, so a step of several batches
  * averages over its samples, not over its batches (MTGRBoost §5.1). */
-static grm_status run_batch(trainer *t, int64_t g, int64_t pos, int64_t b, float weight,
-                            double *loss_out, int64_t *samples_out, int64_t *tokens_out)
+static grm_status run_batch(trainer *t, batch *bt, float weight, double *loss_out,
+                            int64_t *samples_out, int64_t *tokens_out)
 {
     grm__pipeline *p = t->p;
     grm__dataset *ds = t->ds;
@@ -940,70 +1304,49 @@ static grm_status run_batch(trainer *t, int64_t g, int64_t pos, int64_t b, float
     grm_status st;
     int32_t D = t->ranking ? 0 : p->tables[t->item_table].dim;
     int32_t T = ds->ntasks;
+    int64_t nneg = 0;
 
-    int64_t *pos_ids = NULL, nneg = 0;
-    if (t->ranking) {
-        for (int64_t k = 0; k < b; k++) {
-            int64_t r = ds->split_rows[0][t->perm[pos + k]];
-            t->users[k] = r;
-            memcpy(t->labels + k * T, ds->labels + r * T, (size_t)T * sizeof(float));
-        }
-    } else if (t->seqmode) {
-        /* the user's training items: tokens items[beg, end - 1), each predicting the next */
-        pos_ids = t->tgt_ids;
-        for (int64_t k = 0; k < b; k++) {
-            int64_t u = t->seq_users[t->perm[pos + k]];
-            t->users[k] = u;
-            t->hist_end[k] = ds->train_end[u] - 1;
-        }
-    } else {
-        pos_ids = grm__scratch((size_t)b * sizeof *pos_ids, 64);
-        if (!pos_ids) return GRM_ENOMEM;
-        for (int64_t k = 0; k < b; k++) {
-            int64_t e = t->perm[pos + k];
-            t->users[k] = ds->ex_user[e];
-            t->hist_end[k] = ds->ex_pos[e];
-            pos_ids[k] = ds->items[ds->ex_pos[e]];
-        }
-    }
     if (!t->ranking) {
         grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
-        uint64_t nseed = grm_mix64((uint64_t)s->seed ^ grm_mix64(0x5eed + (uint64_t)g));
-        if ((st = t->hops->negatives(p->head.inst, t->neg_ids, &nneg, t->R, &cat, nseed))
-            != GRM_OK)
+        uint64_t nseed = grm_mix64((uint64_t)s->seed ^ grm_mix64(0x5eed + (uint64_t)bt->g));
+        int64_t *neg = grm__scratch((size_t)(t->R ? t->R : 1) * sizeof *neg, 64);
+        if (!neg) return GRM_ENOMEM;
+        if ((st = t->hops->negatives(p->head.inst, neg, &nneg, t->R, &cat, nseed)) != GRM_OK)
             return st;
+        if ((st = merge_negatives(t, bt, neg, nneg)) != GRM_OK) return st;
     }
-    if ((st = build_batch(t, b, pos_ids, nneg, 1)) != GRM_OK) return st;
-    int64_t rows = t->rows;   /* samples, or tokens of a sequence model */
+    if ((st = embed_batch(t, bt, 1)) != GRM_OK) return st;
+    int64_t rows = bt->rows;   /* samples, or tokens of a sequence model */
     for (int32_t i = 0; i < p->nphys; i++)
-        memset(t->ws[i].grads, 0, (size_t)(t->ws[i].nu * t->ws[i].dim) * sizeof(float));
+        memset(t->ws[i].grads, 0, (size_t)(bt->tab[i].nu * t->ws[i].dim) * sizeof(float));
     *loss_out = 0;
     *samples_out = 0;
     *tokens_out = 0;
     if (rows == 0) return GRM_OK;   /* an empty slice: no gradient, the collectives only */
 
     double t0 = now_s();
-    if ((st = dense_forward(t, rows, 1, g)) != GRM_OK) return st;
+    if ((st = dense_forward(t, bt, 1, bt->g)) != GRM_OK) return st;
     int32_t L = p->ndense + 1;
     grm_loss_io io;
     table_ws *iw = t->ranking ? NULL : &t->ws[t->item_phys];
+    const int64_t inu = t->ranking ? 0 : bt->tab[t->item_phys].nu;
     memset(t->dacts[L], 0, (size_t)(rows * t->dims[L]) * sizeof(float));
     if (t->ranking) {
-        io = (grm_loss_io){ .struct_size = sizeof io, .ntasks = T, .rows = b, .dim = T,
-                            .pred = t->acts[L], .d_pred = t->dacts[L], .labels = t->labels };
+        io = (grm_loss_io){ .struct_size = sizeof io, .ntasks = T, .rows = bt->b, .dim = T,
+                            .pred = t->acts[L], .d_pred = t->dacts[L], .labels = bt->labels };
     } else {
         /* positives and negatives are rows of the item table, gathered from the step set */
-        if ((st = grm__sparse_gather(t->pos_rows, iw->rows, t->pos_slot, rows, iw->nu, D))
+        if ((st = grm__sparse_gather(t->pos_rows, iw->rows, t->pos_slot, rows, inu, D))
                 != GRM_OK
-            || (st = grm__sparse_gather(t->neg_rows, iw->rows, t->neg_slot, nneg, iw->nu, D))
+            || (st = grm__sparse_gather(t->neg_rows, iw->rows, bt->neg_slot, nneg, inu, D))
                    != GRM_OK)
             return st;
         memset(t->d_pos, 0, (size_t)(rows * D) * sizeof(float));
         memset(t->d_neg, 0, (size_t)((nneg ? nneg : 1) * D) * sizeof(float));
         io = (grm_loss_io){ .struct_size = sizeof io, .rows = rows, .dim = D, .pred = t->acts[L],
                             .d_pred = t->dacts[L], .pos = t->pos_rows, .d_pos = t->d_pos,
-                            .pos_ids = pos_ids, .neg = t->neg_rows, .d_neg = t->d_neg,
-                            .neg_ids = t->neg_ids, .nneg = nneg };
+                            .pos_ids = bt->pos_ids, .neg = t->neg_rows, .d_neg = t->d_neg,
+                            .neg_ids = bt->neg_ids, .nneg = nneg };
     }
     if ((st = t->hops->loss(p->head.inst, &io)) != GRM_OK) {
         grm_error_prefix("[head] %s loss: ", p->head.plugin->info->name);
@@ -1022,7 +1365,7 @@ static grm_status run_batch(trainer *t, int64_t g, int64_t pos, int64_t b, float
     double t1 = now_s();
 
     /* backward through head and stack (parameter gradients accumulate in the blocks) */
-    grm_dense_ctx ctx = dense_ctx(t, 1, g);
+    grm_dense_ctx ctx = dense_ctx(t, bt, 1, bt->g);
     for (int32_t i = p->ndense; i >= 0; i--) {
         grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
         const grm_dense_ops *ops = stg->plugin->info->ops;
@@ -1037,28 +1380,29 @@ static grm_status run_batch(trainer *t, int64_t g, int64_t pos, int64_t b, float
     }
     /* sparse gradients: summed per unique key (duplicates of a step meet in one row) */
     if (iw
-        && ((st = grm__sparse_scatter_add(iw->grads, t->d_pos, t->pos_slot, rows, iw->nu, D,
+        && ((st = grm__sparse_scatter_add(iw->grads, t->d_pos, t->pos_slot, rows, inu, D,
                                           &t->work)) != GRM_OK
-            || (st = grm__sparse_scatter_add(iw->grads, t->d_neg, t->neg_slot, nneg, iw->nu, D,
+            || (st = grm__sparse_scatter_add(iw->grads, t->d_neg, bt->neg_slot, nneg, inu, D,
                                              &t->work)) != GRM_OK))
         return st;
-    if ((st = pool_backward(t, b)) != GRM_OK) return st;
+    if ((st = pool_backward(t, bt)) != GRM_OK) return st;
     t->t_fwd += t1 - t0;
     t->t_bwd += now_s() - t1;
     *loss_out = io.loss;
-    *samples_out = b;
-    *tokens_out = t->tok_cum[pos + b] - t->tok_cum[pos];
+    *samples_out = bt->b;
+    *tokens_out = bt->tokens;
     return GRM_OK;
 }
 
 /* Keep the row gradients of the batch just run for the step's one update. */
-static void stash_rows(trainer *t)
+static void stash_rows(trainer *t, const batch *bt)
 {
     for (int32_t i = 0; i < t->p->nphys; i++) {
         table_ws *w = &t->ws[i];
-        memcpy(w->akeys + w->an, w->keys, (size_t)w->nu * sizeof *w->keys);
-        memcpy(w->agrads + w->an * w->dim, w->grads, (size_t)(w->nu * w->dim) * sizeof(float));
-        w->an += w->nu;
+        const batch_tab *bw = &bt->tab[i];
+        memcpy(w->akeys + w->an, bw->keys, (size_t)bw->nu * sizeof *bw->keys);
+        memcpy(w->agrads + w->an * w->dim, w->grads, (size_t)(bw->nu * w->dim) * sizeof(float));
+        w->an += bw->nu;
     }
 }
 
@@ -1133,32 +1477,31 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     if (t->total_mb && g0 + nb > t->total_mb) nb = t->total_mb - g0;
     if (nb < 1) return grm_errorf(GRM_EINTERNAL, "step %lld is past the run", (long long)step);
 
-    /* rows of the global step (every rank's slices), for the batches' weights */
     int weighted = nb > 1 || t->nranks > 1;
-    double total = 0;
-    for (int64_t j = 0; weighted && j < nb; j++) {
-        int64_t pos, b, rows;
-        if ((st = batch_size_of(t, g0 + j + 1, &pos, &b, &rows)) != GRM_OK) return st;
-        total += (double)rows;
-    }
     for (int32_t i = 0; i < t->nparams; i++)
         memset(t->params[i].grad, 0, (size_t)t->params[i].numel * sizeof(float));
     double loss = 0;
     int64_t samples = 0, tokens = 0, rows0 = t->tokens;
+    batch *bt = NULL;
     for (int64_t j = 0; j < nb; j++) {
-        int64_t g = g0 + j + 1, pos, b, rows;
-        if ((st = slice_of(t, g, &pos, &b, &rows)) != GRM_OK) goto out;
-        float weight = weighted ? (float)((double)rows / total) : 1.0f;
+        int64_t g = g0 + j + 1;
+        if ((st = pf_take(t, g, &bt)) != GRM_OK) goto out;
+        /* the weight: this slice's share of the rows of the whole step (all ranks) */
+        float weight = weighted ? (float)((double)bt->rows / bt->step_rows) : 1.0f;
         double l = 0;
-        int64_t bs = 0, bt = 0;
-        if ((st = run_batch(t, g, pos, b, weight, &l, &bs, &bt)) != GRM_OK) goto out;
+        int64_t bs = 0, bts = 0;
+        if ((st = run_batch(t, bt, weight, &l, &bs, &bts)) != GRM_OK) goto out;
         loss += weight * l;
         samples += bs;
-        tokens += bt;
-        t->tokens += t->rows;
-        if (N > 1) stash_rows(t);
+        tokens += bts;
+        t->tokens += bt->rows;
+        if (N > 1) {
+            stash_rows(t, bt);
+            pf_release(t, g);
+        }
         grm__scratch_reset();
     }
+    int64_t my_samples = samples, my_tokens = tokens;   /* this rank's, for the balance report */
     if (t->nranks > 1 && (st = allreduce_step(t, &loss, &samples, &tokens)) != GRM_OK) goto out;
     double t2 = now_s();
     for (int32_t i = 0; i < t->nparams; i++) {
@@ -1172,17 +1515,20 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
         st = update_accumulated(t, step);
     } else {
         for (int32_t i = 0; i < p->nphys && st == GRM_OK; i++) {
-            table_ws *w = &t->ws[i];
-            st = t->dist ? grm__dist_update(t->dist, i, NULL, w->grads, w->nu, step)
-                         : t->eops->update(p->emb.inst, i, w->keys, w->grads, w->nu, step);
+            const batch_tab *w = &bt->tab[i];
+            st = t->dist ? grm__dist_update(t->dist, i, NULL, t->ws[i].grads, w->nu, step)
+                         : t->eops->update(p->emb.inst, i, w->keys, t->ws[i].grads, w->nu, step);
             if (st != GRM_OK)
                 grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
         }
+        pf_release(t, g0 + 1);
     }
     if (st != GRM_OK) goto out;
     t->t_opt += now_s() - t2;
     t->step = step;
     t->step_tokens = tokens;
+    t->my_tokens = my_tokens;
+    t->my_samples = my_samples;
     *loss_out = loss;
     *samples_out = samples;
 out:
@@ -1224,7 +1570,7 @@ static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
     const grm__dataset *ds = t->ds;
     int64_t C = ds->ncatalog;
     for (int64_t k = lo; k < hi; k++) {
-        int64_t u = t->users[k], end = t->hist_end[k];
+        int64_t u = t->eb.users[k], end = t->eb.hist_end[k];
         int64_t target = ds->items[end];
         float *sc = t->scores + k * C;
         if (c->popularity)
@@ -1266,16 +1612,19 @@ static grm_status evaluate(trainer *t, int split, grm__rank_acc *acc, grm__rank_
         int64_t b = 0;
         for (; u0 < ds->nusers && b < EB; u0++) {
             if (!ds->has_eval[u0]) continue;
-            t->users[b] = u0;
-            t->hist_end[b] = ds->train_end[u0] + split;
+            t->eb.users[b] = u0;
+            t->eb.hist_end[b] = ds->train_end[u0] + split;
             b++;
         }
         if (b == 0) break;
-        if ((st = build_batch(t, b, NULL, 0, 0)) != GRM_OK) break;
-        if ((st = dense_forward(t, t->rows, 0, t->step)) != GRM_OK) break;
+        t->eb.b = b;
+        if ((st = assemble_ids(t, &t->eb, 0)) != GRM_OK
+            || (st = embed_batch(t, &t->eb, 0)) != GRM_OK
+            || (st = dense_forward(t, &t->eb, 0, t->step)) != GRM_OK)
+            break;
         const float *q = t->acts[L];   /* [b, D] queries */
         if (t->seqmode) {   /* a sequence's query is its last token's output */
-            const int64_t *off = t->foff[p->seq_feature];
+            const int64_t *off = t->eb.foff[p->seq_feature];
             for (int64_t k = 0; k < b; k++) {
                 if (off[k + 1] > off[k])
                     memcpy(t->queries + k * D, t->acts[L] + (off[k + 1] - 1) * D,
@@ -1353,12 +1702,15 @@ static grm_status run_eval_ranking(trainer *t, int split, double *score)
         int64_t b = n - r0 < EB ? n - r0 : EB;
         for (int64_t k = 0; k < b; k++) {
             int64_t r = rows[r0 + k];
-            t->users[k] = r;
+            t->eb.users[k] = r;
             memcpy(labels + (r0 + k) * T, ds->labels + r * T, (size_t)T * sizeof(float));
             groups[r0 + k] = ds->groups ? ds->groups[r] : 0;
         }
-        if ((st = build_batch(t, b, NULL, 0, 0)) != GRM_OK) goto out;
-        if ((st = dense_forward(t, b, 0, t->step)) != GRM_OK) goto out;
+        t->eb.b = b;
+        if ((st = assemble_ids(t, &t->eb, 0)) != GRM_OK
+            || (st = embed_batch(t, &t->eb, 0)) != GRM_OK
+            || (st = dense_forward(t, &t->eb, 0, t->step)) != GRM_OK)
+            goto out;
         grm_loss_io io = { .struct_size = sizeof io, .ntasks = T, .rows = b, .dim = T,
                            .pred = t->acts[L], .labels = labels + r0 * T,
                            .scores = scores + r0 * T };
@@ -1836,37 +2188,50 @@ static grm_status check_replicas(trainer *t)
     return GRM_OK;
 }
 
+/* The step's balance (MTGRBoost §5.1, TurboGR Table 3): samples and tokens of the step, and
+ * with several ranks the least and most any rank had, and token_spread, the largest token
+ * difference between two ranks. */
 static grm_status emit_balance(trainer *t, int64_t samples)
 {
     const grm_comm_handle *c = &t->p->comm_handle;
-    int64_t spread = 0;
-    int32_t n = c->ops->size(c->inst);
-    if (n > 1) {
-        int64_t mm[2] = { t->step_tokens, -t->step_tokens };
-        grm_status st = c->ops->allreduce(c->inst, mm, 2, GRM_DTYPE_I64, GRM_REDUCE_MAX);
-        if (st != GRM_OK) return st;
-        spread = mm[0] + mm[1];
-    }
     grm__metrics_emit(t->metrics, t->step, "train", "samples", (double)samples);
     grm__metrics_emit(t->metrics, t->step, "train", "tokens", (double)t->step_tokens);
+    int64_t spread = 0;
+    if (t->nranks > 1) {
+        int64_t mm[4] = { t->my_tokens, -t->my_tokens, t->my_samples, -t->my_samples };
+        grm_status st = c->ops->allreduce(c->inst, mm, 4, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+        if (st != GRM_OK) return st;
+        spread = mm[0] + mm[1];
+        grm__metrics_emit(t->metrics, t->step, "train", "rank_tokens_min", (double)-mm[1]);
+        grm__metrics_emit(t->metrics, t->step, "train", "rank_tokens_max", (double)mm[0]);
+        grm__metrics_emit(t->metrics, t->step, "train", "rank_samples_min", (double)-mm[3]);
+        grm__metrics_emit(t->metrics, t->step, "train", "rank_samples_max", (double)mm[2]);
+    }
     grm__metrics_emit(t->metrics, t->step, "train", "token_spread", (double)spread);
     return GRM_OK;
 }
 
-/* --profile: where the time of the run went, per stage. The data are read and
- * transformed once before the first step, so none of that IO overlaps compute. */
+/* --profile: where the time of the run went, per stage. The reader and the transforms run
+ * once, before the first step (the leave-one-out split needs every user's whole history);
+ * the per-batch data work (samples, ids, targets, segment unique, keys) runs on the data
+ * thread with [train] prefetch > 0, and only the time the trainer waited for it counts in
+ * the loop. */
 static void print_profile(const trainer *t, double loop_s, int64_t steps)
 {
-    const struct { const char *name; double s; const char *what; } row[] = {
-        { "read+transform", t->t_read, "reader, transforms, split (before step 1)" },
-        { "balance", t->t_plan, "epoch order and batch cuts (Algorithm 1 with tokens)" },
-        { "batch", t->t_batch, "ids of the batch per feature" },
-        { "lookup", t->t_lookup, "segment unique, keys, store lookup, pooling" },
-        { "dense fwd", t->t_fwd, "dense blocks and head forward, loss" },
-        { "dense bwd", t->t_bwd, "dense backward, row gradient sums" },
-        { "optimizer", t->t_opt, "dense optimizer, sparse row updates" },
-        { "checkpoint", t->t_ckpt, "writing checkpoints" },
-        { "evaluation", t->t_eval, "validation runs inside the loop" },
+    const int ahead = t->p->set.prefetch > 0;
+    const struct { const char *name; double s; int in_loop; const char *what; } row[] = {
+        { "read+transform", t->t_read, 0, "reader, transforms, split (before step 1)" },
+        { "balance", t->t_plan, !ahead, "epoch order and batch cuts (Algorithm 1 with tokens)" },
+        { "batch", t->t_batch, !ahead, ahead ? "samples, ids, targets, segment unique, keys "
+                                               "(on the data thread)"
+                                             : "samples, ids, targets, segment unique, keys" },
+        { "data wait", t->t_wait, 1, "the trainer waiting for the data thread" },
+        { "lookup", t->t_lookup, 1, "negatives merged, store lookup, pooling" },
+        { "dense fwd", t->t_fwd, 1, "dense blocks and head forward, loss" },
+        { "dense bwd", t->t_bwd, 1, "dense backward, row gradient sums" },
+        { "optimizer", t->t_opt, 1, "dense optimizer, sparse row updates" },
+        { "checkpoint", t->t_ckpt, 1, "writing checkpoints" },
+        { "evaluation", t->t_eval, 1, "validation runs inside the loop" },
     };
     double n = steps > 0 ? (double)steps : 1.0, acc = 0;
     fprintf(stderr, "profile: %lld steps, %.2f s in the training loop\n", (long long)steps,
@@ -1874,16 +2239,28 @@ static void print_profile(const trainer *t, double loop_s, int64_t steps)
     fprintf(stderr, "  %-15s %9s %9s %7s  %s\n", "stage", "total s", "ms/step", "loop %",
             "what");
     for (size_t i = 0; i < sizeof row / sizeof *row; i++) {
-        if (i > 0) acc += row[i].s;
-        fprintf(stderr, "  %-15s %9.3f %9.3f %6.1f%%  %s\n", row[i].name, row[i].s,
+        if (row[i].in_loop) acc += row[i].s;
+        fprintf(stderr, "  %-15s %9.3f %9.3f %6.1f%%%s %s\n", row[i].name, row[i].s,
                 i == 0 ? 0.0 : 1e3 * row[i].s / n,
-                i == 0 || loop_s <= 0 ? 0.0 : 100.0 * row[i].s / loop_s, row[i].what);
+                i == 0 || loop_s <= 0 ? 0.0 : 100.0 * row[i].s / loop_s,
+                i == 0 || row[i].in_loop ? " " : "*", row[i].what);
     }
     fprintf(stderr, "  %-15s %9.3f %9.3f %6.1f%%  %s\n", "other", loop_s - acc,
             1e3 * (loop_s - acc) / n, loop_s > 0 ? 100.0 * (loop_s - acc) / loop_s : 0.0,
             "logging, signals, metrics");
-    fprintf(stderr, "  IO hidden behind compute: 0%% (%.3f s of reading happen before the first "
-            "step; reading is not yet overlapped)\n", t->t_read);
+    double work = t->t_batch + t->t_plan;
+    if (ahead) {
+        double hidden = work > 0 ? 1.0 - t->t_wait / work : 1.0;
+        if (hidden < 0) hidden = 0;
+        fprintf(stderr, "  (* on the data thread, %lld batches ahead, beside the loop)\n"
+                "  data work hidden behind compute: %.1f%% (%.3f s of batch assembly, %.3f s "
+                "waited); read+transform (%.3f s) happens once before step 1\n",
+                (long long)t->p->set.prefetch, 100.0 * hidden, work, t->t_wait, t->t_read);
+    } else {
+        fprintf(stderr, "  data work hidden behind compute: 0%% "
+                "([train] prefetch = 0: batches are assembled on the trainer thread); "
+                "read+transform (%.3f s) happens once before step 1\n", t->t_read);
+    }
 }
 
 static void progress(trainer *t, double loss, double sps, double elapsed, int tty, int final)
@@ -2029,6 +2406,9 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     int64_t limit = t.total_steps;
     int early_stopped = 0;
     if (opts->max_steps > 0 && t.step + opts->max_steps < limit) limit = t.step + opts->max_steps;
+    int64_t last_g = limit * s->accumulate;
+    if (t.total_mb && last_g > t.total_mb) last_g = t.total_mb;
+    if ((st = pf_start(&t, t.step * s->accumulate + 1, last_g)) != GRM_OK) goto out;
     while (t.step < limit && !t.stop) {
         double loss = 0;
         int64_t b = 0;
@@ -2075,6 +2455,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         if (t.step % ckpt_every == 0 && t.step != limit && !t.stop)
             if ((st = save_ckpt(&t)) != GRM_OK) goto out;
     }
+    pf_stop(&t);
     if (tty) fputc('\n', stderr);
     if (t.stop) {
         grm__log(GRM_LOG_WARN, "grmhost", "%s: stopping after step %lld",

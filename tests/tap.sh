@@ -22,5 +22,5 @@ same_curve() {
     paste -d' ' "$tmp/c1" "$tmp/c2" | awk -v tol="$3" '
         { n++; d = $2 - $4; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (d > md) md = d
           if ($1 != $3 || d > tol * m) { print "# step " $1 ": " $2 " vs step " $3 ": " $4; bad = 1 } }
-        END { print "# " n " steps compared, largest difference " md; exit bad }'
+        END { print "# " n " steps compared, largest difference " md + 0; exit bad }'
 }

@@ -135,8 +135,10 @@ ok $? "the number of samples per step varies with the sequence lengths"
 
 "$g" train --fresh --profile --max-steps 20 "$tmp/t.ini" >/dev/null 2>"$tmp/p.err"
 rc=$?
-for stage in read+transform balance batch lookup "dense fwd" "dense bwd" optimizer checkpoint \
-    evaluation "IO hidden"; do
+for stage in read+transform balance batch "data wait" lookup "dense fwd" "dense bwd" optimizer \
+    checkpoint evaluation "data work hidden behind compute:"; do
     grep -q "^  $stage " "$tmp/p.err" || { echo "# no '$stage' line"; rc=1; }
 done
-ok $rc "--profile prints the per-stage time breakdown and how much IO was hidden"
+grep -q "^  data work hidden behind compute: [0-9.]*% ([0-9.]* s of batch assembly" \
+    "$tmp/p.err" || { echo "# no hidden share"; rc=1; }
+ok $rc "--profile prints the per-stage time breakdown and how much data work was hidden"
