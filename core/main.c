@@ -53,6 +53,9 @@ static const char usage_train[] =
     "                       data wait, lookup, dense forward, dense backward, optimizers,\n"
     "                       checkpoint, evaluation, and how much of the batch assembly\n"
     "                       the data thread hid behind compute ([train] prefetch)\n"
+    "  --batches-in-memory  benchmark: assemble every batch of the run before step 1, so\n"
+    "                       the loop never waits for data (memory for all of them; use\n"
+    "                       with --max-steps); the peer of bench/bench_pipeline.sh\n"
     "  -q, --quiet          print only errors and the final table\n"
     "  -v, --verbose        print debug messages\n"
     "  -h, --help           this text\n";
@@ -99,7 +102,7 @@ static const char usage_generate[] =
     "  --seed N          seed (default 1)\n";
 
 enum { OPT_FRESH = 256, OPT_METRICS, OPT_CKPT, OPT_MAXSTEPS, OPT_OUT, OPT_USERS, OPT_ITEMS,
-       OPT_CLUSTERS, OPT_SEED, OPT_PROFILE };
+       OPT_CLUSTERS, OPT_SEED, OPT_PROFILE, OPT_INMEM };
 
 static int fail(grm_status st)
 {
@@ -133,6 +136,7 @@ static int cmd_run(int argc, char **argv, int eval)
         { "checkpoint", required_argument, NULL, OPT_CKPT },
         { "max-steps", required_argument, NULL, OPT_MAXSTEPS },
         { "profile", no_argument, NULL, OPT_PROFILE },
+        { "batches-in-memory", no_argument, NULL, OPT_INMEM },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -146,6 +150,7 @@ static int cmd_run(int argc, char **argv, int eval)
         switch (c) {
         case OPT_FRESH: o.fresh = 1; break;
         case OPT_PROFILE: o.profile = 1; break;
+        case OPT_INMEM: o.batches_in_memory = 1; break;
         case OPT_METRICS: o.metrics_out = optarg; break;
         case OPT_CKPT: o.checkpoint = optarg; break;
         case OPT_MAXSTEPS:

@@ -163,6 +163,7 @@ typedef struct grm__run_opts {
     const char *checkpoint;        /* eval: directory or file */
     int64_t max_steps;             /* >0: stop after this many steps (tests) */
     int profile;                   /* print the per-stage time breakdown at the end */
+    int batches_in_memory;         /* benchmark: assemble every batch before step 1 */
 } grm__run_opts;
 
 grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts);

@@ -1218,9 +1218,14 @@ static grm_status pf_start(trainer *t, int64_t first, int64_t last)
 {
     prefetcher *pf = &t->pf;
     grm_status st;
-    if (t->p->set.prefetch <= 0 || first > last) return GRM_OK;
+    const int all = t->opts->batches_in_memory;
+    if ((t->p->set.prefetch <= 0 && !all) || first > last) return GRM_OK;
+    if (all && last - first + 1 > INT32_MAX - 1)
+        return grm_errorf(GRM_EINVAL, "--batches-in-memory: %lld batches are too many; "
+                          "bound the run with --max-steps", (long long)(last - first + 1));
     if (!pf->ring) {
-        pf->nslots = (int32_t)t->p->set.prefetch + 1;
+        /* --batches-in-memory: a slot for every batch of the run */
+        pf->nslots = all ? (int32_t)(last - first + 1) : (int32_t)t->p->set.prefetch + 1;
         pf->ring = calloc((size_t)pf->nslots, sizeof *pf->ring);
         if (!pf->ring) return grm_errorf(GRM_ENOMEM, "out of memory");
         for (int32_t k = 0; k < pf->nslots; k++)
@@ -1236,6 +1241,17 @@ static grm_status pf_start(trainer *t, int64_t first, int64_t last)
     if (rc != 0)
         return grm_errorf(GRM_EINTERNAL, "data thread: pthread_create: %s", strerror(rc));
     pf->running = 1;
+    if (all) {   /* the benchmark peer: every batch assembled before the first step */
+        double t0 = now_s();
+        pthread_mutex_lock(&pf->lock);
+        while (pf->ready < last && pf->next <= pf->last) pthread_cond_wait(&pf->cond, &pf->lock);
+        pthread_mutex_unlock(&pf->lock);
+        if (!t->opts->quiet)
+            grm__log(GRM_LOG_INFO, "grmhost", "--batches-in-memory: %lld batches assembled "
+                     "before step 1 in %.2fs", (long long)(last - first + 1), now_s() - t0);
+        t->t_plan = 0;   /* not part of the loop: the data thread is done */
+        pf->busy_s = 0;
+    }
     return GRM_OK;
 }
 
@@ -2399,16 +2415,16 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
                  t.target_tokens ? "tokens (batching = tokens)" : "samples",
                  grm__num_threads(), t.nparams, (long long)t.R);
 
-    double start = now_s(), last_print = 0, loss_sum = 0;
-    int64_t samples = 0, loss_n = 0, start_step = t.step;
-    int64_t eval_every = s->eval_every ? s->eval_every : t.steps_per_epoch;
-    int64_t ckpt_every = s->ckpt_every ? s->ckpt_every : t.steps_per_epoch;
     int64_t limit = t.total_steps;
-    int early_stopped = 0;
     if (opts->max_steps > 0 && t.step + opts->max_steps < limit) limit = t.step + opts->max_steps;
     int64_t last_g = limit * s->accumulate;
     if (t.total_mb && last_g > t.total_mb) last_g = t.total_mb;
     if ((st = pf_start(&t, t.step * s->accumulate + 1, last_g)) != GRM_OK) goto out;
+    double start = now_s(), last_print = 0, loss_sum = 0;
+    int64_t samples = 0, loss_n = 0, start_step = t.step;
+    int64_t eval_every = s->eval_every ? s->eval_every : t.steps_per_epoch;
+    int64_t ckpt_every = s->ckpt_every ? s->ckpt_every : t.steps_per_epoch;
+    int early_stopped = 0;
     while (t.step < limit && !t.stop) {
         double loss = 0;
         int64_t b = 0;

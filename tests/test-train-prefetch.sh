@@ -5,7 +5,8 @@
 # into the prefetched keys), a ranking run under gradient accumulation and a sequence model
 # under batching = tokens give bitwise the losses and test metrics of prefetch = 0; a failure
 # on the data thread (an id that does not fit its merged table) stops the run with the
-# message naming the feature; --profile says how much of the data work was hidden. With
+# message naming the feature; --profile says how much of the data work was hidden;
+# --batches-in-memory (every batch assembled before step 1) trains the same steps. With
 # mpirun: rank_split = tokens (TurboGR §4.1.3 global token reallocation) gives the losses of
 # one rank and levels the ranks' token counts better than contiguous slices. TAP output.
 set -u
@@ -14,7 +15,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-prefetch-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..9"
+echo "1..10"
 
 "$g" generate --users 300 --items 200 --clusters 6 --seed 11 --out "$tmp/ev.tsv" || exit 1
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
@@ -177,11 +178,19 @@ grep -q "^  data wait " "$tmp/p.err" \
     || { sed 's/^/# /' "$tmp/p.err" | grep -A14 "^# profile"; rc=1; }
 ok $rc "--profile reports the data thread, its wait and the share of data work hidden"
 
-# 7-9. several ranks: global token reallocation
+# 7. --batches-in-memory (the peer of bench/bench_pipeline.sh) trains the same steps
+"$g" train --fresh --quiet --batches-in-memory --max-steps 40 --metrics-out "$tmp/m.jsonl" \
+    "$tmp/r0.ini" >/dev/null 2>"$tmp/m.err"
+rc=$?
+[ $rc -ne 0 ] && sed 's/^/# /' "$tmp/m.err" | tail -3
+same_curve "$tmp/r0.jsonl" "$tmp/m.jsonl" 0
+ok $(( rc | $? )) "--batches-in-memory assembles every batch first and gives the same 40 losses"
+
+# 8-10. several ranks: global token reallocation
 so=$(ls "$GRM_TOP_BUILDDIR"/plugins/comm-mpi/.libs/comm-mpi.so 2>/dev/null)
 if [ -z "${MPIRUN:-}" ] || [ -z "$so" ]; then
     why="no mpirun (MPIRUN unset)"; [ -n "${MPIRUN:-}" ] && why="comm-mpi not built"
-    for i in 7 8 9; do echo "ok $i - several ranks # SKIP $why"; done
+    for i in 8 9 10; do echo "ok $i - several ranks # SKIP $why"; done
     exit 0
 fi
 flags="--oversubscribe"
