@@ -148,5 +148,8 @@ grm_status grm__dist_feature_served(const grm__dist *d, int32_t table, int64_t *
 
 /* The rank that owns `id` as seen from `rank` (the formula above); for tests and tools. */
 int32_t grm__dist_owner(const grm__dist *d, int32_t rank, int64_t id);
+/* The same without an instance: groups of `group` ranks (the world when not grouped); the
+ * one definition of the ownership, also used by `grmhost reshard`. */
+int32_t grm__dist_owner_of(int64_t id, int32_t rank, int32_t group);
 
 #endif /* GRM_DIST_H */

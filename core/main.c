@@ -4,6 +4,7 @@
 #include "gen.h"
 #include "grmcol.h"
 #include "pipeline.h"
+#include "reshard.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -29,6 +30,8 @@ static const char usage_main[] =
     "  convert IN OUT.grmcol\n"
     "                     convert delimited text (or .zst) to the grmcol columnar format\n"
     "  inspect FILE       check a grmcol file; print its schema, row groups and sizes\n"
+    "  reshard FILE.ini -n M\n"
+    "                     rewrite the newest checkpoint of [checkpoint] dir for M ranks\n"
     "\n"
     "`grmhost COMMAND --help` describes each command. Plugins are searched in\n"
     "GRM_PLUGIN_PATH (colon-separated), then [pipeline] plugin_dirs, then the build tree\n"
@@ -101,8 +104,32 @@ static const char usage_generate[] =
     "  --clusters N      taste clusters (default 40)\n"
     "  --seed N          seed (default 1)\n";
 
+static const char usage_reshard[] =
+    "usage: grmhost reshard [OPTIONS] FILE.ini -n M\n"
+    "\n"
+    "Rewrite the checkpoint of the pipeline's [checkpoint] dir written by N ranks (dir/\n"
+    "step-S.EXT for one rank, dir/rank-R-of-N/step-S.EXT for several) for M ranks, so that\n"
+    "`grmhost train` (or `launch -n M`) resumes it on M ranks. Every embedding row moves to\n"
+    "the rank that owns it among M ranks (a hash of its key, [train] sparse_group\n"
+    "respected); dense parameters, optimizer and trainer state are copied after checking\n"
+    "that all N ranks hold the same values. The INI must be the one that wrote the\n"
+    "checkpoints: its checkpoint plugin reads and writes the files, its tables name the rows.\n"
+    "Every rank must have written step S; the step's N files are read whole into memory.\n"
+    "best.EXT (early stopping) is resharded too when every rank has one. The new files are\n"
+    "written under temporary names and renamed into place; then the N-rank checkpoints are\n"
+    "moved (never deleted) to dir/resharded-from-N. A summary of the rows per table and of\n"
+    "those that changed rank is printed on stdout.\n"
+    "\n"
+    "options:\n"
+    "  -n, --ranks M     ranks of the new checkpoint (required)\n"
+    "  --from N          ranks of the source, when dir holds several world sizes\n"
+    "  --step S          reshard step S instead of the newest (every rank must have it)\n"
+    "  --force           write even when dir already holds checkpoints of M ranks\n"
+    "  -q, --quiet       print only errors and the summary\n"
+    "  -h, --help        this text\n";
+
 enum { OPT_FRESH = 256, OPT_METRICS, OPT_CKPT, OPT_MAXSTEPS, OPT_OUT, OPT_USERS, OPT_ITEMS,
-       OPT_CLUSTERS, OPT_SEED, OPT_PROFILE, OPT_INMEM };
+       OPT_CLUSTERS, OPT_SEED, OPT_PROFILE, OPT_FROM, OPT_STEP, OPT_FORCE, OPT_INMEM };
 
 static int fail(grm_status st)
 {
@@ -296,6 +323,50 @@ static int cmd_generate(int argc, char **argv)
     return st == GRM_OK ? 0 : fail(st);
 }
 
+static int cmd_reshard(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "ranks", required_argument, NULL, 'n' },
+        { "from", required_argument, NULL, OPT_FROM },
+        { "step", required_argument, NULL, OPT_STEP },
+        { "force", no_argument, NULL, OPT_FORCE },
+        { "quiet", no_argument, NULL, 'q' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    grm__reshard_opts o = { .to = 0, .from = 0, .step = -1 };
+    int64_t v;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "n:qh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'n':
+        case OPT_FROM:
+            if (!parse_i64(optarg, &v) || v < 1 || v > 65536)
+                return usage_error(usage_reshard, "'%s' is not a rank count (1 .. 65536)",
+                                   optarg);
+            if (c == 'n') o.to = (int32_t)v;
+            else o.from = (int32_t)v;
+            break;
+        case OPT_STEP:
+            if (!parse_i64(optarg, &o.step))
+                return usage_error(usage_reshard, "--step: '%s' is not a step", optarg);
+            break;
+        case OPT_FORCE: o.force = 1; break;
+        case 'q': o.quiet = 1; break;
+        case 'h': fputs(usage_reshard, stdout); return 0;
+        default: fprintf(stderr, "\n%s", usage_reshard); return 2;
+        }
+    }
+    if (optind != argc - 1)
+        return usage_error(usage_reshard, "%s", optind >= argc ? "expected a pipeline FILE.ini"
+                                                              : "expected exactly one FILE.ini");
+    if (o.to == 0) return usage_error(usage_reshard, "%s", "-n M (the new rank count) is required");
+    if (o.quiet) grm__log_set_level(GRM_LOG_WARN);
+    grm_status st = grm__reshard(argv[optind], &o, stdout);
+    return st == GRM_OK ? 0 : fail(st);
+}
+
 int grm__launch_main(int argc, char **argv);   // core/launch.c
 
 int main(int argc, char **argv)
@@ -322,9 +393,10 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "convert")) return grm__convert_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return grm__inspect_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch")) return grm__launch_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "reshard")) return cmd_reshard(argc - 1, argv + 1);
     static const char *const cmds[] = { "train", "eval", "check", "plugins", "generate",
-                                        "convert", "inspect", "launch" };
-    const char *near = grm__closest(cmd, cmds, 8);
+                                        "convert", "inspect", "launch", "reshard" };
+    const char *near = grm__closest(cmd, cmds, 9);
     fprintf(stderr, "grmhost: unknown command '%s'%s%s%s\n\n%s", cmd,
             near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", usage_main);
     return 2;

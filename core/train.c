@@ -2301,7 +2301,27 @@ static void progress(trainer *t, double loss, double sps, double elapsed, int tt
 
 /* This rank's checkpoint directory: [checkpoint] dir itself on one rank, dir/rank-R-of-N
  * with several (each rank writes the rows it owns and its copy of the dense state). A
- * directory written by another world size is refused: resharding is not implemented. */
+ * directory written by another world size is refused, with `grmhost reshard` as the fix
+ * (core/reshard.c rewrites it for this world size and moves the old files aside). */
+/* A save killed midway (kill -9, power loss) leaves its "<name>.tmp.<pid>" behind; resume
+ * never reads one, but they would pile up. Only names of this trainer's checkpoints. */
+static void remove_stale_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if ((strncmp(e->d_name, "step-", 5) != 0 && strncmp(e->d_name, "best.", 5) != 0)
+            || !strstr(e->d_name, ".tmp."))
+            continue;
+        char path[4096 + 256];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0)
+            grm__log(GRM_LOG_INFO, "grmhost", "removed %s, left by an interrupted save", path);
+    }
+    closedir(d);
+}
+
 static grm_status ckpt_dir_of(trainer *t)
 {
     const char *dir = t->p->set.ckpt_dir;
@@ -2322,9 +2342,10 @@ static grm_status ckpt_dir_of(trainer *t)
     closedir(d);
     if (other || top)
         return grm_errorf(GRM_EINVAL, "%s: checkpoints there were written by %d rank%s and this "
-                          "job has %d; resuming on another world size (resharding) is not "
-                          "supported yet: run with %d ranks, or pass --fresh", dir,
-                          other ? other : 1, other > 1 ? "s" : "", t->nranks, other ? other : 1);
+                          "job has %d; resuming on another world size needs `grmhost reshard "
+                          "FILE.ini -n %d` first (it moves the old ones aside), or run with %d "
+                          "ranks, or pass --fresh", dir, other ? other : 1, other > 1 ? "s" : "",
+                          t->nranks, t->nranks, other ? other : 1);
     return GRM_OK;
 }
 
@@ -2388,13 +2409,20 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     int tty = isatty(2) && !opts->quiet;
     if (st != GRM_OK) goto out;
 
+    if (t.ckdir[0]) remove_stale_temps(t.ckdir);   /* train only: eval may run beside it */
     if (t.ckdir[0] && !opts->fresh) {
         char path[4096];
         if ((st = newest_ckpt(t.ckdir, kops->extension(p->ckpt.inst), path, sizeof path))
             != GRM_OK)
             goto out;
         if (path[0]) {
-            if ((st = load_ckpt(&t, path)) != GRM_OK) goto out;
+            if ((st = load_ckpt(&t, path)) != GRM_OK) {
+                char why[2048];
+                snprintf(why, sizeof why, "%s", grm_last_error());
+                st = grm_errorf(st, "%s; to resume from the checkpoint before it, move this "
+                                "one away, or pass --fresh to start over", why);
+                goto out;
+            }
             grm__log(GRM_LOG_INFO, "grmhost", "resuming from %s at step %lld (use --fresh to "
                      "start over)", path, (long long)t.step);
         }

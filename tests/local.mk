@@ -41,3 +41,7 @@ TESTS += tests/test-dist.sh
 tests_test_dist_SOURCES = tests/test-dist.c
 tests_test_dist_LDADD = $(GRM_TEST_LIBS)
 EXTRA_DIST += tests/test-dist.sh bench/bench_dist.sh
+
+# grmhost reshard (checkpoints across world sizes) and crash safety of checkpoints (issue 5).
+TESTS += tests/test-reshard.sh tests/test-train-crash.sh
+EXTRA_DIST += tests/test-reshard.sh tests/test-train-crash.sh

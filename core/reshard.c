@@ -1,0 +1,919 @@
+/* core/reshard.c - `grmhost reshard`: a checkpoint of N ranks rewritten for M ranks; see
+ * reshard.h for the layouts it understands and the order of its writes. The whole step is held
+ * in memory (the N source files plus the M targets' rows), one copy of each row. */
+#include "reshard.h"
+#include "dist.h"
+#include "pipeline.h"
+#include "sparse.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define WHO "reshard"
+#define PATH_CAP 4352
+
+/* ---- tensors held in memory ---- */
+
+typedef struct rs_tensor {
+    char *name;          /* owned */
+    grm_tensor t;        /* t.data owned (malloc) */
+    size_t bytes;
+} rs_tensor;
+
+/* One checkpoint file, loaded whole. */
+typedef struct rs_file {
+    char path[PATH_CAP];
+    rs_tensor *v;        /* [n] in file order */
+    int64_t n, cap;
+} rs_file;
+
+/* One target file being assembled: tensors borrowed from the sources or from `owned`. */
+typedef struct rs_out {
+    char path[PATH_CAP];     /* final name */
+    char stage[PATH_CAP];    /* staged name, ignored by a resume */
+    grm_named_tensor *v;     /* [n] */
+    int64_t n;
+    void **owned;            /* [nowned] malloc'd payloads */
+    int64_t nowned;
+    int staged;
+} rs_out;
+
+static size_t dtype_size(int32_t dtype)
+{
+    switch (dtype) {
+    case GRM_DTYPE_F32: case GRM_DTYPE_I32: return 4;
+    case GRM_DTYPE_F16: case GRM_DTYPE_BF16: return 2;
+    case GRM_DTYPE_I64: return 8;
+    case GRM_DTYPE_U8: return 1;
+    default: return 0;
+    }
+}
+
+static int64_t numel_of(const grm_tensor *t)
+{
+    int64_t n = 1;
+    for (int32_t d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+static grm_status file_visit(void *user, const grm_named_tensor *nt)
+{
+    rs_file *f = user;
+    const size_t es = dtype_size(nt->tensor.dtype);
+    if (!es)
+        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' has unknown dtype %d", f->path,
+                          nt->name, (int)nt->tensor.dtype);
+    if (f->n == f->cap) {
+        int64_t cap = f->cap ? 2 * f->cap : 32;
+        rs_tensor *v = realloc(f->v, (size_t)cap * sizeof *v);
+        if (!v) return grm_errorf(GRM_ENOMEM, "%s: out of memory", f->path);
+        f->v = v;
+        f->cap = cap;
+    }
+    rs_tensor *x = &f->v[f->n];
+    memset(x, 0, sizeof *x);
+    x->t = nt->tensor;
+    x->bytes = (size_t)numel_of(&nt->tensor) * es;
+    x->name = strdup(nt->name);
+    x->t.data = malloc(x->bytes ? x->bytes : 1);
+    if (!x->name || !x->t.data) {
+        free(x->name);
+        free(x->t.data);
+        return grm_errorf(GRM_ENOMEM, "%s: out of memory holding tensor '%s' (%zu bytes)",
+                          f->path, nt->name, x->bytes);
+    }
+    if (x->bytes) memcpy(x->t.data, nt->tensor.data, x->bytes);
+    f->n++;
+    return GRM_OK;
+}
+
+static void file_fini(rs_file *f)
+{
+    for (int64_t i = 0; f->v && i < f->n; i++) {
+        free(f->v[i].name);
+        free(f->v[i].t.data);
+    }
+    free(f->v);
+    f->v = NULL;
+    f->n = f->cap = 0;
+}
+
+static const rs_tensor *file_find(const rs_file *f, const char *name)
+{
+    for (int64_t i = 0; i < f->n; i++)
+        if (strcmp(f->v[i].name, name) == 0) return &f->v[i];
+    return NULL;
+}
+
+static void out_fini(rs_out *o)
+{
+    for (int64_t i = 0; i < o->nowned; i++) free(o->owned[i]);
+    free(o->owned);
+    free(o->v);
+    o->owned = NULL;
+    o->v = NULL;
+    o->n = o->nowned = 0;
+}
+
+/* Append tensor (name borrowed, data borrowed or, with own, owned by o). */
+static grm_status out_add(rs_out *o, int64_t cap, const char *name, grm_tensor t, int own)
+{
+    if (!o->v) {
+        o->v = calloc((size_t)cap, sizeof *o->v);
+        o->owned = calloc((size_t)cap, sizeof *o->owned);
+        if (!o->v || !o->owned) return grm_errorf(GRM_ENOMEM, "out of memory");
+    }
+    GRM_ASSERT(o->n < cap);
+    if (own) o->owned[o->nowned++] = t.data;
+    o->v[o->n++] = (grm_named_tensor){ name, t };
+    return GRM_OK;
+}
+
+/* ---- where checkpoints live ---- */
+
+/* A path into buf [cap]; GRM_EINVAL when it does not fit. */
+static grm_status pathf(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static grm_status pathf(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const int n = vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= cap)
+        return grm_errorf(GRM_EINVAL, "%.200s...: path longer than %zu bytes; use a shorter "
+                          "[checkpoint] dir", buf, cap - 1);
+    return GRM_OK;
+}
+
+static int is_step_name(const char *name, const char *ext, int64_t *step)
+{
+    long long s;
+    int end = 0;
+    if (sscanf(name, "step-%lld.%n", &s, &end) != 1 || end == 0) return 0;
+    if (strcmp(name + end, ext) != 0 || s < 0) return 0;
+    *step = s;
+    return 1;
+}
+
+static int is_rank_dir(const char *name, int *r, int *n)
+{
+    int end = 0;
+    if (sscanf(name, "rank-%d-of-%d%n", r, n, &end) != 2 || name[end] != '\0') return 0;
+    return *n >= 1 && *r >= 0 && *r < *n;
+}
+
+static void rank_dir(char *buf, size_t cap, const char *dir, int32_t r, int32_t n)
+{
+    if (n == 1) snprintf(buf, cap, "%s", dir);
+    else snprintf(buf, cap, "%s/rank-%d-of-%d", dir, (int)r, (int)n);
+}
+
+/* The step-S.ext checkpoints of dir: the newest (-1: none), and the file of step `want` into
+ * path [cap] ("" when absent). A missing dir holds none. */
+static grm_status scan_dir(const char *dir, const char *ext, int64_t want, int64_t *newest,
+                           char *path, size_t cap)
+{
+    *newest = -1;
+    if (path) path[0] = '\0';
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return GRM_OK;
+        return grm_errorf(GRM_EIO, "%s: cannot read the checkpoint directory: %s", dir,
+                          strerror(errno));
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int64_t s;
+        if (!is_step_name(e->d_name, ext, &s)) continue;
+        if (s > *newest) *newest = s;
+        if (path && s == want) snprintf(path, cap, "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    return GRM_OK;
+}
+
+/* The world size whose checkpoints dir holds: o->from, or the only one found. */
+static grm_status find_world(const char *dir, const char *ext, int32_t from, int32_t *world)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return grm_errorf(errno == ENOENT ? GRM_ENOTFOUND : GRM_EIO, "%s: cannot read the "
+                          "checkpoint directory: %s; train first, or check [checkpoint] dir",
+                          dir, strerror(errno));
+    int32_t seen[16];
+    int nseen = 0, top = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int r, n;
+        int64_t s;
+        if (is_step_name(e->d_name, ext, &s)) top = 1;
+        if (!is_rank_dir(e->d_name, &r, &n)) continue;
+        int k = 0;
+        while (k < nseen && seen[k] != n) k++;
+        if (k == nseen && nseen < 16) seen[nseen++] = n;
+    }
+    closedir(d);
+    if (top) seen[nseen < 16 ? nseen++ : 15] = 1;
+    if (from > 0) {
+        for (int k = 0; k < nseen; k++)
+            if (seen[k] == from) {
+                *world = from;
+                return GRM_OK;
+            }
+        return grm_errorf(GRM_ENOTFOUND, "%s: holds no checkpoints of %d rank%s (%s); check "
+                          "--from", dir, (int)from, from == 1 ? "" : "s",
+                          from == 1 ? "step-S.ext files" : "rank-R-of-N directories");
+    }
+    if (nseen == 0)
+        return grm_errorf(GRM_ENOTFOUND, "%s: holds no checkpoints (no step-S.%s file, no "
+                          "rank-R-of-N directory); train first, or check [checkpoint] dir",
+                          dir, ext);
+    if (nseen > 1) {
+        char list[128] = "";
+        size_t w = 0;
+        for (int k = 0; k < nseen && w < sizeof list - 16; k++)
+            w += (size_t)snprintf(list + w, sizeof list - w, "%s%d", k ? ", " : "",
+                                  (int)seen[k]);
+        return grm_errorf(GRM_EINVAL, "%s: holds checkpoints of several world sizes (%s "
+                          "ranks); pass --from N to pick one", dir, list);
+    }
+    *world = seen[0];
+    return GRM_OK;
+}
+
+static grm_status make_dir(const char *dir)
+{
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return grm_errorf(GRM_EIO, "%s: cannot create the directory: %s", dir,
+                          strerror(errno));
+    return GRM_OK;
+}
+
+/* ---- ownership (core/dist.h) ---- */
+
+/* Ranks per replica group on a world of n: [train] sparse_group, or the world. */
+static int32_t group_of(int64_t sparse_group, int32_t n)
+{
+    return sparse_group > 0 && n > 1 ? (int32_t)sparse_group : n;
+}
+
+/* Position in its group of the rank that owns key (dist.h's ownership, seen from rank 0). */
+static int32_t owner_in_group(int64_t key, int32_t I)
+{
+    return grm__dist_owner_of(key, 0, I);
+}
+
+/* ---- the job ---- */
+
+typedef struct rs_job {
+    const grm__pipeline *p;
+    const grm_ckpt_ops *kops;
+    void *kinst;
+    const char *ext;
+    const char *dir;
+    int32_t N, M;            /* source and target world sizes */
+    int32_t IN, IM;          /* their group sizes */
+    int64_t step;
+    int quiet;
+    rs_file *src;            /* [N] */
+    rs_out *dst;             /* [M] */
+    int64_t *rows, *moved;   /* [nphys] per table: rows written (group 0), rows that changed
+                                rank */
+} rs_job;
+
+/* Table of tensor name (the longest "emb.<table>." prefix), or -1. */
+static int32_t table_of(const rs_job *j, const char *name)
+{
+    int32_t best = -1;
+    size_t blen = 0;
+    if (strncmp(name, "emb.", 4) != 0) return -1;
+    for (int32_t T = 0; T < j->p->nphys; T++) {
+        const char *tn = j->p->phys_names[T];
+        size_t n = strlen(tn);
+        if (strncmp(name + 4, tn, n) == 0 && name[4 + n] == '.' && n > blen) {
+            best = T;
+            blen = n;
+        }
+    }
+    return best;
+}
+
+/* Read "key":NUMBER from the metadata JSON; 0 when absent. */
+static int meta_int(const char *meta, const char *key, long long *v)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *s = strstr(meta, pat);
+    return s && sscanf(s + strlen(pat), "%lld", v) == 1;
+}
+
+/* Load the N source files of `stem` (a step, or "best"), checking the metadata of each. */
+static grm_status load_sources(rs_job *j, const char *stem, int64_t expect_step)
+{
+    grm_status st;
+    for (int32_t r = 0; r < j->N; r++) {
+        rs_file *f = &j->src[r];
+        char rd[PATH_CAP], meta[1024];
+        rank_dir(rd, sizeof rd, j->dir, r, j->N);
+        if ((st = pathf(f->path, sizeof f->path, "%s/%s.%s", rd, stem, j->ext)) != GRM_OK)
+            return st;
+        if (expect_step >= 0) {   /* the name as train wrote it, whatever its width */
+            int64_t newest;
+            char found[PATH_CAP];
+            if ((st = scan_dir(rd, j->ext, expect_step, &newest, found, sizeof found))
+                != GRM_OK)
+                return st;
+            if (found[0]) snprintf(f->path, sizeof f->path, "%s", found);
+        }
+        if (access(f->path, R_OK) != 0)
+            return grm_errorf(GRM_ENOTFOUND, "%s: missing (rank %d of %d has no checkpoint "
+                              "of %s); restore it, or pass --step with a step every rank "
+                              "wrote", f->path, (int)r, (int)j->N, stem);
+        if ((st = j->kops->meta(j->kinst, f->path, meta, sizeof meta)) != GRM_OK) return st;
+        long long ws, rk;
+        if (meta_int(meta, "world_size", &ws) && meta_int(meta, "rank", &rk)
+            && (ws != j->N || rk != r))
+            return grm_errorf(GRM_EFORMAT, "%s: written by rank %lld of %lld but it sits "
+                              "where rank %d of %d belongs; put the file back where it came "
+                              "from", f->path, rk, ws, (int)r, (int)j->N);
+        if (!j->quiet) grm__log(GRM_LOG_INFO, WHO, "reading %s", f->path);
+        if ((st = j->kops->load(j->kinst, f->path, file_visit, f)) != GRM_OK) return st;
+        const rs_tensor *ts = file_find(f, "trainer.state");
+        if (!ts || ts->t.dtype != GRM_DTYPE_I64 || numel_of(&ts->t) < 1)
+            return grm_errorf(GRM_EFORMAT, "%s: has no trainer.state tensor; not a grmhost "
+                              "training checkpoint", f->path);
+        const int64_t fs = ((const int64_t *)ts->t.data)[0];
+        if (expect_step >= 0 && fs != expect_step)
+            return grm_errorf(GRM_EFORMAT, "%s: its trainer.state says step %lld but it is "
+                              "named step %lld: the ranks disagree on the step; restore the "
+                              "rank's own file, or pass --step with another step",
+                              f->path, (long long)fs, (long long)expect_step);
+    }
+    return GRM_OK;
+}
+
+static int same_shape(const grm_tensor *a, const grm_tensor *b)
+{
+    if (a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+    for (int32_t d = 0; d < a->ndim; d++)
+        if (a->shape[d] != b->shape[d]) return 0;
+    return 1;
+}
+
+/* The replicated state (every tensor outside emb.*) must be bitwise equal on every rank,
+ * with the same tensor names; every emb.* tensor must belong to a table of the pipeline. */
+static grm_status check_replicated(const rs_job *j)
+{
+    const rs_file *f0 = &j->src[0];
+    for (int32_t r = 0; r < j->N; r++) {
+        const rs_file *f = &j->src[r];
+        int64_t nrep = 0;
+        for (int64_t i = 0; i < f->n; i++) {
+            const rs_tensor *x = &f->v[i];
+            if (strncmp(x->name, "emb.", 4) == 0) {
+                if (table_of(j, x->name) < 0)
+                    return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' belongs to no table of "
+                                      "this pipeline; pass the INI that wrote the "
+                                      "checkpoint", f->path, x->name);
+                continue;
+            }
+            nrep++;
+            const rs_tensor *y = file_find(f0, x->name);
+            if (!y)
+                return grm_errorf(GRM_EFORMAT, "%s: holds '%s', which %s lacks: the ranks "
+                                  "were written by different pipelines", f->path, x->name,
+                                  f0->path);
+            if (!same_shape(&x->t, &y->t) || memcmp(x->t.data, y->t.data, x->bytes) != 0) {
+                int64_t ndiff = 0, n = 0;
+                if (same_shape(&x->t, &y->t)) {
+                    const size_t es = dtype_size(x->t.dtype);
+                    n = numel_of(&x->t);
+                    for (int64_t k = 0; k < n; k++)
+                        ndiff += memcmp((const char *)x->t.data + (size_t)k * es,
+                                        (const char *)y->t.data + (size_t)k * es, es) != 0;
+                }
+                return grm_errorf(GRM_EFORMAT, "%s: replicated tensor '%s' differs from %s's "
+                                  "(%lld of %lld values%s): the ranks disagree, so there is "
+                                  "no one model to reshard; pass --step with an older step, "
+                                  "or train again", f->path, x->name, f0->path,
+                                  (long long)ndiff, (long long)n,
+                                  n ? "" : "; the shapes differ");
+            }
+        }
+        int64_t nrep0 = 0;
+        for (int64_t i = 0; i < f0->n; i++) nrep0 += strncmp(f0->v[i].name, "emb.", 4) != 0;
+        if (nrep != nrep0)
+            return grm_errorf(GRM_EFORMAT, "%s: holds %lld replicated tensors, %s holds %lld: "
+                              "the ranks were written by different pipelines", f->path,
+                              (long long)nrep, f0->path, (long long)nrep0);
+    }
+    return GRM_OK;
+}
+
+typedef struct rs_key {
+    int64_t key;
+    int32_t rank;
+    int64_t idx;
+} rs_key;
+
+static int cmp_key(const void *a, const void *b)
+{
+    const rs_key *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+/* Bytes of one row of a per-row tensor (all dims but the first). */
+static size_t row_bytes(const grm_tensor *t)
+{
+    size_t b = dtype_size(t->dtype);
+    for (int32_t d = 1; d < t->ndim; d++) b *= (size_t)t->shape[d];
+    return b;
+}
+
+static int is_row_tensor_keyed(const rs_tensor *x, const char *ids_name)
+{
+    return strcmp(x->name, ids_name) == 0 || x->t.ndim >= 2;
+}
+
+/* Table state of a keyed table (1-d, not .ids): equal on every rank, or (i64) the
+ * element-wise maximum (emb-dynamic's clock, key slots and lookup counters). */
+static grm_status table_state(rs_job *j, const char *name, grm_tensor *out, int *own)
+{
+    const rs_tensor *x0 = file_find(&j->src[0], name);
+    int differ = 0;
+    for (int32_t r = 1; r < j->N; r++) {
+        const rs_tensor *x = file_find(&j->src[r], name);
+        if (!x || !same_shape(&x->t, &x0->t))
+            return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' is %s there than in %s; the ranks "
+                              "were written by different pipelines", j->src[r].path, name,
+                              x ? "shaped otherwise" : "missing", j->src[0].path);
+        differ |= memcmp(x->t.data, x0->t.data, x0->bytes) != 0;
+    }
+    *out = x0->t;
+    *own = 0;
+    if (!differ) return GRM_OK;
+    if (x0->t.dtype != GRM_DTYPE_I64)
+        return grm_errorf(GRM_EFORMAT, "%s: table state '%s' differs between the ranks and is "
+                          "not an integer counter; reshard cannot merge it", j->src[0].path,
+                          name);
+    const int64_t n = numel_of(&x0->t);
+    int64_t *m = malloc((size_t)(n ? n : 1) * sizeof *m);
+    if (!m) return grm_errorf(GRM_ENOMEM, "out of memory");
+    memcpy(m, x0->t.data, x0->bytes);
+    for (int32_t r = 1; r < j->N; r++) {
+        const int64_t *v = file_find(&j->src[r], name)->t.data;
+        for (int64_t k = 0; k < n; k++) if (v[k] > m[k]) m[k] = v[k];
+    }
+    out->data = m;
+    *own = 1;
+    return GRM_OK;
+}
+
+/* Rows of keyed table T: gather every rank's (key, rank, index), sort by key, check replicas
+ * (hierarchical sharding) agree, and hand every target rank the rows it owns. Tensors are
+ * added to the targets in the order of src[0]'s file. */
+static grm_status reshard_keyed(rs_job *j, int32_t T, const char *ids_name, int64_t cap)
+{
+    const rs_file *f0 = &j->src[0];
+    grm_status st = GRM_OK;
+    int64_t total = 0;
+    for (int32_t r = 0; r < j->N; r++) {
+        const rs_tensor *ids = file_find(&j->src[r], ids_name);
+        if (!ids || ids->t.dtype != GRM_DTYPE_I64 || ids->t.ndim != 1)
+            return grm_errorf(GRM_EFORMAT, "%s: '%s' is %s; the ranks were written by "
+                              "different stores", j->src[r].path, ids_name,
+                              ids ? "not an i64 vector" : "missing");
+        total += ids->t.shape[0];
+        /* every per-row tensor of rank r has its n rows, and the rows of rank 0's shape */
+        for (int64_t i = 0; i < f0->n; i++) {
+            const rs_tensor *y = &f0->v[i];
+            if (table_of(j, y->name) != T || !is_row_tensor_keyed(y, ids_name)) continue;
+            const rs_tensor *x = file_find(&j->src[r], y->name);
+            if (!x || x->t.dtype != y->t.dtype || x->t.ndim != y->t.ndim
+                || row_bytes(&x->t) != row_bytes(&y->t) || x->t.shape[0] != ids->t.shape[0])
+                return grm_errorf(GRM_EFORMAT, "%s: per-row tensor '%s' is %s; expected %lld "
+                                  "rows like '%s'", j->src[r].path, y->name,
+                                  x ? "shaped otherwise" : "missing",
+                                  (long long)ids->t.shape[0], ids_name);
+        }
+    }
+    rs_key *k = malloc((size_t)(total ? total : 1) * sizeof *k);
+    int64_t *count = calloc((size_t)j->M, sizeof *count);
+    int32_t *to = malloc((size_t)(total ? total : 1) * sizeof *to);
+    if (!k || !count || !to) {
+        st = grm_errorf(GRM_ENOMEM, "out of memory sorting %lld rows", (long long)total);
+        goto out;
+    }
+    int64_t n = 0;
+    for (int32_t r = 0; r < j->N; r++) {
+        const rs_tensor *ids = file_find(&j->src[r], ids_name);
+        const int64_t *v = ids->t.data;
+        for (int64_t i = 0; i < ids->t.shape[0]; i++) k[n++] = (rs_key){ v[i], r, i };
+    }
+    qsort(k, (size_t)n, sizeof *k, cmp_key);
+    /* drop replicas (same key on several source ranks), checking they are equal */
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (u > 0 && k[u - 1].key == k[i].key) {
+            for (int64_t t = 0; t < f0->n; t++) {
+                const rs_tensor *y = &f0->v[t];
+                if (table_of(j, y->name) != T || !is_row_tensor_keyed(y, ids_name)) continue;
+                const rs_tensor *a = file_find(&j->src[k[u - 1].rank], y->name);
+                const rs_tensor *b = file_find(&j->src[k[i].rank], y->name);
+                const size_t rb = row_bytes(&y->t);
+                char *ra = (char *)a->t.data + (size_t)k[u - 1].idx * rb;
+                const char *rb2 = (const char *)b->t.data + (size_t)k[i].idx * rb;
+                if (memcmp(ra, rb2, rb) == 0) continue;
+                if (y->t.dtype == GRM_DTYPE_I64) {   /* per-row counters: the maximum */
+                    int64_t *va = (int64_t *)(void *)ra;
+                    const int64_t *vb = (const int64_t *)(const void *)rb2;
+                    for (size_t e = 0; e < rb / sizeof *va; e++)
+                        if (vb[e] > va[e]) va[e] = vb[e];
+                } else {
+                    st = grm_errorf(GRM_EFORMAT, "%s and %s: key %lld of '%s' differs between "
+                                    "the two replicas; the ranks disagree, so there is no one "
+                                    "model to reshard", j->src[k[u - 1].rank].path,
+                                    j->src[k[i].rank].path, (long long)k[i].key, y->name);
+                    goto out;
+                }
+            }
+            continue;
+        }
+        k[u++] = k[i];
+    }
+    /* target rank of group 0 of every row; a row goes to that position in every group */
+    for (int64_t i = 0; i < u; i++) {
+        to[i] = owner_in_group(k[i].key, j->IM);
+        if (to[i] != k[i].rank % j->IN) j->moved[T]++;   /* held elsewhere before */
+        for (int32_t t = to[i]; t < j->M; t += j->IM) count[t]++;
+    }
+    j->rows[T] = u;
+    for (int64_t t = 0; t < f0->n; t++) {
+        const rs_tensor *y = &f0->v[t];
+        if (table_of(j, y->name) != T) continue;
+        if (!is_row_tensor_keyed(y, ids_name)) {
+            grm_tensor ts;
+            int own;
+            if ((st = table_state(j, y->name, &ts, &own)) != GRM_OK) goto out;
+            for (int32_t m = 0; m < j->M; m++)
+                if ((st = out_add(&j->dst[m], cap, y->name, ts, own && m == 0)) != GRM_OK) {
+                    if (own && m == 0) free(ts.data);
+                    goto out;
+                }
+            continue;
+        }
+        const size_t rb = row_bytes(&y->t);
+        for (int32_t m = 0; m < j->M; m++) {
+            grm_tensor x = y->t;
+            x.shape[0] = count[m];
+            x.data = malloc(count[m] ? (size_t)count[m] * rb : 1);
+            if (!x.data) {
+                st = grm_errorf(GRM_ENOMEM, "out of memory for '%s' of rank %d", y->name,
+                                (int)m);
+                goto out;
+            }
+            if ((st = out_add(&j->dst[m], cap, y->name, x, 1)) != GRM_OK) {
+                free(x.data);
+                goto out;
+            }
+            int64_t w = 0;
+            for (int64_t i = 0; i < u; i++) {
+                if (to[i] != m % j->IM) continue;
+                const rs_tensor *s = file_find(&j->src[k[i].rank], y->name);
+                memcpy((char *)x.data + (size_t)w * rb,
+                       (const char *)s->t.data + (size_t)k[i].idx * rb, rb);
+                w++;
+            }
+        }
+    }
+out:
+    free(k);
+    free(count);
+    free(to);
+    return st;
+}
+
+/* Rows of indexed table T: row i of every tensor comes from its owner among the N ranks;
+ * every target file gets the assembled table. */
+static grm_status reshard_indexed(rs_job *j, int32_t T, int64_t cap)
+{
+    const rs_file *f0 = &j->src[0];
+    grm_status st;
+    int64_t R = -1;
+    for (int64_t t = 0; t < f0->n; t++) {
+        const rs_tensor *y = &f0->v[t];
+        if (table_of(j, y->name) != T) continue;
+        if (y->t.ndim < 1 || (R >= 0 && y->t.shape[0] != R))
+            return grm_errorf(GRM_EFORMAT, "%s: table tensor '%s' does not have the table's "
+                              "%lld rows as its first dim and the table has no .ids tensor; "
+                              "reshard knows keyed (.ids) and indexed stores only", f0->path,
+                              y->name, (long long)R);
+        R = y->t.shape[0];
+        for (int32_t r = 1; r < j->N; r++) {
+            const rs_tensor *x = file_find(&j->src[r], y->name);
+            if (!x || !same_shape(&x->t, &y->t))
+                return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' is %s there than in %s; the "
+                                  "ranks were written by different pipelines",
+                                  j->src[r].path, y->name, x ? "shaped otherwise" : "missing",
+                                  f0->path);
+        }
+        const size_t rb = row_bytes(&y->t);
+        grm_tensor x = y->t;
+        x.data = malloc(R ? (size_t)R * rb : 1);
+        if (!x.data) return grm_errorf(GRM_ENOMEM, "out of memory for '%s'", y->name);
+        for (int64_t i = 0; i < R; i++) {
+            const rs_tensor *s = file_find(&j->src[owner_in_group(i, j->IN)], y->name);
+            memcpy((char *)x.data + (size_t)i * rb, (const char *)s->t.data + (size_t)i * rb,
+                   rb);
+        }
+        for (int32_t m = 0; m < j->M; m++)
+            if ((st = out_add(&j->dst[m], cap, y->name, x, m == 0)) != GRM_OK) {
+                if (m == 0) free(x.data);
+                return st;
+            }
+    }
+    j->rows[T] = R > 0 ? R : 0;
+    for (int64_t i = 0; i < R; i++)
+        j->moved[T] += owner_in_group(i, j->IM) != owner_in_group(i, j->IN);
+    return GRM_OK;
+}
+
+/* Reshard the file set `stem` (step-S, or best) from the N ranks to the M ranks: load, check,
+ * assemble and stage the M files (renamed into place by the caller). */
+static grm_status reshard_set(rs_job *j, const char *stem, int64_t expect_step)
+{
+    grm_status st;
+    if ((st = load_sources(j, stem, expect_step)) != GRM_OK) return st;
+    if ((st = check_replicated(j)) != GRM_OK) return st;
+    const rs_file *f0 = &j->src[0];
+    const int64_t cap = f0->n;
+    const rs_tensor *state = file_find(f0, "trainer.state");
+    const int64_t seed = numel_of(&state->t) > 1 ? ((const int64_t *)state->t.data)[1] : 0;
+    memset(j->rows, 0, (size_t)j->p->nphys * sizeof *j->rows);
+    memset(j->moved, 0, (size_t)j->p->nphys * sizeof *j->moved);
+    /* tables first in file order of their first tensor; replicated tensors by pointer */
+    for (int64_t i = 0; i < f0->n; i++) {
+        const rs_tensor *y = &f0->v[i];
+        const int32_t T = table_of(j, y->name);
+        if (T < 0) {
+            for (int32_t m = 0; m < j->M; m++)
+                if ((st = out_add(&j->dst[m], cap, y->name, y->t, 0)) != GRM_OK) return st;
+            continue;
+        }
+        int first = 1;   /* table already done at an earlier tensor? */
+        for (int64_t q = 0; q < i && first; q++) first = table_of(j, f0->v[q].name) != T;
+        if (!first) continue;
+        char ids_name[512];
+        snprintf(ids_name, sizeof ids_name, "emb.%s.ids", j->p->phys_names[T]);
+        st = file_find(f0, ids_name) ? reshard_keyed(j, T, ids_name, cap)
+                                     : reshard_indexed(j, T, cap);
+        if (st != GRM_OK) return st;
+    }
+    GRM_ASSERT(j->dst[0].n == cap);
+    for (int32_t m = 0; m < j->M; m++) {
+        rs_out *o = &j->dst[m];
+        char rd[PATH_CAP], meta[1024];
+        rank_dir(rd, sizeof rd, j->dir, m, j->M);
+        if (j->M > 1 && (st = make_dir(rd)) != GRM_OK) return st;
+        if ((st = pathf(o->path, sizeof o->path, "%s/%s", rd, strrchr(f0->path, '/') + 1))
+            != GRM_OK || (st = pathf(o->stage, sizeof o->stage, "%s.reshard", o->path))
+            != GRM_OK)
+            return st;
+        snprintf(meta, sizeof meta, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
+                 "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,\"rank\":%d,"
+                 "\"seed\":%lld,\"resharded_from\":%d}", GRM_VERSION_STRING, j->p->set.name,
+                 (long long)((const int64_t *)state->t.data)[0],
+                 (int)j->M, (int)m, (long long)seed, (int)j->N);
+        if ((st = j->kops->save(j->kinst, o->stage, o->v, o->n, meta)) != GRM_OK) return st;
+        o->staged = 1;
+        if (!j->quiet) grm__log(GRM_LOG_INFO, WHO, "wrote %s (%lld tensors)", o->path,
+                                (long long)o->n);
+    }
+    return GRM_OK;
+}
+
+/* Rename the staged files into place. */
+static grm_status publish(rs_job *j)
+{
+    for (int32_t m = 0; m < j->M; m++) {
+        rs_out *o = &j->dst[m];
+        if (rename(o->stage, o->path) != 0)
+            return grm_errorf(GRM_EIO, "%s: cannot rename to %s: %s", o->stage, o->path,
+                              strerror(errno));
+        o->staged = 0;
+    }
+    return GRM_OK;
+}
+
+static void unstage(rs_job *j)
+{
+    for (int32_t m = 0; j->dst && m < j->M; m++) {
+        if (j->dst[m].staged) remove(j->dst[m].stage);
+        j->dst[m].staged = 0;
+        out_fini(&j->dst[m]);
+    }
+    for (int32_t r = 0; j->src && r < j->N; r++) file_fini(&j->src[r]);
+}
+
+/* Move the source checkpoints into dir/resharded-from-N[-K] (grmhost train refuses a
+ * directory that holds checkpoints of another world size); *aside gets that directory. */
+static grm_status move_aside(const rs_job *j, char *aside, size_t cap)
+{
+    grm_status st;
+    struct stat sb;
+    snprintf(aside, cap, "%s/resharded-from-%d", j->dir, (int)j->N);
+    for (int k = 2; stat(aside, &sb) == 0; k++)
+        snprintf(aside, cap, "%s/resharded-from-%d-%d", j->dir, (int)j->N, k);
+    if ((st = make_dir(aside)) != GRM_OK) return st;
+    char from[PATH_CAP], to[PATH_CAP];
+    if (j->N > 1) {
+        for (int32_t r = 0; r < j->N; r++) {
+            rank_dir(from, sizeof from, j->dir, r, j->N);
+            if ((st = pathf(to, sizeof to, "%s/rank-%d-of-%d", aside, (int)r, (int)j->N))
+                != GRM_OK)
+                return st;
+            if (rename(from, to) != 0)
+                return grm_errorf(GRM_EIO, "%s: cannot move to %s: %s", from, to,
+                                  strerror(errno));
+        }
+        return GRM_OK;
+    }
+    /* one rank: its step-*, best.* (and leftover temporary) files at the top level */
+    DIR *d = opendir(j->dir);
+    if (!d) return grm_errorf(GRM_EIO, "%s: cannot read: %s", j->dir, strerror(errno));
+    struct dirent *e;
+    char best[64];
+    snprintf(best, sizeof best, "best.%s", j->ext);
+    st = GRM_OK;
+    while ((e = readdir(d)) != NULL && st == GRM_OK) {
+        if (strncmp(e->d_name, "step-", 5) != 0 && strncmp(e->d_name, best, strlen(best)) != 0)
+            continue;
+        if ((st = pathf(from, sizeof from, "%s/%s", j->dir, e->d_name)) != GRM_OK
+            || (st = pathf(to, sizeof to, "%s/%s", aside, e->d_name)) != GRM_OK)
+            break;
+        if (rename(from, to) != 0)
+            st = grm_errorf(GRM_EIO, "%s: cannot move to %s: %s", from, to, strerror(errno));
+    }
+    closedir(d);
+    return st;
+}
+
+/* The step to reshard: o->step, or the newest one of rank 0, which every rank must have. */
+static grm_status pick_step(rs_job *j, int64_t want)
+{
+    grm_status st;
+    int64_t hi = -1, lo = INT64_MAX;
+    int32_t rhi = 0;
+    for (int32_t r = 0; r < j->N; r++) {
+        char rd[PATH_CAP];
+        int64_t newest;
+        rank_dir(rd, sizeof rd, j->dir, r, j->N);
+        if ((st = scan_dir(rd, j->ext, -1, &newest, NULL, 0)) != GRM_OK) return st;
+        if (newest > hi) {
+            hi = newest;
+            rhi = r;
+        }
+        if (newest < lo) lo = newest;
+    }
+    if (want >= 0) {
+        j->step = want;
+        return GRM_OK;
+    }
+    if (hi < 0)
+        return grm_errorf(GRM_ENOTFOUND, "%s: no rank directory of the %d-rank checkpoints "
+                          "holds a step-S.%s file; train first", j->dir, (int)j->N, j->ext);
+    if (hi != lo) {
+        char rd[PATH_CAP];
+        rank_dir(rd, sizeof rd, j->dir, rhi, j->N);
+        if (lo < 0)
+            grm__log(GRM_LOG_WARN, WHO, "%s: newest step %lld, but another rank has no "
+                     "checkpoint at all", rd, (long long)hi);
+        else
+            grm__log(GRM_LOG_WARN, WHO, "%s: newest step %lld, but another rank's newest is "
+                     "%lld (a run stopped while checkpointing?)", rd, (long long)hi,
+                     (long long)lo);
+    }
+    j->step = hi;
+    return GRM_OK;
+}
+
+/* Refuse (unless force) a target that already holds checkpoints. */
+static grm_status check_target(const rs_job *j, int force)
+{
+    for (int32_t m = 0; m < j->M; m++) {
+        char rd[PATH_CAP];
+        int64_t newest;
+        grm_status st;
+        rank_dir(rd, sizeof rd, j->dir, m, j->M);
+        if ((st = scan_dir(rd, j->ext, -1, &newest, NULL, 0)) != GRM_OK) return st;
+        if (newest < 0) continue;
+        if (!force)
+            return grm_errorf(GRM_EINVAL, "%s: already holds checkpoints of %d rank%s (newest "
+                              "step %lld); move them away, or pass --force to write step %lld "
+                              "beside them", rd, (int)j->M, j->M == 1 ? "" : "s",
+                              (long long)newest, (long long)j->step);
+        if (newest > j->step)
+            grm__log(GRM_LOG_WARN, WHO, "%s: holds step %lld, newer than the resharded step "
+                     "%lld: a resume will pick step %lld", rd, (long long)newest,
+                     (long long)j->step, (long long)newest);
+    }
+    return GRM_OK;
+}
+
+grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
+{
+    if (!ini || !o || o->to < 1 || o->to > 65536 || o->from < 0)
+        return grm_errorf(GRM_EINVAL, "reshard: -n M must be a rank count in 1 .. 65536");
+    grm__pipeline *p = NULL;
+    rs_job j = { 0 };
+    grm_status st = grm__pipeline_load(ini, &p);
+    if (st != GRM_OK) return st;
+    j.p = p;
+    j.quiet = o->quiet;
+    j.dir = p->set.ckpt_dir;
+    j.M = o->to;
+    j.kops = p->ckpt.plugin->info->ops;
+    if (!j.dir || !j.dir[0]) {
+        st = grm_errorf(GRM_EINVAL, "%s: [checkpoint] dir is not set; reshard works on the "
+                        "checkpoints it names", ini);
+        goto out;
+    }
+    if ((st = j.kops->create(p->ckpt.config.data, &j.kinst)) != GRM_OK) goto out;
+    j.ext = j.kops->extension(j.kinst);
+    if ((st = find_world(j.dir, j.ext, o->from, &j.N)) != GRM_OK) goto out;
+    if (j.N == j.M) {
+        st = grm_errorf(GRM_EINVAL, "%s: the checkpoints are already of %d rank%s; nothing to "
+                        "reshard", j.dir, (int)j.M, j.M == 1 ? "" : "s");
+        goto out;
+    }
+    const int64_t sg = p->set.sparse_group;
+    j.IN = group_of(sg, j.N);
+    j.IM = group_of(sg, j.M);
+    if (j.N % j.IN != 0 || j.M % j.IM != 0) {
+        const int32_t bad = j.M % j.IM != 0 ? j.M : j.N;
+        st = grm_errorf(GRM_EINVAL, "%s: [train] sparse_group = %lld does not divide %d ranks "
+                        "(replica groups of sparse_group ranks each); pick a multiple of it, "
+                        "or change sparse_group", ini, (long long)sg, (int)bad);
+        goto out;
+    }
+    if ((st = pick_step(&j, o->step)) != GRM_OK) goto out;
+    if ((st = check_target(&j, o->force)) != GRM_OK) goto out;
+    j.src = calloc((size_t)j.N, sizeof *j.src);
+    j.dst = calloc((size_t)j.M, sizeof *j.dst);
+    j.rows = calloc((size_t)p->nphys + 1, sizeof *j.rows);
+    j.moved = calloc((size_t)p->nphys + 1, sizeof *j.moved);
+    if (!j.src || !j.dst || !j.rows || !j.moved) {
+        st = grm_errorf(GRM_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (!o->quiet)
+        grm__log(GRM_LOG_INFO, WHO, "%s: step %lld of %d rank%s -> %d rank%s", j.dir,
+                 (long long)j.step, (int)j.N, j.N == 1 ? "" : "s", (int)j.M,
+                 j.M == 1 ? "" : "s");
+    char stem[64];
+    snprintf(stem, sizeof stem, "step-%010lld", (long long)j.step);
+    if ((st = reshard_set(&j, stem, j.step)) != GRM_OK) goto out;
+    if ((st = publish(&j)) != GRM_OK) goto out;
+    fprintf(out, "%s: step %lld resharded from %d rank%s to %d rank%s\n", j.dir,
+            (long long)j.step, (int)j.N, j.N == 1 ? "" : "s", (int)j.M, j.M == 1 ? "" : "s");
+    fprintf(out, "%-24s %12s %12s %12s\n", "table", "rows", "moved", "stayed");
+    for (int32_t T = 0; T < p->nphys; T++)
+        fprintf(out, "%-24s %12lld %12lld %12lld\n", p->phys_names[T], (long long)j.rows[T],
+                (long long)j.moved[T], (long long)(j.rows[T] - j.moved[T]));
+    unstage(&j);
+    /* early stopping's best model, when every rank kept one */
+    int nbest = 0;
+    for (int32_t r = 0; r < j.N; r++) {
+        char rd[PATH_CAP], bp[PATH_CAP + 64];
+        rank_dir(rd, sizeof rd, j.dir, r, j.N);
+        snprintf(bp, sizeof bp, "%s/best.%s", rd, j.ext);
+        nbest += access(bp, R_OK) == 0;
+    }
+    if (nbest == j.N) {
+        if ((st = reshard_set(&j, "best", -1)) != GRM_OK) goto out;
+        if ((st = publish(&j)) != GRM_OK) goto out;
+        unstage(&j);
+    } else if (nbest > 0) {
+        grm__log(GRM_LOG_WARN, WHO, "only %d of %d ranks hold best.%s; it is not resharded",
+                 nbest, (int)j.N, j.ext);
+    }
+    char aside[PATH_CAP];
+    if ((st = move_aside(&j, aside, sizeof aside)) != GRM_OK) goto out;
+    fprintf(out, "the %d-rank checkpoints were moved (not deleted) to %s\n", (int)j.N, aside);
+out:
+    unstage(&j);
+    free(j.src);
+    free(j.dst);
+    free(j.rows);
+    free(j.moved);
+    if (j.kinst) j.kops->destroy(j.kinst);
+    grm__pipeline_destroy(p);
+    return st;
+}

@@ -1,0 +1,53 @@
+/* core/reshard.h - `grmhost reshard`: rewrite a training checkpoint written by N ranks for M
+ * ranks (issue 5).
+ *
+ * grmhost train on N ranks writes [checkpoint] dir/rank-R-of-N/step-S.<ext> (one rank: dir/
+ * step-S.<ext>). Each file holds the rows of every physical table that rank R owns under
+ * core/dist.h's sharding, owner(id) = base(r) + fmix64(id) % I (MTGRBoost §3; TurboGR §4.2.1
+ * with I = [train] sparse_group), and a copy of the replicated state: dense parameters, their
+ * optimizer state and trainer.* tensors. Resharding reads the N files of one step with the
+ * pipeline's checkpoint plugin, checks the replicated state is bitwise equal on every rank,
+ * and writes M files of the same step in which every row sits with its owner among M ranks.
+ *
+ * Rows of a table "emb.X.*" come in one of two layouts, told apart by the tensors alone:
+ *   keyed    (a hash store such as emb-dynamic): emb.X.ids i64 [n] names the rows; the 2-d
+ *            tensors of the table with n rows are per-row (weight, optimizer state, meta) and
+ *            follow their id; other tensors of the table are table state (counters), copied
+ *            when the ranks agree, else (i64 only) their element-wise maximum. With
+ *            sparse_group (replica groups) a key sits on several ranks: its float rows must
+ *            be equal, its i64 per-row counters (access counts) become their maximum.
+ *   indexed  (emb-static): no .ids; every tensor of the table has the table's rows as its
+ *            first dim and row i is id i. Each target file gets the whole table assembled
+ *            from the source owners of the rows (rows a rank does not own are never read).
+ *
+ * Writes are staged: every target file is first saved (by the checkpoint plugin, which itself
+ * writes a temporary file, fsyncs and renames) under a name resume ignores, then renamed into
+ * place; only then are the source checkpoints moved, never deleted, into dir/resharded-from-N
+ * (grmhost train refuses a directory that still holds another world size's checkpoints). */
+#ifndef GRM_RESHARD_H
+#define GRM_RESHARD_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <grm/grm.h>
+
+typedef struct grm__reshard_opts {
+    int32_t to;        /* M: ranks of the new checkpoint, >= 1 */
+    int32_t from;      /* N: ranks that wrote the source; 0: the only world size dir holds */
+    int64_t step;      /* the step to reshard; -1: the newest step every source rank has */
+    int force;         /* write even when the target already holds checkpoints */
+    int quiet;         /* log warnings only */
+} grm__reshard_opts;
+
+/* Reshard the checkpoints of the pipeline `ini` ([checkpoint] dir, its checkpoint plugin,
+ * its tables and [train] sparse_group) as `o` says; the summary (rows per table, how many
+ * changed rank) goes to `out`. Returns GRM_EINVAL (bad options, no [checkpoint] dir, several
+ * world sizes without o->from, a target that exists without o->force, sparse_group not
+ * dividing M), GRM_ENOTFOUND (no checkpoint, a missing rank file), GRM_EFORMAT (ranks that
+ * disagree on the step or the replicated state, a tensor of no table), GRM_EIO, GRM_ENOMEM,
+ * or the checkpoint plugin's error; the message names the file, what and the fix. On failure
+ * nothing visible to a resume has changed. */
+grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out);
+
+#endif /* GRM_RESHARD_H */
