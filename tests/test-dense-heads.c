@@ -1019,13 +1019,445 @@ static void test_ssm_options(void)
     test_opt_errors();
 }
 
+/* ---- loss = bce: SASRec's sampled binary cross-entropy ---- */
+
+typedef struct bce_case {
+    const char *name;
+    int64_t B, R, D;
+    int l2norm, share_k;
+    int64_t rown;                               /* row_negatives */
+    double temperature;
+    const char *impl;
+} bce_case;
+
+/* A dense-sampled-softmax head with loss = bce (or `loss`) and the case's options. */
+static void *bce_head(const bce_case *c, const char *loss)
+{
+    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
+    char t[64], l[32], k[32], rn[48], n[48], im[32], ls[32];
+    snprintf(t, sizeof t, "temperature=%.17g", c->temperature);
+    snprintf(l, sizeof l, "l2norm=%s", c->l2norm ? "true" : "false");
+    snprintf(k, sizeof k, "share_k=%d", c->share_k);
+    snprintf(rn, sizeof rn, "row_negatives=%lld", (long long)c->rown);
+    snprintf(n, sizeof n, "negatives=%lld", (long long)c->R);
+    snprintf(im, sizeof im, "impl=%s", c->impl);
+    snprintf(ls, sizeof ls, "loss=%s", loss);
+    const char *kvs[] = { t, l, k, rn, n, im, ls, "in_batch=false" };
+    const void *cfg = NULL;
+    void *inst = NULL;
+    if (harness_config_try(info, &cfg, kvs, 8) != GRM_OK
+        || ((const grm_dense_ops *)info->ops)->create(cfg, c->D, 77, &inst) != GRM_OK) {
+        printf("Bail out! bce head %s: %s\n", c->name, grm_last_error());
+        exit(1);
+    }
+    return inst;
+}
+
+/* The opt_case that opt_fill and opt_loss take for the same shapes. */
+static opt_case bce_as_opt(const bce_case *c)
+{
+    const opt_case o = { c->name, c->B, c->R, c->D, c->l2norm, 0, c->share_k, 0,
+                         c->temperature, c->impl };
+    return o;
+}
+
+/* Negatives each row owns for tests/ref/heads_bce.py: 0 (shared) or r. */
+static int64_t bce_r(const bce_case *c)
+{
+    return c->share_k == 0 ? 0 : c->rown > 0 ? c->rown : c->R / c->B;
+}
+
+static void bce_destroy(void *h)
+{
+    ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)->destroy(h);
+}
+
+/* A case worked by hand: B = R = 1, D = 2, u = (1, 0.5), pos = (2, -1), neg = (-1, 2):
+ * s+ = 1.5, s- = 0, loss = log(1 + e^-1.5) + log 2, d_pred = (sig(1.5) - 1) pos + neg / 2,
+ * d_pos = (sig(1.5) - 1) u, d_neg = u / 2; with the negative's id equal to the positive's,
+ * only the positive term remains. 3 checks. */
+static void test_bce_hand(void)
+{
+    float u[2] = { 1.0f, 0.5f }, pos[2] = { 2.0f, -1.0f }, neg[2] = { -1.0f, 2.0f };
+    int64_t pid[1] = { 5 }, nid[1] = { 6 };
+    const double gp = 1.0 / (1.0 + exp(-1.5)) - 1.0;
+    const float want_dp[2] = { (float)(gp * 2 - 0.5), (float)(gp * -1 + 1.0) };
+    const float want_dpos[2] = { (float)gp, (float)(gp * 0.5) };
+    const float want_dneg[2] = { 0.5f, 0.25f };
+    const double want = log1p(exp(-1.5)) + log(2.0);
+    const char *impls[2] = { "ref", "blas" };
+    for (int i = 0; i < 2; i++) {
+        const bce_case c = { "hand", 1, 1, 2, 0, 1, 0, 1.0, impls[i] };
+        void *h = bce_head(&c, "bce");
+        grm_loss_io io = new_io();
+        float dp[2], dpos[2], dneg[2];
+        io.rows = 1;
+        io.dim = 2;
+        io.pred = u;
+        io.d_pred = dp;
+        io.pos = pos;
+        io.d_pos = dpos;
+        io.pos_ids = pid;
+        io.neg = neg;
+        io.d_neg = dneg;
+        io.neg_ids = nid;
+        io.nneg = 1;
+        grm_status st = ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)
+                            ->loss(h, &io);
+        int ok = st == GRM_OK && fabs(io.loss - want) < 1e-6;
+        for (int d = 0; d < 2; d++)
+            ok = ok && fabsf(dp[d] - want_dp[d]) < 1e-6f && fabsf(dpos[d] - want_dpos[d]) < 1e-6f
+                 && fabsf(dneg[d] - want_dneg[d]) < 1e-6f;
+        tap_ok(ok, "bce by hand (%s): loss %.9g = log(1+e^-1.5) + log 2 = %.9g, d_pred, d_pos, "
+               "d_neg", impls[i], io.loss, want);
+        if (i == 1) {
+            nid[0] = 5;                         // the negative is the positive: masked
+            st = ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)
+                     ->loss(h, &io);
+            tap_ok(st == GRM_OK && fabs(io.loss - log1p(exp(-1.5))) < 1e-6 && dneg[0] == 0.0f
+                   && dneg[1] == 0.0f && fabsf(dp[0] - (float)(gp * 2)) < 1e-6f,
+                   "bce: a negative equal to the row's positive is left out (loss %.9g, "
+                   "d_neg 0)", io.loss);
+        }
+        bce_destroy(h);
+    }
+}
+
+/* 5 checks: run, loss, d_pred, d_pos, d_neg against tests/ref/heads_bce.py. */
+static void test_bce_torch(const bce_case *c)
+{
+    const char *py;
+    if (!have_torch(&py)) {
+        for (int i = 0; i < 5; i++)
+            tap_skip("no torch", "PyTorch heads_bce.py %s check %d of 5", c->name, i + 1);
+        return;
+    }
+    void *head = bce_head(c, "bce");
+    const opt_case o = bce_as_opt(c);
+    static opt_data d;
+    opt_fill(&o, &d, head, 4321 + (uint64_t)c->B);
+    const int64_t B = c->B, R = c->R, D = c->D;
+    static float dp[64 * 8], dpos[64 * 8], dneg[256 * 8];
+    double loss = 0;
+    grm_status st = opt_loss(head, &o, &d, &loss, dp, dpos, dneg);
+    char in[4200], out[4200], cmd[9000];
+    const char *dir = harness_tmpdir("dense-heads-bce");
+    snprintf(in, sizeof in, "%s/in.bin", dir);
+    snprintf(out, sizeof out, "%s/out.bin", dir);
+    FILE *f = fopen(in, "wb");
+    const uint32_t hdr[2] = { 0x45434248u, 1u };
+    const int64_t hd[5] = { B, R, D, c->l2norm, bce_r(c) };
+    int ok = f != NULL && fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(hd, sizeof hd, 1, f) == 1
+             && fwrite(&c->temperature, 8, 1, f) == 1
+             && fwrite(d.pred, 4, (size_t)(B * D), f) == (size_t)(B * D)
+             && fwrite(d.pos, 4, (size_t)(B * D), f) == (size_t)(B * D)
+             && fwrite(d.neg, 4, (size_t)(R * D), f) == (size_t)(R * D)
+             && fwrite(d.pid, 8, (size_t)B, f) == (size_t)B
+             && fwrite(d.nid, 8, (size_t)R, f) == (size_t)R
+             && fwrite(d.w, 4, (size_t)B, f) == (size_t)B;
+    if (f != NULL) fclose(f);
+    const char *src = harness_srcdir() != NULL ? harness_srcdir() : ".";
+    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/ref/heads_bce.py' '%s' '%s'", py, src, in, out);
+    ok = ok && system(cmd) == 0;
+    static float wdp[64 * 8], wdpos[64 * 8], wdneg[256 * 8];
+    double wloss = 0;
+    f = ok ? fopen(out, "rb") : NULL;
+    ok = f != NULL && fread(&wloss, 8, 1, f) == 1
+         && fread(wdp, 4, (size_t)(B * D), f) == (size_t)(B * D)
+         && fread(wdpos, 4, (size_t)(B * D), f) == (size_t)(B * D)
+         && fread(wdneg, 4, (size_t)(R * D), f) == (size_t)(R * D);
+    if (f != NULL) fclose(f);
+    tap_ok(ok && st == GRM_OK, "%s: head and tests/ref/heads_bce.py ran (%s)", c->name,
+           st == GRM_OK ? "ok" : grm_last_error());
+    char what[160];
+    const float gl = (float)loss, wl = (float)wloss;
+    snprintf(what, sizeof what, "torch %s: loss", c->name);
+    tap_close_f32(&gl, &wl, 1, 1e-5, 1e-7, what);
+    snprintf(what, sizeof what, "torch %s: d_pred", c->name);
+    tap_close_f32(dp, wdp, B * D, 1e-4, 1e-6, what);
+    snprintf(what, sizeof what, "torch %s: d_pos", c->name);
+    tap_close_f32(dpos, wdpos, B * D, 1e-4, 1e-6, what);
+    snprintf(what, sizeof what, "torch %s: d_neg (unused slots 0)", c->name);
+    tap_close_f32(dneg, wdneg, R * D, 1e-4, 1e-6, what);
+    bce_destroy(head);
+}
+
+/* Central differences (Richardson) of the ref loss against the analytic gradients. 1 check. */
+static void test_bce_fd(const bce_case *c)
+{
+    void *head = bce_head(c, "bce");
+    const opt_case o = bce_as_opt(c);
+    static opt_data d;
+    opt_fill(&o, &d, head, 17);
+    const int64_t B = c->B, R = c->R, D = c->D;
+    static float dp[64 * 8], dpos[64 * 8], dneg[256 * 8], t1[64 * 8], t2[64 * 8], t3[256 * 8];
+    double loss = 0, lp = 0, lm = 0;
+    grm_status st = opt_loss(head, &o, &d, &loss, dp, dpos, dneg);
+    float *vars[3] = { d.pred, d.pos, d.neg };
+    const float *ana[3] = { dp, dpos, dneg };
+    const int64_t len[3] = { B * D, B * D, R * D };
+    double worst = 0;
+    int bad = 0;
+    for (int v = 0; v < 3; v++)
+        for (int64_t i = 0; i < len[v]; i++) {
+            const float keep = vars[v][i];
+            double cd[2];
+            for (int k = 0; k < 2; k++) {
+                const float hi = keep + (k ? 2e-3f : 4e-3f), lo = keep - (k ? 2e-3f : 4e-3f);
+                vars[v][i] = hi;
+                st |= opt_loss(head, &o, &d, &lp, t1, t2, t3);
+                vars[v][i] = lo;
+                st |= opt_loss(head, &o, &d, &lm, t1, t2, t3);
+                cd[k] = (lp - lm) / ((double)hi - (double)lo);
+            }
+            vars[v][i] = keep;
+            const double num = (4 * cd[1] - cd[0]) / 3;
+            const double err = fabs(num - ana[v][i]) / (2e-3 + fabs(num));
+            if (err > worst) worst = err;
+            if (err > 5e-3 && bad++ < 5)
+                tap_diag("%s: input %d index %lld: numeric %.8g, analytic %.8g", c->name, v,
+                         (long long)i, num, (double)ana[v][i]);
+        }
+    tap_ok(st == GRM_OK && bad == 0, "%s: d_pred, d_pos, d_neg vs central differences "
+           "(worst rel err %.2g)", c->name, worst);
+    bce_destroy(head);
+}
+
+/* blas equals ref (several row chunks, masks, duplicates, weights). 4 checks per case. */
+static void test_bce_impls(int64_t B, int64_t R, int share_k, int64_t rown)
+{
+    const bce_case cb = { "bce blas", B, R, 8, 0, share_k, rown, 0.7, "blas" };
+    const bce_case cr = { "bce ref", B, R, 8, 0, share_k, rown, 0.7, "ref" };
+    void *hb = bce_head(&cb, "bce"), *hr = bce_head(&cr, "bce");
+    const opt_case o = bce_as_opt(&cb);
+    static opt_data d;
+    opt_fill(&o, &d, hb, 8);
+    static float a[3][256 * 8], b[3][256 * 8];
+    double la = 0, lb = 0;
+    grm_status st = opt_loss(hb, &o, &d, &la, a[0], a[1], a[2]);
+    st |= opt_loss(hr, &o, &d, &lb, b[0], b[1], b[2]);
+    char what[160];
+    const char *mode = share_k == 0 ? "shared" : "own";
+    tap_ok(st == GRM_OK && fabs(la - lb) <= 1e-5 * fabs(lb), "bce %s B %lld R %lld: blas loss "
+           "%.9g = ref %.9g", mode, (long long)B, (long long)R, la, lb);
+    snprintf(what, sizeof what, "bce %s blas vs ref: d_pred", mode);
+    tap_close_f32(a[0], b[0], B * 8, 1e-4, 1e-6, what);
+    snprintf(what, sizeof what, "bce %s blas vs ref: d_pos", mode);
+    tap_close_f32(a[1], b[1], B * 8, 1e-4, 1e-6, what);
+    snprintf(what, sizeof what, "bce %s blas vs ref: d_neg", mode);
+    tap_close_f32(a[2], b[2], R * 8, 1e-4, 1e-6, what);
+    bce_destroy(hb);
+    bce_destroy(hr);
+}
+
+/* The trainer's situation: negatives = 6400 (batch 128 x 50 tokens) drawn before the
+ * step's rows are known, rows varying per step. With row_negatives = 1 row i uses slot i
+ * and the other slots get a zero gradient; blas equals ref at every size, and a step with
+ * more rows than negatives is refused. 4 checks. */
+static void test_bce_varying_rows(void)
+{
+    const int64_t R = 6400, D = 8;
+    const bce_case cb = { "vary blas", 1, R, D, 0, 1, 1, 1.0, "blas" };
+    const bce_case cr = { "vary ref", 1, R, D, 0, 1, 1, 1.0, "ref" };
+    void *hb = bce_head(&cb, "bce"), *hr = bce_head(&cr, "bce");
+    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    const int64_t cap = R + 1;
+    float *pred = malloc((size_t)(cap * D) * 4), *pos = malloc((size_t)(cap * D) * 4);
+    float *neg = malloc((size_t)(R * D) * 4), *g[2][3];
+    int64_t *pid = malloc((size_t)cap * 8), *nid = malloc((size_t)R * 8);
+    int64_t cat_ids[500];
+    for (int i = 0; i < 500; i++) cat_ids[i] = 1000 + i;
+    for (int k = 0; k < 2; k++) {
+        g[k][0] = malloc((size_t)(cap * D) * 4);
+        g[k][1] = malloc((size_t)(cap * D) * 4);
+        g[k][2] = malloc((size_t)(R * D) * 4);
+    }
+    if (!pred || !pos || !neg || !pid || !nid || !g[0][0] || !g[0][1] || !g[0][2] || !g[1][0]
+        || !g[1][1] || !g[1][2]) {
+        printf("Bail out! out of memory\n");
+        exit(1);
+    }
+    // the head's own draw, as the trainer does it: 6400 ids from a 500-item catalog
+    grm_catalog cat = { 500, cat_ids, NULL };
+    int64_t got = 0;
+    grm_status st = ops->negatives(hb, nid, &got, 1 << 20, &cat, 3);
+    uint64_t s = 91;
+    for (int64_t i = 0; i < R * D; i++) neg[i] = harness_randf(&s);
+    for (int64_t i = 0; i < cap * D; i++) {
+        pred[i] = harness_randf(&s);
+        pos[i] = harness_randf(&s);
+    }
+    for (int64_t i = 0; i < cap; i++) pid[i] = 1000 + (int64_t)(harness_rand(&s) % 500);
+    const int64_t sizes[3] = { 1, 937, 6400 };
+    int ok = st == GRM_OK && got == R;
+    double worst = 0;
+    for (int q = 0; q < 3; q++) {
+        double l[2] = { 0, 0 };
+        for (int k = 0; k < 2; k++) {
+            for (int64_t i = 0; i < R * D; i++) g[k][2][i] = 1.0f;   // must be overwritten
+            grm_loss_io io = new_io();
+            io.rows = sizes[q];
+            io.dim = D;
+            io.pred = pred;
+            io.d_pred = g[k][0];
+            io.pos = pos;
+            io.d_pos = g[k][1];
+            io.pos_ids = pid;
+            io.neg = neg;
+            io.d_neg = g[k][2];
+            io.neg_ids = nid;
+            io.nneg = R;
+            st = ops->loss(k == 0 ? hb : hr, &io);
+            ok = ok && st == GRM_OK;
+            l[k] = io.loss;
+        }
+        const int64_t B = sizes[q];
+        ok = ok && fabs(l[0] - l[1]) <= 1e-5 * fabs(l[1]);
+        for (int64_t i = 0; i < B * D; i++) {
+            const double e0 = fabs(g[0][0][i] - g[1][0][i]) / (1e-6 + fabs(g[1][0][i]));
+            const double e2 = fabs(g[0][2][i] - g[1][2][i]) / (1e-6 + fabs(g[1][2][i]));
+            worst = fmax(worst, fmax(e0, e2));
+        }
+        for (int k = 0; k < 2; k++)
+            for (int64_t i = B * D; i < R * D; i++) ok = ok && g[k][2][i] == 0.0f;
+    }
+    tap_ok(ok && worst < 1e-3, "bce, negatives = 6400, rows 1 / 937 / 6400: blas = ref "
+           "(worst rel %.2g), slots past rows get d_neg = 0", worst);
+    // row i's loss uses slot i only: the loss of 937 rows is the mean of 937 one-row losses
+    // against their own slot
+    double num = 0;
+    for (int64_t b = 0; b < 937; b++) {
+        double sp = 0, sn = 0;
+        for (int64_t d = 0; d < D; d++) {
+            sp += (double)pred[b * D + d] * pos[b * D + d];
+            sn += (double)pred[b * D + d] * neg[b * D + d];
+        }
+        num += log1p(exp(-sp)) + (nid[b] == pid[b] ? 0.0 : log1p(exp(sn)));
+    }
+    grm_loss_io io = new_io();
+    io.rows = 937;
+    io.dim = D;
+    io.pred = pred;
+    io.pos = pos;
+    io.pos_ids = pid;
+    io.neg = neg;
+    io.neg_ids = nid;
+    io.nneg = R;
+    st = ops->loss(hb, &io);
+    tap_ok(st == GRM_OK && fabs(io.loss - num / 937) < 1e-5 * (num / 937), "bce, 937 rows of "
+           "6400 negatives: loss %.9g = mean over rows of softplus(-s+) + softplus(s- of slot "
+           "i) %.9g", io.loss, num / 937);
+    io.rows = cap;
+    expect(ops->loss(hb, &io), GRM_EINVAL, "io->nneg 6400 is less than io->rows 6401 x "
+           "row_negatives 1", "bce: a step with more rows than negatives is refused");
+    // a softmax head with row_negatives behaves the same way (share_k = 1, r = 1)
+    const opt_case so = { "softmax rown", 5, 13, 4, 0, 0, 1, 0, 0.5, "blas" };
+    void *hs = opt_head(&so, "row_negatives=2", NULL);
+    const opt_case s10 = { "softmax r=2", 5, 10, 4, 0, 0, 1, 0, 0.5, "ref" };
+    void *h10 = opt_head(&s10, NULL, NULL);
+    static opt_data d;
+    opt_fill(&so, &d, hs, 21);
+    static float a[3][256 * 8], b[3][256 * 8];
+    double la = 0, lb = 0;
+    for (int64_t i = 0; i < 13 * 4; i++) a[2][i] = 1.0f;
+    st = opt_loss(hs, &so, &d, &la, a[0], a[1], a[2]);
+    st |= opt_loss(h10, &s10, &d, &lb, b[0], b[1], b[2]);
+    ok = st == GRM_OK && fabs(la - lb) <= 1e-5 * fabs(lb);
+    for (int64_t i = 0; i < 10 * 4; i++)
+        ok = ok && fabsf(a[2][i] - b[2][i]) <= 1e-4f * fabsf(b[2][i]) + 1e-6f;
+    for (int64_t i = 10 * 4; i < 13 * 4; i++) ok = ok && a[2][i] == 0.0f;
+    tap_ok(ok, "softmax, share_k = 1, row_negatives = 2, 5 rows of 13 negatives: loss %.9g = "
+           "share_k = 1 on the first 10 (%.9g), d_neg equal there and 0 past them", la, lb);
+    ops->destroy(hs);
+    ops->destroy(h10);
+    for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 3; j++) free(g[k][j]);
+    free(pred);
+    free(pos);
+    free(neg);
+    free(pid);
+    free(nid);
+    bce_destroy(hb);
+    bce_destroy(hr);
+}
+
+/* Refused combinations and counts: status and message. 7 checks. */
+static void test_bce_errors(void)
+{
+    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
+    const grm_dense_ops *ops = info->ops;
+    const struct {
+        const char *kv[3];
+        const char *sub, *what;
+    } bad[] = {
+        { { "loss=bce", "in_batch=true", NULL }, "loss = bce: in-batch negatives are a "
+          "softmax term; set in_batch = false", "bce with in_batch is refused" },
+        { { "loss=bce", "in_batch=false", "logq=true" }, "set logq = false",
+          "bce with logq is refused" },
+        { { "loss=bce", "in_batch=false", "share_k=2" }, "use share_k = 1 (own negatives) "
+          "or 0", "bce with share_k = 2 is refused" },
+        { { "row_negatives=1", "in_batch=false", NULL }, "per-row negatives need share_k >= 1",
+          "row_negatives with share_k = 0 is refused" },
+        { { "row_negatives=-1", NULL, NULL }, "row_negatives", "row_negatives = -1 is "
+          "refused" },
+        { { "loss=hinge", NULL, NULL }, "loss", "loss = hinge is refused" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const void *cfg = NULL;
+        void *inst = NULL;
+        int n = 0;
+        while (n < 3 && bad[i].kv[n] != NULL) n++;
+        grm_status st = harness_config_try(info, &cfg, bad[i].kv, n);
+        if (st == GRM_OK) st = ops->create(cfg, 4, 1, &inst);
+        expect(st, GRM_EINVAL, bad[i].sub, bad[i].what);
+        ops->destroy(inst);
+    }
+    // without row_negatives, per-row negatives must divide evenly, as for softmax
+    const bce_case c = { "bce divide", 3, 7, 4, 0, 1, 0, 1.0, "blas" };
+    void *h = bce_head(&c, "bce");
+    const opt_case o = bce_as_opt(&c);
+    static opt_data d;
+    opt_fill(&o, &d, h, 1);
+    double l = 0;
+    float t1[64], t2[64], t3[64];
+    expect(opt_loss(h, &o, &d, &l, t1, t2, t3), GRM_EINVAL, "io->nneg 7 is not a multiple "
+           "of io->rows 3", "bce, share_k = 1, row_negatives = 0: nneg not a multiple of rows");
+    bce_destroy(h);
+}
+
+static void test_bce_loss(void)
+{
+    test_bce_hand();
+    // name, B, R, D, l2norm, share_k, row_negatives, temperature, impl
+    const bce_case torch_cases[] = {
+        { "bce own r=1", 7, 7, 5, 0, 1, 0, 1.0, "blas" },
+        { "bce own row_negatives=1 of 10", 6, 10, 4, 0, 1, 1, 1.0, "blas" },
+        { "bce own row_negatives=2 l2norm T=0.2 ref", 5, 13, 3, 1, 1, 2, 0.2, "ref" },
+        { "bce shared T=0.5", 6, 5, 4, 0, 0, 0, 0.5, "blas" },
+        { "bce shared l2norm ref", 5, 4, 3, 1, 0, 0, 1.0, "ref" },
+    };
+    for (size_t i = 0; i < sizeof torch_cases / sizeof *torch_cases; i++)
+        test_bce_torch(&torch_cases[i]);
+    const bce_case fd_cases[] = {
+        { "fd bce own r=2", 5, 10, 3, 0, 1, 0, 0.7, "ref" },
+        { "fd bce shared l2norm", 4, 5, 3, 1, 0, 0, 0.5, "ref" },
+    };
+    for (size_t i = 0; i < sizeof fd_cases / sizeof *fd_cases; i++)
+        test_bce_fd(&fd_cases[i]);
+    test_bce_impls(61, 61 * 3 + 5, 1, 3);
+    test_bce_impls(61, 150, 0, 0);
+    test_bce_varying_rows();
+    test_bce_errors();
+}
+
 int main(void)
 {
-    tap_plan(48 + 5 * 5 + 2 + 7 + 3 + 5 + 3);
+    tap_plan(48 + 5 * 5 + 2 + 7 + 3 + 5 + 3 + 3 + 5 * 5 + 2 + 2 * 4 + 4 + 7);
     test_bce();
     test_ssm_loss();
     test_negatives();
     test_ssm_blas_vs_ref();
     test_ssm_options();
+    test_bce_loss();
     return tap_done();
 }

@@ -1,7 +1,8 @@
 /* plugins/dense-mlp/heads.c - the two heads of dense-mlp.so: dense-bce (multi-task
  * binary cross-entropy on logits) and dense-sampled-softmax (retrieval loss over sampled
  * and in-batch negatives, with the negative sampler, optional L2 normalization, FP16
- * negatives (TurboGR §4.3.2) and intra-batch logit sharing (TurboGR §4.3.3, eq. 2)). Both
+ * negatives (TurboGR §4.3.2), intra-batch logit sharing (TurboGR §4.3.3, eq. 2) and, with
+ * loss = bce, SASRec's sampled binary cross-entropy (Kang & McAuley 2018, §III-E)). Both
  * pass rows through unchanged (out_dim = in_dim); the numerics are in heads_ref.c and
  * heads_cpu.c. */
 #include <math.h>
@@ -87,6 +88,7 @@ struct ssm_head {
 
     ssm_loss_fn loss;           /* picked at create from cfg.impl (STYLE.md §7) */
     ssm_share_fn share;         /* the same, for share_k > 0 */
+    ssm_bce_fn bce;             /* the same, for loss = bce */
     double *work;               /* owned: [work_cap], see ssm_work_doubles */
     int64_t work_cap;
 
@@ -133,6 +135,33 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
     if (cfg->share_k > 0 && cfg->in_batch)
         return host->errorf(GRM_EINVAL, "dense-sampled-softmax: share_k: logit sharing "
                             "(TurboGR eq. 2) has no in-batch term; set in_batch = false");
+    if (cfg->loss != SSM_LOSS_SOFTMAX && cfg->loss != SSM_LOSS_BCE)
+        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: %d is not softmax (0) "
+                            "or bce (1)", (int)cfg->loss);
+    if (cfg->row_negatives < 0 || cfg->row_negatives > (1 << 20))
+        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: row_negatives: %lld out of "
+                            "range 0..%d", (long long)cfg->row_negatives, 1 << 20);
+    if (cfg->row_negatives > 0 && cfg->share_k == 0)
+        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: row_negatives: per-row "
+                            "negatives need share_k >= 1 (with share_k = 0 every row uses "
+                            "all negatives); set share_k = 1 or row_negatives = 0");
+    if (cfg->loss == SSM_LOSS_BCE) {
+        // SASRec's loss (Kang & McAuley 2018, §III-E): each row against its positive and
+        // its own (share_k = 1) or all (share_k = 0) sampled negatives; the softmax-only
+        // options have no meaning there
+        if (cfg->in_batch)
+            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss = bce: in-batch "
+                                "negatives are a softmax term; set in_batch = false");
+        if (cfg->logq)
+            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss = bce: the logQ "
+                                "correction estimates a softmax partition function; set "
+                                "logq = false");
+        if (cfg->share_k > 1)
+            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss = bce: share_k = "
+                                "%lld shares negatives in groups of a softmax (TurboGR eq. 2); "
+                                "use share_k = 1 (own negatives) or 0 (shared by the batch)",
+                                (long long)cfg->share_k);
+    }
     ssm_head *h = calloc(1, sizeof *h);
     if (h == NULL)
         return host->errorf(GRM_ENOMEM, "dense-sampled-softmax: create: out of memory");
@@ -143,6 +172,7 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
     h->ndrawn = -1;
     h->loss = cfg->impl == MLP_IMPL_REF ? ssm_loss_ref : ssm_loss_cpu;
     h->share = cfg->impl == MLP_IMPL_REF ? ssm_share_loss_ref : ssm_share_loss_cpu;
+    h->bce = cfg->impl == MLP_IMPL_REF ? ssm_bce_ref : ssm_bce_cpu;
     if (cfg->negatives > 0) {
         const size_t n = (size_t)cfg->negatives;
         h->drawn_idx = malloc(n * sizeof *h->drawn_idx);
@@ -235,7 +265,17 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
         logq = h->drawn_logq;
     }
     int64_t r = 0;              /* negatives per row (share_k) */
-    if (h->cfg.share_k > 0) {
+    if (h->cfg.share_k > 0 && h->cfg.row_negatives > 0) {
+        // the trainer draws one fixed count per step before it knows the step's rows
+        // (tokens): row i owns neg [i r, (i+1) r), the slots past rows r are unused
+        r = h->cfg.row_negatives;
+        if (R < B * r)
+            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: io->nneg %lld is "
+                                "less than io->rows %lld x row_negatives %lld; raise "
+                                "negatives to at least the most rows of a step x "
+                                "row_negatives (batch_size x max_seq_len for tokens)",
+                                (long long)R, (long long)B, (long long)r);
+    } else if (h->cfg.share_k > 0) {
         if ((B == 0 && R != 0) || (B > 0 && R % B != 0))
             return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: io->nneg %lld is "
                                 "not a multiple of io->rows %lld; with share_k each row owns "
@@ -244,8 +284,12 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
         r = B > 0 ? R / B : 0;
     }
     const int64_t nunit = 2 * B + R;
+    const int bce = h->cfg.loss == SSM_LOSS_BCE;
     grm_status st2 = GRM_OK;
-    if (h->cfg.share_k > 0) {
+    if (bce) {
+        st2 = grow(h, (void **)&h->work, &h->work_cap, ssm_bce_work_doubles(B, R, r),
+                   sizeof(double));
+    } else if (h->cfg.share_k > 0) {
         const int64_t chunks = ssm_share_chunks((B + h->cfg.share_k - 1) / h->cfg.share_k,
                                                 host->num_threads());
         const int64_t fl = ssm_share_work_floats(h->cfg.share_k, r, D, chunks);
@@ -290,7 +334,11 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
         pos = pp;
         neg = R > 0 ? np : neg;
     }
-    if (h->cfg.share_k > 0) {
+    if (bce) {
+        st = h->bce(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, pred, pos, neg,
+                    io->pos_ids, io->neg_ids, io->weights, h->cfg.temperature, B, R, r, D,
+                    h->work);
+    } else if (h->cfg.share_k > 0) {
         // the token-level shuffle of eq. 2, keyed by the seed and the step's negatives
         // (a pure function of the data: replays exactly, changes every step)
         uint64_t key = grm_mix64(h->seed ^ 0x9b05688c2b3e6c1fULL);
@@ -301,6 +349,9 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
         st = h->share(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, pred, pos, neg,
                       io->pos_ids, io->neg_ids, io->weights, logq, h->perm, h->cfg.share_k,
                       h->cfg.temperature, B, r, D, (float *)h->work);
+        // slots past rows r (row_negatives) belong to no row
+        if (st == GRM_OK && io->d_neg != NULL && R > B * r)
+            memset(io->d_neg + B * r * D, 0, (size_t)((R - B * r) * D) * sizeof *io->d_neg);
     } else {
         st = h->loss(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, pred, pos, neg,
                      io->pos_ids, io->neg_ids, io->weights, logq, h->cfg.in_batch,

@@ -11,7 +11,12 @@
  * products accumulate in float (tests compare with rtol 1e-4).
  *
  * ssm_share_loss_cpu: TurboGR eq. 2 groups on the thread pool; each group's negative rows
- * are read once, by one GEMM per member block, for all its k tokens. */
+ * are read once, by one GEMM per member block, for all its k tokens.
+ *
+ * ssm_bce_cpu: SASRec's sampled BCE (Kang & McAuley 2018, §III-E). Own negatives: row
+ * chunks on the thread pool, each row writing only its own d_pred, d_pos and negative
+ * slots. Shared negatives: the logits S [B, R] by GEMM per row chunk, then d_neg = G^T U
+ * per item chunk, as ssm_loss_cpu without in-batch. */
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
@@ -303,6 +308,160 @@ grm_status ssm_share_loss_cpu(const grm_host_api *host, double *loss, float *d_p
     if (st != GRM_OK) return st;
     double total = 0;
     for (int64_t b = 0; b < B; b++) total += rowloss[b];
+    *loss = total / wsum;
+    return GRM_OK;
+}
+
+/* ---- sampled binary cross-entropy (SASRec) ---- */
+
+int64_t ssm_bce_work_doubles(int64_t B, int64_t R, int64_t r)
+{
+    // the logits [B, R] floats when shared, then the per-row losses [B] doubles
+    return (r == 0 ? (B * R + 1) / 2 : 0) + B + 1;
+}
+
+typedef struct ssm_bce_ctx {
+    float *S;                   /* [B, R] logits, then their gradients (shared only) */
+    double *rowloss;            /* [B] weighted losses */
+    float *d_pred, *d_pos, *d_neg;
+    const float *pred, *pos, *neg;
+    const int64_t *pos_ids, *neg_ids;
+    const float *weights;
+    double inv_t, wsum;
+    int64_t B, R, r, D;
+} ssm_bce_ctx;
+
+static double bce_sigmoid(double x)
+{
+    const double e = exp(-fabs(x));
+    return x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+
+static double bce_softplus(double x)
+{
+    return fmax(x, 0.0) + log1p(exp(-fabs(x)));
+}
+
+/* Row b's positive term: its loss, d_pos (written) and d_pred = gp pos_b (written, the
+ * negatives add to it). Returns the loss term. */
+static double bce_positive(const ssm_bce_ctx *c, int64_t b, double cw)
+{
+    const int K = (int)c->D;
+    const float *u = c->pred + b * c->D;                    /* [D] */
+    const double sp = (double)cblas_sdot(K, u, 1, c->pos + b * c->D, 1) * c->inv_t;
+    const float gp = (float)(cw * (bce_sigmoid(sp) - 1.0));
+    for (int64_t d = 0; d < c->D; d++) {
+        if (c->d_pred != NULL) c->d_pred[b * c->D + d] = gp * c->pos[b * c->D + d];
+        if (c->d_pos != NULL) c->d_pos[b * c->D + d] = gp * u[d];
+    }
+    return bce_softplus(-sp);
+}
+
+/* Own negatives (r >= 1), rows [lo, hi): row b alone reads and writes neg [b r, (b+1) r),
+ * so the rows of a chunk touch no other chunk's memory. */
+static grm_status bce_own_rows(void *vctx, int64_t lo, int64_t hi)
+{
+    const ssm_bce_ctx *c = vctx;
+    const int K = (int)c->D;
+    for (int64_t b = lo; b < hi; b++) {
+        const float *u = c->pred + b * c->D;                /* [D] */
+        const double w = c->weights != NULL ? (double)c->weights[b] : 1.0;
+        const double cw = w / c->wsum * c->inv_t;
+        double lb = bce_positive(c, b, cw);
+        for (int64_t j = b * c->r; j < (b + 1) * c->r; j++) {
+            float *dn = c->d_neg != NULL ? c->d_neg + j * c->D : NULL;   /* [D] */
+            if (c->neg_ids != NULL && c->pos_ids != NULL && c->neg_ids[j] == c->pos_ids[b]) {
+                if (dn != NULL) memset(dn, 0, (size_t)c->D * sizeof *dn);
+                continue;
+            }
+            const double sn = (double)cblas_sdot(K, u, 1, c->neg + j * c->D, 1) * c->inv_t;
+            lb += bce_softplus(sn);
+            const float gn = (float)(cw * bce_sigmoid(sn));
+            if (c->d_pred != NULL) cblas_saxpy(K, gn, c->neg + j * c->D, 1,
+                                               c->d_pred + b * c->D, 1);
+            if (dn != NULL)
+                for (int64_t d = 0; d < c->D; d++) dn[d] = gn * u[d];
+        }
+        c->rowloss[b] = w * lb;
+    }
+    return GRM_OK;
+}
+
+/* Shared negatives (r = 0), rows [lo, hi): S = U N^T by GEMM, the loss and the logit
+ * gradients in place, d_pred += G N by GEMM. */
+static grm_status bce_shared_rows(void *vctx, int64_t lo, int64_t hi)
+{
+    const ssm_bce_ctx *c = vctx;
+    const int64_t R = c->R;
+    const int M = (int)(hi - lo), K = (int)c->D, N = (int)R;
+    float *S = c->S + lo * R;                               /* [M, R] */
+    if (R > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f,
+                    c->pred + lo * c->D, K, c->neg, K, 0.0f, S, N);
+    for (int64_t b = lo; b < hi; b++) {
+        float *s = c->S + b * R;                            /* [R] */
+        const double w = c->weights != NULL ? (double)c->weights[b] : 1.0;
+        const double cw = w / c->wsum * c->inv_t;
+        double lb = bce_positive(c, b, cw);
+        for (int64_t j = 0; j < R; j++) {
+            if (c->neg_ids != NULL && c->pos_ids != NULL && c->neg_ids[j] == c->pos_ids[b]) {
+                s[j] = 0.0f;
+                continue;
+            }
+            const double sn = (double)s[j] * c->inv_t;
+            lb += bce_softplus(sn);
+            s[j] = (float)(cw * bce_sigmoid(sn));
+        }
+        c->rowloss[b] = w * lb;
+    }
+    if (c->d_pred != NULL && R > 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, K, N, 1.0f, S, N, c->neg, K,
+                    1.0f, c->d_pred + lo * c->D, K);
+    return GRM_OK;
+}
+
+/* Shared negatives, items [lo, hi): d_neg = G[:, lo:hi]^T U. */
+static grm_status bce_shared_items(void *vctx, int64_t lo, int64_t hi)
+{
+    const ssm_bce_ctx *c = vctx;
+    const int K = (int)c->D;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), K, (int)c->B, 1.0f,
+                c->S + lo, (int)c->R, c->pred, K, 0.0f, c->d_neg + lo * c->D, K);
+    return GRM_OK;
+}
+
+grm_status ssm_bce_cpu(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
+                       float *d_neg, const float *pred, const float *pos, const float *neg,
+                       const int64_t *pos_ids, const int64_t *neg_ids, const float *weights,
+                       double temperature, int64_t B, int64_t R, int64_t r, int64_t D,
+                       double *work)
+{
+    double wsum = 0;
+    for (int64_t b = 0; b < B; b++) wsum += weights != NULL ? (double)weights[b] : 1.0;
+    if (B > 0 && !(wsum > 0))
+        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: sample weights sum to "
+                            "%g over %lld rows; at least one weight must be positive", wsum,
+                            (long long)B);
+    // slots no row owns (all of them when B = 0; past B r with own negatives) get zero
+    const int64_t used = B == 0 ? 0 : r == 0 ? R : B * r;
+    if (d_neg != NULL && R > used)
+        memset(d_neg + used * D, 0, (size_t)((R - used) * D) * sizeof *d_neg);
+    if (B == 0) {
+        *loss = 0.0;
+        return GRM_OK;
+    }
+    ssm_bce_ctx ctx = { .S = (float *)work, .d_pred = d_pred, .d_pos = d_pos, .d_neg = d_neg,
+                        .pred = pred, .pos = pos, .neg = neg, .pos_ids = pos_ids,
+                        .neg_ids = neg_ids, .weights = weights, .inv_t = 1.0 / temperature,
+                        .wsum = wsum, .B = B, .R = R, .r = r, .D = D };
+    ctx.rowloss = work + (r == 0 ? (B * R + 1) / 2 : 0);
+    grm_status st = host->parallel_for(B, SSM_ROW_GRAIN, r == 0 ? bce_shared_rows : bce_own_rows,
+                                       &ctx);
+    if (st == GRM_OK && r == 0 && d_neg != NULL && R > 0)
+        st = host->parallel_for(R, SSM_ITEM_GRAIN, bce_shared_items, &ctx);
+    if (st != GRM_OK) return st;
+    double total = 0;
+    for (int64_t b = 0; b < B; b++) total += ctx.rowloss[b];   /* fixed order */
     *loss = total / wsum;
     return GRM_OK;
 }

@@ -1,8 +1,9 @@
 /* plugins/dense-mlp/heads_ref.c - numerics of the two heads, plain loops in double:
- * binary cross-entropy with logits (multi-task, weighted) and sampled softmax with
+ * binary cross-entropy with logits (multi-task, weighted), sampled softmax with
  * shared sampled negatives and in-batch negatives (Jean et al. 2015; Yi et al. 2019,
- * "Sampling-bias-corrected neural modeling", for the logQ correction), and the
- * with-replacement negative draw. */
+ * "Sampling-bias-corrected neural modeling", for the logQ correction), SASRec's sampled
+ * binary cross-entropy (Kang & McAuley 2018, §III-E) over own or shared negatives, and
+ * the with-replacement negative draw. */
 #include <math.h>
 #include <string.h>
 
@@ -129,6 +130,74 @@ grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
             if (dv != NULL)
                 axpy(dv, gi, u, D);
         }
+    }
+    *loss = B > 0 ? total / wsum : 0.0;
+    return GRM_OK;
+}
+
+/* ---- sampled binary cross-entropy (SASRec) ---- */
+
+/* softplus(x) = log(1 + exp(x)), stable: max(x, 0) + log1p(exp(-|x|)). */
+static double softplus(double x)
+{
+    return fmax(x, 0.0) + log1p(exp(-fabs(x)));
+}
+
+/* sigmoid(x) without exp of a positive number. */
+static double sigmoid(double x)
+{
+    const double e = exp(-fabs(x));
+    return x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+
+grm_status ssm_bce_ref(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
+                       float *d_neg, const float *pred, const float *pos, const float *neg,
+                       const int64_t *pos_ids, const int64_t *neg_ids, const float *weights,
+                       double temperature, int64_t B, int64_t R, int64_t r, int64_t D,
+                       double *work)
+{
+    (void)work;
+    if (d_pred != NULL)
+        memset(d_pred, 0, (size_t)(B * D) * sizeof *d_pred);
+    if (d_pos != NULL)
+        memset(d_pos, 0, (size_t)(B * D) * sizeof *d_pos);
+    if (d_neg != NULL)
+        memset(d_neg, 0, (size_t)(R * D) * sizeof *d_neg);
+    double wsum = 0;
+    for (int64_t b = 0; b < B; b++)
+        wsum += weights != NULL ? (double)weights[b] : 1.0;
+    if (B > 0 && !(wsum > 0))
+        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: sample weights sum to "
+                            "%g over %lld rows; at least one weight must be positive", wsum,
+                            (long long)B);
+    const double inv_t = 1.0 / temperature;
+    double total = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const float *u = pred + b * D;                      /* [D] query of row b */
+        const double w = weights != NULL ? (double)weights[b] : 1.0;
+        const double c = w / wsum * inv_t;
+        // -log sigmoid(s+) = softplus(-s+); d/ds+ = sigmoid(s+) - 1
+        const double sp = dot(u, pos + b * D, D) * inv_t;
+        double lb = softplus(-sp);
+        const double gp = c * (sigmoid(sp) - 1.0);
+        if (d_pred != NULL)
+            axpy(d_pred + b * D, gp, pos + b * D, D);
+        if (d_pos != NULL)
+            axpy(d_pos + b * D, gp, u, D);
+        // -log(1 - sigmoid(s-)) = softplus(s-); d/ds- = sigmoid(s-)
+        const int64_t j0 = r == 0 ? 0 : b * r, j1 = r == 0 ? R : (b + 1) * r;
+        for (int64_t j = j0; j < j1; j++) {
+            if (neg_ids != NULL && pos_ids != NULL && neg_ids[j] == pos_ids[b])
+                continue;                                   // not a negative of this row
+            const double sn = dot(u, neg + j * D, D) * inv_t;
+            lb += softplus(sn);
+            const double gn = c * sigmoid(sn);
+            if (d_pred != NULL)
+                axpy(d_pred + b * D, gn, neg + j * D, D);
+            if (d_neg != NULL)
+                axpy(d_neg + j * D, gn, u, D);
+        }
+        total += w * lb;
     }
     *loss = B > 0 ? total / wsum : 0.0;
     return GRM_OK;

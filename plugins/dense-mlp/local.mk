@@ -7,7 +7,7 @@ plugin_LTLIBRARIES += %reldir%/dense-mlp.la
 %canon_reldir%_dense_mlp_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
 %canon_reldir%_dense_mlp_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 %canon_reldir%_dense_mlp_la_LIBADD = $(BLAS_LIBS) -lm
-EXTRA_DIST += %reldir%/README.md tests/ref/dense_mlp.py
+EXTRA_DIST += %reldir%/README.md tests/ref/dense_mlp.py tests/ref/heads_bce.py
 
 check_PROGRAMS += tests/test-dense-mlp tests/test-dense-heads
 TESTS += tests/test-dense-mlp tests/test-dense-heads

@@ -49,6 +49,9 @@ typedef struct mlp_config {
 /* Samplers; the ENUM order of "uniform|popularity". */
 enum ssm_sampler { SSM_SAMPLER_UNIFORM = 0, SSM_SAMPLER_POPULARITY = 1 };
 
+/* Losses of dense-sampled-softmax; the ENUM order of "softmax|bce". */
+enum ssm_loss_kind { SSM_LOSS_SOFTMAX = 0, SSM_LOSS_BCE = 1 };
+
 typedef struct ssm_config {
     int64_t negatives;          /* negatives drawn per step */
     int32_t sampler;            /* enum ssm_sampler */
@@ -61,6 +64,9 @@ typedef struct ssm_config {
     int64_t share_k;            /* 0: negatives shared by the batch; k >= 1: per-token
                                  * negatives, shared in shuffled groups of k (TurboGR eq. 2) */
     int32_t neg_fp16;           /* 1: negatives stored in FP16, read back as fp32 */
+    int32_t loss;               /* enum ssm_loss_kind */
+    int64_t row_negatives;      /* share_k >= 1: 0: each row owns nneg / rows negatives;
+                                 * r >= 1: each row owns r, slots past rows r unused */
 } ssm_config;
 
 /* ---- linear-layer kernels (STYLE.md §9: one type per operation) ---- */
@@ -213,6 +219,33 @@ grm_status ssm_share_loss_cpu(const grm_host_api *host, double *loss, float *d_p
 /* Chunks the cpu share path splits the groups into, and the floats of work it needs. */
 int64_t ssm_share_chunks(int64_t groups, int32_t threads);
 int64_t ssm_share_work_floats(int64_t k, int64_t r, int64_t D, int64_t chunks);
+
+/* Sampled binary cross-entropy (SASRec, Kang & McAuley 2018, §III-E "Network Training":
+ * each token's positive next item and its sampled negatives): for row b with query u_b,
+ *   loss_b = softplus(-u_b . pos_b / T) + sum_{j in N(b)} softplus(u_b . neg_j / T)
+ * where N(b) = all R negatives (r = 0, shared) or the row's own neg [b r, (b+1) r)
+ * (r >= 1; R >= B r, slots past B r are unused and get a zero gradient), minus the slots
+ * whose id equals pos_ids[b]. loss = sum_b w_b loss_b / sum_b w_b. Gradients overwritten
+ * (each may be NULL). ssm_bce_ref (plain loops, double) and ssm_bce_cpu (rows on the thread
+ * pool; OpenBLAS GEMMs when shared) have this type; work holds ssm_bce_work_doubles(B, R, r)
+ * doubles. */
+typedef grm_status (*ssm_bce_fn)(const grm_host_api *host, double *loss, float *d_pred,
+                                 float *d_pos, float *d_neg, const float *pred,
+                                 const float *pos, const float *neg, const int64_t *pos_ids,
+                                 const int64_t *neg_ids, const float *weights,
+                                 double temperature, int64_t B, int64_t R, int64_t r,
+                                 int64_t D, double *work);
+grm_status ssm_bce_ref(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
+                       float *d_neg, const float *pred, const float *pos, const float *neg,
+                       const int64_t *pos_ids, const int64_t *neg_ids, const float *weights,
+                       double temperature, int64_t B, int64_t R, int64_t r, int64_t D,
+                       double *work);
+grm_status ssm_bce_cpu(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
+                       float *d_neg, const float *pred, const float *pos, const float *neg,
+                       const int64_t *pos_ids, const int64_t *neg_ids, const float *weights,
+                       double temperature, int64_t B, int64_t R, int64_t r, int64_t D,
+                       double *work);
+int64_t ssm_bce_work_doubles(int64_t B, int64_t R, int64_t r);
 
 /* The token-level shuffle of eq. 2: perm [B] out, a Fisher-Yates shuffle of 0..B-1 driven by
  * grm_splitmix64 from key (j = next % (i + 1) for i = B-1 down to 1). */

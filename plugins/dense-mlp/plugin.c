@@ -278,6 +278,14 @@ static const grm_param_decl ssm_params_decl[] = {
     { "neg_fp16", GRM_PARAM_BOOL, 0, offsetof(ssm_config, neg_fp16), "false",
       GRM_PARAM_ANY, NULL, "store negatives in FP16 and read them back as fp32 "
       "(TurboGR §4.3.2)" },
+    { "loss", GRM_PARAM_ENUM, 0, offsetof(ssm_config, loss), "softmax",
+      GRM_PARAM_ANY, "softmax|bce", "softmax: cross-entropy of the positive against the "
+      "negatives; bce: -log sigmoid(s+) - sum log sigmoid(-s-) per row (SASRec, Kang & "
+      "McAuley 2018 §III-E); bce needs in_batch = false, logq = false, share_k 0 or 1" },
+    { "row_negatives", GRM_PARAM_INT, 0, offsetof(ssm_config, row_negatives), "0",
+      GRM_PARAM_RANGE(0, 1 << 20), NULL, "with share_k >= 1: 0: each row owns nneg/rows "
+      "negatives (must divide); r >= 1: each row owns r, nneg >= rows r, the rest unused "
+      "(set negatives = batch_size x max_seq_len x r for token rows)" },
     { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
 };
 
@@ -362,7 +370,8 @@ static const grm_plugin_info ssm_info = {
     .name = "dense-sampled-softmax",
     .version = "1.0.0",
     .description = "retrieval head: sampled softmax over sampled and in-batch negatives "
-                   "with optional logQ correction (Yi et al. 2019)",
+                   "with optional logQ correction (Yi et al. 2019), or SASRec's sampled "
+                   "binary cross-entropy (loss = bce)",
     .ops = &ssm_ops,
     .params = ssm_params_decl,
     .config_size = sizeof(ssm_config),
