@@ -29,6 +29,7 @@
 #include <float.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -1191,6 +1192,15 @@ static void *pf_main(void *arg)
     trainer *t = arg;
     prefetcher *pf = &t->pf;
     grm__pool_inline_thread();   /* the pool belongs to the trainer thread */
+    /* Lowest priority (SCHED_IDLE): the data thread runs on cores the compute leaves idle
+     * (the trainer's serial parts, its waits) instead of preempting a pool worker, which
+     * stalls the whole fork-join; starved, it still runs as soon as the trainer waits for
+     * it. With every core in the pool (the default) that keeps prefetch from ever costing
+     * compute time, at the price of less of the data work hidden; with a spare core it
+     * runs there. bench/bench_pipeline.sh measures both (nice 19 still cost 4% here). A
+     * system that refuses it keeps the default priority. */
+    struct sched_param sp = { 0 };
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
     pthread_mutex_lock(&pf->lock);
     for (;;) {
         while (!pf->stop && pf->next <= pf->last && pf->next > pf->released + pf->nslots)
