@@ -3,7 +3,9 @@ pipelinesdir = $(datadir)/grm/pipelines
 dist_pipelines_DATA = share/pipelines/quickstart.ini share/pipelines/ml100k-retrieval.ini \
 	share/pipelines/ml100k-ranking.ini \
 	share/pipelines/beauty-retrieval.ini share/pipelines/beauty-sasrec.ini \
-	share/pipelines/beauty-sasrec-bce.ini share/pipelines/beauty-hstu.ini
+	share/pipelines/beauty-sasrec-bce.ini share/pipelines/beauty-hstu.ini \
+	share/pipelines/ml100k-hstu.ini share/pipelines/ml100k-sasrec.ini \
+	share/pipelines/ml1m-hstu.ini
 
 # The quick start trains on synthetic data written by grmhost's seeded generator: the
 # same bytes on every machine, built with the program, never committed.
