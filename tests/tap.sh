@@ -4,6 +4,14 @@
 #   losses FILE               "step loss" per logged training step of such a file
 #   same_curve F1 F2 TOL      the same logged steps, every loss within relative TOL (uses
 #                             the caller's $tmp directory; prints the largest difference)
+#   ini_events TSV            INI: [reader] of a `grmhost generate` file and the transform
+#                             that makes one time-ordered item and ts sequence per user
+#   ini_rows CSV              INI: [reader] of user,item,click rows, then [feature.user] and
+#                             [feature.item] of dim 8 (the last section: lines may follow)
+#   ini_history               INI: [feature.history] (last 10 items) and [feature.user], dim 16
+#   mpi_or_skip FIRST LAST    several-rank tests: without $MPIRUN or a built comm-mpi, print
+#                             "ok N - several ranks # SKIP why" for N = FIRST..LAST and exit 0;
+#                             otherwise set up `mpi N ARGS...`: $g (grmhost) under mpirun -n N
 tap_n=0
 ok() {
     tap_n=$((tap_n + 1))
@@ -23,4 +31,67 @@ same_curve() {
         { n++; d = $2 - $4; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (d > md) md = d
           if ($1 != $3 || d > tol * m) { print "# step " $1 ": " $2 " vs step " $3 ": " $4; bad = 1 } }
         END { print "# " n " steps compared, largest difference " md + 0; exit bad }'
+}
+ini_events() {
+    cat <<EOI
+[reader]
+plugin = reader-text
+path = $1
+format = tsv
+header = true
+columns = user:i64,item:i64,ts:i64
+[transform.sequences]
+plugin = transform-basic
+sequence_by = user
+sequence_order = ts
+sequence_columns = item,ts
+EOI
+}
+ini_rows() {
+    cat <<EOI
+[reader]
+plugin = reader-text
+path = $1
+format = csv
+columns = user:i64,item:i64,click:i64
+[feature.user]
+source = user
+dim = 8
+[feature.item]
+source = item
+dim = 8
+EOI
+}
+ini_history() {
+    cat <<EOI
+[feature.history]
+source = item
+table = item
+dim = 16
+window = 10
+[feature.user]
+source = user
+dim = 16
+EOI
+}
+mpi_or_skip() {
+    why=
+    if [ -z "${MPIRUN:-}" ]; then
+        why="no mpirun (MPIRUN unset)"
+    elif ! ls "$GRM_TOP_BUILDDIR"/plugins/comm-mpi/.libs/comm-mpi.so >/dev/null 2>&1; then
+        why="comm-mpi not built"
+    fi
+    if [ -n "$why" ]; then
+        i=$1
+        while [ "$i" -le "$2" ]; do echo "ok $i - several ranks # SKIP $why"; i=$((i + 1)); done
+        exit 0
+    fi
+    mpi_flags="--oversubscribe"
+    [ "$(id -u)" -eq 0 ] && mpi_flags="--allow-run-as-root $mpi_flags"
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own init leaks
+    export ASAN_OPTIONS
+}
+mpi() {   # bounded in time
+    n=$1; shift
+    timeout 300 "$MPIRUN" $mpi_flags -n "$n" "$g" "$@"
 }

@@ -19,18 +19,8 @@ echo "1..25"
 "$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || exit 1
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
 rank_ini() {   # $1 comm plugin, $2 checkpoint dir, $3 dense lr
+    ini_rows "$tmp/rows.csv"
     cat <<EOI
-[reader]
-plugin = reader-text
-path = $tmp/rows.csv
-format = csv
-columns = user:i64,item:i64,click:i64
-[feature.user]
-source = user
-dim = 8
-[feature.item]
-source = item
-dim = 8
 [embedding]
 plugin = emb-dynamic
 [dense.0]
@@ -54,26 +44,9 @@ plugin = $1
 EOI
 }
 retr_ini() {   # $1 comm plugin, $2 checkpoint dir
+    ini_events "$tmp/ev.tsv"
+    ini_history
     cat <<EOI
-[reader]
-plugin = reader-text
-path = $tmp/ev.tsv
-format = tsv
-header = true
-columns = user:i64,item:i64,ts:i64
-[transform.sequences]
-plugin = transform-basic
-sequence_by = user
-sequence_order = ts
-sequence_columns = item,ts
-[feature.history]
-source = item
-table = item
-dim = 16
-window = 10
-[feature.user]
-source = user
-dim = 16
 [dense.0]
 plugin = dense-mlp
 dims = 32,16
@@ -222,20 +195,7 @@ joined "$tmp/ss.jsonl" "$tmp/s.jsonl" "$tmp/s2.jsonl"
 same_curve "$tmp/sref.jsonl" "$tmp/ss.jsonl" 1e-5
 ok $((rc | $?)) "retrieval on emb-static, 1 -> 2 -> 1, resumed: the 30 losses of one run"
 
-so=$(ls "$GRM_TOP_BUILDDIR"/plugins/comm-mpi/.libs/comm-mpi.so 2>/dev/null)
-if [ -z "${MPIRUN:-}" ] || [ -z "$so" ]; then
-    why="no mpirun (MPIRUN unset)"; [ -n "${MPIRUN:-}" ] && why="comm-mpi not built"
-    for i in 19 20 21 22 23 24 25; do echo "ok $i - several ranks # SKIP $why"; done
-    exit 0
-fi
-flags="--oversubscribe"
-[ "$(id -u)" -eq 0 ] && flags="--allow-run-as-root $flags"
-ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own init leaks
-export ASAN_OPTIONS
-mpi() {   # N ARGS...: grmhost under mpirun -n N, bounded in time
-    n=$1; shift
-    timeout 300 "$MPIRUN" $flags -n "$n" "$g" "$@"
-}
+mpi_or_skip 19 25
 mpitrain() {   # N INI STEPS OUT.jsonl
     mpi "$1" train --quiet --max-steps "$3" --metrics-out "$4" "$2" >"$4.out" 2>&1
     rc=$?

@@ -19,26 +19,9 @@ echo "1..10"
 
 "$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 checkpoint dir
+    ini_events "$tmp/ev.tsv"
+    ini_history
     cat <<EOI
-[reader]
-plugin = reader-text
-path = $tmp/ev.tsv
-format = tsv
-header = true
-columns = user:i64,item:i64,ts:i64
-[transform.sequences]
-plugin = transform-basic
-sequence_by = user
-sequence_order = ts
-sequence_columns = item,ts
-[feature.history]
-source = item
-table = item
-dim = 16
-window = 10
-[feature.user]
-source = user
-dim = 16
 [embedding]
 plugin = emb-dynamic
 [dense.0]

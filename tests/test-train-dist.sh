@@ -18,18 +18,8 @@ echo "1..12"
 "$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || exit 1
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
 rank_ini() {   # $1 comm plugin, $2 accumulate, $3 checkpoint dir
+    ini_rows "$tmp/rows.csv"
     cat <<EOI
-[reader]
-plugin = reader-text
-path = $tmp/rows.csv
-format = csv
-columns = user:i64,item:i64,click:i64
-[feature.user]
-source = user
-dim = 8
-[feature.item]
-source = item
-dim = 8
 [embedding]
 plugin = emb-dynamic
 [dense.0]
@@ -54,26 +44,9 @@ plugin = $1
 EOI
 }
 retr_ini() {   # $1 comm plugin
+    ini_events "$tmp/ev.tsv"
+    ini_history
     cat <<EOI
-[reader]
-plugin = reader-text
-path = $tmp/ev.tsv
-format = tsv
-header = true
-columns = user:i64,item:i64,ts:i64
-[transform.sequences]
-plugin = transform-basic
-sequence_by = user
-sequence_order = ts
-sequence_columns = item,ts
-[feature.history]
-source = item
-table = item
-dim = 16
-window = 10
-[feature.user]
-source = user
-dim = 16
 [dense.0]
 plugin = dense-mlp
 dims = 32,16
@@ -102,20 +75,7 @@ rank_ini comm-single 2 "$tmp/ck1a" >"$tmp/r1a.ini"
 retr_ini comm-single >"$tmp/s1.ini"
 "$g" train --fresh --quiet --metrics-out "$tmp/s1.jsonl" "$tmp/s1.ini" >/dev/null 2>&1
 
-so=$(ls "$GRM_TOP_BUILDDIR"/plugins/comm-mpi/.libs/comm-mpi.so 2>/dev/null)
-if [ -z "${MPIRUN:-}" ] || [ -z "$so" ]; then
-    why="no mpirun (MPIRUN unset)"; [ -n "${MPIRUN:-}" ] && why="comm-mpi not built"
-    for i in 2 3 4 5 6 7 8 9 10 11 12; do echo "ok $i - several ranks # SKIP $why"; done
-    exit 0
-fi
-flags="--oversubscribe"
-[ "$(id -u)" -eq 0 ] && flags="--allow-run-as-root $flags"
-ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own init leaks
-export ASAN_OPTIONS
-mpi() {   # N ARGS...: grmhost under mpirun -n N, bounded in time
-    n=$1; shift
-    timeout 300 "$MPIRUN" $flags -n "$n" "$g" "$@"
-}
+mpi_or_skip 2 12
 
 for n in 2 4; do
     rank_ini comm-mpi 1 "$tmp/ck$n" >"$tmp/r$n.ini"

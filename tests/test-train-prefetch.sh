@@ -21,26 +21,9 @@ echo "1..10"
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
 
 retr_ini() {   # $1 prefetch
+    ini_events "$tmp/ev.tsv"
+    ini_history
     cat <<EOI
-[reader]
-plugin = reader-text
-path = $tmp/ev.tsv
-format = tsv
-header = true
-columns = user:i64,item:i64,ts:i64
-[transform.sequences]
-plugin = transform-basic
-sequence_by = user
-sequence_order = ts
-sequence_columns = item,ts
-[feature.history]
-source = item
-table = item
-dim = 16
-window = 10
-[feature.user]
-source = user
-dim = 16
 [embedding]
 plugin = emb-dynamic
 [dense.0]
@@ -60,18 +43,8 @@ prefetch = $1
 EOI
 }
 rank_ini() {   # $1 prefetch, $2 rows file
+    ini_rows "$2"
     cat <<EOI
-[reader]
-plugin = reader-text
-path = $2
-format = csv
-columns = user:i64,item:i64,click:i64
-[feature.user]
-source = user
-dim = 8
-[feature.item]
-source = item
-dim = 8
 [embedding]
 plugin = emb-dynamic
 [dense.0]
@@ -88,18 +61,8 @@ prefetch = $1
 EOI
 }
 seq_ini() {   # $1 prefetch, $2 rank_split, $3 comm plugin
+    ini_events "$tmp/ev.tsv"
     cat <<EOI
-[reader]
-plugin = reader-text
-path = $tmp/ev.tsv
-format = tsv
-header = true
-columns = user:i64,item:i64,ts:i64
-[transform.seq]
-plugin = transform-basic
-sequence_by = user
-sequence_order = ts
-sequence_columns = item,ts
 [feature.tokens]
 source = item
 table = item
@@ -187,19 +150,10 @@ same_curve "$tmp/r0.jsonl" "$tmp/m.jsonl" 0
 ok $(( rc | $? )) "--batches-in-memory assembles every batch first and gives the same 40 losses"
 
 # 8-10. several ranks: global token reallocation
-so=$(ls "$GRM_TOP_BUILDDIR"/plugins/comm-mpi/.libs/comm-mpi.so 2>/dev/null)
-if [ -z "${MPIRUN:-}" ] || [ -z "$so" ]; then
-    why="no mpirun (MPIRUN unset)"; [ -n "${MPIRUN:-}" ] && why="comm-mpi not built"
-    for i in 8 9 10; do echo "ok $i - several ranks # SKIP $why"; done
-    exit 0
-fi
-flags="--oversubscribe"
-[ "$(id -u)" -eq 0 ] && flags="--allow-run-as-root $flags"
-ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"   # Open MPI's own init leaks
-export ASAN_OPTIONS
+mpi_or_skip 8 10
 for split in contiguous tokens; do
     seq_ini 2 $split comm-mpi >"$tmp/m-$split.ini"
-    timeout 300 "$MPIRUN" $flags -n 2 "$g" train --fresh --quiet \
+    mpi 2 train --fresh --quiet \
         --metrics-out "$tmp/m-$split.jsonl" "$tmp/m-$split.ini" >"$tmp/m-$split.out" 2>&1
     echo $? >"$tmp/m-$split.rc"
 done

@@ -18,18 +18,8 @@ echo "1..13"
 "$g" generate --users 400 --items 300 --clusters 8 --seed 5 --out "$tmp/ev.tsv" || exit 1
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 2) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
 rank_ini() {   # $1 store, $2 batch, $3 accumulate, $4 extra [feature.item] line
+    ini_rows "$tmp/rows.csv"
     cat <<EOI
-[reader]
-plugin = reader-text
-path = $tmp/rows.csv
-format = csv
-columns = user:i64,item:i64,click:i64
-[feature.user]
-source = user
-dim = 8
-[feature.item]
-source = item
-dim = 8
 $4
 [embedding]
 plugin = $1
