@@ -171,7 +171,6 @@ typedef struct trainer {
     table_ws *ws;             /* [nphys] */
     batch eb;                 /* the evaluation batch (and the training one with prefetch 0) */
     prefetcher pf;            /* the data thread (prefetch > 0) */
-    int64_t **fslots;         /* [nfeatures] borrowed: the unique row of each id (table inv) */
     int64_t din;              /* sum of feature widths */
     float *ptmp;              /* [B, widest feature] one feature's pooled block */
     float *gin;               /* [most ids of a feature, widest dim] gradient per gathered id */
@@ -189,7 +188,6 @@ typedef struct trainer {
     float **acts;             /* [ndense + 2]: x, block outputs, head output; [B, dim_i] */
     float **dacts;            /* same shapes */
     int64_t *dims;            /* [ndense + 2] */
-    int64_t *pos_slot;        /* borrowed: [rows] unique rows of the targets in the item table */
     float *pos_rows, *neg_rows, *d_pos, *d_neg;
     dparam *params;
     int32_t nparams;
@@ -261,6 +259,12 @@ static grm_status create_instances(trainer *t)
 }
 
 static int64_t sample_tokens(const trainer *t, int64_t e);
+/* The physical table of feature i. */
+static int32_t phys_of(const grm__pipeline *p, int32_t i)
+{
+    return p->plan->slots[p->features[i].table_idx].table;
+}
+
 /* Most ids feature i gathers for one batch. */
 static int64_t feature_ids_cap(const trainer *t, int32_t i)
 {
@@ -485,13 +489,12 @@ static grm_status setup(trainer *t)
 
     /* step working sets, one per physical table */
     t->ws = calloc((size_t)p->nphys, sizeof *t->ws);
-    t->fslots = calloc((size_t)p->nfeatures, sizeof *t->fslots);
-    if (!t->ws || !t->fslots) return grm_errorf(GRM_ENOMEM, "out of memory");
+    if (!t->ws) return grm_errorf(GRM_ENOMEM, "out of memory");
     int64_t wmax = 1, gmax = 1;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         grm__feature *f = &p->features[i];
         int64_t nid = feature_ids_cap(t, i);
-        t->ws[p->plan->slots[f->table_idx].table].cap += nid;
+        t->ws[phys_of(p, i)].cap += nid;
         if (f->width > wmax) wmax = f->width;
         if (nid * f->dim > gmax) gmax = nid * f->dim;
     }
@@ -625,7 +628,6 @@ static void teardown(trainer *t)
     free(t->pf.ring);
     batch_fini(p, &t->eb);
     free(t->ws);
-    free(t->fslots);
     grm__sparse_work_fini(&t->work);
     grm__dist_destroy(t->dist);
     grm__free(CPU, t->gbuf);
@@ -651,6 +653,19 @@ static void teardown(trainer *t)
 }
 
 /* ---- one batch: features -> fused dedup -> lookup -> pooled input x ---- */
+
+/* The unique row, among its table's keys of the batch, of each id feature i gathered
+ * (FusedRec's I_u): [foff[i][b]]. */
+static const int64_t *fslots(const trainer *t, const batch *bt, int32_t i)
+{
+    return bt->tab[phys_of(t->p, i)].inv + bt->fbase[i];
+}
+
+/* The same for the targets (retrieval): [rows] rows of the item table. */
+static const int64_t *pos_slots(const trainer *t, const batch *bt)
+{
+    return bt->tab[t->item_phys].inv + bt->pos_base;
+}
 
 /* Feature i's ids of the batch's samples into bt->fids[i], segment k being
  * fids[i][foff[i][k] .. foff[i][k+1]); a sequence model's token sources and times too. */
@@ -796,7 +811,7 @@ static grm_status merge_negatives(const trainer *t, batch *bt, const int64_t *id
 }
 
 /* The rows of the batch's keys from the store (every rank's, with several), once per
- * physical table; fslots and pos_slot then point into the batch's inverse indices. */
+ * physical table. */
 static grm_status lookup_batch(trainer *t, batch *bt, int training)
 {
     grm__pipeline *p = t->p;
@@ -817,9 +832,6 @@ static grm_status lookup_batch(trainer *t, batch *bt, int training)
             }
         }
     }
-    for (int32_t i = 0; i < p->nfeatures; i++)
-        t->fslots[i] = bt->tab[p->plan->slots[p->features[i].table_idx].table].inv + bt->fbase[i];
-    if (!t->ranking) t->pos_slot = bt->tab[t->item_phys].inv + bt->pos_base;
     return GRM_OK;
 }
 
@@ -831,20 +843,20 @@ static grm_status pool_forward(trainer *t, const batch *bt)
     grm_status st;
     const int64_t b = bt->b;
     if (t->seqmode) {
-        int32_t T = p->plan->slots[p->features[p->seq_feature].table_idx].table;
-        return grm__sparse_gather(t->acts[0], t->ws[T].rows, t->fslots[p->seq_feature],
+        int32_t T = phys_of(p, p->seq_feature);
+        return grm__sparse_gather(t->acts[0], t->ws[T].rows, fslots(t, bt, p->seq_feature),
                                   bt->rows, bt->tab[T].nu, t->ws[T].dim);
     }
     int64_t col = 0;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *f = &p->features[i];
-        int32_t T = p->plan->slots[f->table_idx].table;
+        int32_t T = phys_of(p, i);
         const table_ws *w = &t->ws[T];
         if (f->pooling == GRM__POOL_TILE)
-            st = grm__sparse_tile(t->ptmp, w->rows, t->fslots[i], bt->foff[i], b, f->window,
+            st = grm__sparse_tile(t->ptmp, w->rows, fslots(t, bt, i), bt->foff[i], b, f->window,
                                   bt->tab[T].nu, f->dim, GRM_SPARSE_TILE_LAST);
         else
-            st = grm__sparse_segment_reduce(t->ptmp, w->rows, t->fslots[i], bt->foff[i], b,
+            st = grm__sparse_segment_reduce(t->ptmp, w->rows, fslots(t, bt, i), bt->foff[i], b,
                                             bt->tab[T].nu, f->dim,
                                             f->pooling == GRM__POOL_MEAN ? GRM_SPARSE_POOL_MEAN
                                                                          : GRM_SPARSE_POOL_SUM);
@@ -864,14 +876,14 @@ static grm_status pool_backward(trainer *t, const batch *bt)
     grm_status st;
     const int64_t b = bt->b;
     if (t->seqmode) {   /* token n's input gradient goes to its row, unscaled */
-        int32_t T = p->plan->slots[p->features[p->seq_feature].table_idx].table;
-        return grm__sparse_scatter_add(t->ws[T].grads, t->dacts[0], t->fslots[p->seq_feature],
+        int32_t T = phys_of(p, p->seq_feature);
+        return grm__sparse_scatter_add(t->ws[T].grads, t->dacts[0], fslots(t, bt, p->seq_feature),
                                        bt->rows, bt->tab[T].nu, t->ws[T].dim, &t->work);
     }
     int64_t col = 0;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *f = &p->features[i];
-        int32_t T = p->plan->slots[f->table_idx].table;
+        int32_t T = phys_of(p, i);
         for (int64_t k = 0; k < b; k++)
             memcpy(t->ptmp + k * f->width, t->dacts[0] + k * t->din + col,
                    (size_t)f->width * sizeof(float));
@@ -885,7 +897,7 @@ static grm_status pool_backward(trainer *t, const batch *bt)
                                                     ? GRM_SPARSE_POOL_MEAN
                                                     : GRM_SPARSE_POOL_SUM);
         if (st != GRM_OK) return st;
-        st = grm__sparse_scatter_add(t->ws[T].grads, t->gin, t->fslots[i], bt->foff[i][b],
+        st = grm__sparse_scatter_add(t->ws[T].grads, t->gin, fslots(t, bt, i), bt->foff[i][b],
                                      bt->tab[T].nu, f->dim, &t->work);
         if (st != GRM_OK) return st;
     }
@@ -1362,7 +1374,7 @@ static grm_status run_batch(trainer *t, batch *bt, float weight, double *loss_ou
                             .pred = t->acts[L], .d_pred = t->dacts[L], .labels = bt->labels };
     } else {
         /* positives and negatives are rows of the item table, gathered from the step set */
-        if ((st = grm__sparse_gather(t->pos_rows, iw->rows, t->pos_slot, rows, inu, D))
+        if ((st = grm__sparse_gather(t->pos_rows, iw->rows, pos_slots(t, bt), rows, inu, D))
                 != GRM_OK
             || (st = grm__sparse_gather(t->neg_rows, iw->rows, bt->neg_slot, nneg, inu, D))
                    != GRM_OK)
@@ -1406,7 +1418,7 @@ static grm_status run_batch(trainer *t, batch *bt, float weight, double *loss_ou
     }
     /* sparse gradients: summed per unique key (duplicates of a step meet in one row) */
     if (iw
-        && ((st = grm__sparse_scatter_add(iw->grads, t->d_pos, t->pos_slot, rows, inu, D,
+        && ((st = grm__sparse_scatter_add(iw->grads, t->d_pos, pos_slots(t, bt), rows, inu, D,
                                           &t->work)) != GRM_OK
             || (st = grm__sparse_scatter_add(iw->grads, t->d_neg, bt->neg_slot, nneg, inu, D,
                                              &t->work)) != GRM_OK))
