@@ -147,12 +147,10 @@ grm_status ssm_loss_cpu(const grm_host_api *host, double *loss, float *d_pred,
                         const float *weights, const double *logq, int32_t in_batch,
                         double temperature, int64_t B, int64_t R, int64_t D, double *work)
 {
-    double wsum = 0;
-    for (int64_t b = 0; b < B; b++) wsum += weights != NULL ? (double)weights[b] : 1.0;
-    if (B > 0 && !(wsum > 0))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: sample weights sum to "
-                            "%g over %lld rows; at least one weight must be positive", wsum,
-                            (long long)B);
+    double wsum;
+    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    if (wst != GRM_OK)
+        return wst;
     if (d_neg != NULL && R > 0 && B == 0) memset(d_neg, 0, (size_t)(R * D) * sizeof *d_neg);
     if (B == 0) {
         *loss = 0.0;
@@ -284,12 +282,10 @@ grm_status ssm_share_loss_cpu(const grm_host_api *host, double *loss, float *d_p
                               double temperature, int64_t B, int64_t r, int64_t D,
                               float *work)
 {
-    double wsum = 0;
-    for (int64_t b = 0; b < B; b++) wsum += weights != NULL ? (double)weights[b] : 1.0;
-    if (B > 0 && !(wsum > 0))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: sample weights sum to "
-                            "%g over %lld rows; at least one weight must be positive", wsum,
-                            (long long)B);
+    double wsum;
+    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    if (wst != GRM_OK)
+        return wst;
     if (B == 0) {
         *loss = 0.0;
         return GRM_OK;
@@ -436,12 +432,10 @@ grm_status ssm_bce_cpu(const grm_host_api *host, double *loss, float *d_pred, fl
                        double temperature, int64_t B, int64_t R, int64_t r, int64_t D,
                        double *work)
 {
-    double wsum = 0;
-    for (int64_t b = 0; b < B; b++) wsum += weights != NULL ? (double)weights[b] : 1.0;
-    if (B > 0 && !(wsum > 0))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: sample weights sum to "
-                            "%g over %lld rows; at least one weight must be positive", wsum,
-                            (long long)B);
+    double wsum;
+    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    if (wst != GRM_OK)
+        return wst;
     // slots no row owns (all of them when B = 0; past B r with own negatives) get zero
     const int64_t used = B == 0 ? 0 : r == 0 ? R : B * r;
     if (d_neg != NULL && R > used)

@@ -9,18 +9,29 @@
 
 #include "mlp.h"
 
+grm_status head_weight_sum(const grm_host_api *host, const char *who, const float *weights,
+                           int64_t B, double *wsum)
+{
+    double sum = 0;
+    for (int64_t b = 0; b < B; b++)
+        sum += weights != NULL ? (double)weights[b] : 1.0;
+    *wsum = sum;
+    if (B > 0 && !(sum > 0))
+        return host->errorf(GRM_EINVAL, "%s: loss: sample weights sum to %g over %lld rows; "
+                            "at least one weight must be positive", who, sum, (long long)B);
+    return GRM_OK;
+}
+
 /* ---- binary cross-entropy with logits ---- */
 
 grm_status bce_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
                         float *scores, const float *pred, const float *labels,
                         const float *weights, int64_t B, int64_t T)
 {
-    double wsum = 0;
-    for (int64_t b = 0; b < B; b++)
-        wsum += weights != NULL ? (double)weights[b] : 1.0;
-    if (B > 0 && !(wsum > 0))
-        return host->errorf(GRM_EINVAL, "dense-bce: loss: sample weights sum to %g over %lld "
-                            "rows; at least one weight must be positive", wsum, (long long)B);
+    double wsum;
+    grm_status wst = head_weight_sum(host, "dense-bce", weights, B, &wsum);
+    if (wst != GRM_OK)
+        return wst;
     double total = 0;
     for (int64_t b = 0; b < B; b++) {
         const double w = weights != NULL ? (double)weights[b] : 1.0;
@@ -71,13 +82,10 @@ grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
         memset(d_pos, 0, (size_t)(B * D) * sizeof *d_pos);
     if (d_neg != NULL)
         memset(d_neg, 0, (size_t)(R * D) * sizeof *d_neg);
-    double wsum = 0;
-    for (int64_t b = 0; b < B; b++)
-        wsum += weights != NULL ? (double)weights[b] : 1.0;
-    if (B > 0 && !(wsum > 0))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: sample weights sum to "
-                            "%g over %lld rows; at least one weight must be positive", wsum,
-                            (long long)B);
+    double wsum;
+    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    if (wst != GRM_OK)
+        return wst;
     const double inv_t = 1.0 / temperature;
     // work [1 + R + B]: logits of row b, then softmax probabilities in place.
     // Slot 0 is the positive, 1..R the sampled negatives, 1+R+k the positive of row k.
@@ -163,13 +171,10 @@ grm_status ssm_bce_ref(const grm_host_api *host, double *loss, float *d_pred, fl
         memset(d_pos, 0, (size_t)(B * D) * sizeof *d_pos);
     if (d_neg != NULL)
         memset(d_neg, 0, (size_t)(R * D) * sizeof *d_neg);
-    double wsum = 0;
-    for (int64_t b = 0; b < B; b++)
-        wsum += weights != NULL ? (double)weights[b] : 1.0;
-    if (B > 0 && !(wsum > 0))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: sample weights sum to "
-                            "%g over %lld rows; at least one weight must be positive", wsum,
-                            (long long)B);
+    double wsum;
+    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    if (wst != GRM_OK)
+        return wst;
     const double inv_t = 1.0 / temperature;
     double total = 0;
     for (int64_t b = 0; b < B; b++) {
@@ -260,13 +265,10 @@ grm_status ssm_share_loss_ref(const grm_host_api *host, double *loss, float *d_p
         memset(d_pos, 0, (size_t)(B * D) * sizeof *d_pos);
     if (d_neg != NULL)
         memset(d_neg, 0, (size_t)(B * r * D) * sizeof *d_neg);
-    double wsum = 0;
-    for (int64_t b = 0; b < B; b++)
-        wsum += weights != NULL ? (double)weights[b] : 1.0;
-    if (B > 0 && !(wsum > 0))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: sample weights sum to "
-                            "%g over %lld rows; at least one weight must be positive", wsum,
-                            (long long)B);
+    double wsum;
+    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    if (wst != GRM_OK)
+        return wst;
     const double inv_t = 1.0 / temperature;
     double total = 0;
     for (int64_t p = 0; p < B; p++) {

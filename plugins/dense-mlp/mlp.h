@@ -163,6 +163,12 @@ grm_status bce_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
                         float *scores, const float *pred, const float *labels,
                         const float *weights, int64_t B, int64_t T);
 
+/* The sum of B rows' sample weights (weights NULL: each 1) into *wsum; GRM_EINVAL, with the
+ * message set through host and naming `who`, when there are rows and the sum is not
+ * positive. Every loss of this file starts with it. */
+grm_status head_weight_sum(const grm_host_api *host, const char *who, const float *weights,
+                           int64_t B, double *wsum);
+
 /* Sampled softmax over [positive, R sampled negatives, B-1 in-batch positives] for each
  * row b; see README.md. logq [R] (or NULL) is subtracted from the negatives' logits.
  * Gradient outputs (each may be NULL) are overwritten. ssm_loss_ref (plain loops, double)
