@@ -4,7 +4,11 @@
  * max_length, the create errors, and MovieLens 100K end to end through reader-text when
  * GRM_DATA_DIR has it. The feature engine (RecIS §2.1): cross values computed here from
  * XXH3, truncate/pad by hand, the order of operations, the fused pass against one
- * transform at a time on random data, 1 thread against 4, and every new create error. */
+ * transform at a time on random data, 1 thread against 4, and every new create error.
+ * copy (labels from one rating, copies feeding mod/cross/hash) and per-event history
+ * (history_by: hand-computed lists with ties, self or not, length cuts, f32, keep, str and
+ * list columns across chunks, random events against a scan of the definition, 1 thread
+ * against 4, MovieLens two-label rows), with every error of both. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1107,9 +1111,580 @@ static void test_fused(void)
     tb_ops->destroy(inst);
 }
 
+/* ---- copy (step 0): a new column that starts as a copy of an input column ---- */
+
+static void test_copy(void)
+{
+    int64_t user[] = { 7, 8, 7, 9, 8, 7 };
+    int64_t rating[] = { 1, 3, 4, 5, 5, 2 };
+    char names[] = "abbccc";
+    int64_t noffs[] = { 0, 1, 3, 6, 6, 6, 6 };
+    const grm_column cols[] = {
+        col_i64("user", user, 6), col_i64("rating", rating, 6),
+        { .name = "name", .type = GRM_COL_STR, .rows = 6, .values = names, .offsets = noffs },
+    };
+    const grm_chunk in = chunk_of(cols, 3, 6);
+    grm_field fields[3];
+    const grm_schema schema = schema_of(&in, fields);
+    void *inst = NULL;
+    const grm_chunk *out = NULL;
+    const grm_schema *osc = NULL;
+
+    // Two labels from one rating: rating >= 4 and rating == 5 (the copy takes its own bounds).
+    {
+        const char *kvs[] = { "copy=rating:top", "bucketize=rating:4, top:5" };
+        grm_status st = tb_create(&inst, &schema, kvs, 2);
+        if (st == GRM_OK) st = tb_ops->schema(inst, &osc);
+        tap_ok(st == GRM_OK && osc->nfields == 4 && strcmp(osc->fields[3].name, "top") == 0
+                   && osc->fields[3].type == GRM_COL_I64
+                   && strcmp(osc->fields[2].name, "name") == 0
+                   && osc->fields[2].type == GRM_COL_STR,
+               "copy=rating:top: schema user, rating, name, then top (i64) after the inputs");
+        if (st == GRM_OK) st = tb_ops->apply(inst, &in, &out);
+        const int64_t ge4[] = { 0, 0, 1, 1, 1, 0 }, eq5[] = { 0, 0, 0, 1, 1, 0 };
+        tap_ok(st == GRM_OK && out->ncols == 4 && eq_i64(out->cols[1].values, ge4, 6, "rating")
+                   && eq_i64(out->cols[3].values, eq5, 6, "top") && rating[3] == 5,
+               "copy + bucketize=rating:4, top:5 gives labels rating>=4 [0,0,1,1,1,0] and "
+               "rating==5 [0,0,0,1,1,0]; the input is untouched");
+        tb_ops->destroy(inst);
+    }
+    // An untransformed copy equals its source; a copy feeds mod and cross like any column;
+    // copies come before crosses; keep reorders them.
+    {
+        const char *kvs[] = { "copy=rating:r, user:u2, rating:r3", "mod=u2:5",
+                              "cross=user*r:ur:1000", "keep=ur,r3,u2,r,user" };
+        grm_status st = tb_create(&inst, &schema, kvs, 4);
+        if (st == GRM_OK) st = tb_ops->apply(inst, &in, &out);
+        int64_t ur[6], u2[6];
+        for (int i = 0; i < 6; i++) {
+            ur[i] = want_cross(user[i], rating[i], 1000);
+            u2[i] = user[i] % 5;
+        }
+        tap_ok(st == GRM_OK && out->ncols == 5 && strcmp(out->cols[1].name, "r3") == 0
+                   && eq_i64(out->cols[0].values, ur, 6, "ur")
+                   && eq_i64(out->cols[1].values, rating, 6, "r3")
+                   && eq_i64(out->cols[2].values, u2, 6, "u2")
+                   && eq_i64(out->cols[3].values, rating, 6, "r")
+                   && eq_i64(out->cols[4].values, user, 6, "user"),
+               "copies: r3 == rating, u2 == user %% 5 (mod on the copy only), cross user*r "
+               "equals XXH3 of (user, rating) %% 1000; keep=ur,r3,u2,r,user in that order");
+        tb_ops->destroy(inst);
+    }
+    // A str copy hashed while its source stays a str column.
+    {
+        const char *kvs[] = { "copy=name:name_id", "hash=name_id", "hash_buckets=100" };
+        grm_status st = tb_create(&inst, &schema, kvs, 3);
+        if (st == GRM_OK) st = tb_ops->apply(inst, &in, &out);
+        const int64_t want[] = { want_hash("a", 1, 100), want_hash("bb", 2, 100),
+                                 want_hash("ccc", 3, 100), want_hash("", 0, 100),
+                                 want_hash("", 0, 100), want_hash("", 0, 100) };
+        tap_ok(st == GRM_OK && out->ncols == 4 && out->cols[2].type == GRM_COL_STR
+                   && eq_i64(out->cols[2].offsets, noffs, 7, "name offsets")
+                   && out->cols[3].type == GRM_COL_I64
+                   && eq_i64(out->cols[3].values, want, 6, "name_id"),
+               "copy=name:name_id with hash=name_id: name stays str, name_id is XXH3 %% 100");
+        tb_ops->destroy(inst);
+    }
+    // Errors name the entry.
+    static const struct { const char *kv, *a, *b, *what; } bad[] = {
+        { "copy=rating", "copy entry 'rating': expected src:dst", NULL, "no colon" },
+        { "copy=rating:", "copy entry 'rating:': expected src:dst", NULL, "empty dst" },
+        { "copy=:top", "copy entry ':top': expected src:dst", NULL, "empty src" },
+        { "copy=rating:top:x", "copy entry 'rating:top:x'", "expected src:dst", "two colons" },
+        { "copy=nope:top", "copy entry 'nope:top': source column 'nope' is not in the input",
+          "available: user (i64), rating (i64), name (str)", "unknown src" },
+        { "copy=rating:user", "copy entry 'rating:user': column 'user' already exists", NULL,
+          "dst is an input" },
+        { "copy=rating:top, user:top", "copy entry 'user:top': column 'top' already exists",
+          NULL, "dst twice" },
+        { "copy=rating:top, top:t2", "copy entry 'top:t2': source column 'top' is not in the "
+          "input", NULL, "src is a copy" },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *kvs[] = { bad[i].kv };
+        const grm_status st = tb_create(&inst, &schema, kvs, 1);
+        tap_ok(err_is(st, GRM_EINVAL, bad[i].a, bad[i].b) && inst == NULL,
+               "copy error (%s): %s is GRM_EINVAL naming the entry", bad[i].what, bad[i].kv);
+    }
+    {
+        const char *kvs[] = { "copy=rating:ur", "cross=user*rating:ur" };
+        const grm_status st = tb_create(&inst, &schema, kvs, 2);
+        tap_ok(err_is(st, GRM_EINVAL, "copy entry 'rating:ur': column 'ur' already exists",
+                      NULL), "copy error: dst named like a cross output is GRM_EINVAL");
+    }
+}
+
+/* ---- per-event history (history_by) on the event table of test_sequences ---- */
+
+/* Run history mode over ev_* in two chunks (rows 0-4, 5-7) with extra config. */
+static grm_status run_hist(void **inst, const char *const *kvs, int n, const grm_chunk **out,
+                           int *apply_null)
+{
+    grm_column c1[4] = { col_i64("user", ev_user, 5), col_i64("item", ev_item, 5),
+                         col_i64("ts", ev_ts, 5), col_f32("rating", ev_rating, 5) };
+    grm_column c2[4] = { col_i64("user", ev_user + 5, 3), col_i64("item", ev_item + 5, 3),
+                         col_i64("ts", ev_ts + 5, 3), col_f32("rating", ev_rating + 5, 3) };
+    const grm_chunk in1 = chunk_of(c1, 4, 5), in2 = chunk_of(c2, 4, 3);
+    grm_field fields[4];
+    const grm_schema schema = schema_of(&in1, fields);
+    const grm_chunk *o1 = (const grm_chunk *)1, *o2 = (const grm_chunk *)1;
+
+    *out = NULL;
+    grm_status st = tb_create(inst, &schema, kvs, n);
+    if (st == GRM_OK) st = tb_ops->apply(*inst, &in1, &o1);
+    if (st == GRM_OK) st = tb_ops->apply(*inst, &in2, &o2);
+    *apply_null = o1 == NULL && o2 == NULL;
+    if (st == GRM_OK) st = tb_ops->flush(*inst, out);
+    if (st != GRM_OK) tap_diag("status %d: %s", st, harness_host()->last_error());
+    return st;
+}
+
+/* A list column equals (offsets, values) written out by hand. */
+static int list_is(const grm_chunk *out, int j, const int64_t *offs, const int64_t *vals)
+{
+    if (out == NULL || j < 0 || out->cols[j].type != GRM_COL_LIST_I64) return 0;
+    const int64_t rows = out->rows;
+    return eq_i64(out->cols[j].offsets, offs, rows + 1, "offsets")
+           && eq_i64(out->cols[j].values, vals, offs[rows], out->cols[j].name);
+}
+
+static void test_history(void)
+{
+    void *inst = NULL;
+    const grm_chunk *out = NULL;
+    const grm_schema *osc = NULL;
+    int apply_null = 0;
+
+    // Arrival rows (user, item, ts): 0 (2,5,30) 1 (1,1,20) 2 (1,2,10) 3 (2,6,10) 4 (1,3,20)
+    // 5 (1,4,5) 6 (2,7,30) 7 (3,9,1). By (ts, arrival): user 1: i4 i2 i1 i3 (i1 and i3 tie
+    // at 20, i1 arrived first); user 2: i6 i5 i7 (tie at 30); user 3: i9.
+    {
+        const char *kvs[] = { "history_by=user", "history_order=ts", "history_length=10",
+                              "history_columns=item:hist_item, rating:hist_rating" };
+        grm_status st = run_hist(&inst, kvs, 4, &out, &apply_null);
+        tap_ok(st == GRM_OK && apply_null, "history mode: apply buffers and returns NULL");
+        if (st == GRM_OK) st = tb_ops->schema(inst, &osc);
+        tap_ok(st == GRM_OK && osc->nfields == 6 && strcmp(osc->fields[0].name, "user") == 0
+                   && osc->fields[3].type == GRM_COL_F32
+                   && strcmp(osc->fields[4].name, "hist_item") == 0
+                   && osc->fields[4].type == GRM_COL_LIST_I64
+                   && strcmp(osc->fields[5].name, "hist_rating") == 0
+                   && osc->fields[5].type == GRM_COL_LIST_F32,
+               "history schema: user, item, ts, rating, then hist_item list_i64, hist_rating "
+               "list_f32");
+        int ok = st == GRM_OK && out != NULL && out->rows == 8 && out->ncols == 6;
+        ok = ok && eq_i64(out->cols[0].values, ev_user, 8, "user")
+             && eq_i64(out->cols[1].values, ev_item, 8, "item")
+             && eq_i64(out->cols[2].values, ev_ts, 8, "ts")
+             && memcmp(out->cols[3].values, ev_rating, sizeof(ev_rating)) == 0;
+        tap_ok(ok, "history emits all 8 rows in arrival order with every input column");
+        const int64_t offs[] = { 0, 2, 5, 7, 8, 12, 13, 16, 17 };
+        const int64_t items[] = { 6, 5, 4, 2, 1, 4, 2, 6, 4, 2, 1, 3, 4, 6, 5, 7, 9 };
+        tap_ok(ok && list_is(out, 4, offs, items),
+               "history_self (default): row 0 [6,5], row 1 [4,2,1], row 2 [4,2], row 3 [6], "
+               "row 4 [4,2,1,3] (tie: after i1), row 5 [4], row 6 [6,5,7], row 7 [9]");
+        const float ratings[] = { 3.0f, 0.5f, 5.0f, 2.0f, 1.0f, 5.0f, 2.0f, 3.0f, 5.0f,
+                                  2.0f, 1.0f, 4.0f, 5.0f, 3.0f, 0.5f, 6.0f, 7.0f };
+        tap_ok(ok && out->cols[5].type == GRM_COL_LIST_F32
+                   && eq_i64(out->cols[5].offsets, offs, 9, "rating offsets")
+                   && memcmp(out->cols[5].values, ratings, sizeof(ratings)) == 0,
+               "f32 history: hist_rating holds the ratings of the same events, same offsets");
+        const grm_chunk *again = (const grm_chunk *)1;
+        st = tb_ops->flush(inst, &again);
+        tap_ok(st == GRM_OK && again == NULL, "history: second flush yields NULL");
+        grm_column c[4] = { col_i64("user", ev_user, 1), col_i64("item", ev_item, 1),
+                            col_i64("ts", ev_ts, 1), col_f32("rating", ev_rating, 1) };
+        const grm_chunk late = chunk_of(c, 4, 1);
+        st = tb_ops->apply(inst, &late, &again);
+        tap_ok(err_is(st, GRM_EINVAL, "apply after flush; the history rows", NULL),
+               "history: apply after flush is GRM_EINVAL");
+        tb_ops->destroy(inst);
+    }
+    {
+        const char *kvs[] = { "history_by=user", "history_order=ts", "history_length=10",
+                              "history_columns=item:h", "history_self=false" };
+        const grm_status st = run_hist(&inst, kvs, 5, &out, &apply_null);
+        const int64_t offs[] = { 0, 1, 3, 4, 4, 7, 7, 9, 9 };
+        const int64_t items[] = { 6, 4, 2, 4, 4, 2, 1, 6, 5 };
+        tap_ok(st == GRM_OK && out != NULL && out->rows == 8 && list_is(out, 4, offs, items),
+               "history_self=false: strictly earlier events; rows 3, 5, 7 (first of their "
+               "key) get empty lists");
+        tb_ops->destroy(inst);
+    }
+    {
+        const char *kvs[] = { "history_by=user", "history_order=ts", "history_length=2",
+                              "history_columns=item:h" };
+        const grm_status st = run_hist(&inst, kvs, 4, &out, &apply_null);
+        const int64_t offs[] = { 0, 2, 4, 6, 7, 9, 10, 12, 13 };
+        const int64_t items[] = { 6, 5, 2, 1, 4, 2, 6, 1, 3, 4, 5, 7, 9 };
+        tap_ok(st == GRM_OK && out != NULL && list_is(out, 4, offs, items),
+               "history_length=2 keeps the 2 most recent: row 1 [2,1], row 4 [1,3], "
+               "row 6 [5,7]");
+        tb_ops->destroy(inst);
+    }
+    {
+        const char *kvs[] = { "history_by=user", "history_length=3", "history_columns=item:h",
+                              "history_self=false" };
+        const grm_status st = run_hist(&inst, kvs, 4, &out, &apply_null);
+        // Input order per key: user 1 rows 1,2,4,5 = i1 i2 i3 i4; user 2 rows 0,3,6 = i5 i6 i7.
+        const int64_t offs[] = { 0, 0, 0, 1, 2, 4, 7, 9, 9 };
+        const int64_t items[] = { 1, 5, 1, 2, 1, 2, 3, 5, 6 };
+        tap_ok(st == GRM_OK && out != NULL && list_is(out, 4, offs, items),
+               "no history_order: arrival order per key; with self=false, length 3: row 5 "
+               "[1,2,3], row 6 [5,6]");
+        tb_ops->destroy(inst);
+    }
+    // keep, and history over transformed columns: item % 4 and a copy of it.
+    {
+        const char *kvs[] = { "history_by=user", "history_order=ts", "history_length=10",
+                              "copy=item:cand", "mod=item:4",
+                              "history_columns=item:hist, cand:hist_raw",
+                              "keep=hist,cand,hist_raw" };
+        grm_status st = run_hist(&inst, kvs, 7, &out, &apply_null);
+        if (st == GRM_OK) st = tb_ops->schema(inst, &osc);
+        tap_ok(st == GRM_OK && osc->nfields == 3 && strcmp(osc->fields[0].name, "hist") == 0
+                   && osc->fields[1].type == GRM_COL_I64 && osc->fields[2].type == GRM_COL_LIST_I64,
+               "history with keep=hist,cand,hist_raw: schema hist list_i64, cand i64, "
+               "hist_raw list_i64 (the key is not kept)");
+        const int64_t offs[] = { 0, 2, 5, 7, 8, 12, 13, 16, 17 };
+        const int64_t raw[] = { 6, 5, 4, 2, 1, 4, 2, 6, 4, 2, 1, 3, 4, 6, 5, 7, 9 };
+        int64_t m4[17];
+        for (int i = 0; i < 17; i++) m4[i] = raw[i] % 4;
+        tap_ok(st == GRM_OK && out != NULL && out->ncols == 3 && list_is(out, 0, offs, m4)
+                   && eq_i64(out->cols[1].values, ev_item, 8, "cand")
+                   && list_is(out, 2, offs, raw),
+               "history of a modded column holds item %% 4; of the copy, the raw items");
+        tb_ops->destroy(inst);
+    }
+    // Every error path of the history options.
+    static const struct { const char *kv[5]; int n; const char *a, *b, *what; } bad[] = {
+        { { "history_by=user", "sequence_by=user", "sequence_columns=item",
+            "history_columns=item:h", "history_length=3" }, 5,
+          "history_by = user and sequence_by = user are both set", NULL, "with sequence_by" },
+        { { "history_columns=item:h" }, 1, "history_by is not", NULL, "no history_by" },
+        { { "history_order=ts" }, 1, "history_by is not", NULL, "order without history_by" },
+        { { "history_length=5" }, 1, "history_by is not", NULL, "length without history_by" },
+        { { "history_by=user", "history_length=3" }, 2, "history_columns is empty", NULL,
+          "no history_columns" },
+        { { "history_by=user", "history_columns=item:h" }, 2,
+          "history_by = user needs history_length > 0", NULL, "no history_length" },
+        { { "history_by=user", "history_columns=item:h", "history_length=-1" }, 3,
+          "history_length", NULL, "negative history_length" },
+        { { "history_by=nope", "history_columns=item:h", "history_length=3" }, 3,
+          "history_by column 'nope' is not in the input", "available: user (i64)",
+          "unknown key" },
+        { { "history_by=rating", "history_columns=item:h", "history_length=3" }, 3,
+          "history_by column 'rating' is f32", "needs i64", "f32 key" },
+        { { "history_by=user", "history_order=rating", "history_columns=item:h",
+            "history_length=3" }, 4, "history_order column 'rating' is f32", NULL,
+          "f32 order" },
+        { { "history_by=user", "history_order=when", "history_columns=item:h",
+            "history_length=3" }, 4, "history_order column 'when' is not in the input", NULL,
+          "unknown order" },
+        { { "history_by=user", "history_columns=item", "history_length=3" }, 3,
+          "history_columns entry 'item': expected src:dst", NULL, "entry without dst" },
+        { { "history_by=user", "history_columns=item:h:x", "history_length=3" }, 3,
+          "history_columns entry 'item:h:x': expected src:dst", NULL, "two colons" },
+        { { "history_by=user", "history_columns=nope:h", "history_length=3" }, 3,
+          "history_columns column 'nope' is not in the input", NULL, "unknown src" },
+        { { "history_by=user", "history_columns=item:ts", "history_length=3" }, 3,
+          "history_columns entry 'item:ts': column 'ts' already exists", NULL,
+          "dst is a column" },
+        { { "history_by=user", "history_columns=item:h, ts:h", "history_length=3" }, 3,
+          "history_columns entry 'ts:h': column 'h' already exists", NULL, "dst twice" },
+        { { "history_by=user", "history_columns=item:h", "history_length=3",
+            "min_length=2" }, 4, "min_length and max_length apply to sequence_by", NULL,
+          "min_length" },
+        { { "history_by=user", "history_columns=item:h", "history_length=3",
+            "keep=h,nope" }, 4, "keep column 'nope' is not in the output",
+          "h (list_i64)", "keep of an unknown column" },
+    };
+    grm_column c1[4] = { col_i64("user", ev_user, 5), col_i64("item", ev_item, 5),
+                         col_i64("ts", ev_ts, 5), col_f32("rating", ev_rating, 5) };
+    const grm_chunk in1 = chunk_of(c1, 4, 5);
+    grm_field fields[4];
+    const grm_schema schema = schema_of(&in1, fields);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const grm_status st = tb_create(&inst, &schema, bad[i].kv, bad[i].n);
+        tap_ok(err_is(st, GRM_EINVAL, bad[i].a, bad[i].b) && inst == NULL,
+               "history error (%s) is GRM_EINVAL: %s", bad[i].what, bad[i].a);
+    }
+    {
+        char tags[] = "xyz";
+        int64_t toffs[] = { 0, 1, 2, 3 };
+        const grm_column c[] = {
+            col_i64("user", ev_user, 3),
+            { .name = "tag", .type = GRM_COL_STR, .rows = 3, .values = tags, .offsets = toffs },
+        };
+        const grm_chunk in = chunk_of(c, 2, 3);
+        grm_field f[2];
+        const grm_schema s = schema_of(&in, f);
+        const char *kvs[] = { "history_by=user", "history_columns=tag:h", "history_length=3" };
+        const grm_status st = tb_create(&inst, &s, kvs, 3);
+        tap_ok(err_is(st, GRM_EINVAL, "history_columns column 'tag' is str", "i64 or f32"),
+               "history error (str src) is GRM_EINVAL naming its type");
+    }
+}
+
+/* History with str and list columns across chunks: the buffered offsets are rebased, and
+ * truncate/pad of the row-wise pass apply before buffering. */
+static void test_history_lists(void)
+{
+    int64_t user[] = { 1, 2, 1, 1, 2 };
+    char tag[] = "aabcccdd";
+    int64_t toffs[] = { 0, 2, 3, 6, 6, 8 };
+    int64_t hv[] = { 10, 11, 12, 13, 14, 15, 16 }, hoffs[] = { 0, 3, 3, 4, 7, 7 };
+    // Chunk 1: rows 0-1; chunk 2: rows 2-4 (offsets of chunk 2 start at its own 0).
+    int64_t toffs2[] = { 0, 3, 3, 5 }, hoffs2[] = { 0, 1, 4, 4 };
+    grm_column c1[3] = {
+        col_i64("user", user, 2),
+        { .name = "tag", .type = GRM_COL_STR, .rows = 2, .values = tag, .offsets = toffs },
+        col_list_i64("clicks", hv, hoffs, 2),
+    };
+    grm_column c2[3] = {
+        col_i64("user", user + 2, 3),
+        { .name = "tag", .type = GRM_COL_STR, .rows = 3, .values = tag + 3, .offsets = toffs2 },
+        col_list_i64("clicks", hv + 3, hoffs2, 3),
+    };
+    const grm_chunk in1 = chunk_of(c1, 3, 2), in2 = chunk_of(c2, 3, 3);
+    grm_field fields[3];
+    const grm_schema schema = schema_of(&in1, fields);
+    void *inst = NULL;
+    const grm_chunk *out = NULL, *o = NULL;
+    const char *kvs[] = { "history_by=user", "history_columns=user:hu", "history_length=2",
+                          "truncate=clicks:2", "pad=clicks:2:-1" };
+    grm_status st = tb_create(&inst, &schema, kvs, 5);
+    if (st == GRM_OK) st = tb_ops->apply(inst, &in1, &o);
+    if (st == GRM_OK) st = tb_ops->apply(inst, &in2, &o);
+    if (st == GRM_OK) st = tb_ops->flush(inst, &out);
+    // tag rows: "aa", "b", "ccc", "", "dd"; clicks rows [10,11,12] [] [13] [14,15,16] []
+    // -> truncate 2 (recent), pad 2 with -1: [11,12] [-1,-1] [13,-1] [15,16] [-1,-1].
+    const int64_t tw[] = { 0, 2, 3, 6, 6, 8 };
+    const int64_t cw[] = { 11, 12, -1, -1, 13, -1, 15, 16, -1, -1 };
+    const int64_t cow[] = { 0, 2, 4, 6, 8, 10 };
+    const int64_t huo[] = { 0, 1, 2, 4, 6, 8 }, huv[] = { 1, 2, 1, 1, 1, 1, 2, 2 };
+    tap_ok(st == GRM_OK && out != NULL && out->rows == 5 && out->cols[1].type == GRM_COL_STR
+               && eq_i64(out->cols[1].offsets, tw, 6, "tag offsets")
+               && memcmp(out->cols[1].values, "aabcccdd", 8) == 0,
+           "history mode buffers a str column over two chunks: offsets rebased, bytes kept");
+    tap_ok(st == GRM_OK && out != NULL && list_is(out, 2, cow, cw) && list_is(out, 3, huo, huv),
+           "history mode: truncate=clicks:2 / pad=clicks:2:-1 apply row-wise before "
+           "buffering; history of the key itself");
+    tb_ops->destroy(inst);
+}
+
+/* ---- history against the definition: random events, 1 thread against several ---- */
+
+/* The history of row i from the definition, scanning every row: the rows r of i's key with
+ * (ord[r], r) <= (ord[i], i) (strictly before when !self), ordered by (ord, r), the last L.
+ * Writes their row indices to idx; returns how many. O(n * L) per row, no sort. */
+static int64_t ref_history(const int64_t *key, const int64_t *ord, int64_t n, int64_t i,
+                           int64_t L, int self, int64_t *idx)
+{
+    int64_t m = 0;
+    for (int64_t r = 0; r < n; r++) {
+        if (key[r] != key[i]) continue;
+        const int before = ord[r] < ord[i] || (ord[r] == ord[i] && (r < i || (self && r == i)));
+        if (!before) continue;
+        // Insert r among the up to L latest seen so far (kept ascending by (ord, r)).
+        int64_t pos = m;
+        while (pos > 0 && (ord[idx[pos - 1]] > ord[r]
+                           || (ord[idx[pos - 1]] == ord[r] && idx[pos - 1] > r))) {
+            pos--;
+        }
+        if (m == L) {
+            if (pos == 0) continue;   // older than all L kept
+            memmove(idx, idx + 1, (size_t)(pos - 1) * sizeof(*idx));
+            idx[pos - 1] = r;
+        } else {
+            memmove(idx + pos + 1, idx + pos, (size_t)(m - pos) * sizeof(*idx));
+            idx[pos] = r;
+            m++;
+        }
+    }
+    return m;
+}
+
+/* Compare rows [0, n) step `step` of a history list column against ref_history. */
+static int hist_matches(const grm_chunk *out, int j, const int64_t *key, const int64_t *ord,
+                        const void *val, int is_f32, int64_t n, int64_t L, int self,
+                        int64_t step)
+{
+    int64_t *const idx = malloc((size_t)(L + 1) * sizeof(*idx));
+    int ok = out != NULL && j >= 0 && out->rows == n;
+    for (int64_t i = 0; ok && i < n; i += step) {
+        const int64_t m = ref_history(key, ord, n, i, L, self, idx);
+        const int64_t *const o = out->cols[j].offsets;
+        ok = o[i + 1] - o[i] == m;
+        for (int64_t k = 0; ok && k < m; k++) {
+            ok = is_f32 ? ((const float *)out->cols[j].values)[o[i] + k]
+                              == ((const float *)val)[idx[k]]
+                        : ((const int64_t *)out->cols[j].values)[o[i] + k]
+                              == ((const int64_t *)val)[idx[k]];
+        }
+        if (!ok) tap_diag("row %lld: history differs from the definition (%lld values)",
+                          (long long)i, (long long)m);
+    }
+    free(idx);
+    return ok;
+}
+
+typedef struct serial_flush {
+    void *inst;
+    const grm_chunk *out;
+    grm_status st;
+} serial_flush;
+
+static grm_status serial_flush_range(void *ctx, int64_t b, int64_t e)
+{
+    serial_flush *const j = ctx;
+    (void)e;
+    if (b == 0) j->st = tb_ops->flush(j->inst, &j->out);
+    return GRM_OK;
+}
+
+static void test_history_random(void)
+{
+    enum { N = 20000 };
+    int64_t *const user = malloc(N * sizeof(int64_t)), *const ts = malloc(N * sizeof(int64_t));
+    int64_t *const item = malloc(N * sizeof(int64_t));
+    float *const w = malloc(N * sizeof(float));
+    uint64_t seed = 42;
+    for (int64_t i = 0; i < N; i++) {
+        user[i] = (int64_t)(harness_rand(&seed) % 300) - 100;   // negative keys too
+        ts[i] = (int64_t)(harness_rand(&seed) % 50);             // many ties
+        item[i] = (int64_t)(harness_rand(&seed) % 100000);
+        w[i] = harness_randf(&seed);
+    }
+    const grm_column cols[] = { col_i64("user", user, N), col_i64("item", item, N),
+                                col_i64("ts", ts, N), col_f32("w", w, N) };
+    const grm_chunk in = chunk_of(cols, 4, N);
+    grm_field fields[4];
+    const grm_schema schema = schema_of(&in, fields);
+    const char *kvs[] = { "history_by=user", "history_order=ts", "history_length=7",
+                          "history_columns=item:hi, w:hw", "history_self=false" };
+    void *multi = NULL, *single = NULL;
+    const grm_chunk *out = NULL, *o = NULL;
+    unsigned char *bm = NULL, *bs = NULL;
+
+    grm_status st = tb_create(&multi, &schema, kvs, 5);
+    if (st == GRM_OK) st = tb_ops->apply(multi, &in, &o);
+    if (st == GRM_OK) st = tb_ops->flush(multi, &out);
+    if (st != GRM_OK) tap_diag("status %d: %s", st, harness_host()->last_error());
+    tap_ok(st == GRM_OK && hist_matches(out, 4, user, ts, item, 0, N, 7, 0, 37)
+               && hist_matches(out, 5, user, ts, w, 1, N, 7, 0, 37),
+           "random 20000 events, 300 keys, 50 timestamps (ties), length 7, self=false: "
+           "every 37th row's i64 and f32 lists equal the definition");
+    const size_t nm = st == GRM_OK ? blob_of(out, &bm) : 0;
+    serial_flush job = { .st = GRM_EINTERNAL };
+    st = tb_create(&single, &schema, kvs, 5);
+    job.inst = single;
+    if (st == GRM_OK) st = tb_ops->apply(single, &in, &o);
+    if (st == GRM_OK) st = harness_host()->parallel_for(1, 1, serial_flush_range, &job);
+    if (st == GRM_OK) st = job.st;
+    const size_t ns = st == GRM_OK ? blob_of(job.out, &bs) : 0;
+    tap_ok(st == GRM_OK && nm > 0 && nm == ns && memcmp(bm, bs, nm) == 0,
+           "history on 1 thread and on %d threads gives identical bytes (%zu)",
+           harness_host()->num_threads(), nm);
+    free(bm);
+    free(bs);
+    tb_ops->destroy(multi);
+    tb_ops->destroy(single);
+    free(user);
+    free(ts);
+    free(item);
+    free(w);
+}
+
+/* ---- MovieLens 100K: the two-label ranking rows with item histories ---- */
+
+static void test_history_movielens(void)
+{
+    static const char *const what[] = {
+        "ml-100k history: 100000 rows in reader order, labels rating>=4 and rating==5",
+        "ml-100k history: every row's list ends with its own item and holds 1 to 200 items",
+        "ml-100k history: every 97th row's list equals a scan of all rows",
+    };
+    char path[4096], kv_path[4200];
+    const char *const data = harness_datadir();
+    snprintf(path, sizeof(path), "%s/ml-100k/u.data.zst", data != NULL ? data : "");
+    FILE *f = data != NULL ? fopen(path, "rb") : NULL;
+    if (f == NULL) {
+        for (int i = 0; i < 3; i++) {
+            tap_skip("ml-100k/u.data.zst not found under GRM_DATA_DIR", "%s", what[i]);
+        }
+        return;
+    }
+    fclose(f);
+    snprintf(kv_path, sizeof(kv_path), "path=%s", path);
+
+    const grm_plugin_info *const rinfo = harness_plugin("reader-text");
+    const grm_reader_ops *const rops = rinfo->ops;
+    const char *rkvs[] = { kv_path, "columns=user:i64,item:i64,rating:f32,ts:i64" };
+    const void *rcfg = NULL;
+    void *reader = NULL, *tr = NULL;
+    const grm_schema *rs = NULL;
+    int64_t rows = 0, *users = NULL, *items = NULL, *tss = NULL;
+    float *ratings = NULL;
+    grm_status st = harness_config_try(rinfo, &rcfg, rkvs, 2);
+    if (st == GRM_OK) st = rops->open(rcfg, 0, 1, &reader);
+    if (st == GRM_OK) st = rops->schema(reader, &rs);
+    const char *tkvs[] = { "copy=rating:top", "bucketize=rating:4, top:5", "history_by=user",
+                           "history_order=ts", "history_columns=item:hist_item",
+                           "history_length=200" };
+    if (st == GRM_OK) st = tb_create(&tr, rs, tkvs, 6);
+    while (st == GRM_OK) {
+        const grm_chunk *ch = NULL, *o = (const grm_chunk *)1;
+        st = rops->next(reader, &ch);
+        if (st != GRM_OK || ch == NULL) break;
+        const size_t nb = (size_t)(rows + ch->rows);
+        users = realloc(users, nb * sizeof(int64_t));
+        items = realloc(items, nb * sizeof(int64_t));
+        tss = realloc(tss, nb * sizeof(int64_t));
+        ratings = realloc(ratings, nb * sizeof(float));
+        memcpy(users + rows, ch->cols[0].values, (size_t)ch->rows * sizeof(int64_t));
+        memcpy(items + rows, ch->cols[1].values, (size_t)ch->rows * sizeof(int64_t));
+        memcpy(ratings + rows, ch->cols[2].values, (size_t)ch->rows * sizeof(float));
+        memcpy(tss + rows, ch->cols[3].values, (size_t)ch->rows * sizeof(int64_t));
+        rows += ch->rows;
+        st = tb_ops->apply(tr, ch, &o);
+        if (st == GRM_OK && o != NULL) st = GRM_EINTERNAL;
+    }
+    const grm_chunk *out = NULL;
+    if (st == GRM_OK) st = tb_ops->flush(tr, &out);
+    if (st != GRM_OK) tap_diag("status %d: %s", st, harness_host()->last_error());
+    const int hi = out_col(out, "hist_item"), ti = out_col(out, "top");
+    int ok = st == GRM_OK && out != NULL && rows == 100000 && out->rows == rows && hi == 5
+             && ti == 4 && eq_i64(out->cols[0].values, users, rows, "user")
+             && eq_i64(out->cols[1].values, items, rows, "item")
+             && eq_i64(out->cols[3].values, tss, rows, "ts");
+    for (int64_t i = 0; ok && i < rows; i++) {
+        ok = ((const int64_t *)out->cols[2].values)[i] == (ratings[i] >= 4.0f)
+             && ((const int64_t *)out->cols[ti].values)[i] == (ratings[i] == 5.0f);
+    }
+    tap_ok(ok, "%s", what[0]);
+    int ends = ok;
+    for (int64_t i = 0; ends && i < rows; i++) {
+        const int64_t *const o = out->cols[hi].offsets;
+        const int64_t len = o[i + 1] - o[i];
+        ends = len >= 1 && len <= 200
+               && ((const int64_t *)out->cols[hi].values)[o[i + 1] - 1] == items[i];
+        if (!ends) tap_diag("row %lld: length %lld", (long long)i, (long long)len);
+    }
+    tap_ok(ends, "%s", what[1]);
+    tap_ok(ends && hist_matches(out, hi, users, tss, items, 0, rows, 200, 1, 97), "%s",
+           what[2]);
+    free(users);
+    free(items);
+    free(tss);
+    free(ratings);
+    tb_ops->destroy(tr);
+    rops->close(reader);
+}
+
 int main(void)
 {
-    tap_plan(72);
+    tap_plan(123);
     // Several threads for the 1-vs-N comparison (harness_host would start 2).
     grm__pool_init(4);
     tb_info = harness_plugin("transform-basic");
@@ -1121,6 +1696,11 @@ int main(void)
     test_cross();
     test_truncate_pad();
     test_fused();
+    test_copy();
+    test_history();
+    test_history_lists();
+    test_history_random();
+    test_history_movielens();
     tb_ops->destroy(NULL);
     tap_ok(1, "destroy(NULL) is accepted");
     return tap_done();

@@ -26,6 +26,12 @@ typedef struct basic_config {
     grm_str_list cross;             /* "a*b:out[:N]" entries: new I64 (or LIST_I64) columns */
     grm_str_list truncate;          /* "column:N[:recent|first]" entries on list columns */
     grm_str_list pad;               /* "column:N[:value]" entries on list columns */
+    grm_str_list copy;              /* "src:dst" entries: new columns copied from inputs */
+    const char *history_by;         /* I64 key column; NULL or "" = no per-event history */
+    const char *history_order;      /* I64 column ordering events of a key; NULL or "" */
+    grm_str_list history_columns;   /* "src:dst" entries: dst = list of src's recent values */
+    int64_t history_length;         /* > 0 with history_by: events per history list */
+    int32_t history_self;           /* 1: a row's own event ends its history lists */
 } basic_config;
 
 /* Length transforms of one list column (RecIS §2.1 "sequence processing"): truncate to at
@@ -80,6 +86,26 @@ typedef struct basic_seqcol {
     int64_t *offsets;   /* [nkeys+1] list offsets of the emitted chunk */
 } basic_seqcol;
 
+/* One history list column (history mode): per row, the values of `src` over the most
+ * recent history_length events of the row's key up to the row (itself included or not). */
+typedef struct basic_histcol {
+    int32_t src;        /* plan index of the column whose values are gathered */
+    int32_t type;       /* GRM_COL_I64 or GRM_COL_F32, after the row-wise pass */
+    char *name;         /* owned name of the emitted list column */
+    void *values;       /* [offsets[rows]] emitted list values, int64_t or float */
+} basic_histcol;
+
+/* A row-wise output column buffered in history mode (all chunks, rows in arrival order). */
+typedef struct basic_buffered {
+    int32_t need;       /* 1: emitted, or read by the history (key, order, sources) */
+    int32_t reserved;
+    void *values;       /* [nvals] values; bytes for STR */
+    size_t values_cap;  /* bytes */
+    int64_t nvals;
+    int64_t *offsets;   /* [rows+1] for STR and LIST_*, rebased to this buffer */
+    size_t offsets_cap; /* bytes */
+} basic_buffered;
+
 /* One buffered event, as sorted at flush: by key, then order, then arrival. */
 typedef struct basic_event {
     int64_t key;
@@ -91,12 +117,15 @@ typedef struct basic_event {
 typedef struct basic_inst {
     const grm_host_api *host;
     int32_t nin;              /* input columns */
-    int32_t nplan;            /* nin + crosses: the columns of the fused pass */
-    int32_t nfull;            /* columns before `keep`: nplan, or 1 + nseq in sequence mode */
+    int32_t ncopy;            /* copies: plan columns [nin, nin + ncopy) */
+    int32_t nplan;            /* nin + copies + crosses: the columns of the fused pass */
+    int32_t nfull;            /* columns before `keep`: nplan, 1 + nseq in sequence mode,
+                                 nplan + nhist in history mode */
     int32_t nout;             /* columns after `keep` */
     int32_t seq;              /* 1: sequence building */
     int32_t ncomp;            /* components of the fused pass (columns with work) */
-    basic_colplan *plan;      /* [nplan] inputs first, then crosses in declaration order */
+    basic_colplan *plan;      /* [nplan] inputs, then copies, then crosses, each in
+                                 declaration order; a copy's src is its input column */
     int32_t *comp_cols;       /* [ncomp_cols] plan indices grouped by component, plan order */
     int32_t *comp_start;      /* [ncomp+1] into comp_cols */
     int32_t nlen;             /* columns with a truncate or pad in the row-wise pass */
@@ -125,6 +154,16 @@ typedef struct basic_inst {
     int64_t *ev_order;        /* [nevents], or NULL without sequence_order */
     size_t ev_order_cap;      /* bytes */
     int64_t *keys_out;        /* [nkeys] the emitted key column */
+    /* history mode (key_src, order_src and flushed are shared with sequence mode) */
+    int32_t hist;             /* 1: per-event history lists */
+    int32_t hist_self;        /* 1: a row's own event is the last of its lists */
+    int64_t hist_length;      /* most events per list */
+    int32_t nhist;
+    int32_t reserved;
+    basic_histcol *histcols;  /* [nhist] */
+    basic_buffered *kept;     /* [nplan] the row-wise output of every chunk */
+    int64_t nrows;            /* rows buffered by apply */
+    int64_t *hist_offsets;    /* [nrows+1] emitted list offsets, shared by every histcol */
 } basic_inst;
 
 /* ---- basic_ref.c: per-value kernels (plain loops) ---- */
@@ -185,5 +224,16 @@ grm_status basic_seq_append(basic_inst *t, int64_t rows);
 grm_status basic_seq_build(basic_inst *t, int64_t *nkeys);
 /* Release the sequence buffers (events and emitted lists). */
 void basic_seq_free(basic_inst *t);
+
+/* ---- basic_ref.c: per-event history ---- */
+
+/* Append the needed columns of t->row (rows of them) to t->kept. */
+grm_status basic_hist_append(basic_inst *t, int64_t rows);
+/* Fill t->full with every buffered row in arrival order plus one list column per
+ * histcol: one stable sort by (key, order, arrival), then per row a window of its key's
+ * sorted events, gathered in a parallel_for over rows. */
+grm_status basic_hist_build(basic_inst *t);
+/* Release the history buffers (buffered columns and emitted lists; not the names). */
+void basic_hist_free(basic_inst *t);
 
 #endif /* GRM_TRANSFORM_BASIC_H */

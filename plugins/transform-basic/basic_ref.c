@@ -2,7 +2,9 @@
  * (RecIS §2.1 Feature Engine, Table 1 bucketize/mod): hash, bucketize, mod and cross of a
  * range of values, truncate/pad of a range of list rows, and sequence building (buffer
  * every event, one stable O(n log n) sort by key and order at flush, then gather each
- * key's events into lists). Plain loops; basic_cpu.c fuses and parallelises them. */
+ * key's events into lists), and per-event histories (buffer every row, the same sort, then
+ * each row's window of its key's events). Plain loops; basic_cpu.c fuses and parallelises
+ * the row-wise pass. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -393,4 +395,213 @@ done:
     host->free(basic_cpu, ev);
     basic_free_events(t);
     return st;
+}
+
+/* ---- per-event history: each row's historical sequence (MTGRBoost §2 T_hst) ---- */
+
+/* Bytes per value of a column of `type` (STR: bytes). */
+static size_t basic_col_elem(int32_t type)
+{
+    switch (type) {
+    case GRM_COL_STR: return 1;
+    case GRM_COL_F32:
+    case GRM_COL_LIST_F32: return sizeof(float);
+    default: return sizeof(int64_t);
+    }
+}
+
+grm_status basic_hist_append(basic_inst *t, int64_t rows)
+{
+    const grm_host_api *const host = t->host;
+    const int64_t n = t->nrows;
+    grm_status st;
+
+    for (int32_t j = 0; j < t->nplan; j++) {
+        basic_buffered *const b = &t->kept[j];
+        if (!b->need) continue;
+        const grm_column *const c = &t->row[j];
+        const int32_t type = t->plan[j].out_type;
+        const size_t elem = basic_col_elem(type);
+        const int64_t v0 = type >= GRM_COL_STR ? c->offsets[0] : 0;
+        const int64_t nv = type >= GRM_COL_STR ? c->offsets[rows] - v0 : rows;
+        void *p;
+        if (type >= GRM_COL_STR) {
+            // Offsets rebased onto the buffer: row r of this chunk is row n + r of all.
+            p = b->offsets;
+            st = basic_grow(host, &p, &b->offsets_cap, (size_t)(n + rows + 1) * sizeof(int64_t));
+            b->offsets = p;
+            if (st != GRM_OK) return st;
+            b->offsets[0] = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                b->offsets[n + r + 1] = b->nvals + (c->offsets[r + 1] - v0);
+            }
+        }
+        // At least one byte, so an emitted column never has NULL values.
+        const size_t need = (size_t)(b->nvals + nv) * elem;
+        p = b->values;
+        st = basic_grow(host, &p, &b->values_cap, need > 0 ? need : 1);
+        b->values = p;
+        if (st != GRM_OK) return st;
+        if (nv > 0) {
+            memcpy((char *)b->values + (size_t)b->nvals * elem,
+                   (const char *)c->values + (size_t)v0 * elem, (size_t)nv * elem);
+        }
+        b->nvals += nv;
+    }
+    t->nrows = n + rows;
+    return GRM_OK;
+}
+
+/* One history column's gather, split over rows by host->parallel_for. */
+typedef struct basic_hist_job {
+    const basic_event *ev;   /* [n] sorted by (key, order, arrival) */
+    const int64_t *win;      /* [n] per arrival row: sorted position of its window's start */
+    const int64_t *offs;     /* [n+1] per arrival row: list offsets */
+    const void *src;         /* [n] the source column, arrival order, int64_t or float */
+    void *sorted;            /* [n] the source column in sorted order */
+    void *out;               /* [offs[n]] the emitted lists */
+    size_t elem;             /* 4 (f32) or 8 (i64) */
+} basic_hist_job;
+
+/* sorted[e] = src[ev[e].idx] for e in [begin, end). */
+static grm_status basic_hist_sort_task(void *ctx, int64_t begin, int64_t end)
+{
+    const basic_hist_job *const j = ctx;
+    if (j->elem == sizeof(int64_t)) {
+        const int64_t *const src = j->src;
+        int64_t *const dst = j->sorted;
+        for (int64_t e = begin; e < end; e++) dst[e] = src[j->ev[e].idx];
+    } else {
+        const float *const src = j->src;
+        float *const dst = j->sorted;
+        for (int64_t e = begin; e < end; e++) dst[e] = src[j->ev[e].idx];
+    }
+    return GRM_OK;
+}
+
+/* Row i's list is the sorted slice [win[i], win[i] + len): its key's events, oldest first,
+ * contiguous after the sort. Each row writes its own range: any thread count gives the
+ * same bytes. */
+static grm_status basic_hist_rows_task(void *ctx, int64_t begin, int64_t end)
+{
+    const basic_hist_job *const j = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        const int64_t len = j->offs[i + 1] - j->offs[i];
+        if (len > 0) {
+            memcpy((char *)j->out + (size_t)j->offs[i] * j->elem,
+                   (const char *)j->sorted + (size_t)j->win[i] * j->elem, (size_t)len * j->elem);
+        }
+    }
+    return GRM_OK;
+}
+
+/* Rows per parallel_for range of the history gather (a few µs of copying each). */
+#define BASIC_HIST_GRAIN 4096
+
+grm_status basic_hist_build(basic_inst *t)
+{
+    const grm_host_api *const host = t->host;
+    const int64_t n = t->nrows;
+    const int64_t *const keys = t->kept[t->key_src].values;                    /* [n] */
+    const int64_t *const order = t->order_src >= 0 ? t->kept[t->order_src].values : NULL;
+    basic_event *ev = NULL;     /* [n] */
+    int64_t *win = NULL;        /* [n] */
+    void *sorted = NULL;        /* [n] int64_t or float */
+    int64_t nkeys = 0;
+    grm_status st = GRM_OK;
+
+    if (n == 0) return GRM_OK;
+    ev = host->alloc(basic_cpu, (size_t)n * sizeof(*ev), 0);
+    win = host->alloc(basic_cpu, (size_t)n * sizeof(*win), 0);
+    sorted = host->alloc(basic_cpu, (size_t)n * sizeof(int64_t), 0);
+    t->hist_offsets = host->alloc(basic_cpu, (size_t)(n + 1) * sizeof(int64_t), 0);
+    if (ev == NULL || win == NULL || sorted == NULL || t->hist_offsets == NULL) goto nomem;
+    for (int64_t i = 0; i < n; i++) {
+        ev[i].key = keys[i];
+        ev[i].order = order != NULL ? order[i] : 0;
+        ev[i].idx = i;
+    }
+    // The arrival index breaks ties, so this unstable sort yields the stable order
+    // (key, order, arrival) once; every key's events are then one contiguous run.
+    if (n > 1) qsort(ev, (size_t)n, sizeof(*ev), basic_event_cmp);
+
+    // Row ev[e].idx sees its key's events [g0, e + self), of which the last history_length:
+    // the window [max(g0, e + self - L), e + self). Lengths first, then offsets in arrival
+    // order (the output keeps every row where it arrived).
+    int64_t *const offs = t->hist_offsets;
+    offs[0] = 0;
+    for (int64_t g0 = 0, g1; g0 < n; g0 = g1) {
+        for (g1 = g0 + 1; g1 < n && ev[g1].key == ev[g0].key; g1++) continue;
+        nkeys++;
+        for (int64_t e = g0; e < g1; e++) {
+            const int64_t stop = e + t->hist_self;
+            const int64_t start = stop - t->hist_length > g0 ? stop - t->hist_length : g0;
+            win[ev[e].idx] = start;
+            offs[ev[e].idx + 1] = stop - start;
+        }
+    }
+    for (int64_t i = 0; i < n; i++) offs[i + 1] += offs[i];
+    host->log(GRM_LOG_INFO, "transform-basic", "history by %s: %lld rows, %lld keys, %lld "
+              "values per list column (history_length %lld)", t->plan[t->key_src].name,
+              (long long)n, (long long)nkeys, (long long)offs[n], (long long)t->hist_length);
+
+    for (int32_t k = 0; k < t->nhist; k++) {
+        basic_histcol *const h = &t->histcols[k];
+        const size_t elem = basic_elem_size(h->type);
+        const size_t bytes = (size_t)offs[n] * elem;
+        h->values = host->alloc(basic_cpu, bytes > 0 ? bytes : 1, 0);
+        if (h->values == NULL) goto nomem;
+        basic_hist_job job = { .ev = ev, .win = win, .offs = offs,
+                               .src = t->kept[h->src].values, .sorted = sorted,
+                               .out = h->values, .elem = elem };
+        st = host->parallel_for(n, BASIC_HIST_GRAIN, basic_hist_sort_task, &job);
+        if (st == GRM_OK) st = host->parallel_for(n, BASIC_HIST_GRAIN, basic_hist_rows_task, &job);
+        if (st != GRM_OK) goto done;
+    }
+
+    // The emitted chunk before `keep`: every buffered row-wise column, then the lists.
+    for (int32_t j = 0; j < t->nplan; j++) {
+        const basic_buffered *const b = &t->kept[j];
+        const int32_t type = t->plan[j].out_type;
+        t->full[j] = (grm_column){ .name = t->plan[j].name, .type = type, .rows = n,
+                                   .values = b->values,
+                                   .offsets = type >= GRM_COL_STR ? b->offsets : NULL };
+    }
+    for (int32_t k = 0; k < t->nhist; k++) {
+        const basic_histcol *const h = &t->histcols[k];
+        t->full[t->nplan + k] = (grm_column){
+            .name = h->name, .type = h->type == GRM_COL_I64 ? GRM_COL_LIST_I64
+                                                            : GRM_COL_LIST_F32,
+            .rows = n, .values = h->values, .offsets = offs };
+    }
+    goto done;
+
+nomem:
+    st = host->errorf(GRM_ENOMEM, "transform-basic: out of memory building the history of "
+                      "%lld rows", (long long)n);
+done:
+    host->free(basic_cpu, ev);
+    host->free(basic_cpu, win);
+    host->free(basic_cpu, sorted);
+    return st;
+}
+
+void basic_hist_free(basic_inst *t)
+{
+    const grm_host_api *const host = t->host;
+    if (t->kept != NULL) {
+        for (int32_t j = 0; j < t->nplan; j++) {
+            host->free(basic_cpu, t->kept[j].values);
+            host->free(basic_cpu, t->kept[j].offsets);
+            t->kept[j] = (basic_buffered){ .need = t->kept[j].need };
+        }
+    }
+    if (t->histcols != NULL) {
+        for (int32_t k = 0; k < t->nhist; k++) {
+            host->free(basic_cpu, t->histcols[k].values);
+            t->histcols[k].values = NULL;
+        }
+    }
+    host->free(basic_cpu, t->hist_offsets);
+    t->hist_offsets = NULL;
 }

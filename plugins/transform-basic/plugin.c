@@ -1,7 +1,8 @@
 /* plugins/transform-basic/plugin.c - glue for transform-basic: entry point, descriptor,
  * declared parameters, the grm_transform_ops table, and the checks that tie the config to
  * the input schema at create (RecIS §2.1 Feature Engine: hash, bucketize, mod, cross,
- * truncate/pad, sequences). The work is in basic_cpu.c (the fused pass) and basic_ref.c. */
+ * truncate/pad, copy; per-key sequences or per-event histories, MTGRBoost §2). The work is
+ * in basic_cpu.c (the fused pass) and basic_ref.c. */
 #include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -54,6 +55,27 @@ static const grm_param_decl basic_params[] = {
     { "pad", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, pad), NULL, GRM_PARAM_ANY, NULL,
       "column:N[:value] entries: pad rows of a list column shorter than N at the back with "
       "value (default 0), after truncate" },
+    { "copy", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, copy), NULL, GRM_PARAM_ANY, NULL,
+      "src:dst entries: new column dst (after the inputs) starts as a copy of input column "
+      "src, then takes its own transforms, e.g. rating:top with bucketize = rating:4, top:5" },
+    { "history_by", GRM_PARAM_STRING, 0, offsetof(basic_config, history_by), NULL,
+      GRM_PARAM_ANY, NULL,
+      "i64 key column; when set, every row gets lists of its key's most recent events "
+      "(history_columns) and all rows are emitted at flush" },
+    { "history_order", GRM_PARAM_STRING, 0, offsetof(basic_config, history_order), NULL,
+      GRM_PARAM_ANY, NULL,
+      "i64 column ordering a key's events (ties keep input order); empty: input order" },
+    { "history_columns", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, history_columns), NULL,
+      GRM_PARAM_ANY, NULL,
+      "src:dst entries: new list_i64 / list_f32 column dst = the values of i64 / f32 column "
+      "src over the key's recent events, oldest first, e.g. item:hist_item" },
+    { "history_length", GRM_PARAM_INT, 0, offsetof(basic_config, history_length), "0",
+      GRM_PARAM_RANGE(0, (double)INT64_MAX), NULL,
+      "most events per history list (required > 0 with history_by)" },
+    { "history_self", GRM_PARAM_BOOL, 0, offsetof(basic_config, history_self), "true",
+      GRM_PARAM_ANY, NULL,
+      "true: a row's own event is the last of its history lists; false: earlier events only "
+      "(lists may be empty)" },
     { NULL, 0, 0, 0, NULL, GRM_PARAM_ANY, NULL, NULL },
 };
 
@@ -113,6 +135,12 @@ static void basic_destroy(void *inst)
         basic_seq_free(t);
         host->free(basic_cpu, t->seqcols);
     }
+    basic_hist_free(t);
+    if (t->histcols != NULL) {
+        for (int32_t k = 0; k < t->nhist; k++) host->free(basic_cpu, t->histcols[k].name);
+        host->free(basic_cpu, t->histcols);
+    }
+    host->free(basic_cpu, t->kept);
     if (t->plan != NULL) {
         for (int32_t j = 0; j < t->nplan; j++) {
             host->free(basic_cpu, t->plan[j].name);
@@ -186,6 +214,82 @@ static grm_status basic_type_error(const basic_inst *t, const char *what, int32_
 }
 
 /* ---- create: tie the config to the input schema ---- */
+
+/* Copy entry[0, len) into buf (of BASIC_NAME_MAX bytes); 0 when it is empty or too long. */
+#define BASIC_NAME_MAX 256
+
+static int basic_part(char *buf, const char *s, size_t len)
+{
+    if (len == 0 || len >= BASIC_NAME_MAX) return 0;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    return 1;
+}
+
+/* Split a "src:dst" entry (exactly one colon, both names non-empty); 0 when malformed. */
+static int basic_pair(const char *entry, char *src, char *dst)
+{
+    const char *const colon = strchr(entry, ':');
+    if (colon == NULL || strchr(colon + 1, ':') != NULL) return 0;
+    return basic_part(src, entry, (size_t)(colon - entry))
+           && basic_part(dst, colon + 1, strlen(colon + 1));
+}
+
+/* 1 when some cross entry's output (a*b:out[:N]) is `name`; malformed entries are left to
+ * basic_plan_cross. */
+static int basic_cross_output(const basic_config *cfg, const char *name)
+{
+    for (int64_t i = 0; i < cfg->cross.n; i++) {
+        const char *const star = strchr(cfg->cross.v[i], '*');
+        const char *const c1 = star != NULL ? strchr(star, ':') : NULL;
+        if (c1 == NULL) continue;
+        const char *const c2 = strchr(c1 + 1, ':');
+        const size_t len = c2 != NULL ? (size_t)(c2 - c1 - 1) : strlen(c1 + 1);
+        if (len == strlen(name) && strncmp(c1 + 1, name, len) == 0) return 1;
+    }
+    return 0;
+}
+
+/* copy = src:dst (step 0): plan columns after the inputs whose raw values are the input
+ * column src's, under their own name; hash/bucketize/mod/... then treat dst like any
+ * other column (e.g. two labels from one rating: copy = rating:top, bucketize = rating:4,
+ * top:5). Untransformed, a copy points into the input chunk like its source. */
+static grm_status basic_plan_copy(basic_inst *t, const basic_config *cfg)
+{
+    char avail[BASIC_AVAIL_MAX], src[BASIC_NAME_MAX], dst[BASIC_NAME_MAX];
+
+    for (int64_t i = 0; i < cfg->copy.n; i++) {
+        const char *const entry = cfg->copy.v[i];
+        if (!basic_pair(entry, src, dst)) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: copy entry '%s': expected "
+                                      "src:dst with two non-empty names, e.g. rating:top",
+                                      entry);
+        }
+        basic_plan_fields(t, t->full_fields, 0);
+        const int32_t idx = basic_find(t->full_fields, t->nin, src);
+        if (idx < 0) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: copy entry '%s': source "
+                                      "column '%s' is not in the input; available: %s", entry,
+                                      src, basic_available(avail, t->full_fields, t->nin));
+        }
+        if (basic_find(t->full_fields, t->nplan, dst) >= 0 || basic_cross_output(cfg, dst)) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: copy entry '%s': column "
+                                      "'%s' already exists (an input, copy or cross output); "
+                                      "give the copy a new name", entry, dst);
+        }
+        basic_colplan *const p = &t->plan[t->nplan];
+        const size_t len = strlen(dst);
+        p->name = basic_host->alloc(basic_cpu, len + 1, 0);
+        if (p->name == NULL) return GRM_ENOMEM;
+        memcpy(p->name, dst, len + 1);
+        p->in_type = p->out_type = t->plan[idx].in_type;
+        p->src = idx;
+        p->cross_a = p->cross_b = -1;
+        t->nplan++;
+        t->ncopy++;
+    }
+    return GRM_OK;
+}
 
 static grm_status basic_plan_hash_mod(basic_inst *t, const basic_config *cfg)
 {
@@ -294,17 +398,6 @@ static grm_status basic_plan_hash_mod(basic_inst *t, const basic_config *cfg)
         p->mod = (int64_t)n;
     }
     return GRM_OK;
-}
-
-/* Copy entry[0, len) into buf (of BASIC_NAME_MAX bytes); 0 when it is empty or too long. */
-#define BASIC_NAME_MAX 256
-
-static int basic_part(char *buf, const char *s, size_t len)
-{
-    if (len == 0 || len >= BASIC_NAME_MAX) return 0;
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    return 1;
 }
 
 /* The integer of s[0, len) into *n; 0 when it is not one (no sign, spaces or junk). */
@@ -534,6 +627,83 @@ static grm_status basic_plan_sequence(basic_inst *t, const basic_config *cfg)
     return GRM_OK;
 }
 
+/* history_by (a third mode beside plain and sequence_by): every row keeps its columns and
+ * gets, per history_columns entry, the list of src's values over its key's most recent
+ * history_length events at or before it in (order, arrival) order: the historical
+ * sequence T_hst of each ranking sample (MTGRBoost §2), the candidate last. */
+static grm_status basic_plan_history(basic_inst *t, const basic_config *cfg)
+{
+    char src[BASIC_NAME_MAX], dst[BASIC_NAME_MAX];
+    grm_status st;
+    int32_t idx;
+
+    st = basic_column(t, "history_by", cfg->history_by, 1, &t->key_src);
+    if (st != GRM_OK) return st;
+    if (t->plan[t->key_src].out_type != GRM_COL_I64) {
+        return basic_type_error(t, "history_by", t->key_src, t->plan[t->key_src].out_type,
+                                "i64 (hash a str key first with hash = ...)");
+    }
+    t->order_src = -1;
+    if (basic_set(cfg->history_order)) {
+        st = basic_column(t, "history_order", cfg->history_order, 1, &t->order_src);
+        if (st != GRM_OK) return st;
+        if (t->plan[t->order_src].out_type != GRM_COL_I64) {
+            return basic_type_error(t, "history_order", t->order_src,
+                                    t->plan[t->order_src].out_type, "i64");
+        }
+    }
+    if (cfg->history_columns.n <= 0) {
+        return basic_host->errorf(GRM_EINVAL, "transform-basic: history_by = %s but "
+                                  "history_columns is empty; list src:dst entries, e.g. "
+                                  "item:hist_item", cfg->history_by);
+    }
+    if (cfg->history_length <= 0) {
+        return basic_host->errorf(GRM_EINVAL, "transform-basic: history_by = %s needs "
+                                  "history_length > 0 (events per list), e.g. 200",
+                                  cfg->history_by);
+    }
+    if (cfg->min_length != 1 || cfg->max_length != 0) {
+        return basic_host->errorf(GRM_EINVAL, "transform-basic: min_length and max_length "
+                                  "apply to sequence_by; with history_by every row is kept "
+                                  "and history_length bounds its lists");
+    }
+    t->hist_length = cfg->history_length;
+    t->hist_self = cfg->history_self != 0;
+    t->nhist = (int32_t)cfg->history_columns.n;
+    st = basic_calloc(&t->histcols, (size_t)t->nhist, sizeof(*t->histcols));
+    if (st != GRM_OK) return st;
+    for (int32_t k = 0; k < t->nhist; k++) {
+        const char *const entry = cfg->history_columns.v[k];
+        if (!basic_pair(entry, src, dst)) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: history_columns entry "
+                                      "'%s': expected src:dst with two non-empty names, e.g. "
+                                      "item:hist_item", entry);
+        }
+        st = basic_column(t, "history_columns", src, 1, &idx);
+        if (st != GRM_OK) return st;
+        const int32_t type = t->plan[idx].out_type;
+        if (type != GRM_COL_I64 && type != GRM_COL_F32) {
+            return basic_type_error(t, "history_columns", idx, type, "i64 or f32");
+        }
+        int taken = basic_find(t->full_fields, t->nplan, dst) >= 0;
+        for (int32_t m = 0; m < k; m++) taken = taken || strcmp(t->histcols[m].name, dst) == 0;
+        if (taken) {
+            return basic_host->errorf(GRM_EINVAL, "transform-basic: history_columns entry "
+                                      "'%s': column '%s' already exists (a column or an "
+                                      "earlier history list); give the list a new name",
+                                      entry, dst);
+        }
+        basic_histcol *const h = &t->histcols[k];
+        const size_t len = strlen(dst);
+        h->name = basic_host->alloc(basic_cpu, len + 1, 0);
+        if (h->name == NULL) return GRM_ENOMEM;
+        memcpy(h->name, dst, len + 1);
+        h->src = idx;
+        h->type = type;
+    }
+    return basic_calloc(&t->kept, (size_t)t->nplan, sizeof(*t->kept));
+}
+
 /* The columns before `keep` (full_fields), then `keep` itself (out_src, fields). */
 static grm_status basic_plan_output(basic_inst *t, const basic_config *cfg)
 {
@@ -549,6 +719,17 @@ static grm_status basic_plan_output(basic_inst *t, const basic_config *cfg)
             t->full_fields[1 + j].type = t->seqcols[j].type == GRM_COL_I64 ? GRM_COL_LIST_I64
                                                                           : GRM_COL_LIST_F32;
             t->full_fields[1 + j].reserved = 0;
+        }
+        st = basic_calloc(&t->full, (size_t)t->nfull, sizeof(*t->full));
+        if (st != GRM_OK) return st;
+    } else if (t->hist) {
+        t->nfull = t->nplan + t->nhist;
+        basic_plan_fields(t, t->full_fields, 1);
+        for (int32_t k = 0; k < t->nhist; k++) {
+            t->full_fields[t->nplan + k].name = t->histcols[k].name;
+            t->full_fields[t->nplan + k].type = t->histcols[k].type == GRM_COL_I64
+                                                    ? GRM_COL_LIST_I64 : GRM_COL_LIST_F32;
+            t->full_fields[t->nplan + k].reserved = 0;
         }
         st = basic_calloc(&t->full, (size_t)t->nfull, sizeof(*t->full));
         if (st != GRM_OK) return st;
@@ -581,6 +762,13 @@ static grm_status basic_plan_output(basic_inst *t, const basic_config *cfg)
         }
         t->out_src[k] = idx;
         t->fields[k] = t->full_fields[idx];
+        // History mode buffers only what it emits or reads.
+        if (t->hist && idx < t->nplan) t->kept[idx].need = 1;
+    }
+    if (t->hist) {
+        t->kept[t->key_src].need = 1;
+        if (t->order_src >= 0) t->kept[t->order_src].need = 1;
+        for (int32_t k = 0; k < t->nhist; k++) t->kept[t->histcols[k].src].need = 1;
     }
     t->schema.struct_size = (uint32_t)sizeof(grm_schema);
     t->schema.nfields = t->nout;
@@ -609,6 +797,19 @@ static grm_status basic_create(const void *config, const grm_schema *schema, voi
                                   "sequence_columns is set but sequence_by is not; set "
                                   "sequence_by to the key column, e.g. user");
     }
+    if (!basic_set(cfg->history_by)
+        && (basic_set(cfg->history_order) || cfg->history_columns.n > 0
+            || cfg->history_length != 0)) {
+        return basic_host->errorf(GRM_EINVAL, "transform-basic: history_order, "
+                                  "history_columns or history_length is set but history_by "
+                                  "is not; set history_by to the key column, e.g. user");
+    }
+    if (basic_set(cfg->history_by) && basic_set(cfg->sequence_by)) {
+        return basic_host->errorf(GRM_EINVAL, "transform-basic: history_by = %s and "
+                                  "sequence_by = %s are both set; choose one (sequence_by: "
+                                  "one row of lists per key; history_by: every row with its "
+                                  "key's recent events)", cfg->history_by, cfg->sequence_by);
+    }
     if (cfg->hash_buckets < 0) {
         return basic_host->errorf(GRM_EINVAL, "transform-basic: hash_buckets = %lld; need 0 "
                                   "(no reduction) or a positive count",
@@ -618,15 +819,20 @@ static grm_status basic_create(const void *config, const grm_schema *schema, voi
     if (st != GRM_OK) return st;
     t->host = basic_host;
     t->nin = schema->nfields;
-    t->nplan = t->nin;   // crosses are appended by basic_plan_cross
+    t->nplan = t->nin;   // copies, then crosses, are appended by basic_plan_copy/_cross
     t->hash_buckets = cfg->hash_buckets;
     t->seq = basic_set(cfg->sequence_by);
-    const size_t nmax = (size_t)t->nin + (size_t)cfg->cross.n;
+    t->hist = basic_set(cfg->history_by);
+    const size_t nmax = (size_t)t->nin + (size_t)cfg->copy.n + (size_t)cfg->cross.n;
     st = basic_calloc(&t->plan, nmax, sizeof(*t->plan));
     if (st == GRM_OK) st = basic_calloc(&t->row, nmax, sizeof(*t->row));
     if (st == GRM_OK) st = basic_calloc(&t->mid, nmax, sizeof(*t->mid));
-    // Sized for the larger of the two uses: all columns, or key + sequence columns.
-    if (st == GRM_OK) st = basic_calloc(&t->full_fields, nmax + 1, sizeof(*t->full_fields));
+    // Sized for the largest use: all columns (and the history lists), or key + sequence
+    // columns.
+    if (st == GRM_OK) {
+        st = basic_calloc(&t->full_fields, nmax + (size_t)cfg->history_columns.n + 1,
+                          sizeof(*t->full_fields));
+    }
     if (st != GRM_OK) goto fail;
     for (int32_t j = 0; j < t->nin; j++) {
         const grm_field *const f = &schema->fields[j];
@@ -652,11 +858,14 @@ static grm_status basic_create(const void *config, const grm_schema *schema, voi
         t->plan[j].src = j;
         t->plan[j].cross_a = t->plan[j].cross_b = -1;
     }
-    // The order of the pass: hash | bucketize, mod, cross, truncate, pad (row-wise), then
-    // sequence building, whose lists truncate and pad may name instead, then keep.
-    st = basic_plan_hash_mod(t, cfg);
+    // The order of the pass: copy, hash | bucketize, mod, cross, truncate, pad (row-wise),
+    // then sequence building, whose lists truncate and pad may name instead, or the
+    // per-event history lists, then keep.
+    st = basic_plan_copy(t, cfg);
+    if (st == GRM_OK) st = basic_plan_hash_mod(t, cfg);
     if (st == GRM_OK) st = basic_plan_cross(t, cfg);
     if (st == GRM_OK && t->seq) st = basic_plan_sequence(t, cfg);
+    if (st == GRM_OK && t->hist) st = basic_plan_history(t, cfg);
     if (st == GRM_OK) st = basic_plan_len(t, &cfg->truncate, 0);
     if (st == GRM_OK) st = basic_plan_len(t, &cfg->pad, 1);
     if (st == GRM_OK) st = basic_plan_output(t, cfg);
@@ -722,13 +931,15 @@ static grm_status basic_apply(void *inst, const grm_chunk *in, const grm_chunk *
                                       basic_type_name(p->in_type), (long long)in->rows);
         }
     }
-    if (t->seq && t->flushed) {
-        return basic_host->errorf(GRM_EINVAL, "transform-basic: apply after flush; the "
-                                  "sequences were already emitted, create a new instance");
+    if ((t->seq || t->hist) && t->flushed) {
+        return basic_host->errorf(GRM_EINVAL, "transform-basic: apply after flush; the %s "
+                                  "were already emitted, create a new instance",
+                                  t->seq ? "sequences" : "history rows");
     }
     st = basic_rows(t, in);
     if (st != GRM_OK) return st;
     if (t->seq) return basic_seq_append(t, in->rows);
+    if (t->hist) return basic_hist_append(t, in->rows);
     *out = basic_emit(t, in->rows);
     return GRM_OK;
 }
@@ -743,8 +954,14 @@ static grm_status basic_flush(void *inst, const grm_chunk **out)
                                   "be NULL");
     }
     *out = NULL;
-    if (!t->seq || t->flushed) return GRM_OK;
+    if ((!t->seq && !t->hist) || t->flushed) return GRM_OK;
     t->flushed = 1;
+    if (t->hist) {
+        const grm_status st = basic_hist_build(t);
+        if (st != GRM_OK) return st;
+        if (t->nrows > 0) *out = basic_emit(t, t->nrows);
+        return GRM_OK;
+    }
     const grm_status st = basic_seq_build(t, &nkeys);
     if (st != GRM_OK) return st;
     if (nkeys > 0) *out = basic_emit(t, nkeys);
@@ -764,9 +981,10 @@ static const grm_plugin_info basic_info = {
     GRM_PLUGIN_INFO_HEADER,
     .kind = GRM_KIND_TRANSFORM,
     .name = "transform-basic",
-    .version = "1.0.0",
-    .description = "feature engine: hash, bucketize, mod, cross, truncate/pad fused into one "
-                   "multi-threaded pass, and per-key sequence building (RecIS §2.1)",
+    .version = "1.1.0",
+    .description = "feature engine: copy, hash, bucketize, mod, cross, truncate/pad fused "
+                   "into one multi-threaded pass; per-key sequences or per-event histories "
+                   "(RecIS §2.1)",
     .ops = &basic_ops,
     .params = basic_params,
     .config_size = sizeof(basic_config),
