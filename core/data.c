@@ -141,6 +141,24 @@ static grm_status collect_ranking(collector *co, const grm_chunk *c)
                 return st;
         }
     }
+    if (co->want_times) {   /* beside the token list, value for value */
+        const grm__feature *f = &p->features[p->seq_feature];
+        const grm_column *ts = find_col(c, s->time_column), *col = find_col(c, f->source);
+        if (!ts || ts->type != GRM_COL_LIST_I64)
+            return col_error(p, c, "time_column", s->time_column, "LIST_I64");
+        for (int64_t r = 0; r < c->rows; r++) {
+            int64_t n = ts->offsets[r + 1] - ts->offsets[r];
+            int64_t m = col->type == GRM_COL_I64 ? 1 : col->offsets[r + 1] - col->offsets[r];
+            if (n != m)
+                return grm_errorf(GRM_EFORMAT, "%s: a row's [feature.%s] list '%s' has %lld "
+                                  "ids but time_column '%s' %lld timestamps; they must pair "
+                                  "up", p->cfg->path, f->name, f->source, (long long)m,
+                                  s->time_column, (long long)n);
+            if ((st = vec_push(&co->times, (const int64_t *)ts->values + ts->offsets[r], n))
+                != GRM_OK)
+                return st;
+        }
+    }
     for (int64_t r = 0; r < c->rows; r++) {
         for (int64_t k = 0; k < s->label_columns.n; k++) {
             const grm_column *l = find_col(c, s->label_columns.v[k]);
@@ -298,6 +316,10 @@ static grm_status finish_ranking(grm__pipeline *p, collector *co, grm__dataset *
     }
     ds->labels = co->labels.v;
     co->labels.v = NULL;
+    if (co->want_times) {   /* aligned with fids[seq_feature] */
+        ds->times = co->times.v;
+        co->times.v = NULL;
+    }
     if (co->want_groups > 0) {
         ds->groups = co->groups.v;
         co->groups.v = NULL;
@@ -325,7 +347,9 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
 {
     grm_status st;
     int ranking = p->set.task == GRM__TASK_RANKING;
-    collector co = { .p = p, .want_times = !ranking && p->set.time_column[0] != '\0',
+    /* timestamps: of a retrieval sequence, or of a ranking row's token list */
+    collector co = { .p = p, .want_times = p->set.time_column[0] != '\0'
+                                           && (!ranking || p->seq_feature >= 0),
                      .want_groups = -1 };
     grm__dataset *ds = calloc(1, sizeof *ds);
     co.fofs = calloc((size_t)p->nfeatures + 1, sizeof *co.fofs);

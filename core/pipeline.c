@@ -31,8 +31,9 @@ typedef struct train_cfg {
     double valid_fraction, test_fraction;
     const char *user_column, *sequence_column, *time_column, *item_table, *metrics_out;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
-    int64_t early_stop, batch_tokens, accumulate, sparse_group, prefetch;
-    int32_t batching, rank_split;
+    int64_t early_stop, batch_tokens, accumulate, sparse_group, prefetch, sequence_blocks;
+    int64_t select_k;
+    int32_t batching, rank_split, sparse_async;
     grm_int_list topk;
 } train_cfg;
 
@@ -52,7 +53,12 @@ static const grm_param_decl train_params[] = {
     { "sequence_column", GRM_PARAM_STRING, 0, offsetof(train_cfg, sequence_column), "item",
       GRM_PARAM_ANY, NULL, "LIST_I64 column holding each user's items in time order" },
     { "time_column", GRM_PARAM_STRING, 0, offsetof(train_cfg, time_column), "", GRM_PARAM_ANY,
-      NULL, "LIST_I64 column of timestamps beside the sequence (optional)" },
+      NULL, "LIST_I64 column of timestamps beside the sequence (optional; ranking: beside the "
+      "pooling = none feature's list, value for value)" },
+    { "sequence_blocks", GRM_PARAM_INT, 0, offsetof(train_cfg, sequence_blocks), "0",
+      GRM_PARAM_RANGE(0, 1 << 20), NULL, "ranking with a pooling = none feature: the first N "
+      "[dense.*] blocks run on its jagged tokens (e.g. HSTU); each row's last token output, "
+      "beside the pooled features, is the input of the rest (e.g. MMoE, MTGRBoost §2)" },
     { "item_table", GRM_PARAM_STRING, 0, offsetof(train_cfg, item_table), "", GRM_PARAM_ANY,
       NULL, "table whose rows are the candidate items (default: the sequence feature's)" },
     { "metrics_out", GRM_PARAM_STRING, 0, offsetof(train_cfg, metrics_out), "", GRM_PARAM_ANY,
@@ -81,6 +87,11 @@ static const grm_param_decl train_params[] = {
       "current one computes (MTGRBoost §3 prefetch, TurboGR's pipelined stages): ids, "
       "negatives' slots, segment unique and keys; 0: assemble each batch on the trainer "
       "thread when it is needed" },
+    { "sparse_async", GRM_PARAM_BOOL, 0, offsetof(train_cfg, sparse_async), "false",
+      GRM_PARAM_ANY, NULL, "semi-async sparse training (TurboGR §4.2.2): step i's embedding "
+      "update (exchange and row optimizer) runs on a thread after step i + 1's lookup, "
+      "beside its dense compute, so lookups see rows one step stale; dense stays "
+      "synchronous. Pending updates are applied before evaluation and checkpoints" },
     { "rank_split", GRM_PARAM_ENUM, 0, offsetof(train_cfg, rank_split), "contiguous",
       GRM_PARAM_ANY, "contiguous|tokens", "several ranks: how a global batch is split. "
       "contiguous: equal sample counts; tokens: global token reallocation (TurboGR §4.1.3): "
@@ -99,8 +110,11 @@ static const grm_param_decl train_params[] = {
       GRM_PARAM_RANGE(1, 1 << 20), NULL, "users scored at once in evaluation" },
     { "early_stop", GRM_PARAM_INT, 0, offsetof(train_cfg, early_stop), "0",
       GRM_PARAM_RANGE(0, 1e6), NULL, "stop after this many validation runs without "
-      "improvement (NDCG@10 or AUC) and test the best model, kept as [checkpoint] "
-      "dir/best.*; 0: off" },
+      "improvement (NDCG@select_k, or the first task's AUC) and test the best model, kept "
+      "as [checkpoint] dir/best.*; 0: off" },
+    { "select_k", GRM_PARAM_INT, 0, offsetof(train_cfg, select_k), "10",
+      GRM_PARAM_RANGE(1, 1e9), NULL, "retrieval: the K of the validation NDCG@K that early "
+      "stopping and the best model follow (one of topk)" },
     { "topk", GRM_PARAM_INT_LIST, 0, offsetof(train_cfg, topk), "5,10,20",
       GRM_PARAM_RANGE(1, 1e9), NULL, "K of HR@K and NDCG@K (full ranking, leave-one-out)" },
     { NULL },
@@ -415,7 +429,29 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.sparse_group = tc->sparse_group;
     p->set.prefetch = tc->prefetch;
     p->set.rank_split = tc->rank_split;
+    p->set.sequence_blocks = tc->sequence_blocks;
     p->set.topk = tc->topk;
+    p->set.select_k = tc->select_k;
+    p->set.sparse_async = tc->sparse_async;
+    if (tc->sparse_async && tc->accumulate > 1) {
+        const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "train"),
+                                            "sparse_async");
+        st = grm_errorf(GRM_EINVAL, "%s:%d: [train] sparse_async with accumulate = %lld: the "
+                        "lagged update takes one batch per step; use accumulate = 1 or "
+                        "sparse_async = false", path, kv ? kv->line : 0,
+                        (long long)tc->accumulate);
+        goto fail;
+    }
+    if (!ranking) {
+        int64_t i = 0;
+        while (i < tc->topk.n && tc->topk.v[i] != tc->select_k) i++;
+        const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "train"), "select_k");
+        if (i == tc->topk.n && kv) {
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [train] select_k = %lld is not one of topk; "
+                            "add it to topk", path, kv->line, (long long)tc->select_k);
+            goto fail;
+        }
+    }
 
     /* plugins */
     if ((st = stage_setup(p, &p->reader, "reader", GRM_KIND_READER, NULL, NULL)) != GRM_OK)
@@ -493,13 +529,19 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
             goto fail;
         }
         if (f->pooling != GRM__POOL_NONE) continue;
-        if (ranking || !f->is_sequence) {
+        if (p->seq_feature >= 0) {
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none: [feature.%s] "
+                            "already feeds tokens to the dense blocks; one feature may",
+                            path, f->line, f->name, p->features[p->seq_feature].name);
+            goto fail;
+        }
+        if (!ranking && !f->is_sequence) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none: only the item "
                             "sequence of a retrieval pipeline can feed tokens to the dense "
                             "blocks; use mean or sum", path, f->line, f->name);
             goto fail;
         }
-        if (p->nfeatures != 1) {
+        if (!ranking && p->nfeatures != 1) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none makes this a "
                             "sequence model, which takes its tokens from this one feature; "
                             "remove the other [feature.*] sections", path, f->line, f->name);
@@ -513,6 +555,27 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         goto fail;
     }
     qsort(p->dense, (size_t)p->ndense, sizeof *p->dense, cmp_dense);
+    {   /* ranking on a token sequence: which blocks see tokens (MTGRBoost §2: HSTU, then
+         * MMoE on the candidate's output) */
+        const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "train"),
+                                            "sequence_blocks");
+        int64_t sb = p->set.sequence_blocks;
+        int seqrank = ranking && p->seq_feature >= 0;
+        if (seqrank && (sb < 1 || sb > p->ndense)) {
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none in a ranking "
+                            "pipeline: set [train] sequence_blocks = N, 1 <= N <= %d, the "
+                            "leading [dense.*] blocks that run on its tokens",
+                            path, p->features[p->seq_feature].line,
+                            p->features[p->seq_feature].name, p->ndense);
+            goto fail;
+        }
+        if (!seqrank && sb != 0) {
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [train] sequence_blocks applies to a ranking "
+                            "pipeline with a pooling = none feature; remove it", path,
+                            kv ? kv->line : 0);
+            goto fail;
+        }
+    }
     if (p->nfeatures == 0) {
         st = grm_errorf(GRM_EINVAL, "%s: no [feature.NAME] section; declare at least the "
                         "item history (source = %s)", path, p->set.sequence_column);

@@ -59,9 +59,12 @@ typedef struct grm__settings {
     int64_t sparse_group;          /* ranks per replica group of the rows (0: all) */
     int64_t prefetch;              /* batches assembled ahead on the data thread (0: none) */
     int32_t rank_split;            /* GRM__SPLIT_*: a global batch's samples over the ranks */
+    int64_t sequence_blocks;       /* ranking: leading blocks on the pooling = none tokens */
     int32_t batching;              /* GRM__BATCH_* */
     int64_t batch_tokens;          /* batching = tokens: target tokens per step (0: derived) */
     grm_int_list topk;
+    int64_t select_k;              /* K of the validation NDCG@K that selects the model */
+    int32_t sparse_async;          /* TurboGR §4.2.2: sparse updates lag one step */
     const char *metrics_out;
     const char *item_table;
     /* [checkpoint] */
@@ -76,7 +79,7 @@ typedef struct grm__dataset {
     int64_t *users;                /* [U] user ids */
     int64_t *offsets;              /* [U+1] into items */
     int64_t *items;                /* [total] item ids, time order within a user */
-    int64_t *times;                /* [total] or NULL */
+    int64_t *times;                /* [total] or NULL; ranking: beside fids[seq_feature] */
     /* leave-one-out: user u trains on items[offsets[u] .. train_end[u]) */
     int64_t *train_end;            /* [U] */
     int32_t *has_eval;             /* [U] 1 when the user has valid and test targets */
@@ -117,7 +120,9 @@ typedef struct grm__pipeline {
     int32_t ntransforms;
     grm__feature *features;        /* [nfeatures] in file order */
     int32_t nfeatures;
-    int32_t seq_feature;           /* the pooling = none feature (sequence model), or -1 */
+    /* the pooling = none feature, or -1: a retrieval sequence model's item sequence, or a
+     * ranking row's token list (the first set.sequence_blocks blocks run on its tokens) */
+    int32_t seq_feature;
     /* id spaces (logical tables): one per distinct [feature.*] table name; features naming
      * the same table read the same rows */
     grm_emb_table_spec *tables;    /* [ntables] */

@@ -166,6 +166,13 @@ typedef struct trainer {
     int64_t nex;              /* training samples: (user, position) pairs or users */
     int64_t *seq_users;       /* [nex] seqmode: users with at least two training items */
     float *queries;           /* [B, D] seqmode evaluation: last-token outputs */
+    /* ranking on a token list (pooling = none, [train] sequence_blocks = S, MTGRBoost §2):
+     * blocks [0, S) run on the rows' jagged tokens, block S (or the head) on each row's
+     * last token output beside the pooled features */
+    int seqrank;
+    int32_t S;
+    int64_t tok_dim;          /* features of block S - 1's token output */
+    float *tacts, *dtacts;    /* [RB, tok_dim] that output and its gradient */
     int64_t tokens;           /* tokens trained on so far, for throughput */
     int64_t R;                /* most negatives per step: capacity of the neg buffers */
     table_ws *ws;             /* [nphys] */
@@ -215,6 +222,21 @@ typedef struct trainer {
     double t_batch, t_lookup, t_fwd, t_bwd, t_opt;
     double t_read, t_plan, t_ckpt, t_eval;   /* --profile: seconds in each stage */
     double t_wait;            /* seconds the trainer waited for the data thread */
+    /* [train] sparse_async (TurboGR §4.2.2 semi-async sparse): step i's row gradients wait
+     * in pend until the lookup of step i + 1 is done, then a sparse thread applies them
+     * (the exchange and the row optimizer) while the trainer runs the dense stack */
+    int async;
+    struct pending {
+        int64_t n;            /* unique keys of the step */
+        int64_t *keys;        /* [ws cap] */
+        float *grads;         /* [ws cap, dim] their summed gradients */
+    } *pend;                  /* [nphys] */
+    int64_t pend_step;        /* the step pend belongs to (0: nothing pending) */
+    pthread_t sthread;
+    int srunning;
+    grm_status sst;           /* the sparse thread's result, raised at the join */
+    char serr[1024];
+    double t_async;           /* seconds the trainer waited for the sparse thread */
     /* evaluation */
     float *cat_rows;          /* [C, D] */
     float *scores;            /* [eval_batch, C] */
@@ -356,7 +378,9 @@ static grm_status setup(trainer *t)
     const grm__settings *s = &p->set;
 
     t->B = s->batch_size > s->eval_batch ? s->batch_size : s->eval_batch;
-    t->seqmode = p->seq_feature >= 0;
+    t->seqmode = p->seq_feature >= 0 && !t->ranking;
+    t->seqrank = p->seq_feature >= 0 && t->ranking;
+    t->S = t->seqrank ? (int32_t)s->sequence_blocks : 0;
     t->nex = ds->nexamples;
     if (t->seqmode) {
         t->seq_users = xalloc((size_t)(ds->nusers ? ds->nusers : 1) * sizeof(int64_t));
@@ -377,6 +401,7 @@ static grm_status setup(trainer *t)
         if (t->B < t->target_tokens) t->B = t->target_tokens;
     }
     t->RB = t->B;
+    if (t->seqrank) t->RB = feature_ids_cap(t, p->seq_feature);   /* B * tokens per row */
     if (t->seqmode) {
         int64_t w = p->features[p->seq_feature].window;
         t->RB = (s->batch_size > s->eval_batch ? s->batch_size : s->eval_batch) * w;
@@ -429,8 +454,9 @@ static grm_status setup(trainer *t)
     t->acts = calloc((size_t)p->ndense + 2, sizeof *t->acts);
     t->dacts = calloc((size_t)p->ndense + 2, sizeof *t->dacts);
     if (!t->dims || !t->acts || !t->dacts) return grm_errorf(GRM_ENOMEM, "out of memory");
-    for (int32_t i = 0; i < p->nfeatures; i++) t->din += p->features[i].width;
-    t->dims[0] = t->din;
+    for (int32_t i = 0; i < p->nfeatures; i++)
+        if (!t->seqrank || i != p->seq_feature) t->din += p->features[i].width;
+    t->dims[0] = t->seqrank ? p->features[p->seq_feature].dim : t->din;
     for (int32_t i = 0; i < p->ndense; i++) {
         const grm_dense_ops *ops = p->dense[i].plugin->info->ops;
         uint64_t seed = grm_mix64((uint64_t)s->seed ^ grm_mix64(0xd5e0 + (uint64_t)i));
@@ -440,6 +466,10 @@ static grm_status setup(trainer *t)
             return st;
         }
         t->dims[i + 1] = ops->out_dim(p->dense[i].inst);
+        if (t->seqrank && i + 1 == t->S) {   /* the last token's output beside the pooled */
+            t->tok_dim = t->dims[i + 1];
+            t->dims[i + 1] += t->din;
+        }
     }
     t->hops = p->head.plugin->info->ops;
     if ((st = t->hops->create(p->head.config.data, t->dims[p->ndense], (uint64_t)s->seed,
@@ -469,6 +499,11 @@ static grm_status setup(trainer *t)
         t->acts[i] = xalloc((size_t)(t->RB * t->dims[i]) * sizeof(float));
         t->dacts[i] = xalloc((size_t)(t->RB * t->dims[i]) * sizeof(float));
         if (!t->acts[i] || !t->dacts[i]) return GRM_ENOMEM;
+    }
+    if (t->seqrank) {
+        t->tacts = xalloc((size_t)(t->RB * t->tok_dim) * sizeof(float));
+        t->dtacts = xalloc((size_t)(t->RB * t->tok_dim) * sizeof(float));
+        if (!t->tacts || !t->dtacts) return GRM_ENOMEM;
     }
 
     /* negatives: the head draws as many as its configuration asks for; one draw with a
@@ -520,6 +555,16 @@ static grm_status setup(trainer *t)
             w->ugrads = xalloc((size_t)(w->acap * w->dim) * sizeof(float));
             if (!w->akeys || !w->ainv || !w->ukeys || !w->agrads || !w->ugrads)
                 return grm_errorf(GRM_ENOMEM, "out of memory");
+        }
+    }
+    t->async = (int)s->sparse_async;
+    if (t->async) {
+        t->pend = calloc((size_t)p->nphys, sizeof *t->pend);
+        if (!t->pend) return grm_errorf(GRM_ENOMEM, "out of memory");
+        for (int32_t T = 0; T < p->nphys; T++) {
+            t->pend[T].keys = xalloc((size_t)t->ws[T].cap * sizeof(int64_t));
+            t->pend[T].grads = xalloc((size_t)(t->ws[T].cap * t->ws[T].dim) * sizeof(float));
+            if (!t->pend[T].keys || !t->pend[T].grads) return GRM_ENOMEM;
         }
     }
     t->pos_rows = xalloc((size_t)(t->RB * D) * sizeof(float));
@@ -595,6 +640,7 @@ static grm_status setup(trainer *t)
 }
 
 static void pf_stop(trainer *t);
+static grm_status async_join(trainer *t);
 
 static void teardown(trainer *t)
 {
@@ -624,6 +670,12 @@ static void teardown(trainer *t)
             for (size_t i = 0; i < sizeof wb / sizeof *wb; i++) grm__free(CPU, wb[i]);
         }
     }
+    async_join(t);
+    for (int32_t T = 0; t->pend && T < p->nphys; T++) {
+        grm__free(CPU, t->pend[T].keys);
+        grm__free(CPU, t->pend[T].grads);
+    }
+    free(t->pend);
     for (int32_t k = 0; t->pf.ring && k < t->pf.nslots; k++) batch_fini(p, &t->pf.ring[k]);
     free(t->pf.ring);
     batch_fini(p, &t->eb);
@@ -640,7 +692,7 @@ static void teardown(trainer *t)
     free(t->dims);
     void *bufs[] = { t->ptmp, t->gin, t->cat_keys, t->pos_rows, t->d_pos, t->neg_rows,
                      t->d_neg, t->perm, t->cat_rows, t->scores, t->seq_users, t->queries,
-                     t->bstart, t->tok_cum };
+                     t->bstart, t->tok_cum, t->tacts, t->dtacts };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
     for (int32_t i = 0; t->params && i < t->nparams; i++) {
         free(t->params[i].name);
@@ -681,6 +733,8 @@ static void gather_feature(const trainer *t, batch *bt, int32_t i)
             /* the row's ids of this feature, the most recent `window` of a list */
             int64_t end = ds->fofs[i][u + 1], beg = end - f->window;
             if (beg < ds->fofs[i][u]) beg = ds->fofs[i][u];
+            if (t->seqrank && i == t->p->seq_feature && ds->times)
+                memcpy(bt->tok_times + n, ds->times + beg, (size_t)(end - beg) * sizeof(int64_t));
             for (int64_t j = beg; j < end; j++) out[n++] = ds->fids[i][j];
         } else if (f->is_sequence) {
             int64_t end = bt->hist_end[k], beg = end - f->window;
@@ -842,16 +896,22 @@ static grm_status pool_forward(trainer *t, const batch *bt)
     grm__pipeline *p = t->p;
     grm_status st;
     const int64_t b = bt->b;
-    if (t->seqmode) {
+    if (t->seqmode || t->seqrank) {   /* the token rows as they are */
         int32_t T = phys_of(p, p->seq_feature);
-        return grm__sparse_gather(t->acts[0], t->ws[T].rows, fslots(t, bt, p->seq_feature),
-                                  bt->rows, bt->tab[T].nu, t->ws[T].dim);
+        st = grm__sparse_gather(t->acts[0], t->ws[T].rows, fslots(t, bt, p->seq_feature),
+                                bt->foff[p->seq_feature][b], bt->tab[T].nu, t->ws[T].dim);
+        if (st != GRM_OK || t->seqmode) return st;
     }
-    int64_t col = 0;
+    /* pooled features: the columns of x, or with seqrank those of block S's input after
+     * the last token's tok_dim */
+    float *x = t->acts[t->S];
+    const int64_t stride = t->dims[t->S];
+    int64_t col = t->tok_dim;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *f = &p->features[i];
         int32_t T = phys_of(p, i);
         const table_ws *w = &t->ws[T];
+        if (t->seqrank && i == p->seq_feature) continue;
         if (f->pooling == GRM__POOL_TILE)
             st = grm__sparse_tile(t->ptmp, w->rows, fslots(t, bt, i), bt->foff[i], b, f->window,
                                   bt->tab[T].nu, f->dim, GRM_SPARSE_TILE_LAST);
@@ -862,8 +922,7 @@ static grm_status pool_forward(trainer *t, const batch *bt)
                                                                          : GRM_SPARSE_POOL_SUM);
         if (st != GRM_OK) return st;
         for (int64_t k = 0; k < b; k++)
-            memcpy(t->acts[0] + k * t->din + col, t->ptmp + k * f->width,
-                   (size_t)f->width * sizeof(float));
+            memcpy(x + k * stride + col, t->ptmp + k * f->width, (size_t)f->width * sizeof(float));
         col += f->width;
     }
     return GRM_OK;
@@ -875,18 +934,22 @@ static grm_status pool_backward(trainer *t, const batch *bt)
     grm__pipeline *p = t->p;
     grm_status st;
     const int64_t b = bt->b;
-    if (t->seqmode) {   /* token n's input gradient goes to its row, unscaled */
+    if (t->seqmode || t->seqrank) {   /* token n's input gradient goes to its row, unscaled */
         int32_t T = phys_of(p, p->seq_feature);
-        return grm__sparse_scatter_add(t->ws[T].grads, t->dacts[0], fslots(t, bt, p->seq_feature),
-                                       bt->rows, bt->tab[T].nu, t->ws[T].dim, &t->work);
+        st = grm__sparse_scatter_add(t->ws[T].grads, t->dacts[0], fslots(t, bt, p->seq_feature),
+                                     bt->foff[p->seq_feature][b], bt->tab[T].nu, t->ws[T].dim,
+                                     &t->work);
+        if (st != GRM_OK || t->seqmode) return st;
     }
-    int64_t col = 0;
+    const float *dx = t->dacts[t->S];
+    const int64_t stride = t->dims[t->S];
+    int64_t col = t->tok_dim;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *f = &p->features[i];
         int32_t T = phys_of(p, i);
+        if (t->seqrank && i == p->seq_feature) continue;
         for (int64_t k = 0; k < b; k++)
-            memcpy(t->ptmp + k * f->width, t->dacts[0] + k * t->din + col,
-                   (size_t)f->width * sizeof(float));
+            memcpy(t->ptmp + k * f->width, dx + k * stride + col, (size_t)f->width * sizeof(float));
         col += f->width;
         if (f->pooling == GRM__POOL_TILE)
             st = grm__sparse_tile_bwd(t->gin, t->ptmp, bt->foff[i], b, f->window, f->dim,
@@ -914,11 +977,18 @@ static grm_status embed_batch(trainer *t, batch *bt, int training)
     return st;
 }
 
-/* What the blocks learn about the batch: the step, and a sequence model's jagged layout. */
-static grm_dense_ctx dense_ctx(const trainer *t, const batch *bt, int training, int64_t step)
+/* Does block i (ndense: the head) run on the jagged tokens? */
+static int on_tokens(const trainer *t, int32_t i)
+{
+    return t->seqmode || (t->seqrank && i < t->S);
+}
+
+/* What block i learns about the batch: the step, and on tokens their jagged layout. */
+static grm_dense_ctx dense_ctx(const trainer *t, const batch *bt, int32_t i, int training,
+                               int64_t step)
 {
     grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = training, .step = step };
-    if (t->seqmode) {
+    if (on_tokens(t, i)) {
         ctx.offsets = bt->foff[t->p->seq_feature];   /* [nseq + 1] token rows */
         ctx.nseq = bt->b;
         ctx.times = t->ds->times ? bt->tok_times : NULL;
@@ -926,24 +996,59 @@ static grm_dense_ctx dense_ctx(const trainer *t, const batch *bt, int training, 
     return ctx;
 }
 
-/* The stack and the head's forward on the batch's bt->rows rows. */
+/* Block i's input x and output y as the stack lays them out: [rows, dims] on tokens or
+ * samples; with seqrank block S - 1 writes the token buffer tacts instead of block S's
+ * input, which holds one row per sample (pool_forward filled its pooled columns). */
+static void block_io(const trainer *t, const batch *bt, int32_t i, int grad, grm_tensor *x,
+                     grm_tensor *y)
+{
+    const int64_t rows = on_tokens(t, i) ? bt->foff[t->p->seq_feature][bt->b] : bt->rows;
+    float *const *a = grad ? t->dacts : t->acts;
+    const int last_tok = t->seqrank && i == t->S - 1;
+    *x = (grm_tensor){ .data = a[i], .dtype = GRM_DTYPE_F32, .ndim = 2,
+                       .shape = { rows, t->dims[i], 1, 1 }, .device = CPU };
+    *y = (grm_tensor){ .data = last_tok ? (grad ? t->dtacts : t->tacts) : a[i + 1],
+                       .dtype = GRM_DTYPE_F32, .ndim = 2,
+                       .shape = { rows, last_tok ? t->tok_dim : t->dims[i + 1], 1, 1 },
+                       .device = CPU };
+}
+
+/* seqrank: each row's last token output into the first tok_dim columns of block S's input
+ * (backward: the gradient of those columns to the last tokens, zero for the others). A row
+ * with no tokens gets zeros. */
+static void last_tokens(trainer *t, const batch *bt, int backward)
+{
+    const int64_t *off = bt->foff[t->p->seq_feature], dt = t->tok_dim, ds = t->dims[t->S];
+    float *x = backward ? t->dacts[t->S] : t->acts[t->S];
+    if (backward) memset(t->dtacts, 0, (size_t)(off[bt->b] * dt) * sizeof(float));
+    for (int64_t k = 0; k < bt->b; k++) {
+        float *tok = (backward ? t->dtacts : t->tacts) + (off[k + 1] - 1) * dt;
+        if (off[k + 1] == off[k]) {
+            if (!backward) memset(x + k * ds, 0, (size_t)dt * sizeof(float));
+        } else if (backward) {
+            memcpy(tok, x + k * ds, (size_t)dt * sizeof(float));
+        } else {
+            memcpy(x + k * ds, tok, (size_t)dt * sizeof(float));
+        }
+    }
+}
+
+/* The stack and the head's forward on the batch. */
 static grm_status dense_forward(trainer *t, const batch *bt, int training, int64_t step)
 {
     grm__pipeline *p = t->p;
-    grm_dense_ctx ctx = dense_ctx(t, bt, training, step);
-    const int64_t b = bt->rows;
     for (int32_t i = 0; i <= p->ndense; i++) {
         grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
         const grm_dense_ops *ops = stg->plugin->info->ops;
-        grm_tensor x = { .data = t->acts[i], .dtype = GRM_DTYPE_F32, .ndim = 2,
-                         .shape = { b, t->dims[i], 1, 1 }, .device = CPU };
-        grm_tensor y = { .data = t->acts[i + 1], .dtype = GRM_DTYPE_F32, .ndim = 2,
-                         .shape = { b, t->dims[i + 1], 1, 1 }, .device = CPU };
+        grm_dense_ctx ctx = dense_ctx(t, bt, i, training, step);
+        grm_tensor x, y;
+        block_io(t, bt, i, 0, &x, &y);
         grm_status st = ops->forward(stg->inst, &y, &x, &ctx);
         if (st != GRM_OK) {
             grm_error_prefix("[%s] %s forward: ", stg->label, stg->plugin->info->name);
             return st;
         }
+        if (t->seqrank && i == t->S - 1) last_tokens(t, bt, 0);
     }
     return GRM_OK;
 }
@@ -956,6 +1061,13 @@ static int64_t sample_tokens(const trainer *t, int64_t e)
 {
     const grm__dataset *ds = t->ds;
     int64_t w = t->p->set.max_seq_len, n;
+    if (t->seqrank) {   /* the row's token list, its most recent `window` */
+        const int32_t f = t->p->seq_feature;
+        const int64_t r = ds->split_rows[0][e];
+        n = ds->fofs[f][r + 1] - ds->fofs[f][r];
+        w = t->p->features[f].window;
+        return n < w ? n : w;
+    }
     if (t->ranking) return 1;
     if (t->seqmode) {
         int64_t u = t->seq_users[e];
@@ -1333,6 +1445,66 @@ static void pf_release(trainer *t, int64_t g)
  * batch's row gradients summed per unique key into each table's working set. Gradients are
  * weighted by `weight`, the batch's share of the step's rows, so a step of several batches
  * averages over its samples, not over its batches (MTGRBoost §5.1). */
+/* ---- semi-async sparse (TurboGR §4.2.2) ---- */
+
+/* Apply the pending row gradients: the exchange to the owners and the row optimizer,
+ * collective with several ranks. */
+static grm_status apply_pending(trainer *t)
+{
+    grm__pipeline *p = t->p;
+    grm_status st = GRM_OK;
+    for (int32_t i = 0; i < p->nphys && st == GRM_OK; i++) {
+        const struct pending *q = &t->pend[i];
+        st = t->dist ? grm__dist_update(t->dist, i, q->keys, q->grads, q->n, t->pend_step)
+                     : t->eops->update(p->emb.inst, i, q->keys, q->grads, q->n, t->pend_step);
+        if (st != GRM_OK) grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
+    }
+    t->pend_step = 0;
+    return st;
+}
+
+static void *async_main(void *arg)
+{
+    trainer *t = arg;
+    grm__pool_inline_thread();   /* the pool belongs to the trainer thread */
+    t->sst = apply_pending(t);
+    if (t->sst != GRM_OK) snprintf(t->serr, sizeof t->serr, "%s", grm_last_error());
+    return NULL;
+}
+
+/* After the lookup of step i + 1: step i's update starts on the sparse thread. The trainer
+ * makes no collective call until async_join, so the two threads' calls never interleave
+ * (comm-mpi asks for MPI_THREAD_MULTIPLE and needs at least MPI_THREAD_SERIALIZED). */
+static grm_status async_start(trainer *t)
+{
+    if (!t->async || !t->pend_step) return GRM_OK;
+    if (pthread_create(&t->sthread, NULL, async_main, t) != 0)
+        return grm_errorf(GRM_EINTERNAL, "cannot start the sparse update thread");
+    t->srunning = 1;
+    return GRM_OK;
+}
+
+/* Wait for the sparse thread; its failure becomes the trainer's. */
+static grm_status async_join(trainer *t)
+{
+    if (!t->srunning) return GRM_OK;
+    double t0 = now_s();
+    pthread_join(t->sthread, NULL);
+    t->srunning = 0;
+    t->t_async += now_s() - t0;
+    if (t->sst != GRM_OK) return grm_errorf(t->sst, "%s", t->serr);
+    return GRM_OK;
+}
+
+/* Everything pending applied now (before evaluation, checkpoints and the end of the run, at
+ * the same steps on every rank). */
+static grm_status async_flush(trainer *t)
+{
+    grm_status st = async_join(t);
+    if (st == GRM_OK && t->async && t->pend_step) st = apply_pending(t);
+    return st;
+}
+
 static grm_status run_batch(trainer *t, batch *bt, float weight, double *loss_out,
                             int64_t *samples_out, int64_t *tokens_out)
 {
@@ -1354,6 +1526,7 @@ static grm_status run_batch(trainer *t, batch *bt, float weight, double *loss_ou
         if ((st = merge_negatives(t, bt, neg, nneg)) != GRM_OK) return st;
     }
     if ((st = embed_batch(t, bt, 1)) != GRM_OK) return st;
+    if ((st = async_start(t)) != GRM_OK) return st;   /* the last step's rows, meanwhile */
     int64_t rows = bt->rows;   /* samples, or tokens of a sequence model */
     for (int32_t i = 0; i < p->nphys; i++)
         memset(t->ws[i].grads, 0, (size_t)(bt->tab[i].nu * t->ws[i].dim) * sizeof(float));
@@ -1403,14 +1576,13 @@ static grm_status run_batch(trainer *t, batch *bt, float weight, double *loss_ou
     double t1 = now_s();
 
     /* backward through head and stack (parameter gradients accumulate in the blocks) */
-    grm_dense_ctx ctx = dense_ctx(t, bt, 1, bt->g);
     for (int32_t i = p->ndense; i >= 0; i--) {
         grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
         const grm_dense_ops *ops = stg->plugin->info->ops;
-        grm_tensor dy = { .data = t->dacts[i + 1], .dtype = GRM_DTYPE_F32, .ndim = 2,
-                          .shape = { rows, t->dims[i + 1], 1, 1 }, .device = CPU };
-        grm_tensor dx = { .data = t->dacts[i], .dtype = GRM_DTYPE_F32, .ndim = 2,
-                          .shape = { rows, t->dims[i], 1, 1 }, .device = CPU };
+        grm_dense_ctx ctx = dense_ctx(t, bt, i, 1, bt->g);
+        grm_tensor dx, dy;
+        if (t->seqrank && i == t->S - 1) last_tokens(t, bt, 1);
+        block_io(t, bt, i, 1, &dx, &dy);
         if ((st = ops->backward(stg->inst, &dx, &dy, &ctx)) != GRM_OK) {
             grm_error_prefix("[%s] %s backward: ", stg->label, stg->plugin->info->name);
             return st;
@@ -1532,7 +1704,7 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
         loss += weight * l;
         samples += bs;
         tokens += bts;
-        t->tokens += bt->rows;
+        t->tokens += t->seqrank ? bt->foff[p->seq_feature][bt->b] : bt->rows;
         if (N > 1) {
             stash_rows(t, bt);
             pf_release(t, g);
@@ -1540,6 +1712,7 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
         grm__scratch_reset();
     }
     int64_t my_samples = samples, my_tokens = tokens;   /* this rank's, for the balance report */
+    if ((st = async_join(t)) != GRM_OK) goto out;
     if (t->nranks > 1 && (st = allreduce_step(t, &loss, &samples, &tokens)) != GRM_OK) goto out;
     double t2 = now_s();
     for (int32_t i = 0; i < t->nparams; i++) {
@@ -1551,6 +1724,15 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     }
     if (N > 1) {
         st = update_accumulated(t, step);
+    } else if (t->async) {   /* the update waits for the next step's lookup */
+        for (int32_t i = 0; i < p->nphys; i++) {
+            struct pending *q = &t->pend[i];
+            q->n = bt->tab[i].nu;
+            memcpy(q->keys, bt->tab[i].keys, (size_t)q->n * sizeof *q->keys);
+            memcpy(q->grads, t->ws[i].grads, (size_t)(q->n * t->ws[i].dim) * sizeof(float));
+        }
+        t->pend_step = step;
+        pf_release(t, g0 + 1);
     } else {
         for (int32_t i = 0; i < p->nphys && st == GRM_OK; i++) {
             const batch_tab *w = &bt->tab[i];
@@ -1571,6 +1753,7 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     *samples_out = samples;
 out:
     if (st != GRM_OK) {
+        async_join(t);
         t->tokens = rows0;
         for (int32_t i = 0; i < p->nphys; i++) t->ws[i].an = 0;
     }
@@ -1628,7 +1811,45 @@ static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
     return GRM_OK;
 }
 
-/* Rank the split's targets for every evaluated user; results into acc (and pop). */
+/* Evaluation is sharded over the ranks: rank r scores its contiguous share [*lo, *hi) of
+ * n items (users or rows) in *nb batches of at most EB, the same *nb on every rank because
+ * the lookups are collective (a rank past its share looks up nothing). */
+static void eval_share(const trainer *t, int64_t n, int64_t EB, int64_t *lo, int64_t *hi,
+                       int64_t *nb)
+{
+    const int64_t N = t->nranks, per = (n + N - 1) / N;
+    *lo = n * t->rank / N;
+    *hi = n * (t->rank + 1) / N;
+    *nb = (per + EB - 1) / EB;
+}
+
+/* Every rank's `bytes` bytes at `mine`, in rank order, into all [nranks * bytes]. */
+static grm_status gather_bytes(trainer *t, void *all, const void *mine, size_t bytes)
+{
+    const grm_comm_handle *c = &t->p->comm_handle;
+    grm_status st = c->ops->allgather(c->inst, all, mine, (int64_t)bytes, GRM_DTYPE_U8);
+    if (st != GRM_OK) grm_error_prefix("evaluation: gathering the ranks' results: ");
+    return st;
+}
+
+/* The ranks' accumulators summed in rank order, on every rank. */
+static grm_status merge_accs(trainer *t, grm__rank_acc *acc)
+{
+    if (t->nranks == 1) return GRM_OK;
+    grm__rank_acc *all = calloc((size_t)t->nranks, sizeof *all);
+    if (!all) return grm_errorf(GRM_ENOMEM, "out of memory");
+    grm_status st = gather_bytes(t, all, acc, sizeof *acc);
+    if (st == GRM_OK) {
+        grm__rank_acc sum = all[0];
+        for (int32_t r = 1; r < t->nranks; r++) grm__rank_acc_merge(&sum, &all[r]);
+        *acc = sum;
+    }
+    free(all);
+    return st;
+}
+
+/* Rank the split's targets for the evaluated users (this rank's share); the results of all
+ * ranks into acc (and pop). */
 static grm_status evaluate(trainer *t, int split, grm__rank_acc *acc, grm__rank_acc *pop)
 {
     grm__pipeline *p = t->p;
@@ -1646,20 +1867,25 @@ static grm_status evaluate(trainer *t, int split, grm__rank_acc *acc, grm__rank_
     if (st != GRM_OK) return st;
     int64_t *ranks = xalloc((size_t)EB * sizeof *ranks);
     if (!ranks) return GRM_ENOMEM;
-    for (int64_t u0 = 0; u0 < ds->nusers;) {
+    int64_t ne = 0, lo, hi, nb;
+    for (int64_t u = 0; u < ds->nusers; u++) ne += ds->has_eval[u];
+    eval_share(t, ne, EB, &lo, &hi, &nb);
+    int64_t u0 = 0, seen = 0;   /* the next user, and evaluated users before it */
+    for (int64_t ib = 0; ib < nb; ib++) {
         int64_t b = 0;
-        for (; u0 < ds->nusers && b < EB; u0++) {
+        for (; u0 < ds->nusers && b < EB && seen < hi; u0++) {
             if (!ds->has_eval[u0]) continue;
+            if (seen++ < lo) continue;
             t->eb.users[b] = u0;
             t->eb.hist_end[b] = ds->train_end[u0] + split;
             b++;
         }
-        if (b == 0) break;
         t->eb.b = b;
         if ((st = assemble_ids(t, &t->eb, 0)) != GRM_OK
-            || (st = embed_batch(t, &t->eb, 0)) != GRM_OK
-            || (st = dense_forward(t, &t->eb, 0, t->step)) != GRM_OK)
+            || (st = embed_batch(t, &t->eb, 0)) != GRM_OK)
             break;
+        if (b == 0) continue;   /* past this rank's share: the collective lookup only */
+        if ((st = dense_forward(t, &t->eb, 0, t->step)) != GRM_OK) break;
         const float *q = t->acts[L];   /* [b, D] queries */
         if (t->seqmode) {   /* a sequence's query is its last token's output */
             const int64_t *off = t->eb.foff[p->seq_feature];
@@ -1685,6 +1911,8 @@ static grm_status evaluate(trainer *t, int split, grm__rank_acc *acc, grm__rank_
         grm__scratch_reset();
     }
     grm__free(CPU, ranks);
+    if (st == GRM_OK) st = merge_accs(t, acc);
+    if (st == GRM_OK && pop) st = merge_accs(t, pop);
     return st;
 }
 
@@ -1701,6 +1929,7 @@ static void emit_ranks(trainer *t, const char *split, const char *prefix,
     }
     snprintf(name, sizeof name, "%smrr", prefix);
     grm__metrics_emit(t->metrics, t->step, split, name, a->mrr / n);
+    if (!prefix[0]) grm__metrics_emit(t->metrics, t->step, split, "users", (double)a->n);
 }
 
 static int64_t pick_k(const grm__rank_acc *a, int64_t want, int32_t *idx)
@@ -1736,25 +1965,44 @@ static grm_status run_eval_ranking(trainer *t, int split, double *score)
         goto out;
     }
     double logloss = 0;
-    for (int64_t r0 = 0; r0 < n; r0 += EB) {
-        int64_t b = n - r0 < EB ? n - r0 : EB;
-        for (int64_t k = 0; k < b; k++) {
-            int64_t r = rows[r0 + k];
-            t->eb.users[k] = r;
-            memcpy(labels + (r0 + k) * T, ds->labels + r * T, (size_t)T * sizeof(float));
-            groups[r0 + k] = ds->groups ? ds->groups[r] : 0;
-        }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = rows[i];
+        memcpy(labels + i * T, ds->labels + r * T, (size_t)T * sizeof(float));
+        groups[i] = ds->groups ? ds->groups[r] : 0;
+    }
+    memset(scores, 0, (size_t)(n * T) * sizeof(float));
+    int64_t lo, hi, nb;
+    eval_share(t, n, EB, &lo, &hi, &nb);
+    for (int64_t ib = 0; ib < nb; ib++) {   /* this rank's share of the rows */
+        int64_t r0 = lo + ib * EB, b = hi - r0 < EB ? hi - r0 : EB;
+        if (b < 0) b = 0;
+        for (int64_t k = 0; k < b; k++) t->eb.users[k] = rows[r0 + k];
         t->eb.b = b;
         if ((st = assemble_ids(t, &t->eb, 0)) != GRM_OK
-            || (st = embed_batch(t, &t->eb, 0)) != GRM_OK
-            || (st = dense_forward(t, &t->eb, 0, t->step)) != GRM_OK)
+            || (st = embed_batch(t, &t->eb, 0)) != GRM_OK)
             goto out;
+        if (b == 0) continue;   /* the collective lookup only */
+        if ((st = dense_forward(t, &t->eb, 0, t->step)) != GRM_OK) goto out;
         grm_loss_io io = { .struct_size = sizeof io, .ntasks = T, .rows = b, .dim = T,
                            .pred = t->acts[L], .labels = labels + r0 * T,
                            .scores = scores + r0 * T };
         if ((st = t->hops->loss(p->head.inst, &io)) != GRM_OK) goto out;
         logloss += io.loss * (double)b;
         grm__scratch_reset();
+    }
+    if (t->nranks > 1) {   /* every rank's scores (zeros elsewhere: the sum is exact) */
+        const grm_comm_handle *c = &p->comm_handle;
+        double *lls = calloc((size_t)t->nranks, sizeof *lls);
+        if (!lls) {
+            st = grm_errorf(GRM_ENOMEM, "out of memory");
+            goto out;
+        }
+        st = c->ops->allreduce(c->inst, scores, n * T, GRM_DTYPE_F32, GRM_REDUCE_SUM);
+        if (st == GRM_OK) st = gather_bytes(t, lls, &logloss, sizeof logloss);
+        logloss = 0;
+        for (int32_t r = 0; r < t->nranks; r++) logloss += lls[r];
+        free(lls);
+        if (st != GRM_OK) goto out;
     }
     for (int32_t k = 0; k < T; k++) {
         char metric[128];
@@ -1787,6 +2035,7 @@ static grm_status run_eval_ranking(trainer *t, int split, double *score)
     }
     /* the head reports the loss summed over tasks and averaged over rows */
     grm__metrics_emit(t->metrics, t->step, name, "logloss", logloss / (double)n);
+    grm__metrics_emit(t->metrics, t->step, name, "rows", (double)n);
     if (!t->opts->quiet)
         grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s: logloss %.4f (summed over %d tasks)",
                  (long long)t->step, name, logloss / (double)n, T);
@@ -1800,13 +2049,15 @@ out:
 }
 
 /* Evaluate split (0 valid, 1 test); *score (optional) gets the model-selection metric:
- * NDCG@10 (or the largest K) for retrieval, the first task's AUC for ranking. */
+ * NDCG@select_k (the largest K when topk lacks it) for retrieval, the first task's AUC for
+ * ranking. */
 static grm_status run_eval_timed(trainer *t, int split, int with_pop, double *score);
 
 static grm_status run_eval(trainer *t, int split, int with_pop, double *score)
 {
     double t0 = now_s();
-    grm_status st = run_eval_timed(t, split, with_pop, score);
+    grm_status st = async_flush(t);
+    if (st == GRM_OK) st = run_eval_timed(t, split, with_pop, score);
     t->t_eval += now_s() - t0;
     return st;
 }
@@ -1821,7 +2072,7 @@ static grm_status run_eval_timed(trainer *t, int split, int with_pop, double *sc
     emit_ranks(t, name, "", &acc);
     if (with_pop) emit_ranks(t, name, "mostpop_", &pop);
     int32_t ki;
-    int64_t k = pick_k(&acc, 10, &ki);
+    int64_t k = pick_k(&acc, t->p->set.select_k, &ki);
     double n = acc.n ? (double)acc.n : 1.0;
     if (score) *score = acc.ndcg[ki] / n;
     if (!t->opts->quiet)
@@ -2118,7 +2369,8 @@ static grm_status load_ckpt(trainer *t, const char *path)
 static grm_status save_ckpt(trainer *t)
 {
     double t0 = now_s();
-    grm_status st = save_ckpt_as(t, NULL);
+    grm_status st = async_flush(t);
+    if (st == GRM_OK) st = save_ckpt_as(t, NULL);
     t->t_ckpt += now_s() - t0;
     return st;
 }
@@ -2267,7 +2519,10 @@ static void print_profile(const trainer *t, double loop_s, int64_t steps)
         { "lookup", t->t_lookup, 1, "negatives merged, store lookup, pooling" },
         { "dense fwd", t->t_fwd, 1, "dense blocks and head forward, loss" },
         { "dense bwd", t->t_bwd, 1, "dense backward, row gradient sums" },
-        { "optimizer", t->t_opt, 1, "dense optimizer, sparse row updates" },
+        { "optimizer", t->t_opt, 1, t->async ? "dense optimizer (sparse rows: on their thread)"
+                                             : "dense optimizer, sparse row updates" },
+        { "sparse wait", t->t_async, 1, "the trainer waiting for the semi-async sparse "
+                                        "update thread (sparse_async)" },
         { "checkpoint", t->t_ckpt, 1, "writing checkpoints" },
         { "evaluation", t->t_eval, 1, "validation runs inside the loop" },
     };
@@ -2537,7 +2792,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     if (!opts->quiet && t.step > start_step) {
         double n = (double)(t.step - start_step);
         char toks[64] = "";
-        if (t.seqmode)
+        if (t.seqmode || t.seqrank)
             snprintf(toks, sizeof toks, ", %.0f tokens/s", (double)t.tokens / (el > 0 ? el : 1e-9));
         grm__log(GRM_LOG_INFO, "grmhost", "trained %lld steps in %.1fs: %.0f samples/s%s; per "
                  "step: batch %.2fms, lookup %.2fms, forward+loss %.2fms, backward %.2fms, "
@@ -2590,12 +2845,25 @@ grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
         goto out;
     }
     if (S_ISDIR(sb.st_mode)) {
-        if ((st = newest_ckpt(opts->checkpoint, kops->extension(p->ckpt.inst), path,
-                              sizeof path)) != GRM_OK)
+        /* several ranks: each reads its own shard, DIR/rank-R-of-N */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", opts->checkpoint);
+        if (t.nranks > 1) {
+            snprintf(dir, sizeof dir, "%s/rank-%d-of-%d", opts->checkpoint, t.rank, t.nranks);
+            if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+                st = grm_errorf(GRM_ENOTFOUND, "%s: no %s here: %d ranks evaluate the "
+                                "checkpoints %d ranks wrote (or `grmhost reshard` them)",
+                                opts->checkpoint, dir + strlen(opts->checkpoint) + 1,
+                                t.nranks, t.nranks);
+                goto out;
+            }
+        }
+        if ((st = newest_ckpt(dir, kops->extension(p->ckpt.inst), path, sizeof path))
+            != GRM_OK)
             goto out;
         if (!path[0]) {
             st = grm_errorf(GRM_ENOTFOUND, "%s: no step-*.%s checkpoint in this directory",
-                            opts->checkpoint, kops->extension(p->ckpt.inst));
+                            dir, kops->extension(p->ckpt.inst));
             goto out;
         }
     } else {

@@ -13,7 +13,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tdist-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..12"
+echo "1..14"
 
 "$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || exit 1
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
@@ -75,7 +75,7 @@ rank_ini comm-single 2 "$tmp/ck1a" >"$tmp/r1a.ini"
 retr_ini comm-single >"$tmp/s1.ini"
 "$g" train --fresh --quiet --metrics-out "$tmp/s1.jsonl" "$tmp/s1.ini" >/dev/null 2>&1
 
-mpi_or_skip 2 12
+mpi_or_skip 2 14
 
 for n in 2 4; do
     rank_ini comm-mpi 1 "$tmp/ck$n" >"$tmp/r$n.ini"
@@ -139,3 +139,41 @@ mpi 2 train --quiet --max-steps 10 --metrics-out "$tmp/res.jsonl" "$tmp/r2.ini" 
 rc=$?
 grep -q '"step":70,' "$tmp/res.jsonl"
 ok $(( rc | $? )) "the same 2 ranks resume from step 60 and go on to 70"
+
+# evaluation is sharded over the ranks: the same checkpoint evaluated by 4 (2) ranks and,
+# resharded, by one gives the same metrics
+cp -r "$tmp/ck4" "$tmp/ck4e"
+sed "s|^dir = .*|dir = $tmp/ck4e|" "$tmp/r4.ini" >"$tmp/e4.ini"
+mpi 4 eval --quiet --metrics-out "$tmp/e4.jsonl" "$tmp/e4.ini" --checkpoint "$tmp/ck4e" \
+    >"$tmp/e4.out" 2>&1
+rc=$?
+"$g" reshard -q "$tmp/e4.ini" -n 1 >/dev/null 2>&1 &&
+    sed 's/^plugin = comm-mpi/plugin = comm-single/' "$tmp/e4.ini" >"$tmp/e1.ini" &&
+    "$g" eval --quiet --metrics-out "$tmp/e1.jsonl" "$tmp/e1.ini" --checkpoint "$tmp/ck4e" \
+        >/dev/null 2>"$tmp/e1.err"
+rc=$(( rc | $? ))
+[ $rc -ne 0 ] && sed 's/^/# /' "$tmp/e4.out" "$tmp/e1.err" | tail -8
+same_metrics() {   # $1 $2: jsonl files; every valid/test metric within 1e-7 relative (the
+    # logloss is summed per batch in float, and the batches differ)
+    grep -h '"split":"\(valid\|test\)"' "$1" | sed 's/.*"split":"\([a-z]*\)","name":"\([^"]*\)".*"value":\([^}]*\)}/\1.\2 \3/' | sort >"$tmp/m1"
+    grep -h '"split":"\(valid\|test\)"' "$2" | sed 's/.*"split":"\([a-z]*\)","name":"\([^"]*\)".*"value":\([^}]*\)}/\1.\2 \3/' | sort >"$tmp/m2"
+    [ -s "$tmp/m1" ] && join "$tmp/m1" "$tmp/m2" | awk -v n="$(wc -l <"$tmp/m1")" '
+        { c++; d = $2 - $3; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2
+          if (d > 1e-7 * m + 1e-12) { print "# " $1 ": " $2 " vs " $3; bad = 1 } }
+        END { print "# " c " metrics compared"; exit bad || c != n }'
+}
+same_metrics "$tmp/e1.jsonl" "$tmp/e4.jsonl"
+ok $(( rc | $? )) "ranking evaluation on 4 ranks (each its share of the rows): one rank's AUC, GAUC, logloss"
+
+{ retr_ini comm-mpi; printf '[checkpoint]\ndir = %s\n' "$tmp/cks"; } >"$tmp/sc2.ini"
+mpi 2 train --fresh --quiet "$tmp/sc2.ini" >"$tmp/sc2.out" 2>&1 &&
+    mpi 2 eval --quiet --metrics-out "$tmp/se2.jsonl" "$tmp/sc2.ini" --checkpoint "$tmp/cks" \
+        >>"$tmp/sc2.out" 2>&1 &&
+    "$g" reshard -q "$tmp/sc2.ini" -n 1 >>"$tmp/sc2.out" 2>&1 &&
+    sed 's/^plugin = comm-mpi/plugin = comm-single/' "$tmp/sc2.ini" >"$tmp/sc1.ini" &&
+    "$g" eval --quiet --metrics-out "$tmp/se1.jsonl" "$tmp/sc1.ini" --checkpoint "$tmp/cks" \
+        >>"$tmp/sc2.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && sed 's/^/# /' "$tmp/sc2.out" | tail -8
+same_metrics "$tmp/se1.jsonl" "$tmp/se2.jsonl"
+ok $(( rc | $? )) "retrieval evaluation on 2 ranks (each its share of the users): one rank's HR, NDCG, MRR"
