@@ -1,7 +1,7 @@
 # share/: pipelines, the generated quick-start data, documentation.
 pipelinesdir = $(datadir)/grm/pipelines
 dist_pipelines_DATA = share/pipelines/quickstart.ini share/pipelines/ml100k-retrieval.ini \
-	share/pipelines/ml100k-ranking.ini \
+	share/pipelines/ml100k-ranking.ini share/pipelines/ml100k-hstu-mmoe.ini \
 	share/pipelines/beauty-retrieval.ini share/pipelines/beauty-sasrec.ini \
 	share/pipelines/beauty-sasrec-bce.ini share/pipelines/beauty-hstu.ini \
 	share/pipelines/ml100k-hstu.ini share/pipelines/ml100k-sasrec.ini \
