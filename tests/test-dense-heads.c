@@ -14,38 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dense-checks.h"
 #include "harness.h"
 #include "tap.h"
-
-static grm_tensor mat(float *data, int64_t rows, int64_t cols)
-{
-    grm_tensor t = { 0 };
-    t.data = data;
-    t.dtype = GRM_DTYPE_F32;
-    t.ndim = 2;
-    t.shape[0] = rows;
-    t.shape[1] = cols;
-    t.shape[2] = t.shape[3] = 1;
-    t.device.type = GRM_DEVICE_CPU;
-    return t;
-}
-
-static void expect(grm_status st, grm_status want, const char *sub, const char *what)
-{
-    const char *msg = harness_host()->last_error();
-    tap_ok(st == want && strstr(msg, sub) != NULL, "%s: status %d, message names '%s' (%s)",
-           what, (int)st, sub, msg);
-}
-
-static void *make(const grm_plugin_info *info, const void *cfg, int64_t dim)
-{
-    void *inst = NULL;
-    if (((const grm_dense_ops *)info->ops)->create(cfg, dim, 1, &inst) != GRM_OK) {
-        printf("Bail out! %s create: %s\n", info->name, grm_last_error());
-        exit(1);
-    }
-    return inst;
-}
 
 static grm_loss_io new_io(void)
 {
@@ -69,14 +40,14 @@ static void test_bce(void)
     const grm_dense_ops *ops = info->ops;
     tap_ok(info->kind == GRM_KIND_DENSE && ops->loss_kind != NULL && ops->loss != NULL,
            "dense-bce is a dense head with loss_kind and loss");
-    void *h = make(info, harness_config(info, NULL), 2);
+    void *h = dc_make(info, harness_config(info, NULL), 2, 1);
     tap_ok(ops->loss_kind(h) == GRM_LOSS_BCE && ops->out_dim(h) == 2,
            "dense-bce: loss kind BCE, out_dim = in_dim");
     grm_named_tensor v;
     grm_tensor g;
     tap_ok(ops->params(h, 0, &v, &g) == GRM_ENOTFOUND, "dense-bce has no parameters");
     float x[6] = { 1, -2, 3, 4, 5, -6 }, y[6] = { 0 }, dx[6] = { 0 };
-    grm_tensor tx = mat(x, 3, 2), ty = mat(y, 3, 2), tdx = mat(dx, 3, 2);
+    grm_tensor tx = dc_mat(x, 3, 2), ty = dc_mat(y, 3, 2), tdx = dc_mat(dx, 3, 2);
     grm_status st = ops->forward(h, &ty, &tx, NULL);
     st |= ops->backward(h, &tdx, &ty, NULL);
     tap_ok(st == GRM_OK && memcmp(x, y, sizeof x) == 0 && memcmp(x, dx, sizeof x) == 0,
@@ -117,7 +88,7 @@ static void test_bce(void)
     tap_close_f32(sc, want_sc, 6, 1e-6, 1e-9, "bce: scores = sigmoid(z)");
 
     // z = 0, y = 1 alone: ln 2; no weights
-    void *h1 = make(info, NULL, 1);
+    void *h1 = dc_make(info, NULL, 1, 1);
     const float z0 = 0.0f, y1 = 1.0f;
     float d0 = 0;
     io = new_io();
@@ -159,16 +130,16 @@ static void test_bce(void)
     io.pred = z;
     io.labels = lab;
     io.weights = w0;
-    expect(ops->loss(h, &io), GRM_EINVAL, "sum to 0", "bce with all weights 0");
+    dc_expect(ops->loss(h, &io), GRM_EINVAL, "sum to 0", "bce with all weights 0");
     io.weights = NULL;
     io.labels = NULL;
-    expect(ops->loss(h, &io), GRM_EINVAL, "labels", "bce without labels");
+    dc_expect(ops->loss(h, &io), GRM_EINVAL, "labels", "bce without labels");
     io.labels = lab;
     io.ntasks = 1;
-    expect(ops->loss(h, &io), GRM_EINVAL, "ntasks", "bce with dim != ntasks");
+    dc_expect(ops->loss(h, &io), GRM_EINVAL, "ntasks", "bce with dim != ntasks");
     io.ntasks = 2;
     io.struct_size = 8;
-    expect(ops->loss(h, &io), GRM_EINVAL, "struct_size", "bce with a too small io");
+    dc_expect(ops->loss(h, &io), GRM_EINVAL, "struct_size", "bce with a too small io");
     ops->destroy(h);
     ops->destroy(h1);
     ops->destroy(NULL);
@@ -217,20 +188,16 @@ static double ssm_d(const ssm_case *c, const double *u, const double *pos, const
     return total / wsum;
 }
 
-/* Central differences of ssm_d with respect to every element of v [n]. */
-static void ssm_fd(const ssm_case *c, double *u, double *pos, double *neg, double *v, int n,
-                   float *out)
+/* ssm_d of fixed arguments, as a dc_loss_fn for the finite differences. */
+typedef struct ssm_at {
+    const ssm_case *c;
+    const double *u, *pos, *neg;
+} ssm_at;
+
+static double ssm_d_at(void *ctx)
 {
-    const double h = 1e-6;
-    for (int i = 0; i < n; i++) {
-        const double keep = v[i];
-        v[i] = keep + h;
-        const double lp = ssm_d(c, u, pos, neg);
-        v[i] = keep - h;
-        const double lm = ssm_d(c, u, pos, neg);
-        v[i] = keep;
-        out[i] = (float)((lp - lm) / (2 * h));
-    }
+    const ssm_at *a = ctx;
+    return ssm_d(a->c, a->u, a->pos, a->neg);
 }
 
 /* Run the plugin on c with random inputs and compare loss and gradients to ssm_d. */
@@ -273,9 +240,10 @@ static void check_ssm(const grm_plugin_info *info, void *head, const ssm_case *c
     io.nneg = c->R;
     const grm_status st = ops->loss(head, &io);
     const double want = ssm_d(&cd, ud, posd, negd);
-    ssm_fd(&cd, ud, posd, negd, ud, c->B * c->D, fu);
-    ssm_fd(&cd, ud, posd, negd, posd, c->B * c->D, fpos);
-    ssm_fd(&cd, ud, posd, negd, negd, c->R * c->D, fneg);
+    ssm_at at = { &cd, ud, posd, negd };
+    dc_central_grad(fu, ud, c->B * c->D, 1e-6, ssm_d_at, &at);
+    dc_central_grad(fpos, posd, c->B * c->D, 1e-6, ssm_d_at, &at);
+    dc_central_grad(fneg, negd, c->R * c->D, 1e-6, ssm_d_at, &at);
     char buf[160];
     tap_ok(st == GRM_OK && fabs(io.loss - want) <= 1e-6 * fabs(want),
            "%s: loss %.9f matches the double reimplementation %.9f", what, io.loss, want);
@@ -312,7 +280,7 @@ static void test_ssm_loss(void)
     const grm_dense_ops *ops = info->ops;
     tap_ok(info->kind == GRM_KIND_DENSE && ops->loss != NULL && ops->negatives != NULL,
            "dense-sampled-softmax is a head with loss and negatives");
-    void *h1 = make(info, harness_config(info, "in_batch=false", NULL), 1);
+    void *h1 = dc_make(info, harness_config(info, "in_batch=false", NULL), 1, 1);
     grm_named_tensor v;
     grm_tensor g;
     tap_ok(ops->loss_kind(h1) == GRM_LOSS_RETRIEVAL && ops->out_dim(h1) == 1
@@ -353,16 +321,16 @@ static void test_ssm_loss(void)
     const int64_t nid[6] = { 20, 12, 21, 22, 15, 23 };
     const double w[5] = { 1.0, 0.5, 2.0, 1.0, 1.5 };
     ssm_case c = { 5, 6, 4, 0.7, 1, pid, nid, w, NULL };
-    void *hb = make(info, harness_config(info, "temperature=0.7", "in_batch=true", NULL), 4);
+    void *hb = dc_make(info, harness_config(info, "temperature=0.7", "in_batch=true", NULL), 4, 1);
     check_ssm(info, hb, &c, "in_batch on, weighted");
-    void *hn = make(info, harness_config(info, "temperature=0.7", "in_batch=false", NULL), 4);
+    void *hn = dc_make(info, harness_config(info, "temperature=0.7", "in_batch=false", NULL), 4, 1);
     c.in_batch = 0;
     c.w = NULL;
     check_ssm(info, hn, &c, "in_batch off, unweighted");
 
     // two-dimensional heads, temperature 1, for the cases below
-    void *h2n = make(info, harness_config(info, "in_batch=false", NULL), 2);
-    void *h2b = make(info, harness_config(info, "in_batch=true", NULL), 2);
+    void *h2n = dc_make(info, harness_config(info, "in_batch=false", NULL), 2, 1);
+    void *h2b = dc_make(info, harness_config(info, "in_batch=true", NULL), 2, 1);
 
     // masking: a negative equal to the positive changes nothing and gets no gradient
     {
@@ -405,20 +373,20 @@ static void test_ssm_loss(void)
         io.dim = 3;
         io.pred = u;
         io.pos = u;
-        expect(ops->loss(hb, &io), GRM_EINVAL, "3 columns", "loss with dim != in_dim");
+        dc_expect(ops->loss(hb, &io), GRM_EINVAL, "3 columns", "loss with dim != in_dim");
         io.dim = 4;
         io.pos = NULL;
-        expect(ops->loss(hb, &io), GRM_EINVAL, "pos", "loss without positives");
+        dc_expect(ops->loss(hb, &io), GRM_EINVAL, "pos", "loss without positives");
         const float u4[4] = { 0 }, w0 = 0;
         io.pred = u4;
         io.pos = u4;
         io.weights = &w0;
-        expect(ops->loss(hb, &io), GRM_EINVAL, "sum to 0", "loss with weights summing to 0");
+        dc_expect(ops->loss(hb, &io), GRM_EINVAL, "sum to 0", "loss with weights summing to 0");
     }
     const void *cfg = NULL;
     const char *t0[] = { "temperature=0" };
-    expect(harness_config_try(info, &cfg, t0, 1), GRM_EINVAL, "temperature",
-           "temperature=0 is refused");
+    dc_expect(harness_config_try(info, &cfg, t0, 1), GRM_EINVAL, "temperature",
+              "temperature=0 is refused");
     ops->destroy(h1);
     ops->destroy(hb);
     ops->destroy(hn);
@@ -438,7 +406,7 @@ static void test_negatives(void)
         counts[i] = i + 1;
     }
     const grm_catalog cat = { 10, ids, counts };
-    void *h = make(info, harness_config(info, "negatives=128", NULL), 4);
+    void *h = dc_make(info, harness_config(info, "negatives=128", NULL), 4, 1);
     int64_t a[256], b[256], c[256], n = -1, nb = -1, nc = -1;
     grm_status st = ops->negatives(h, a, &n, 256, &cat, 17);
     st |= ops->negatives(h, b, &nb, 256, &cat, 17);
@@ -474,13 +442,13 @@ static void test_negatives(void)
         { "sampler=popularity", "alpha=1", &alt, { 10, 0, 0, 0, 5, 5 } },
     };
     // one instance for the popularity cases: the cached table must follow the catalog
-    void *hp = make(info, harness_config(info, "negatives=200000", "sampler=popularity",
-                                         NULL), 4);
+    void *hp = dc_make(info, harness_config(info, "negatives=200000", "sampler=popularity",
+                                            NULL), 4, 1);
     for (int k = 0; k < 4; k++) {
         void *hk = hp;
         if (k == 0 || k == 2)
-            hk = make(info, harness_config(info, "negatives=200000", cases[k].sampler,
-                                           cases[k].alpha, NULL), 4);
+            hk = dc_make(info, harness_config(info, "negatives=200000", cases[k].sampler,
+                                              cases[k].alpha, NULL), 4, 1);
         st = ops->negatives(hk, draw, &n, DRAWS, cases[k].cat, 1234 + (uint64_t)k);
         double obs[6] = { 0 }, psum = 0, chi2 = 0;
         int outside = 0, df = -1;
@@ -514,8 +482,8 @@ static void test_negatives(void)
 
     // logQ: loss with the drawn negatives subtracts log(R p) from their logits
     {
-        void *hq = make(info, harness_config(info, "negatives=4", "logq=true",
-                                             "in_batch=false", NULL), 2);
+        void *hq = dc_make(info, harness_config(info, "negatives=4", "logq=true",
+                                                "in_batch=false", NULL), 2, 1);
         const grm_catalog uni = { 6, pop_ids, NULL };
         int64_t nid[4];
         st = ops->negatives(hq, nid, &n, 4, &uni, 99);
@@ -546,22 +514,22 @@ static void test_negatives(void)
         io.neg = neg;
         io.neg_ids = other;
         io.nneg = 4;
-        expect(ops->loss(hq, &io), GRM_EINVAL, "logq", "logq with negatives not drawn by "
-               "the head");
+        dc_expect(ops->loss(hq, &io), GRM_EINVAL, "logq", "logq with negatives not drawn by "
+                  "the head");
         ops->destroy(hq);
     }
 
     // errors of negatives
-    h = make(info, harness_config(info, "sampler=popularity", NULL), 4);
+    h = dc_make(info, harness_config(info, "sampler=popularity", NULL), 4, 1);
     const grm_catalog nocounts = { 6, pop_ids, NULL }, empty = { 0, pop_ids, NULL };
     const int64_t zeros[6] = { 0 };
     const grm_catalog allzero = { 6, pop_ids, zeros };
-    expect(ops->negatives(h, a, &n, 8, &nocounts, 1), GRM_EINVAL, "counts",
-           "popularity sampler without counts");
-    expect(ops->negatives(h, a, &n, 8, &empty, 1), GRM_EINVAL, "empty",
-           "negatives from an empty catalog");
-    expect(ops->negatives(h, a, &n, 8, &allzero, 1), GRM_EINVAL, "sum to 0",
-           "popularity sampler with all counts 0");
+    dc_expect(ops->negatives(h, a, &n, 8, &nocounts, 1), GRM_EINVAL, "counts",
+              "popularity sampler without counts");
+    dc_expect(ops->negatives(h, a, &n, 8, &empty, 1), GRM_EINVAL, "empty",
+              "negatives from an empty catalog");
+    dc_expect(ops->negatives(h, a, &n, 8, &allzero, 1), GRM_EINVAL, "sum to 0",
+              "popularity sampler with all counts 0");
     ops->destroy(h);
     free(draw);
 }
@@ -580,10 +548,10 @@ static void test_ssm_blas_vs_ref(void)
     for (int in_batch = 0; in_batch < 2; in_batch++) {
         for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
             const int64_t B = shapes[si][0], R = shapes[si][1], D = shapes[si][2];
-            void *hb = make(info, harness_config(info, "impl=blas", in_batch ? "in_batch=true"
-                                                 : "in_batch=false", NULL), D);
-            void *hr = make(info, harness_config(info, "impl=ref", in_batch ? "in_batch=true"
-                                                 : "in_batch=false", NULL), D);
+            void *hb = dc_make(info, harness_config(info, "impl=blas", in_batch ? "in_batch=true"
+                                                    : "in_batch=false", NULL), D, 1);
+            void *hr = dc_make(info, harness_config(info, "impl=ref", in_batch ? "in_batch=true"
+                                                    : "in_batch=false", NULL), D, 1);
             float *pred = malloc((size_t)(B * D) * sizeof *pred);
             float *pos = malloc((size_t)(B * D) * sizeof *pos);
             float *neg = malloc((size_t)(R * D + 1) * sizeof *neg);
@@ -741,21 +709,40 @@ static grm_status opt_loss(void *head, const opt_case *c, const opt_data *d, dou
     return st;
 }
 
-static int have_torch(const char **py)
+/* The loss of a case's inputs d as a dc_loss_fn for the finite differences (gradients into
+ * scratch); statuses accumulate into st. */
+typedef struct opt_at {
+    void *head;
+    const opt_case *c;
+    const opt_data *d;
+    grm_status st;
+} opt_at;
+
+static double opt_loss_at(void *ctx)
 {
-    *py = getenv("PYTHON3");
-    if (*py == NULL || **py == '\0')
-        *py = "/usr/bin/python3";
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", *py);
-    return system(cmd) == 0;
+    opt_at *a = ctx;
+    static float t1[64 * 8], t2[64 * 8], t3[256 * 8];
+    double loss = 0;
+    a->st |= opt_loss(a->head, a->c, a->d, &loss, t1, t2, t3);
+    return loss;
+}
+
+/* The inputs differentiated: v = 0 pred [B, D], 1 pos [B, D], 2 neg [R, D]; their floats. */
+static float *opt_var(opt_data *d, int v)
+{
+    return v == 0 ? d->pred : v == 1 ? d->pos : d->neg;
+}
+
+static int64_t opt_len(const opt_case *c, int v)
+{
+    return (v == 2 ? c->R : c->B) * c->D;
 }
 
 /* 5 checks: run, loss, d_pred, d_pos, d_neg against tests/ref/heads.py. */
 static void test_opt_torch(const opt_case *c)
 {
-    const char *py;
-    if (!have_torch(&py)) {
+    const char *py = dc_torch_python();
+    if (py == NULL) {
         for (int i = 0; i < 5; i++)
             tap_skip("no torch", "PyTorch heads.py %s check %d of 5", c->name, i + 1);
         return;
@@ -819,40 +806,26 @@ static void test_opt_fd(const opt_case *c)
     void *head = opt_head(c, NULL, NULL);
     static opt_data d;
     opt_fill(c, &d, head, 99);
-    const int64_t B = c->B, R = c->R, D = c->D;
-    float dp[64 * 8], dpos[64 * 8], dneg[256 * 8], t1[64 * 8], t2[64 * 8], t3[256 * 8];
-    double loss = 0, lp = 0, lm = 0;
+    float dp[64 * 8], dpos[64 * 8], dneg[256 * 8];
+    double loss = 0;
     grm_status st = opt_loss(head, c, &d, &loss, dp, dpos, dneg);
-    float *vars[3] = { d.pred, d.pos, d.neg };
     const float *ana[3] = { dp, dpos, dneg };
-    const int64_t len[3] = { B * D, B * D, R * D };
-    double worst = 0;
-    int bad = 0;
+    // Richardson extrapolation of two central differences (steps 4e-3 and 2e-3) cancels
+    // the h^2 term, which is large where a short row is normalized; the normalized rows are
+    // rounded to float: ~1e-7 of noise in the loss
+    opt_at at = { head, c, &d, GRM_OK };
+    dc_fd_tally t = { .floor = 2e-3, .tol = 5e-3 };
     for (int v = 0; v < 3; v++)
-        for (int64_t i = 0; i < len[v]; i++) {
-            // Richardson extrapolation of two central differences (steps 4e-3 and 2e-3)
-            // cancels the h^2 term, which is large where a short row is normalized
-            const float keep = vars[v][i];
-            double cd[2];
-            for (int k = 0; k < 2; k++) {
-                const float hi = keep + (k ? 2e-3f : 4e-3f), lo = keep - (k ? 2e-3f : 4e-3f);
-                vars[v][i] = hi;
-                st |= opt_loss(head, c, &d, &lp, t1, t2, t3);
-                vars[v][i] = lo;
-                st |= opt_loss(head, c, &d, &lm, t1, t2, t3);
-                cd[k] = (lp - lm) / ((double)hi - (double)lo);
-            }
-            vars[v][i] = keep;
-            const double num = (4 * cd[1] - cd[0]) / 3;
-            // the normalized rows are rounded to float: ~1e-7 of noise in the loss
-            const double err = fabs(num - ana[v][i]) / (2e-3 + fabs(num));
-            if (err > worst) worst = err;
-            if (err > 5e-3 && bad++ < 5)
+        for (int64_t i = 0; i < opt_len(c, v); i++) {
+            const double num = dc_richardson_f32(opt_var(&d, v) + i, 4e-3f, 2e-3f, opt_loss_at,
+                                                 &at);
+            if (dc_fd_note(&t, num, ana[v][i]))
                 tap_diag("%s: input %d index %lld: numeric %.8g, analytic %.8g", c->name, v,
                          (long long)i, num, (double)ana[v][i]);
         }
-    tap_ok(st == GRM_OK && bad == 0, "%s: d_pred, d_pos, d_neg vs central differences "
-           "(worst rel err %.2g)", c->name, worst);
+    st |= at.st;
+    tap_ok(st == GRM_OK && t.bad == 0, "%s: d_pred, d_pos, d_neg vs central differences "
+           "(worst rel err %.2g)", c->name, t.worst);
     ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)->destroy(head);
 }
 
@@ -980,18 +953,18 @@ static void test_opt_errors(void)
     const char *ib[] = { "share_k=2" };
     grm_status st = harness_config_try(info, &cfg, ib, 1);
     if (st == GRM_OK) st = ops->create(cfg, 4, 1, &inst);
-    expect(st, GRM_EINVAL, "set in_batch = false", "share_k with in_batch on is refused");
+    dc_expect(st, GRM_EINVAL, "set in_batch = false", "share_k with in_batch on is refused");
     const char *neg[] = { "share_k=-1", "in_batch=false" };
-    expect(harness_config_try(info, &cfg, neg, 2), GRM_EINVAL, "share_k",
-           "share_k = -1 is refused");
+    dc_expect(harness_config_try(info, &cfg, neg, 2), GRM_EINVAL, "share_k",
+              "share_k = -1 is refused");
     const opt_case c = { "bad", 3, 7, 4, 0, 0, 2, 0, 1.0, "blas" };
     void *h = opt_head(&c, NULL, NULL);
     static opt_data d;
     opt_fill(&c, &d, h, 1);
     double l = 0;
     float t1[64], t2[64], t3[64];
-    expect(opt_loss(h, &c, &d, &l, t1, t2, t3), GRM_EINVAL, "io->nneg 7 is not a multiple "
-           "of io->rows 3", "share_k with nneg not a multiple of rows");
+    dc_expect(opt_loss(h, &c, &d, &l, t1, t2, t3), GRM_EINVAL, "io->nneg 7 is not a multiple "
+              "of io->rows 3", "share_k with nneg not a multiple of rows");
     ops->destroy(h);
 }
 
@@ -1126,8 +1099,8 @@ static void test_bce_hand(void)
 /* 5 checks: run, loss, d_pred, d_pos, d_neg against tests/ref/heads_bce.py. */
 static void test_bce_torch(const bce_case *c)
 {
-    const char *py;
-    if (!have_torch(&py)) {
+    const char *py = dc_torch_python();
+    if (py == NULL) {
         for (int i = 0; i < 5; i++)
             tap_skip("no torch", "PyTorch heads_bce.py %s check %d of 5", c->name, i + 1);
         return;
@@ -1189,37 +1162,23 @@ static void test_bce_fd(const bce_case *c)
     const opt_case o = bce_as_opt(c);
     static opt_data d;
     opt_fill(&o, &d, head, 17);
-    const int64_t B = c->B, R = c->R, D = c->D;
-    static float dp[64 * 8], dpos[64 * 8], dneg[256 * 8], t1[64 * 8], t2[64 * 8], t3[256 * 8];
-    double loss = 0, lp = 0, lm = 0;
+    static float dp[64 * 8], dpos[64 * 8], dneg[256 * 8];
+    double loss = 0;
     grm_status st = opt_loss(head, &o, &d, &loss, dp, dpos, dneg);
-    float *vars[3] = { d.pred, d.pos, d.neg };
     const float *ana[3] = { dp, dpos, dneg };
-    const int64_t len[3] = { B * D, B * D, R * D };
-    double worst = 0;
-    int bad = 0;
+    opt_at at = { head, &o, &d, GRM_OK };
+    dc_fd_tally t = { .floor = 2e-3, .tol = 5e-3 };
     for (int v = 0; v < 3; v++)
-        for (int64_t i = 0; i < len[v]; i++) {
-            const float keep = vars[v][i];
-            double cd[2];
-            for (int k = 0; k < 2; k++) {
-                const float hi = keep + (k ? 2e-3f : 4e-3f), lo = keep - (k ? 2e-3f : 4e-3f);
-                vars[v][i] = hi;
-                st |= opt_loss(head, &o, &d, &lp, t1, t2, t3);
-                vars[v][i] = lo;
-                st |= opt_loss(head, &o, &d, &lm, t1, t2, t3);
-                cd[k] = (lp - lm) / ((double)hi - (double)lo);
-            }
-            vars[v][i] = keep;
-            const double num = (4 * cd[1] - cd[0]) / 3;
-            const double err = fabs(num - ana[v][i]) / (2e-3 + fabs(num));
-            if (err > worst) worst = err;
-            if (err > 5e-3 && bad++ < 5)
+        for (int64_t i = 0; i < opt_len(&o, v); i++) {
+            const double num = dc_richardson_f32(opt_var(&d, v) + i, 4e-3f, 2e-3f, opt_loss_at,
+                                                 &at);
+            if (dc_fd_note(&t, num, ana[v][i]))
                 tap_diag("%s: input %d index %lld: numeric %.8g, analytic %.8g", c->name, v,
                          (long long)i, num, (double)ana[v][i]);
         }
-    tap_ok(st == GRM_OK && bad == 0, "%s: d_pred, d_pos, d_neg vs central differences "
-           "(worst rel err %.2g)", c->name, worst);
+    st |= at.st;
+    tap_ok(st == GRM_OK && t.bad == 0, "%s: d_pred, d_pos, d_neg vs central differences "
+           "(worst rel err %.2g)", c->name, t.worst);
     bce_destroy(head);
 }
 
@@ -1348,8 +1307,8 @@ static void test_bce_varying_rows(void)
            "6400 negatives: loss %.9g = mean over rows of softplus(-s+) + softplus(s- of slot "
            "i) %.9g", io.loss, num / 937);
     io.rows = cap;
-    expect(ops->loss(hb, &io), GRM_EINVAL, "io->nneg 6400 is less than io->rows 6401 x "
-           "row_negatives 1", "bce: a step with more rows than negatives is refused");
+    dc_expect(ops->loss(hb, &io), GRM_EINVAL, "io->nneg 6400 is less than io->rows 6401 x "
+              "row_negatives 1", "bce: a step with more rows than negatives is refused");
     // a softmax head with row_negatives behaves the same way (share_k = 1, r = 1)
     const opt_case so = { "softmax rown", 5, 13, 4, 0, 0, 1, 0, 0.5, "blas" };
     void *hs = opt_head(&so, "row_negatives=2", NULL);
@@ -1409,7 +1368,7 @@ static void test_bce_errors(void)
         while (n < 3 && bad[i].kv[n] != NULL) n++;
         grm_status st = harness_config_try(info, &cfg, bad[i].kv, n);
         if (st == GRM_OK) st = ops->create(cfg, 4, 1, &inst);
-        expect(st, GRM_EINVAL, bad[i].sub, bad[i].what);
+        dc_expect(st, GRM_EINVAL, bad[i].sub, bad[i].what);
         ops->destroy(inst);
     }
     // without row_negatives, per-row negatives must divide evenly, as for softmax
@@ -1420,8 +1379,8 @@ static void test_bce_errors(void)
     opt_fill(&o, &d, h, 1);
     double l = 0;
     float t1[64], t2[64], t3[64];
-    expect(opt_loss(h, &o, &d, &l, t1, t2, t3), GRM_EINVAL, "io->nneg 7 is not a multiple "
-           "of io->rows 3", "bce, share_k = 1, row_negatives = 0: nneg not a multiple of rows");
+    dc_expect(opt_loss(h, &o, &d, &l, t1, t2, t3), GRM_EINVAL, "io->nneg 7 is not a multiple "
+              "of io->rows 3", "bce, share_k = 1, row_negatives = 0: nneg not a multiple of rows");
     bce_destroy(h);
 }
 

@@ -11,91 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dense-checks.h"
 #include "harness.h"
 #include "hstu.h"
 #include "tap.h"
 
 static const grm_plugin_info *info;
 static const grm_dense_ops *ops;
-
-static grm_tensor mat(float *data, int64_t rows, int64_t cols)
-{
-    grm_tensor t = { 0 };
-    t.data = data;
-    t.dtype = GRM_DTYPE_F32;
-    t.ndim = 2;
-    t.shape[0] = rows;
-    t.shape[1] = cols;
-    t.shape[2] = t.shape[3] = 1;
-    t.device.type = GRM_DEVICE_CPU;
-    return t;
-}
-
-static int64_t numel(const grm_tensor *t)
-{
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    return n;
-}
-
-static void *make(const void *cfg, int64_t in_dim, uint64_t seed)
-{
-    void *inst = NULL;
-    if (ops->create(cfg, in_dim, seed, &inst) != GRM_OK) {
-        printf("Bail out! dense-hstu create: %s\n", grm_last_error());
-        exit(1);
-    }
-    return inst;
-}
-
-static void fill(float *v, int64_t n, uint64_t *s, float scale)
-{
-    for (int64_t i = 0; i < n; i++)
-        v[i] = harness_randf(s) * scale;
-}
-
-static int64_t count_params(void *inst)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    int64_t n = 0;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++)
-        n += numel(&v.tensor);
-    return n;
-}
-
-static void zero_grads(void *inst)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++)
-        memset(g.data, 0, (size_t)numel(&g) * sizeof(float));
-}
-
-/* Concatenate every parameter (grad = 0) or gradient (grad = 1) of inst into out. */
-static void gather(void *inst, int grad, float *out)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    int64_t k = 0;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++) {
-        const grm_tensor *t = grad ? &g : &v.tensor;
-        memcpy(out + k, t->data, (size_t)numel(t) * sizeof(float));
-        k += numel(t);
-    }
-}
-
-static void scatter(void *inst, const float *in)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    int64_t k = 0;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++) {
-        memcpy(v.tensor.data, in + k, (size_t)numel(&v.tensor) * sizeof(float));
-        k += numel(&v.tensor);
-    }
-}
 
 static grm_dense_ctx make_ctx(int training, int64_t step, const int64_t *offsets,
                               int64_t nseq, const int64_t *times)
@@ -114,14 +36,14 @@ static grm_dense_ctx make_ctx(int training, int64_t step, const int64_t *offsets
 static grm_status run_fb(void *inst, const float *x, const float *dy, int64_t N, int64_t D,
                          const grm_dense_ctx *ctx, float *y, float *dx, float *grads)
 {
-    grm_tensor tx = mat((float *)x, N, D), ty = mat(y, N, D);
-    grm_tensor tdy = mat((float *)dy, N, D), tdx = mat(dx, N, D);
-    zero_grads(inst);
+    grm_tensor tx = dc_mat((float *)x, N, D), ty = dc_mat(y, N, D);
+    grm_tensor tdy = dc_mat((float *)dy, N, D), tdx = dc_mat(dx, N, D);
+    dc_zero_grads(ops, inst);
     grm_status st = ops->forward(inst, &ty, &tx, ctx);
     if (st == GRM_OK)
         st = ops->backward(inst, dx != NULL ? &tdx : NULL, &tdy, ctx);
     if (st == GRM_OK && grads != NULL)
-        gather(inst, 1, grads);
+        dc_gather(ops, inst, 1, grads);
     return st;
 }
 
@@ -250,37 +172,18 @@ static double lay_loss(const lay_d *l, const double *theta, const double *x, int
 
 static void test_params(void)
 {
-    void *inst = make(harness_config(info, "num_heads=2", "dqk=3", "dv=4", "max_len=7",
-                                     "time_buckets=5", NULL), 6, 1);
+    void *inst = dc_make(info, harness_config(info, "num_heads=2", "dqk=3", "dv=4", "max_len=7",
+                                              "time_buckets=5", NULL), 6, 1);
     static const char *names[] = { "f1.weight", "f1.bias", "f2.weight", "f2.bias", "rab_pos",
                                    "rab_time" };
     // P = 2 * (2*4 + 2*3) = 28, HV = 8
     static const int64_t shapes[6][2] = { { 28, 6 }, { 28, 0 }, { 6, 8 }, { 6, 0 },
                                           { 2, 7 }, { 2, 5 } };
-    int good = 1, contiguous = 1;
-    float *next = NULL, *first_grad = NULL;
-    for (int i = 0; i < 6; i++) {
-        grm_named_tensor v;
-        grm_tensor g;
-        if (ops->params(inst, i, &v, &g) != GRM_OK) {
-            good = 0;
-            break;
-        }
-        const int nd = shapes[i][1] ? 2 : 1;
-        good &= strcmp(v.name, names[i]) == 0 && v.tensor.ndim == nd && g.ndim == nd
-                && v.tensor.shape[0] == shapes[i][0] && g.shape[0] == shapes[i][0]
-                && (nd == 1 || (v.tensor.shape[1] == shapes[i][1]
-                                && g.shape[1] == shapes[i][1]));
-        if (next != NULL && (float *)v.tensor.data != next)
-            contiguous = 0;
-        next = (float *)v.tensor.data + numel(&v.tensor);
-        if (i == 0)
-            first_grad = g.data;
-    }
+    int one_block = 0;
+    const int good = dc_check_params(ops, inst, 6, names, shapes, &one_block);
     tap_ok(good, "params() lists f1.weight [28,6], f1.bias [28], f2.weight [6,8], f2.bias [6], "
            "rab_pos [2,7], rab_time [2,5]");
-    tap_ok(contiguous && first_grad == next,
-           "parameters are one contiguous block, gradients follow it (STYLE.md §8)");
+    tap_ok(one_block, "parameters are one contiguous block, gradients follow it (STYLE.md §8)");
     grm_named_tensor v;
     grm_tensor g;
     grm_status st = ops->params(inst, 6, &v, &g);
@@ -290,10 +193,10 @@ static void test_params(void)
     // flops: projections 2 N D (P + HV); attention pairs H 2 (dqk + dv), pairs = sum L(L+1)/2
     float x[10 * 6] = { 0 }, y[10 * 6];
     uint64_t s = 5;
-    fill(x, 60, &s, 1);
+    dc_fill(x, 60, &s, 1);
     const int64_t offs[3] = { 0, 4, 10 };   // pairs 10 + 21 = 31
     grm_dense_ctx ctx = make_ctx(0, 0, offs, 2, NULL);
-    grm_tensor tx = mat(x, 10, 6), ty = mat(y, 10, 6);
+    grm_tensor tx = dc_mat(x, 10, 6), ty = dc_mat(y, 10, 6);
     st = ops->forward(inst, &ty, &tx, &ctx);
     const double proj = 2.0 * 10 * 6 * (28 + 8), attn = 31.0 * 2 * 2 * (3 + 4);
     const double f0 = ops->flops(inst, 10, 0), f1 = ops->flops(inst, 10, 1);
@@ -302,7 +205,7 @@ static void test_params(void)
            "(%g)", f0, proj + attn, f1);
     ops->destroy(inst);
 
-    inst = make(harness_config(info, "rab_pos=false", "rab_time=false", NULL), 6, 1);
+    inst = dc_make(info, harness_config(info, "rab_pos=false", "rab_time=false", NULL), 6, 1);
     tap_ok(ops->params(inst, 3, &v, &g) == GRM_OK && strcmp(v.name, "f2.bias") == 0
            && ops->params(inst, 4, &v, &g) == GRM_ENOTFOUND,
            "without rab_pos and rab_time the block has 4 parameters");
@@ -310,6 +213,23 @@ static void test_params(void)
 }
 
 /* ---- gradients against central differences of the double layer ---- */
+
+/* lay_loss of fixed arguments, as a dc_loss_fn for the finite differences. */
+typedef struct lay_at {
+    const lay_d *l;
+    const double *theta, *x;
+    int64_t N;
+    const int64_t *offsets;
+    int64_t nseq;
+    const int64_t *times;
+    const double *dy;
+} lay_at;
+
+static double lay_loss_at(void *ctx)
+{
+    const lay_at *a = ctx;
+    return lay_loss(a->l, a->theta, a->x, a->N, a->offsets, a->nseq, a->times, a->dy);
+}
 
 static void test_gradcheck(const char *what, const lay_d *l, const char *const *kv, int nkv,
                            int with_times_in_ctx)
@@ -321,8 +241,8 @@ static void test_gradcheck(const char *what, const lay_d *l, const char *const *
     const int64_t D = l->D, np = lay_nparams(l);
     const void *cfg = NULL;
     grm_status st = harness_config_try(info, &cfg, kv, nkv);
-    void *inst = st == GRM_OK ? make(cfg, D, 3) : NULL;
-    if (inst == NULL || count_params(inst) != np) {
+    void *inst = st == GRM_OK ? dc_make(info, cfg, D, 3) : NULL;
+    if (inst == NULL || dc_param_floats(ops, inst) != np) {
         tap_ok(0, "%s: config (%s)", what, grm_last_error());
         for (int i = 0; i < 4; i++)
             tap_ok(0, "%s: not run", what);
@@ -336,10 +256,10 @@ static void test_gradcheck(const char *what, const lay_d *l, const char *const *
     double *thd = malloc((size_t)np * 8);
     float x[N * 8], dy[N * 8], y[N * 8], dx[N * 8], want_y[N * 8], want_dx[N * 8];
     double xd[N * 8], dyd[N * 8], yd[N * 8];
-    fill(theta, np, &s, 0.7f);
-    fill(x, N * D, &s, 1.0f);
-    fill(dy, N * D, &s, 1.0f);
-    scatter(inst, theta);
+    dc_fill(theta, np, &s, 0.7f);
+    dc_fill(x, N * D, &s, 1.0f);
+    dc_fill(dy, N * D, &s, 1.0f);
+    dc_scatter(ops, inst, 0, theta);
     for (int64_t i = 0; i < np; i++)
         thd[i] = theta[i];
     for (int64_t i = 0; i < N * D; i++) {
@@ -356,24 +276,9 @@ static void test_gradcheck(const char *what, const lay_d *l, const char *const *
     for (int64_t i = 0; i < N * D; i++)
         want_y[i] = (float)yd[i];
     const double h = 1e-6;
-    for (int64_t i = 0; i < np; i++) {
-        const double keep = thd[i];
-        thd[i] = keep + h;
-        const double lp = lay_loss(&ld, thd, xd, N, offs, NSEQ, tms, dyd);
-        thd[i] = keep - h;
-        const double lm = lay_loss(&ld, thd, xd, N, offs, NSEQ, tms, dyd);
-        thd[i] = keep;
-        want_g[i] = (float)((lp - lm) / (2 * h));
-    }
-    for (int64_t i = 0; i < N * D; i++) {
-        const double keep = xd[i];
-        xd[i] = keep + h;
-        const double lp = lay_loss(&ld, thd, xd, N, offs, NSEQ, tms, dyd);
-        xd[i] = keep - h;
-        const double lm = lay_loss(&ld, thd, xd, N, offs, NSEQ, tms, dyd);
-        xd[i] = keep;
-        want_dx[i] = (float)((lp - lm) / (2 * h));
-    }
+    lay_at at = { &ld, thd, xd, N, offs, NSEQ, tms, dyd };
+    dc_central_grad(want_g, thd, np, h, lay_loss_at, &at);
+    dc_central_grad(want_dx, xd, N * D, h, lay_loss_at, &at);
     char buf[160];
     snprintf(buf, sizeof buf, "%s: forward vs the double layer", what);
     if (st != GRM_OK)
@@ -419,18 +324,18 @@ static void test_impls(void)
                                          common[4], common[5], "impl=cpu", NULL);
     const void *cfg_ref = harness_config(info, common[0], common[1], common[2], common[3],
                                          common[4], common[5], "impl=ref", NULL);
-    void *a = make(cfg_cpu, D, 9), *b = make(cfg_ref, D, 9);
-    const int64_t np = count_params(a);
+    void *a = dc_make(info, cfg_cpu, D, 9), *b = dc_make(info, cfg_ref, D, 9);
+    const int64_t np = dc_param_floats(ops, a);
     float *theta = malloc((size_t)np * 4), *ga = malloc((size_t)np * 4);
     float *gb = malloc((size_t)np * 4);
     float *x = malloc((size_t)(N * D) * 4), *dy = malloc((size_t)(N * D) * 4);
     float *ya = malloc((size_t)(N * D) * 4), *yb = malloc((size_t)(N * D) * 4);
     float *dxa = malloc((size_t)(N * D) * 4), *dxb = malloc((size_t)(N * D) * 4);
-    fill(theta, np, &s, 0.5f);
-    fill(x, N * D, &s, 1.0f);
-    fill(dy, N * D, &s, 1.0f);
-    scatter(a, theta);
-    scatter(b, theta);
+    dc_fill(theta, np, &s, 0.5f);
+    dc_fill(x, N * D, &s, 1.0f);
+    dc_fill(dy, N * D, &s, 1.0f);
+    dc_scatter(ops, a, 0, theta);
+    dc_scatter(ops, b, 0, theta);
     grm_dense_ctx ctx = make_ctx(1, 4, offs, NS, times);
     grm_status st = run_fb(a, x, dy, N, D, &ctx, ya, dxa, ga);
     st |= run_fb(b, x, dy, N, D, &ctx, yb, dxb, gb);
@@ -461,20 +366,21 @@ static void test_structure(void)
     enum { D = 8 };
     static const int64_t offs[4] = { 0, 5, 75, 78 };   // 5, 70 (two tiles), 3
     const int64_t N = 78;
-    void *inst = make(harness_config(info, "num_heads=2", "dqk=4", "dv=4", "max_len=32",
-                                     "time_buckets=8", NULL), D, 2);
+    void *inst = dc_make(info, harness_config(info, "num_heads=2", "dqk=4", "dv=4", "max_len=32",
+                                              "time_buckets=8", NULL), D, 2);
     int64_t times[78];
     for (int64_t i = 0; i < N; i++)
         times[i] = 1000 + 37 * i;
     uint64_t s = 8;
     float x[78 * D], x2[78 * D], y[78 * D], y2[78 * D];
-    fill(x, N * D, &s, 1.0f);
+    dc_fill(x, N * D, &s, 1.0f);
     memcpy(x2, x, sizeof x);
     const int64_t j = 5 + 40;               // token 40 of sequence 1
     for (int c = 0; c < D; c++)     // not a constant shift, which the input norm removes
         x2[j * D + c] += c % 2 ? 0.5f : -0.25f * (float)c;
     grm_dense_ctx ctx = make_ctx(0, 0, offs, 3, times);
-    grm_tensor tx = mat(x, N, D), tx2 = mat(x2, N, D), ty = mat(y, N, D), ty2 = mat(y2, N, D);
+    grm_tensor tx = dc_mat(x, N, D), tx2 = dc_mat(x2, N, D);
+    grm_tensor ty = dc_mat(y, N, D), ty2 = dc_mat(y2, N, D);
     grm_status st = ops->forward(inst, &ty, &tx, &ctx);
     st |= ops->forward(inst, &ty2, &tx2, &ctx);
     int before = 1, after = 1, others = 1;
@@ -500,7 +406,7 @@ static void test_structure(void)
         const int64_t o = offs[q], L = offs[q + 1] - offs[q];
         const int64_t one[2] = { 0, L };
         grm_dense_ctx c1 = make_ctx(0, 0, one, 1, times + o);
-        grm_tensor a = mat(x + o * D, L, D), b = mat(alone + o * D, L, D);
+        grm_tensor a = dc_mat(x + o * D, L, D), b = dc_mat(alone + o * D, L, D);
         ok &= ops->forward(inst, &b, &a, &c1) == GRM_OK;
     }
     tap_ok(ok, "each sequence runs alone");
@@ -532,16 +438,16 @@ static void test_eval_dropout(void)
 {
     enum { D = 8, N = 20 };
     static const int64_t offs[3] = { 0, 12, 20 };
-    void *drop = make(harness_config(info, "dropout=0.5", "num_heads=2", "dqk=4", "dv=4",
-                                     NULL), D, 4);
-    void *nodrop = make(harness_config(info, "dropout=0", "num_heads=2", "dqk=4", "dv=4",
-                                       NULL), D, 4);
+    void *drop = dc_make(info, harness_config(info, "dropout=0.5", "num_heads=2", "dqk=4", "dv=4",
+                                              NULL), D, 4);
+    void *nodrop = dc_make(info, harness_config(info, "dropout=0", "num_heads=2", "dqk=4", "dv=4",
+                                                NULL), D, 4);
     uint64_t s = 19;
     float x[N * D], ye[N * D], yt[N * D], y0[N * D], y1[N * D], y2[N * D];
-    fill(x, N * D, &s, 1.0f);
-    grm_tensor tx = mat(x, N, D);
-    grm_tensor te = mat(ye, N, D), tt = mat(yt, N, D), t0 = mat(y0, N, D);
-    grm_tensor t1 = mat(y1, N, D), t2 = mat(y2, N, D);
+    dc_fill(x, N * D, &s, 1.0f);
+    grm_tensor tx = dc_mat(x, N, D);
+    grm_tensor te = dc_mat(ye, N, D), tt = dc_mat(yt, N, D), t0 = dc_mat(y0, N, D);
+    grm_tensor t1 = dc_mat(y1, N, D), t2 = dc_mat(y2, N, D);
     grm_dense_ctx ev = make_ctx(0, 3, offs, 2, NULL), tr = make_ctx(1, 3, offs, 2, NULL);
     grm_dense_ctx tr4 = make_ctx(1, 4, offs, 2, NULL);
     grm_status st = ops->forward(drop, &te, &tx, &ev);
@@ -549,8 +455,8 @@ static void test_eval_dropout(void)
     tap_ok(st == GRM_OK && memcmp(ye, y0, sizeof ye) == 0,
            "eval forward with dropout 0.5 equals the train forward without dropout");
     float dy[N * D];
-    fill(dy, N * D, &s, 1.0f);
-    grm_tensor tdy = mat(dy, N, D);
+    dc_fill(dy, N * D, &s, 1.0f);
+    grm_tensor tdy = dc_mat(dy, N, D);
     st = ops->backward(drop, NULL, &tdy, &ev);
     tap_ok(st == GRM_EINVAL && strstr(grm_last_error(), "no training forward") != NULL,
            "backward after an eval forward is refused (%s)", grm_last_error());
@@ -571,14 +477,14 @@ static void test_input_dropout(void)
 {
     enum { D = 8, N = 12 };
     static const int64_t offs[3] = { 0, 7, 12 };
-    void *a = make(harness_config(info, "input_dropout=0.4", "num_heads=2", "dqk=4", "dv=4",
-                                  NULL), D, 9);
-    void *b = make(harness_config(info, "num_heads=2", "dqk=4", "dv=4", NULL), D, 9);
+    void *a = dc_make(info, harness_config(info, "input_dropout=0.4", "num_heads=2", "dqk=4",
+                                           "dv=4", NULL), D, 9);
+    void *b = dc_make(info, harness_config(info, "num_heads=2", "dqk=4", "dv=4", NULL), D, 9);
     uint64_t s = 23;
     float x[N * D], dy[N * D], ya[N * D], yb[N * D], dx[N * D], yp[N * D], ym[N * D];
-    fill(x, N * D, &s, 1.0f);
-    fill(dy, N * D, &s, 1.0f);
-    grm_tensor tx = mat(x, N, D), ta = mat(ya, N, D), tb = mat(yb, N, D);
+    dc_fill(x, N * D, &s, 1.0f);
+    dc_fill(dy, N * D, &s, 1.0f);
+    grm_tensor tx = dc_mat(x, N, D), ta = dc_mat(ya, N, D), tb = dc_mat(yb, N, D);
     grm_dense_ctx ev = make_ctx(0, 5, offs, 2, NULL), tr = make_ctx(1, 5, offs, 2, NULL);
     grm_status st = ops->forward(a, &ta, &tx, &ev);
     st |= ops->forward(b, &tb, &tx, &ev);
@@ -592,7 +498,7 @@ static void test_input_dropout(void)
         double f[2];
         for (int k = 0; k < 2; k++) {
             x[e] = keep + (k ? -1e-2f : 1e-2f);
-            grm_tensor ty = mat(k ? ym : yp, N, D);
+            grm_tensor ty = dc_mat(k ? ym : yp, N, D);
             st |= ops->forward(a, &ty, &tx, &tr);
             f[k] = 0;
             for (int64_t i = 0; i < N * D; i++) f[k] += (double)(k ? ym : yp)[i] * dy[i];
@@ -645,8 +551,8 @@ static void test_memory(void)
         int64_t *times = malloc((size_t)L * 8), thr[16];
         void *ws = malloc(ws_bytes[k]);
         uint64_t s = 3;
-        fill(qkv, L * ld, &s, 1.0f);
-        fill(rab, ml + nb, &s, 1.0f);
+        dc_fill(qkv, L * ld, &s, 1.0f);
+        dc_fill(rab, ml + nb, &s, 1.0f);
         for (int64_t i = 0; i < L; i++)
             times[i] = 10 * i;
         hstu_time_thresholds(thr, nb);
@@ -719,17 +625,17 @@ static void test_errors(void)
     st = ops->create(NULL, 8, 1, &inst);
     tap_ok(err_has(st, GRM_EINVAL, "config and inst"), "create refuses a NULL config");
 
-    inst = make(&c, 8, 1);
+    inst = dc_make(info, &c, 8, 1);
     float x[4 * 8] = { 0 }, y[4 * 8], dy[4 * 8] = { 0 };
-    grm_tensor tx = mat(x, 4, 7), ty = mat(y, 4, 8);
+    grm_tensor tx = dc_mat(x, 4, 7), ty = dc_mat(y, 4, 8);
     const int64_t offs[3] = { 0, 2, 4 }, bad_end[3] = { 0, 2, 3 }, bad_start[3] = { 1, 2, 4 };
     const int64_t down[3] = { 0, 3, 2 };
     grm_dense_ctx ctx = make_ctx(1, 0, offs, 2, NULL);
     st = ops->forward(inst, &ty, &tx, &ctx);
     tap_ok(err_has(st, GRM_EINVAL, "x has 7 columns, expected 8"),
            "forward refuses x with in_dim 7 for an 8-feature block (%s)", grm_last_error());
-    tx = mat(x, 4, 8);
-    grm_tensor ty3 = mat(y, 3, 8);
+    tx = dc_mat(x, 4, 8);
+    grm_tensor ty3 = dc_mat(y, 3, 8);
     st = ops->forward(inst, &ty3, &tx, &ctx);
     tap_ok(err_has(st, GRM_EINVAL, "y has 3 rows, expected 4"), "forward refuses y of 3 rows");
     ctx.offsets = bad_end;
@@ -747,12 +653,12 @@ static void test_errors(void)
     st = ops->forward(inst, &ty, &tx, &ctx);
     tap_ok(err_has(st, GRM_EINVAL, "nseq -1 is negative"), "forward refuses nseq -1");
     ctx.nseq = 2;
-    grm_tensor tdy = mat(dy, 4, 8);
+    grm_tensor tdy = dc_mat(dy, 4, 8);
     st = ops->backward(inst, NULL, &tdy, &ctx);
     tap_ok(err_has(st, GRM_EINVAL, "no training forward"),
            "backward after a failed forward is refused");
     st = ops->forward(inst, &ty, &tx, &ctx);
-    grm_tensor tdy3 = mat(dy, 3, 8);
+    grm_tensor tdy3 = dc_mat(dy, 3, 8);
     st |= ops->backward(inst, NULL, &tdy3, &ctx);
     tap_ok(err_has(st, GRM_EINVAL, "dy has 3 rows, the last forward had 4"),
            "backward refuses dy of another row count (%s)", grm_last_error());
@@ -768,12 +674,6 @@ static void test_errors(void)
 /* ---- PyTorch fixture ---- */
 
 enum { FIX_MAGIC = 0x55545348, FIX_VERSION = 1, FIX_CASES = 5, FIX_POINTS_PER = 10 };
-
-static int read_f32(FILE *f, float **out, int64_t n)
-{
-    *out = malloc((size_t)(n > 0 ? n : 1) * sizeof **out);
-    return *out != NULL && fread(*out, sizeof **out, (size_t)n, f) == (size_t)n;
-}
 
 static void torch_case(FILE *f, int idx)
 {
@@ -791,8 +691,9 @@ static void torch_case(FILE *f, int idx)
             times = malloc((size_t)N * 8);
             ok = fread(times, 8, (size_t)N, f) == (size_t)N;
         }
-        ok = ok && read_f32(f, &x, N * D) && read_f32(f, &theta, np) && read_f32(f, &dy, N * D)
-             && read_f32(f, &y, N * D) && read_f32(f, &dx, N * D) && read_f32(f, &dtheta, np);
+        ok = ok && dc_read_f32(f, &x, N * D) && dc_read_f32(f, &theta, np)
+             && dc_read_f32(f, &dy, N * D) && dc_read_f32(f, &y, N * D)
+             && dc_read_f32(f, &dx, N * D) && dc_read_f32(f, &dtheta, np);
     }
     char desc[200];
     snprintf(desc, sizeof desc, "torch case %d (D %lld, H %lld, dqk %lld, dv %lld, rab_pos %lld, "
@@ -816,10 +717,10 @@ static void torch_case(FILE *f, int idx)
                                          hdr[8] ? "input_norm=true" : "input_norm=false",
                                          hdr[9] ? "attn_norm=length" : "attn_norm=max_len",
                                          impl == 0 ? "impl=cpu" : "impl=ref", NULL);
-        void *inst = make(cfg, D, 1);
-        const int np_ok = count_params(inst) == np;
+        void *inst = dc_make(info, cfg, D, 1);
+        const int np_ok = dc_param_floats(ops, inst) == np;
         if (np_ok)
-            scatter(inst, theta);
+            dc_scatter(ops, inst, 0, theta);
         float *gy = malloc((size_t)(N * D) * 4), *gdx = malloc((size_t)(N * D) * 4);
         float *gth = malloc((size_t)np * 4);
         grm_dense_ctx ctx = make_ctx(1, 1, offs, nseq, times);
@@ -874,12 +775,9 @@ done:
 static void test_torch(void)
 {
     const int points = 1 + FIX_CASES * FIX_POINTS_PER;
-    const char *py = getenv("PYTHON3");
-    if (py == NULL || *py == '\0')
-        py = "/usr/bin/python3";
+    const char *py = dc_torch_python();
     char cmd[8192], path[4096];
-    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", py);
-    if (system(cmd) != 0) {
+    if (py == NULL) {
         for (int i = 0; i < points; i++)
             tap_skip("no torch", "PyTorch fixture check %d of %d", i + 1, points);
         return;

@@ -8,81 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dense-checks.h"
 #include "harness.h"
 #include "tap.h"
 
 static const grm_plugin_info *info;
 static const grm_dense_ops *ops;
-
-static grm_tensor mat(float *data, int64_t rows, int64_t cols)
-{
-    grm_tensor t = { 0 };
-    t.data = data;
-    t.dtype = GRM_DTYPE_F32;
-    t.ndim = 2;
-    t.shape[0] = rows;
-    t.shape[1] = cols;
-    t.shape[2] = t.shape[3] = 1;
-    t.device.type = GRM_DEVICE_CPU;
-    return t;
-}
-
-static int64_t numel(const grm_tensor *t)
-{
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    return n;
-}
-
-static void *make(const void *cfg, int64_t in_dim, uint64_t seed)
-{
-    void *inst = NULL;
-    if (ops->create(cfg, in_dim, seed, &inst) != GRM_OK) {
-        printf("Bail out! dense-mlp create: %s\n", grm_last_error());
-        exit(1);
-    }
-    return inst;
-}
-
-static void fill(float *v, int64_t n, uint64_t *s, float scale)
-{
-    for (int64_t i = 0; i < n; i++)
-        v[i] = harness_randf(s) * scale;
-}
-
-static void zero_grads(void *inst)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++)
-        memset(g.data, 0, (size_t)numel(&g) * sizeof(float));
-}
-
-/* Concatenate every parameter (grad = 0) or gradient (grad = 1) of inst into out. */
-static int64_t gather(void *inst, int grad, float *out)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    int64_t k = 0;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++) {
-        const grm_tensor *t = grad ? &g : &v.tensor;
-        memcpy(out + k, t->data, (size_t)numel(t) * sizeof(float));
-        k += numel(t);
-    }
-    return k;
-}
-
-static void scatter(void *inst, const float *in)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    int64_t k = 0;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++) {
-        memcpy(v.tensor.data, in + k, (size_t)numel(&v.tensor) * sizeof(float));
-        k += numel(&v.tensor);
-    }
-}
 
 /* ---- a double-precision MLP, written independently of the plugin ---- */
 
@@ -148,48 +79,38 @@ static double net_loss_d(const net_d *n, const double *theta, const double *x, i
     return L;
 }
 
+/* net_loss_d at fixed arguments, as a dc_loss_fn for the finite differences. */
+typedef struct net_at {
+    const net_d *net;
+    const double *theta, *x;
+    int64_t rows;
+    const double *dy;
+} net_at;
+
+static double net_loss_at(void *ctx)
+{
+    const net_at *a = ctx;
+    return net_loss_d(a->net, a->theta, a->x, a->rows, a->dy);
+}
+
 /* ---- parameters, init, flops ---- */
 
 static void test_params(void)
 {
-    void *inst = make(harness_config(info, "dims=8,5,3", NULL), 4, 7);
+    void *inst = dc_make(info, harness_config(info, "dims=8,5,3", NULL), 4, 7);
     static const char *names[] = { "layer0.weight", "layer0.bias", "layer1.weight",
                                    "layer1.bias", "layer2.weight", "layer2.bias" };
     static const int64_t shapes[6][2] = { { 8, 4 }, { 8, 0 }, { 5, 8 }, { 5, 0 }, { 3, 5 },
                                           { 3, 0 } };
-    int good = 1, contiguous = 1;
-    float *next = NULL, *last_value_end = NULL, *first_grad = NULL;
-    for (int i = 0; i < 6; i++) {
-        grm_named_tensor v;
-        grm_tensor g;
-        if (ops->params(inst, i, &v, &g) != GRM_OK) {
-            good = 0;
-            break;
-        }
-        const int nd = shapes[i][1] ? 2 : 1;
-        good &= strcmp(v.name, names[i]) == 0 && v.tensor.ndim == nd && g.ndim == nd
-                && v.tensor.shape[0] == shapes[i][0] && g.shape[0] == shapes[i][0]
-                && (nd == 1 || (v.tensor.shape[1] == shapes[i][1]
-                                && g.shape[1] == shapes[i][1]))
-                && v.tensor.dtype == GRM_DTYPE_F32 && g.dtype == GRM_DTYPE_F32;
-        if (!good)
-            tap_diag("parameter %d: %s [%lld, %lld]", i, v.name, (long long)v.tensor.shape[0],
-                     (long long)v.tensor.shape[1]);
-        if (next != NULL && (float *)v.tensor.data != next)
-            contiguous = 0;
-        next = (float *)v.tensor.data + numel(&v.tensor);
-        last_value_end = next;
-        if (i == 0)
-            first_grad = g.data;
-    }
+    int one_block = 0;
+    const int good = dc_check_params(ops, inst, 6, names, shapes, &one_block);
     tap_ok(good, "params() lists layer0.weight [8,4], layer0.bias [8], ... layer2.bias [3] "
            "with grads of the same shapes");
     grm_named_tensor v;
     grm_tensor g;
     grm_status st = ops->params(inst, 6, &v, &g);
     tap_ok(st == GRM_ENOTFOUND, "params(6) past the last is GRM_ENOTFOUND");
-    tap_ok(contiguous && first_grad == last_value_end,
-           "parameters are one contiguous block, gradients follow it (STYLE.md §8)");
+    tap_ok(one_block, "parameters are one contiguous block, gradients follow it (STYLE.md §8)");
     tap_ok(ops->out_dim(inst) == 3, "out_dim is the last of dims");
     const double f0 = ops->flops(inst, 10, 0), f1 = ops->flops(inst, 10, 1);
     tap_ok(f0 == 2.0 * 10 * (4 * 8 + 8 * 5 + 5 * 3) && f1 == 2 * f0,
@@ -200,13 +121,14 @@ static void test_params(void)
 static void test_init(void)
 {
     const void *cfg = harness_config(info, "dims=64,3", NULL);
-    void *a = make(cfg, 64, 1), *b = make(cfg, 64, 1), *c = make(cfg, 64, 2);
+    void *a = dc_make(info, cfg, 64, 1), *b = dc_make(info, cfg, 64, 1);
+    void *c = dc_make(info, cfg, 64, 2);
     const int64_t n = 64 * 64 + 64 + 3 * 64 + 3;
     float *pa = malloc((size_t)n * sizeof *pa), *pb = malloc((size_t)n * sizeof *pb);
     float *pc = malloc((size_t)n * sizeof *pc);
-    gather(a, 0, pa);
-    gather(b, 0, pb);
-    gather(c, 0, pc);
+    dc_gather(ops, a, 0, pa);
+    dc_gather(ops, b, 0, pb);
+    dc_gather(ops, c, 0, pc);
     tap_ok(memcmp(pa, pb, (size_t)n * sizeof *pa) == 0, "same seed, same initial parameters");
     tap_ok(memcmp(pa, pc, (size_t)n * sizeof *pa) != 0, "another seed, other parameters");
     // layer0.weight [64, 64] ~ U(-a, a), a = sqrt(6 / 128): mean 0, variance a^2 / 3
@@ -246,11 +168,11 @@ static void test_hand(void)
     // x1 = [2, -1]: z0 = [0.5, 9]  -> relu [0.5, 9]  -> y = 1 - 9 + 0.25 = -7.75
     static const char *impls[] = { "impl=blas", "impl=ref" };
     for (int k = 0; k < 2; k++) {
-        void *inst = make(harness_config(info, "dims=2,1", impls[k], NULL), 2, 3);
+        void *inst = dc_make(info, harness_config(info, "dims=2,1", impls[k], NULL), 2, 3);
         const float theta[] = { 1, 2, 3, -4, 0.5f, -1, 2, -1, 0.25f };
-        scatter(inst, theta);
+        dc_scatter(ops, inst, 0, theta);
         float x[] = { 1, 1, 2, -1 }, y[2] = { 0 };
-        grm_tensor tx = mat(x, 2, 2), ty = mat(y, 2, 1);
+        grm_tensor tx = dc_mat(x, 2, 2), ty = dc_mat(y, 2, 1);
         grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 0, .step = 0 };
         grm_status st = ops->forward(inst, &ty, &tx, &ctx);
         tap_ok(st == GRM_OK && y[0] == 7.25f && y[1] == -7.75f,
@@ -270,30 +192,32 @@ static void test_impls(void)
     uint64_t s = 99;
     for (int k = 0; k < 3; k++) {
         const int64_t rows = rows_list[k];
-        void *fast = make(harness_config(info, "dims=29,6", "activation=silu",
-                                         "final_activation=tanh", "impl=blas", NULL), in, 5);
-        void *ref = make(harness_config(info, "dims=29,6", "activation=silu",
-                                        "final_activation=tanh", "impl=ref", NULL), in, 5);
+        void *fast = dc_make(info, harness_config(info, "dims=29,6", "activation=silu",
+                                                  "final_activation=tanh", "impl=blas", NULL),
+                             in, 5);
+        void *ref = dc_make(info, harness_config(info, "dims=29,6", "activation=silu",
+                                                 "final_activation=tanh", "impl=ref", NULL),
+                            in, 5);
         float *theta = malloc((size_t)np * sizeof *theta);
-        fill(theta, np, &s, 0.5f);      // nonzero biases too
-        scatter(fast, theta);
-        scatter(ref, theta);
+        dc_fill(theta, np, &s, 0.5f);      // nonzero biases too
+        dc_scatter(ops, fast, 0, theta);
+        dc_scatter(ops, ref, 0, theta);
         float *x = malloc((size_t)(rows * in) * sizeof *x), *dy = malloc((size_t)(rows * d1) * 4);
         float *y1 = calloc((size_t)(rows * d1), 4), *y2 = calloc((size_t)(rows * d1), 4);
         float *dx1 = calloc((size_t)(rows * in), 4), *dx2 = calloc((size_t)(rows * in), 4);
         float *g1 = malloc((size_t)np * 4), *g2 = malloc((size_t)np * 4);
-        fill(x, rows * in, &s, 1.0f);
-        fill(dy, rows * d1, &s, 1.0f);
-        grm_tensor tx = mat(x, rows, in), tdy = mat(dy, rows, d1);
-        grm_tensor ty1 = mat(y1, rows, d1), ty2 = mat(y2, rows, d1);
-        grm_tensor tdx1 = mat(dx1, rows, in), tdx2 = mat(dx2, rows, in);
+        dc_fill(x, rows * in, &s, 1.0f);
+        dc_fill(dy, rows * d1, &s, 1.0f);
+        grm_tensor tx = dc_mat(x, rows, in), tdy = dc_mat(dy, rows, d1);
+        grm_tensor ty1 = dc_mat(y1, rows, d1), ty2 = dc_mat(y2, rows, d1);
+        grm_tensor tdx1 = dc_mat(dx1, rows, in), tdx2 = dc_mat(dx2, rows, in);
         grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 1, .step = 3 };
         grm_status st = ops->forward(fast, &ty1, &tx, &ctx);
         st |= ops->forward(ref, &ty2, &tx, &ctx);
         st |= ops->backward(fast, &tdx1, &tdy, &ctx);
         st |= ops->backward(ref, &tdx2, &tdy, &ctx);
-        gather(fast, 1, g1);
-        gather(ref, 1, g2);
+        dc_gather(ops, fast, 1, g1);
+        dc_gather(ops, ref, 1, g2);
         char what[96];
         tap_ok(st == GRM_OK, "rows %lld: blas and ref forward and backward succeed",
                (long long)rows);
@@ -333,16 +257,17 @@ static void test_gradcheck(const char *act, const char *fact, int l2, const char
     snprintf(a, sizeof a, "activation=%s", act);
     snprintf(f, sizeof f, "final_activation=%s", fact);
     snprintf(d, sizeof d, "dims=%lld,%lld", (long long)net->dims[0], (long long)net->dims[1]);
-    void *inst = make(harness_config(info, d, a, f, l2 ? "l2norm=true" : "l2norm=false", impl,
-                                     NULL), in, 11);
+    void *inst = dc_make(info, harness_config(info, d, a, f,
+                                              l2 ? "l2norm=true" : "l2norm=false", impl, NULL),
+                         in, 11);
     uint64_t s = 2024;
     float theta[256], x[ROWS * 8], dy[ROWS * 8], y[ROWS * 8], dx[ROWS * 8], grads[256];
     double thd[256], xd[ROWS * 8], dyd[ROWS * 8], yd[ROWS * 8];
     float want_y[ROWS * 8], want_g[256], want_dx[ROWS * 8];
-    fill(theta, np, &s, 0.8f);
-    fill(x, ROWS * in, &s, 1.0f);
-    fill(dy, ROWS * out, &s, 1.0f);
-    scatter(inst, theta);
+    dc_fill(theta, np, &s, 0.8f);
+    dc_fill(x, ROWS * in, &s, 1.0f);
+    dc_fill(dy, ROWS * out, &s, 1.0f);
+    dc_scatter(ops, inst, 0, theta);
     for (int64_t i = 0; i < np; i++)
         thd[i] = theta[i];
     for (int64_t i = 0; i < ROWS * in; i++)
@@ -350,36 +275,21 @@ static void test_gradcheck(const char *act, const char *fact, int l2, const char
     for (int64_t i = 0; i < ROWS * out; i++)
         dyd[i] = dy[i];
 
-    grm_tensor tx = mat(x, ROWS, in), ty = mat(y, ROWS, out);
-    grm_tensor tdy = mat(dy, ROWS, out), tdx = mat(dx, ROWS, in);
+    grm_tensor tx = dc_mat(x, ROWS, in), ty = dc_mat(y, ROWS, out);
+    grm_tensor tdy = dc_mat(dy, ROWS, out), tdx = dc_mat(dx, ROWS, in);
     grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 1, .step = 1 };
-    zero_grads(inst);
+    dc_zero_grads(ops, inst);
     grm_status st = ops->forward(inst, &ty, &tx, &ctx);
     st |= ops->backward(inst, &tdx, &tdy, &ctx);
-    gather(inst, 1, grads);
+    dc_gather(ops, inst, 1, grads);
 
     net_forward_d(net, thd, xd, ROWS, yd);
     for (int64_t i = 0; i < ROWS * out; i++)
         want_y[i] = (float)yd[i];
     const double h = 1e-6;   // central differences in double: error ~h^2, rounding ~1e-10
-    for (int64_t i = 0; i < np; i++) {
-        const double keep = thd[i];
-        thd[i] = keep + h;
-        const double lp = net_loss_d(net, thd, xd, ROWS, dyd);
-        thd[i] = keep - h;
-        const double lm = net_loss_d(net, thd, xd, ROWS, dyd);
-        thd[i] = keep;
-        want_g[i] = (float)((lp - lm) / (2 * h));
-    }
-    for (int64_t i = 0; i < ROWS * in; i++) {
-        const double keep = xd[i];
-        xd[i] = keep + h;
-        const double lp = net_loss_d(net, thd, xd, ROWS, dyd);
-        xd[i] = keep - h;
-        const double lm = net_loss_d(net, thd, xd, ROWS, dyd);
-        xd[i] = keep;
-        want_dx[i] = (float)((lp - lm) / (2 * h));
-    }
+    net_at at = { net, thd, xd, ROWS, dyd };
+    dc_central_grad(want_g, thd, np, h, net_loss_at, &at);
+    dc_central_grad(want_dx, xd, ROWS * in, h, net_loss_at, &at);
     char what[128];
     snprintf(what, sizeof what, "%s/%s%s %s: forward vs double reimplementation", act, fact,
              l2 ? " l2norm" : "", impl);
@@ -396,7 +306,7 @@ static void test_gradcheck(const char *act, const char *fact, int l2, const char
     // backward accumulates: a second backward doubles every gradient
     float twice[256];
     st = ops->backward(inst, &tdx, &tdy, &ctx);
-    gather(inst, 1, twice);
+    dc_gather(ops, inst, 1, twice);
     for (int64_t i = 0; i < np; i++)
         grads[i] *= 2;
     snprintf(what, sizeof what, "%s/%s%s %s: a second backward adds (grads doubled)", act,
@@ -413,13 +323,13 @@ static void test_dropout(void)
     enum { ROWS = 64, D = 8 };
     const void *cfg = harness_config(info, "dims=8,8", "activation=none", "dropout=0.25",
                                      NULL);
-    void *a = make(cfg, D, 77), *b = make(cfg, D, 77);
+    void *a = dc_make(info, cfg, D, 77), *b = dc_make(info, cfg, D, 77);
     float theta[2 * (D * D + D)] = { 0 };
     for (int l = 0; l < 2; l++)
         for (int i = 0; i < D; i++)
             theta[l * (D * D + D) + i * D + i] = 1.0f;
-    scatter(a, theta);
-    scatter(b, theta);
+    dc_scatter(ops, a, 0, theta);
+    dc_scatter(ops, b, 0, theta);
     float x[ROWS * D], y1[ROWS * D], y2[ROWS * D], y3[ROWS * D], y4[ROWS * D];
     float dy[ROWS * D], dx[ROWS * D];
     uint64_t s = 5;
@@ -427,9 +337,9 @@ static void test_dropout(void)
         x[i] = 0.5f + 0.5f * (harness_randf(&s) + 1.0f);   // in [0.5, 1.5): never 0
         dy[i] = 1.0f;
     }
-    grm_tensor tx = mat(x, ROWS, D), tdy = mat(dy, ROWS, D), tdx = mat(dx, ROWS, D);
-    grm_tensor t1 = mat(y1, ROWS, D), t2 = mat(y2, ROWS, D), t3 = mat(y3, ROWS, D);
-    grm_tensor t4 = mat(y4, ROWS, D);
+    grm_tensor tx = dc_mat(x, ROWS, D), tdy = dc_mat(dy, ROWS, D), tdx = dc_mat(dx, ROWS, D);
+    grm_tensor t1 = dc_mat(y1, ROWS, D), t2 = dc_mat(y2, ROWS, D), t3 = dc_mat(y3, ROWS, D);
+    grm_tensor t4 = dc_mat(y4, ROWS, D);
     grm_dense_ctx train5 = { .struct_size = sizeof train5, .training = 1, .step = 5 };
     grm_dense_ctx train6 = { .struct_size = sizeof train6, .training = 1, .step = 6 };
     grm_dense_ctx eval = { .struct_size = sizeof eval, .training = 0, .step = 5 };
@@ -481,57 +391,50 @@ static void *patched_dims(int64_t n, int64_t second)
     return cfg;
 }
 
-static void expect(grm_status st, grm_status want, const char *sub, const char *what)
-{
-    const char *msg = harness_host()->last_error();
-    tap_ok(st == want && strstr(msg, sub) != NULL, "%s: status %d, message names '%s' (%s)",
-           what, (int)st, sub, msg);
-}
-
 static void test_errors(void)
 {
     void *inst = NULL;
     void *cfg = patched_dims(0, 4);
-    expect(ops->create(cfg, 4, 1, &inst), GRM_EINVAL, "dims: empty",
-           "create with an empty dims list is refused");
+    dc_expect(ops->create(cfg, 4, 1, &inst), GRM_EINVAL, "dims: empty",
+              "create with an empty dims list is refused");
     tap_ok(inst == NULL, "a failed create returns no instance");
     free(cfg);
     cfg = patched_dims(2, 0);
-    expect(ops->create(cfg, 4, 1, &inst), GRM_EINVAL, "dims[1]",
-           "create with a zero layer size is refused");
+    dc_expect(ops->create(cfg, 4, 1, &inst), GRM_EINVAL, "dims[1]",
+              "create with a zero layer size is refused");
     free(cfg);
     const void *c = NULL;
     const char *zero[] = { "dims=4,0" };
-    expect(harness_config_try(info, &c, zero, 1), GRM_EINVAL, "dims",
-           "the host refuses dims=4,0 from the param table");
-    expect(harness_config_try(info, &c, NULL, 0), GRM_EINVAL, "dims",
-           "the host refuses a missing dims (required)");
-    expect(ops->create(harness_config(info, "dims=3", NULL), 0, 1, &inst), GRM_EINVAL,
-           "in_dim", "create with in_dim 0 is refused");
+    dc_expect(harness_config_try(info, &c, zero, 1), GRM_EINVAL, "dims",
+              "the host refuses dims=4,0 from the param table");
+    dc_expect(harness_config_try(info, &c, NULL, 0), GRM_EINVAL, "dims",
+              "the host refuses a missing dims (required)");
+    dc_expect(ops->create(harness_config(info, "dims=3", NULL), 0, 1, &inst), GRM_EINVAL,
+              "in_dim", "create with in_dim 0 is refused");
 
-    inst = make(harness_config(info, "dims=3", NULL), 4, 1);
+    inst = dc_make(info, harness_config(info, "dims=3", NULL), 4, 1);
     float x[8] = { 0 }, y[6] = { 0 };
-    grm_tensor tx = mat(x, 2, 3), ty = mat(y, 2, 3);
+    grm_tensor tx = dc_mat(x, 2, 3), ty = dc_mat(y, 2, 3);
     grm_dense_ctx eval = { .struct_size = sizeof eval, .training = 0, .step = 0 };
-    expect(ops->forward(inst, &ty, &tx, &eval), GRM_EINVAL, "x has 3 columns, expected 4",
-           "forward with x of the wrong width");
-    tx = mat(x, 2, 4);
-    ty = mat(y, 1, 3);
-    expect(ops->forward(inst, &ty, &tx, &eval), GRM_EINVAL, "y has 1 rows, expected 2",
-           "forward with y of the wrong height");
-    ty = mat(y, 2, 3);
+    dc_expect(ops->forward(inst, &ty, &tx, &eval), GRM_EINVAL, "x has 3 columns, expected 4",
+              "forward with x of the wrong width");
+    tx = dc_mat(x, 2, 4);
+    ty = dc_mat(y, 1, 3);
+    dc_expect(ops->forward(inst, &ty, &tx, &eval), GRM_EINVAL, "y has 1 rows, expected 2",
+              "forward with y of the wrong height");
+    ty = dc_mat(y, 2, 3);
     ops->forward(inst, &ty, &tx, &eval);
-    expect(ops->backward(inst, &tx, &ty, &eval), GRM_EINVAL, "no training forward",
-           "backward after an eval forward");
+    dc_expect(ops->backward(inst, &tx, &ty, &eval), GRM_EINVAL, "no training forward",
+              "backward after an eval forward");
     grm_dense_ctx train = { .struct_size = sizeof train, .training = 1, .step = 0 };
     ops->forward(inst, &ty, &tx, &train);
-    grm_tensor dy1 = mat(y, 1, 3), dx1 = mat(x, 1, 4);
-    expect(ops->backward(inst, &dx1, &dy1, &train), GRM_EINVAL, "dy has 1 rows",
-           "backward with another row count than the forward");
-    grm_tensor bad = mat(x, 2, 4);
+    grm_tensor dy1 = dc_mat(y, 1, 3), dx1 = dc_mat(x, 1, 4);
+    dc_expect(ops->backward(inst, &dx1, &dy1, &train), GRM_EINVAL, "dy has 1 rows",
+              "backward with another row count than the forward");
+    grm_tensor bad = dc_mat(x, 2, 4);
     bad.dtype = GRM_DTYPE_BF16;
-    expect(ops->forward(inst, &ty, &bad, &train), GRM_ENOTSUP, "f32",
-           "forward with a bf16 x is GRM_ENOTSUP");
+    dc_expect(ops->forward(inst, &ty, &bad, &train), GRM_ENOTSUP, "f32",
+              "forward with a bf16 x is GRM_ENOTSUP");
     ops->destroy(inst);
     ops->destroy(NULL);
 }
@@ -542,20 +445,11 @@ static void test_errors(void)
 #define FIX_VERSION 1u
 #define FIX_POINTS 12
 
-static int read_f32(FILE *f, float **out, int64_t n)
-{
-    *out = malloc((size_t)(n > 0 ? n : 1) * sizeof **out);
-    return fread(*out, sizeof **out, (size_t)n, f) == (size_t)n;
-}
-
 static void test_torch(void)
 {
-    const char *py = getenv("PYTHON3");
-    if (py == NULL || *py == '\0')
-        py = "/usr/bin/python3";
+    const char *py = dc_torch_python();
     char cmd[8192], path[4096];
-    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", py);
-    if (system(cmd) != 0) {
+    if (py == NULL) {
         for (int i = 0; i < FIX_POINTS; i++)
             tap_skip("torch not available", "PyTorch fixture check %d of %d", i + 1,
                      FIX_POINTS);
@@ -579,13 +473,14 @@ static void test_torch(void)
     float *dx = NULL, *dtheta = NULL, *dpos = NULL, *dneg = NULL, *dpred = NULL;
     int64_t pos_ids[64], neg_ids[64];
     const int64_t np = I * H + H + H * D + D;
-    ok = ok && read_f32(f, &x, B * I) && read_f32(f, &theta, np) && read_f32(f, &pos, B * D)
-         && read_f32(f, &neg, R * D)
+    ok = ok && dc_read_f32(f, &x, B * I) && dc_read_f32(f, &theta, np)
+         && dc_read_f32(f, &pos, B * D) && dc_read_f32(f, &neg, R * D)
          && fread(pos_ids, sizeof *pos_ids, (size_t)B, f) == (size_t)B
          && fread(neg_ids, sizeof *neg_ids, (size_t)R, f) == (size_t)R
-         && read_f32(f, &w, B) && fread(&loss, sizeof loss, 1, f) == 1
-         && read_f32(f, &y, B * D) && read_f32(f, &dpred, B * D) && read_f32(f, &dx, B * I)
-         && read_f32(f, &dtheta, np) && read_f32(f, &dpos, B * D) && read_f32(f, &dneg, R * D);
+         && dc_read_f32(f, &w, B) && fread(&loss, sizeof loss, 1, f) == 1
+         && dc_read_f32(f, &y, B * D) && dc_read_f32(f, &dpred, B * D)
+         && dc_read_f32(f, &dx, B * I) && dc_read_f32(f, &dtheta, np)
+         && dc_read_f32(f, &dpos, B * D) && dc_read_f32(f, &dneg, R * D);
     if (f != NULL)
         fclose(f);
     if (!tap_ok(ok, "tests/ref/dense_mlp.py wrote a readable fixture (exit %d, %lld x %lld "
@@ -599,15 +494,15 @@ static void test_torch(void)
     // the block: dense-mlp with the fixture's weights
     char d[64], t[64], r[64];
     snprintf(d, sizeof d, "dims=%lld,%lld", (long long)H, (long long)D);
-    void *mlp = make(harness_config(info, d, "activation=relu", NULL), I, 1);
-    scatter(mlp, theta);
-    zero_grads(mlp);
+    void *mlp = dc_make(info, harness_config(info, d, "activation=relu", NULL), I, 1);
+    dc_scatter(ops, mlp, 0, theta);
+    dc_zero_grads(ops, mlp);
     float *got_y = calloc((size_t)(B * D), 4), *got_dx = calloc((size_t)(B * I), 4);
     float *got_pred = calloc((size_t)(B * D), 4), *got_dpred = calloc((size_t)(B * D), 4);
     float *got_dpos = calloc((size_t)(B * D), 4), *got_dneg = calloc((size_t)(R * D + 1), 4);
     float *got_dtheta = calloc((size_t)np, 4);
-    grm_tensor tx = mat(x, B, I), ty = mat(got_y, B, D), tp = mat(got_pred, B, D);
-    grm_tensor tdp = mat(got_dpred, B, D), tdx = mat(got_dx, B, I);
+    grm_tensor tx = dc_mat(x, B, I), ty = dc_mat(got_y, B, D), tp = dc_mat(got_pred, B, D);
+    grm_tensor tdp = dc_mat(got_dpred, B, D), tdx = dc_mat(got_dx, B, I);
     grm_dense_ctx ctx = { .struct_size = sizeof ctx, .training = 1, .step = 1 };
     grm_status st = ops->forward(mlp, &ty, &tx, &ctx);
 
@@ -636,7 +531,7 @@ static void test_torch(void)
     st |= hops->loss(head, &io);
     st |= hops->backward(head, &tdp, &tdp, &ctx);
     st |= ops->backward(mlp, &tdx, &tdp, &ctx);
-    gather(mlp, 1, got_dtheta);
+    dc_gather(ops, mlp, 1, got_dtheta);
     tap_ok(st == GRM_OK, "dense-mlp + dense-sampled-softmax run on the fixture (%s)",
            st == GRM_OK ? "ok" : grm_last_error());
     const float want_loss = (float)loss, got_loss = (float)io.loss;

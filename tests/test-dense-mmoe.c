@@ -9,113 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dense-checks.h"
 #include "harness.h"
 #include "tap.h"
 
 static const grm_plugin_info *info;
 static const grm_dense_ops *ops;
-
-static grm_tensor mat(float *data, int64_t rows, int64_t cols)
-{
-    grm_tensor t = { 0 };
-    t.data = data;
-    t.dtype = GRM_DTYPE_F32;
-    t.ndim = 2;
-    t.shape[0] = rows;
-    t.shape[1] = cols;
-    t.shape[2] = t.shape[3] = 1;
-    t.device.type = GRM_DEVICE_CPU;
-    return t;
-}
-
-static int64_t numel(const grm_tensor *t)
-{
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    return n;
-}
-
-static void expect(grm_status st, grm_status want, const char *sub, const char *what)
-{
-    const char *msg = harness_host()->last_error();
-    tap_ok(st == want && strstr(msg, sub) != NULL, "%s: status %d, message names '%s' (%s)",
-           what, (int)st, sub, msg);
-}
-
-static void *make(const void *cfg, int64_t in_dim, uint64_t seed)
-{
-    void *inst = NULL;
-    if (ops->create(cfg, in_dim, seed, &inst) != GRM_OK) {
-        printf("Bail out! dense-mmoe create: %s\n", grm_last_error());
-        exit(1);
-    }
-    return inst;
-}
-
-static void fill(float *v, int64_t n, uint64_t *s, float scale)
-{
-    for (int64_t i = 0; i < n; i++)
-        v[i] = harness_randf(s) * scale;
-}
-
-static int64_t count_params(void *inst, int grad_floats)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    int64_t k = 0, i = 0;
-    for (; ops->params(inst, (int32_t)i, &v, &g) == GRM_OK; i++)
-        k += numel(&v.tensor);
-    return grad_floats ? k : i;
-}
-
-static void zero_grads(void *inst)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++)
-        memset(g.data, 0, (size_t)numel(&g) * sizeof(float));
-}
-
-/* Copy all parameters (grad 0) or gradients (grad 1) into out, or back (set 1). */
-static int64_t gather(void *inst, int grad, float *buf, int set)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    int64_t k = 0;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++) {
-        grm_tensor *t = grad ? &g : &v.tensor;
-        if (set)
-            memcpy(t->data, buf + k, (size_t)numel(t) * sizeof(float));
-        else
-            memcpy(buf + k, t->data, (size_t)numel(t) * sizeof(float));
-        k += numel(t);
-    }
-    return k;
-}
-
-/* A pointer to the parameter called name. */
-static float *param(void *inst, const char *name)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++)
-        if (strcmp(v.name, name) == 0)
-            return v.tensor.data;
-    printf("Bail out! no parameter %s\n", name);
-    exit(1);
-}
-
-static float *grad_of(void *inst, const char *name)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++)
-        if (strcmp(v.name, name) == 0)
-            return g.data;
-    printf("Bail out! no parameter %s\n", name);
-    exit(1);
-}
 
 static const grm_dense_ctx train_ctx = { .struct_size = sizeof(grm_dense_ctx), .training = 1,
                                          .step = 1 };
@@ -123,14 +22,14 @@ static const grm_dense_ctx train_ctx = { .struct_size = sizeof(grm_dense_ctx), .
 static grm_status fwd(void *inst, float *y, const float *x, int64_t rows, int64_t in,
                       int64_t T)
 {
-    grm_tensor tx = mat((float *)x, rows, in), ty = mat(y, rows, T);
+    grm_tensor tx = dc_mat((float *)x, rows, in), ty = dc_mat(y, rows, T);
     return ops->forward(inst, &ty, &tx, &train_ctx);
 }
 
 static grm_status bwd(void *inst, float *dx, const float *dy, int64_t rows, int64_t in,
                       int64_t T)
 {
-    grm_tensor tdy = mat((float *)dy, rows, T), tdx = mat(dx, rows, in);
+    grm_tensor tdy = dc_mat((float *)dy, rows, T), tdx = dc_mat(dx, rows, in);
     return ops->backward(inst, dx != NULL ? &tdx : NULL, &tdy, &train_ctx);
 }
 
@@ -139,11 +38,11 @@ static grm_status bwd(void *inst, float *dx, const float *dy, int64_t rows, int6
 static void test_params(void)
 {
     // E = 3 experts of 5,4; 2 tasks, towers 3,1 -> 3 x 2 x 2 + 2 x 2 + 2 x 2 x 2 = 24
-    void *m = make(harness_config(info, "experts=3", "tasks=2", "expert_dims=5,4",
-                                  "tower_dims=3,1", NULL), 6, 7);
+    void *m = dc_make(info, harness_config(info, "experts=3", "tasks=2", "expert_dims=5,4",
+                                           "tower_dims=3,1", NULL), 6, 7);
     grm_named_tensor v;
     grm_tensor g;
-    int ok = count_params(m, 0) == 24;
+    int ok = dc_param_count(ops, m) == 24;
     ok = ok && ops->params(m, 0, &v, &g) == GRM_OK
          && strcmp(v.name, "expert0.layer0.weight") == 0 && v.tensor.shape[0] == 5
          && v.tensor.shape[1] == 6 && g.shape[0] == 5 && g.data != v.tensor.data;
@@ -154,25 +53,25 @@ static void test_params(void)
     ok = ok && ops->params(m, 23, &v, &g) == GRM_OK
          && strcmp(v.name, "tower1.layer1.bias") == 0 && v.tensor.shape[0] == 1;
     tap_ok(ok, "params() lists 24 tensors: experts, gates, towers, with names and shapes");
-    expect(ops->params(m, 24, &v, &g), GRM_ENOTFOUND, "no parameter 24",
-           "params past the last");
+    dc_expect(ops->params(m, 24, &v, &g), GRM_ENOTFOUND, "no parameter 24",
+              "params past the last");
     tap_ok(ops->out_dim(m) == 2, "out_dim is the task count");
 
     // Xavier: |w| <= sqrt(6 / (in + out)), biases 0, same seed same values
     double a0 = sqrt(6.0 / (6 + 5)), maxw = 0;
-    const float *w0 = param(m, "expert0.layer0.weight");
+    const float *w0 = dc_param(ops, m, "expert0.layer0.weight", 0);
     for (int i = 0; i < 30; i++)
         maxw = fmax(maxw, fabs(w0[i]));
-    const float *b = param(m, "tower1.layer0.bias");
-    void *m2 = make(harness_config(info, "experts=3", "tasks=2", "expert_dims=5,4",
-                                   "tower_dims=3,1", NULL), 6, 7);
-    void *m3 = make(harness_config(info, "experts=3", "tasks=2", "expert_dims=5,4",
-                                   "tower_dims=3,1", NULL), 6, 8);
-    const int64_t np = count_params(m, 1);
+    const float *b = dc_param(ops, m, "tower1.layer0.bias", 0);
+    void *m2 = dc_make(info, harness_config(info, "experts=3", "tasks=2", "expert_dims=5,4",
+                                            "tower_dims=3,1", NULL), 6, 7);
+    void *m3 = dc_make(info, harness_config(info, "experts=3", "tasks=2", "expert_dims=5,4",
+                                            "tower_dims=3,1", NULL), 6, 8);
+    const int64_t np = dc_param_floats(ops, m);
     float *p1 = malloc((size_t)np * 4), *p2 = malloc((size_t)np * 4), *p3 = malloc((size_t)np * 4);
-    gather(m, 0, p1, 0);
-    gather(m2, 0, p2, 0);
-    gather(m3, 0, p3, 0);
+    dc_gather(ops, m, 0, p1);
+    dc_gather(ops, m2, 0, p2);
+    dc_gather(ops, m3, 0, p3);
     tap_ok(maxw <= a0 && maxw > 0.5 * a0 && b[0] == 0 && b[2] == 0,
            "Xavier-uniform weights within sqrt(6/(in+out)) = %.3f (max %.3f), zero biases", a0,
            maxw);
@@ -196,17 +95,17 @@ static void test_params(void)
  * h0 = relu(2x), h1 = relu(1 - x), q = (x, -x), y = 3 mixed + 0.5. */
 static void *hand_block(const char *topk)
 {
-    void *m = make(harness_config(info, "experts=2", "tasks=1", "expert_dims=1",
-                                  "tower_dims=1", topk, "activation=relu", NULL), 1, 1);
-    param(m, "expert0.layer0.weight")[0] = 2;
-    param(m, "expert0.layer0.bias")[0] = 0;
-    param(m, "expert1.layer0.weight")[0] = -1;
-    param(m, "expert1.layer0.bias")[0] = 1;
-    param(m, "gate0.weight")[0] = 1;
-    param(m, "gate0.weight")[1] = -1;
-    param(m, "tower0.layer0.weight")[0] = 3;
-    param(m, "tower0.layer0.bias")[0] = 0.5f;
-    zero_grads(m);
+    void *m = dc_make(info, harness_config(info, "experts=2", "tasks=1", "expert_dims=1",
+                                           "tower_dims=1", topk, "activation=relu", NULL), 1, 1);
+    dc_param(ops, m, "expert0.layer0.weight", 0)[0] = 2;
+    dc_param(ops, m, "expert0.layer0.bias", 0)[0] = 0;
+    dc_param(ops, m, "expert1.layer0.weight", 0)[0] = -1;
+    dc_param(ops, m, "expert1.layer0.bias", 0)[0] = 1;
+    dc_param(ops, m, "gate0.weight", 0)[0] = 1;
+    dc_param(ops, m, "gate0.weight", 0)[1] = -1;
+    dc_param(ops, m, "tower0.layer0.weight", 0)[0] = 3;
+    dc_param(ops, m, "tower0.layer0.bias", 0)[0] = 0.5f;
+    dc_zero_grads(ops, m);
     return m;
 }
 
@@ -223,9 +122,10 @@ static void test_hand(void)
     st |= bwd(m, &dx, &dy, 1, 1, 1);
     const double dq0 = g0 * (6 - 6 * g0);
     const float want_g[4] = { (float)dq0, (float)-dq0, (float)(2 * g0), (float)(3 * g0) };
-    const float got_g[4] = { grad_of(m, "gate0.weight")[0], grad_of(m, "gate0.weight")[1],
-                             grad_of(m, "tower0.layer0.weight")[0],
-                             grad_of(m, "expert0.layer0.weight")[0] };
+    const float got_g[4] = { dc_param(ops, m, "gate0.weight", 1)[0],
+                             dc_param(ops, m, "gate0.weight", 1)[1],
+                             dc_param(ops, m, "tower0.layer0.weight", 1)[0],
+                             dc_param(ops, m, "expert0.layer0.weight", 1)[0] };
     // tower dw = mixed = 2 g0; expert0: dh0 = 3 g0, dz = dh0 (relu on), dw = dz x = 3 g0;
     // dx = expert0 (2 * 3 g0) + gate (dq0 * 1 + dq1 * -1) + expert1 (0: relu(1-1) is off)
     const float want_dx = (float)(6 * g0 + 2 * dq0);
@@ -240,17 +140,19 @@ static void test_hand(void)
     x = 1;
     st = fwd(m, &y, &x, 1, 1, 1);
     st |= bwd(m, &dx, &dy, 1, 1, 1);
-    tap_ok(st == GRM_OK && y == 6.5f && dx == 6.0f && grad_of(m, "expert0.layer0.weight")[0] == 3
-           && grad_of(m, "expert0.layer0.bias")[0] == 3
-           && grad_of(m, "gate0.weight")[0] == 0 && grad_of(m, "gate0.weight")[1] == 0
-           && grad_of(m, "expert1.layer0.weight")[0] == 0
-           && grad_of(m, "expert1.layer0.bias")[0] == 0,
+    tap_ok(st == GRM_OK && y == 6.5f && dx == 6.0f
+           && dc_param(ops, m, "expert0.layer0.weight", 1)[0] == 3
+           && dc_param(ops, m, "expert0.layer0.bias", 1)[0] == 3
+           && dc_param(ops, m, "gate0.weight", 1)[0] == 0
+           && dc_param(ops, m, "gate0.weight", 1)[1] == 0
+           && dc_param(ops, m, "expert1.layer0.weight", 1)[0] == 0
+           && dc_param(ops, m, "expert1.layer0.bias", 1)[0] == 0,
            "hand: k = 1 keeps expert 0 only: y = 6.5 (got %g), dx = 6 (got %g), unselected "
            "expert and gate get exactly 0 gradient", y, dx);
     // x = 0.5: h = (1, 0.5), q = (0.5, -0.5) -> k = 1 picks expert 0: y = 3.5
     // x = 0: q = (0, 0), a tie: the lower index wins, h0 = 0 -> y = 0.5 (expert 1: 3.5)
     float xs[2] = { 0.5f, 0.0f }, ys[2];
-    zero_grads(m);
+    dc_zero_grads(ops, m);
     st = fwd(m, ys, xs, 2, 1, 1);
     tap_ok(st == GRM_OK && ys[0] == 3.5f && ys[1] == 0.5f,
            "hand: k = 1 on a tie of gate logits takes the lower expert index (y %g, %g)",
@@ -274,53 +176,58 @@ static double objective(void *m, const float *x, const float *c, float *y, int64
     return L;
 }
 
+/* objective() of the parameters theta (scattered into m first) and inputs x, as a
+ * dc_loss_fn for the finite differences. */
+typedef struct objective_at {
+    void *m;
+    const float *theta, *x, *c;
+    float *y;
+    int64_t B, I, T;
+} objective_at;
+
+static double objective_of(void *ctx)
+{
+    const objective_at *a = ctx;
+    dc_scatter(ops, a->m, 0, a->theta);
+    return objective(a->m, a->x, a->c, a->y, a->B, a->I, a->T);
+}
+
 static void test_gradcheck(const char *topk, const char *act, const char *impl)
 {
     const int64_t B = 5, I = 4, T = 2;
-    void *m = make(harness_config(info, "experts=3", "tasks=2", "expert_dims=5,3",
-                                  "tower_dims=3,1", topk, act, impl, NULL), I, 11);
+    void *m = dc_make(info, harness_config(info, "experts=3", "tasks=2", "expert_dims=5,3",
+                                           "tower_dims=3,1", topk, act, impl, NULL), I, 11);
     uint64_t s = 99;
     float x[20], c[10], y[10], dx[20];
-    fill(x, B * I, &s, 1.0f);
-    fill(c, B * T, &s, 1.0f);
+    dc_fill(x, B * I, &s, 1.0f);
+    dc_fill(c, B * T, &s, 1.0f);
     // gate weights larger than Xavier so the top-k choice is far from a tie
-    float *gw0 = param(m, "gate0.weight"), *gw1 = param(m, "gate1.weight");
+    float *gw0 = dc_param(ops, m, "gate0.weight", 0), *gw1 = dc_param(ops, m, "gate1.weight", 0);
     for (int i = 0; i < 12; i++) {
         gw0[i] *= 3;
         gw1[i] *= 3;
     }
-    const int64_t np = count_params(m, 1);
+    const int64_t np = dc_param_floats(ops, m);
     float *theta = malloc((size_t)np * 4), *grad = malloc((size_t)np * 4);
-    gather(m, 0, theta, 0);
-    zero_grads(m);
+    dc_gather(ops, m, 0, theta);
+    dc_zero_grads(ops, m);
     objective(m, x, c, y, B, I, T);
     grm_status st = bwd(m, dx, c, B, I, T);
-    gather(m, 1, grad, 0);
+    dc_gather(ops, m, 1, grad);
     const double eps = 1e-3;
-    double worst = 0;
-    int bad = 0;
+    dc_fd_tally t = { .floor = 1e-2, .tol = 2e-2 };
+    objective_at at = { m, theta, x, c, y, B, I, T };
     for (int64_t i = 0; i < np + B * I; i++) {
         float *p = i < np ? &theta[i] : &x[i - np];
-        const float keep = *p;
-        *p = keep + (float)eps;
-        if (i < np) gather(m, 0, theta, 1);
-        const double lp = objective(m, x, c, y, B, I, T);
-        *p = keep - (float)eps;
-        if (i < np) gather(m, 0, theta, 1);
-        const double lm = objective(m, x, c, y, B, I, T);
-        *p = keep;
-        if (i < np) gather(m, 0, theta, 1);
-        const double num = (lp - lm) / (2 * eps);
+        const double num = dc_central_f32(p, eps, objective_of, &at);
         const double ana = i < np ? grad[i] : dx[i - np];
-        const double err = fabs(num - ana) / (1e-2 + fabs(num));
-        if (err > worst) worst = err;
-        if (err > 2e-2 && bad++ < 5)
+        if (dc_fd_note(&t, num, ana))
             tap_diag("%s %s: %s %lld: numeric %.6g, analytic %.6g", topk, act,
                      i < np ? "param" : "x", (long long)(i < np ? i : i - np), num, ana);
     }
-    tap_ok(st == GRM_OK && bad == 0, "finite differences (%s, %s, %s): %lld parameter and "
+    tap_ok(st == GRM_OK && t.bad == 0, "finite differences (%s, %s, %s): %lld parameter and "
            "%lld input gradients, worst rel err %.2g", topk, act, impl, (long long)np,
-           (long long)(B * I), worst);
+           (long long)(B * I), t.worst);
     free(theta);
     free(grad);
     ops->destroy(m);
@@ -333,23 +240,23 @@ static void test_impls(void)
     const int64_t B = 70, I = 9, T = 3;     // B over one 64-row chunk
     const char *common[] = { "experts=5", "tasks=3", "expert_dims=16,8", "tower_dims=6,1",
                              "top_k=3", "activation=silu" };
-    void *a = make(harness_config(info, common[0], common[1], common[2], common[3], common[4],
-                                  common[5], "impl=blas", NULL), I, 5);
-    void *r = make(harness_config(info, common[0], common[1], common[2], common[3], common[4],
-                                  common[5], "impl=ref", NULL), I, 5);
+    void *a = dc_make(info, harness_config(info, common[0], common[1], common[2], common[3],
+                                           common[4], common[5], "impl=blas", NULL), I, 5);
+    void *r = dc_make(info, harness_config(info, common[0], common[1], common[2], common[3],
+                                           common[4], common[5], "impl=ref", NULL), I, 5);
     uint64_t s = 5;
     float *x = malloc(B * I * 4), *dy = malloc(B * T * 4), *ya = malloc(B * T * 4);
     float *yr = malloc(B * T * 4), *dxa = malloc(B * I * 4), *dxr = malloc(B * I * 4);
-    fill(x, B * I, &s, 1.0f);
-    fill(dy, B * T, &s, 1.0f);
-    zero_grads(a);
-    zero_grads(r);
+    dc_fill(x, B * I, &s, 1.0f);
+    dc_fill(dy, B * T, &s, 1.0f);
+    dc_zero_grads(ops, a);
+    dc_zero_grads(ops, r);
     grm_status st = fwd(a, ya, x, B, I, T) | fwd(r, yr, x, B, I, T);
     st |= bwd(a, dxa, dy, B, I, T) | bwd(r, dxr, dy, B, I, T);
-    const int64_t np = count_params(a, 1);
+    const int64_t np = dc_param_floats(ops, a);
     float *ga = malloc((size_t)np * 4), *gr = malloc((size_t)np * 4);
-    gather(a, 1, ga, 0);
-    gather(r, 1, gr, 0);
+    dc_gather(ops, a, 1, ga);
+    dc_gather(ops, r, 1, gr);
     tap_ok(st == GRM_OK, "blas and ref run on 70 rows");
     tap_close_f32(ya, yr, B * T, 1e-4, 1e-5, "blas vs ref: y");
     tap_close_f32(dxa, dxr, B * I, 1e-4, 1e-5, "blas vs ref: dx");
@@ -380,45 +287,45 @@ static void test_errors(void)
     grm_status st = harness_config_try(info, &cfg, k5, 3);
     if (st == GRM_OK)
         st = ops->create(cfg, 4, 1, &inst);
-    expect(st, GRM_EINVAL, "top_k: 5 exceeds experts = 4", "top_k = 5 > experts = 4");
+    dc_expect(st, GRM_EINVAL, "top_k: 5 exceeds experts = 4", "top_k = 5 > experts = 4");
     tap_ok(inst == NULL, "a failed create leaves no instance");
     const char *tw[] = { "expert_dims=8", "tower_dims=8,2" };
     st = harness_config_try(info, &cfg, tw, 2);
     if (st == GRM_OK)
         st = ops->create(cfg, 4, 1, &inst);
-    expect(st, GRM_EINVAL, "a tower ends in one logit", "tower_dims ending in 2");
+    dc_expect(st, GRM_EINVAL, "a tower ends in one logit", "tower_dims ending in 2");
     const char *none[] = { "experts=2" };
-    expect(harness_config_try(info, &cfg, none, 1), GRM_EINVAL, "expert_dims",
-           "expert_dims is required");
+    dc_expect(harness_config_try(info, &cfg, none, 1), GRM_EINVAL, "expert_dims",
+              "expert_dims is required");
     const char *e0[] = { "experts=0", "expert_dims=8" };
-    expect(harness_config_try(info, &cfg, e0, 2), GRM_EINVAL, "experts",
-           "experts = 0 is refused");
+    dc_expect(harness_config_try(info, &cfg, e0, 2), GRM_EINVAL, "experts",
+              "experts = 0 is refused");
     const char *act[] = { "expert_dims=8", "activation=tanh" };
-    expect(harness_config_try(info, &cfg, act, 2), GRM_EINVAL, "activation",
-           "activation = tanh is refused");
+    dc_expect(harness_config_try(info, &cfg, act, 2), GRM_EINVAL, "activation",
+              "activation = tanh is refused");
     const void *good = harness_config(info, "expert_dims=8", NULL);
-    expect(ops->create(good, 0, 1, &inst), GRM_EINVAL, "in_dim 0", "in_dim 0 is refused");
-    void *m = make(good, 4, 1);
+    dc_expect(ops->create(good, 0, 1, &inst), GRM_EINVAL, "in_dim 0", "in_dim 0 is refused");
+    void *m = dc_make(info, good, 4, 1);
     float x[8] = { 0 }, y[4], dy[4] = { 0 }, dx[8];
-    expect(bwd(m, dx, dy, 2, 4, 2), GRM_EINVAL, "no training forward",
-           "backward before a training forward");
-    grm_tensor tx = mat(x, 2, 3), ty = mat(y, 2, 2);
-    expect(ops->forward(m, &ty, &tx, &train_ctx), GRM_EINVAL, "x has 3 columns, expected 4",
-           "x with the wrong width");
-    tx = mat(x, 2, 4);
-    ty = mat(y, 2, 3);
-    expect(ops->forward(m, &ty, &tx, &train_ctx), GRM_EINVAL, "y has 3 columns, expected 2",
-           "y with the wrong width");
+    dc_expect(bwd(m, dx, dy, 2, 4, 2), GRM_EINVAL, "no training forward",
+              "backward before a training forward");
+    grm_tensor tx = dc_mat(x, 2, 3), ty = dc_mat(y, 2, 2);
+    dc_expect(ops->forward(m, &ty, &tx, &train_ctx), GRM_EINVAL, "x has 3 columns, expected 4",
+              "x with the wrong width");
+    tx = dc_mat(x, 2, 4);
+    ty = dc_mat(y, 2, 3);
+    dc_expect(ops->forward(m, &ty, &tx, &train_ctx), GRM_EINVAL, "y has 3 columns, expected 2",
+              "y with the wrong width");
     fwd(m, y, x, 2, 4, 2);
-    expect(bwd(m, dx, dy, 1, 4, 2), GRM_EINVAL, "dy has 1 rows, the last forward had 2",
-           "dy rows differ from the forward");
+    dc_expect(bwd(m, dx, dy, 1, 4, 2), GRM_EINVAL, "dy has 1 rows, the last forward had 2",
+              "dy rows differ from the forward");
     grm_dense_ctx eval = train_ctx;
     eval.training = 0;
-    tx = mat(x, 2, 4);
-    ty = mat(y, 2, 2);
+    tx = dc_mat(x, 2, 4);
+    ty = dc_mat(y, 2, 2);
     ops->forward(m, &ty, &tx, &eval);
-    expect(bwd(m, dx, dy, 2, 4, 2), GRM_EINVAL, "no training forward",
-           "backward after an inference forward");
+    dc_expect(bwd(m, dx, dy, 2, 4, 2), GRM_EINVAL, "no training forward",
+              "backward after an inference forward");
     ops->destroy(m);
     ops->destroy(NULL);
     tap_ok(1, "destroy(NULL) is accepted");
@@ -432,20 +339,11 @@ static void test_errors(void)
 #define FIX_NPARAM 34
 #define FIX_POINTS (5 + FIX_NPARAM)
 
-static int read_f32(FILE *f, float **out, int64_t n)
-{
-    *out = malloc((size_t)(n > 0 ? n : 1) * sizeof **out);
-    return fread(*out, sizeof **out, (size_t)n, f) == (size_t)n;
-}
-
 static void test_torch(int topk, const char *act)
 {
-    const char *py = getenv("PYTHON3");
-    if (py == NULL || *py == '\0')
-        py = "/usr/bin/python3";
+    const char *py = dc_torch_python();
     char cmd[8192], path[4096];
-    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", py);
-    if (system(cmd) != 0) {
+    if (py == NULL) {
         for (int i = 0; i < FIX_POINTS; i++)
             tap_skip("no torch", "PyTorch fixture (top_k %d) check %d of %d", topk, i + 1,
                      FIX_POINTS);
@@ -478,14 +376,14 @@ static void test_torch(int topk, const char *act)
     snprintf(cT, sizeof cT, "tasks=%lld", (long long)T);
     snprintf(cK, sizeof cK, "top_k=%d", topk);
     snprintf(cA, sizeof cA, "activation=%s", act);
-    void *m = ok ? make(harness_config(info, cE, cT, ce, ct, cK, cA, NULL), I, 1) : NULL;
-    const int64_t np = m != NULL ? count_params(m, 1) : 0;
+    void *m = ok ? dc_make(info, harness_config(info, cE, cT, ce, ct, cK, cA, NULL), I, 1) : NULL;
+    const int64_t np = m != NULL ? dc_param_floats(ops, m) : 0;
     float *theta = NULL, *x = NULL, *labels = NULL, *y = NULL, *dy = NULL, *dx = NULL;
     float *dtheta = NULL;
-    ok = ok && m != NULL && count_params(m, 0) == FIX_NPARAM && read_f32(f, &theta, np)
-         && read_f32(f, &x, B * I) && read_f32(f, &labels, B * T)
-         && fread(&loss, sizeof loss, 1, f) == 1 && read_f32(f, &y, B * T)
-         && read_f32(f, &dy, B * T) && read_f32(f, &dx, B * I) && read_f32(f, &dtheta, np);
+    ok = ok && m != NULL && dc_param_count(ops, m) == FIX_NPARAM && dc_read_f32(f, &theta, np)
+         && dc_read_f32(f, &x, B * I) && dc_read_f32(f, &labels, B * T)
+         && fread(&loss, sizeof loss, 1, f) == 1 && dc_read_f32(f, &y, B * T)
+         && dc_read_f32(f, &dy, B * T) && dc_read_f32(f, &dx, B * I) && dc_read_f32(f, &dtheta, np);
     if (f != NULL)
         fclose(f);
     if (!tap_ok(ok, "tests/ref/mmoe.py (top_k %d, %s) wrote a readable fixture (exit %d, "
@@ -495,8 +393,8 @@ static void test_torch(int topk, const char *act)
             tap_ok(0, "PyTorch fixture check %d of %d (no fixture)", i + 1, FIX_POINTS);
         return;
     }
-    gather(m, 0, theta, 1);
-    zero_grads(m);
+    dc_scatter(ops, m, 0, theta);
+    dc_zero_grads(ops, m);
     float *got_y = calloc((size_t)(B * T), 4), *got_dy = calloc((size_t)(B * T), 4);
     float *got_dx = calloc((size_t)(B * I), 4), *got_dt = calloc((size_t)np, 4);
     grm_status st = fwd(m, got_y, x, B, I, T);
@@ -516,7 +414,7 @@ static void test_torch(int topk, const char *act)
     io.labels = labels;
     st |= bops->loss(head, &io);
     st |= bwd(m, got_dx, got_dy, B, I, T);
-    gather(m, 1, got_dt, 0);
+    dc_gather(ops, m, 1, got_dt);
     tap_ok(st == GRM_OK, "dense-mmoe + dense-bce run on the fixture (%s)",
            st == GRM_OK ? "ok" : grm_last_error());
     const float want_loss = (float)loss, got_loss = (float)io.loss;
@@ -532,8 +430,8 @@ static void test_torch(int topk, const char *act)
     int64_t off = 0;
     for (int i = 0; ops->params(m, i, &v, &g) == GRM_OK; i++) {
         snprintf(what, sizeof what, "torch top_k %d %s: d %s", topk, act, v.name);
-        tap_close_f32(got_dt + off, dtheta + off, numel(&g), 1e-4, 1e-5, what);
-        off += numel(&g);
+        tap_close_f32(got_dt + off, dtheta + off, dc_numel(&g), 1e-4, 1e-5, what);
+        off += dc_numel(&g);
     }
     bops->destroy(head);
     ops->destroy(m);

@@ -10,32 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dense-checks.h"
 #include "harness.h"
 #include "tap.h"
 
 static const grm_plugin_info *info;
 static const grm_dense_ops *ops;
-
-static grm_tensor mat(float *data, int64_t rows, int64_t cols)
-{
-    grm_tensor t = { 0 };
-    t.data = data;
-    t.dtype = GRM_DTYPE_F32;
-    t.ndim = 2;
-    t.shape[0] = rows;
-    t.shape[1] = cols;
-    t.shape[2] = t.shape[3] = 1;
-    t.device.type = GRM_DEVICE_CPU;
-    return t;
-}
-
-static int64_t numel(const grm_tensor *t)
-{
-    int64_t n = 1;
-    for (int d = 0; d < t->ndim; d++)
-        n *= t->shape[d];
-    return n;
-}
 
 /* A config from a space-separated "key=value ..." spec; bails out when the host refuses. */
 static const void *config(const char *spec)
@@ -65,55 +45,6 @@ static void *make(const char *spec, int64_t D, uint64_t seed)
     return inst;
 }
 
-static void fill(float *v, int64_t n, uint64_t *s, float scale)
-{
-    for (int64_t i = 0; i < n; i++)
-        v[i] = harness_randf(s) * scale;
-}
-
-static int64_t nparams(void *inst)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    int64_t k = 0;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++)
-        k += numel(&v.tensor);
-    return k;
-}
-
-static void zero_grads(void *inst)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++)
-        memset(g.data, 0, (size_t)numel(&g) * sizeof(float));
-}
-
-/* Concatenate every parameter (grad = 0) or gradient (grad = 1) of inst into out. */
-static int64_t gather(void *inst, int grad, float *out)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    int64_t k = 0;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++) {
-        const grm_tensor *t = grad ? &g : &v.tensor;
-        memcpy(out + k, t->data, (size_t)numel(t) * sizeof(float));
-        k += numel(t);
-    }
-    return k;
-}
-
-static void scatter(void *inst, const float *in)
-{
-    grm_named_tensor v;
-    grm_tensor g;
-    int64_t k = 0;
-    for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++) {
-        memcpy(v.tensor.data, in + k, (size_t)numel(&v.tensor) * sizeof(float));
-        k += numel(&v.tensor);
-    }
-}
-
 /* Random parameters that make every term matter: matrices U(-0.5, 0.5), biases and
  * LayerNorm betas U(-0.2, 0.2), gammas 1 + U(-0.3, 0.3). */
 static void randomize(void *inst, uint64_t *s)
@@ -122,9 +53,9 @@ static void randomize(void *inst, uint64_t *s)
     grm_tensor g;
     for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK; i++) {
         float *p = v.tensor.data;
-        const int64_t n = numel(&v.tensor);
+        const int64_t n = dc_numel(&v.tensor);
         const int gamma = strstr(v.name, "norm.weight") != NULL;
-        fill(p, n, s, v.tensor.ndim == 2 ? 0.5f : gamma ? 0.3f : 0.2f);
+        dc_fill(p, n, s, v.tensor.ndim == 2 ? 0.5f : gamma ? 0.3f : 0.2f);
         if (gamma)
             for (int64_t j = 0; j < n; j++)
                 p[j] += 1.0f;
@@ -136,13 +67,6 @@ static grm_dense_ctx ctx_of(const int64_t *off, int64_t nseq, int training, int6
     grm_dense_ctx c = { .struct_size = sizeof c, .training = training, .step = step,
                         .offsets = off, .nseq = nseq };
     return c;
-}
-
-static void expect(grm_status st, grm_status want, const char *sub, const char *what)
-{
-    const char *msg = harness_host()->last_error();
-    tap_ok(st == want && strstr(msg, sub) != NULL, "%s: status %d, message names '%s' (%s)",
-           what, (int)st, sub, msg);
 }
 
 /* ---- parameters, init ---- */
@@ -160,39 +84,15 @@ static void test_params(void)
         { 6, 8 }, { 8, 0 }, { 8, 0 }, { 24, 8 }, { 24, 0 }, { 8, 8 }, { 8, 0 }, { 8, 0 },
         { 8, 0 }, { 12, 8 }, { 12, 0 }, { 8, 12 }, { 8, 0 }, { 8, 0 }, { 8, 0 }
     };
-    int good = 1, contiguous = 1;
-    float *next = NULL, *first_grad = NULL;
-    for (int i = 0; i < 15; i++) {
-        grm_named_tensor v;
-        grm_tensor g;
-        if (ops->params(inst, i, &v, &g) != GRM_OK) {
-            good = 0;
-            break;
-        }
-        const int nd = shapes[i][1] ? 2 : 1;
-        const int ok = strcmp(v.name, names[i]) == 0 && v.tensor.ndim == nd && g.ndim == nd
-                       && v.tensor.shape[0] == shapes[i][0] && g.shape[0] == shapes[i][0]
-                       && (nd == 1 || (v.tensor.shape[1] == shapes[i][1]
-                                       && g.shape[1] == shapes[i][1]))
-                       && v.tensor.dtype == GRM_DTYPE_F32 && g.dtype == GRM_DTYPE_F32;
-        if (!ok)
-            tap_diag("parameter %d: %s [%lld, %lld]", i, v.name, (long long)v.tensor.shape[0],
-                     (long long)v.tensor.shape[1]);
-        good &= ok;
-        if (next != NULL && (float *)v.tensor.data != next)
-            contiguous = 0;
-        next = (float *)v.tensor.data + numel(&v.tensor);
-        if (i == 0)
-            first_grad = g.data;
-    }
+    int one_block = 0;
+    const int good = dc_check_params(ops, inst, 15, names, shapes, &one_block);
     tap_ok(good, "params() lists pos_emb.weight [6,8], attn_norm.*, attn.in_proj_weight "
            "[24,8], ..., final_norm.bias [8] with grads of the same shapes");
     grm_named_tensor v;
     grm_tensor g;
     tap_ok(ops->params(inst, 15, &v, &g) == GRM_ENOTFOUND,
            "params(15) past the last is GRM_ENOTFOUND");
-    tap_ok(contiguous && first_grad == next,
-           "parameters are one contiguous block, gradients follow it (STYLE.md §8)");
+    tap_ok(one_block, "parameters are one contiguous block, gradients follow it (STYLE.md §8)");
     tap_ok(ops->out_dim(inst) == 8, "out_dim is the model dim");
     ops->destroy(inst);
 
@@ -201,7 +101,7 @@ static void test_params(void)
     while (ops->params(inst, n, &v, &g) == GRM_OK)
         n++;
     ops->params(inst, 0, &v, &g);
-    tap_ok(n == 12 && strcmp(v.name, "attn_norm.weight") == 0 && nparams(inst)
+    tap_ok(n == 12 && strcmp(v.name, "attn_norm.weight") == 0 && dc_param_floats(ops, inst)
            == 2 * 6 + 18 * 6 + 18 + 36 + 6 + 2 * 6 + 36 + 6 + 36 + 6,
            "without pos_emb and final_norm: 12 parameters, ffn_dim defaults to D (got %d)", n);
     ops->destroy(inst);
@@ -212,12 +112,12 @@ static void test_init(void)
     enum { D = 64 };
     const char *spec = "num_heads=4 pos_emb=true max_len=32";
     void *a = make(spec, D, 1), *b = make(spec, D, 1), *c = make(spec, D, 2);
-    const int64_t n = nparams(a);
+    const int64_t n = dc_param_floats(ops, a);
     float *pa = malloc((size_t)n * sizeof *pa), *pb = malloc((size_t)n * sizeof *pb);
     float *pc = malloc((size_t)n * sizeof *pc);
-    gather(a, 0, pa);
-    gather(b, 0, pb);
-    gather(c, 0, pc);
+    dc_gather(ops, a, 0, pa);
+    dc_gather(ops, b, 0, pb);
+    dc_gather(ops, c, 0, pc);
     tap_ok(memcmp(pa, pb, (size_t)n * sizeof *pa) == 0, "same seed, same initial parameters");
     tap_ok(memcmp(pa, pc, (size_t)n * sizeof *pa) != 0, "another seed, other parameters");
 
@@ -226,7 +126,7 @@ static void test_init(void)
     grm_tensor g;
     ops->params(a, 3, &v, &g);
     const float *w = v.tensor.data;
-    const int64_t m = numel(&v.tensor);
+    const int64_t m = dc_numel(&v.tensor);
     double mean = 0, var = 0;
     for (int64_t i = 0; i < m; i++)
         mean += w[i];
@@ -244,7 +144,7 @@ static void test_init(void)
         const float *p = v.tensor.data;
         const int gamma = strstr(v.name, "norm.weight") != NULL;
         if (v.tensor.ndim == 1)
-            for (int64_t j = 0; j < numel(&v.tensor); j++) {
+            for (int64_t j = 0; j < dc_numel(&v.tensor); j++) {
                 if (gamma)
                     norms &= p[j] == 1.0f;
                 else
@@ -293,7 +193,7 @@ static void test_impls(void)
     snprintf(sf, sizeof sf, "%s impl=blas", base);
     snprintf(sr, sizeof sr, "%s impl=ref", base);
     void *fast = make(sf, D, 5), *ref = make(sr, D, 5);
-    const int64_t np = nparams(fast);
+    const int64_t np = dc_param_floats(ops, fast);
     uint64_t s = 99;
     float *theta = malloc((size_t)np * 4), *g1 = malloc((size_t)np * 4);
     float *g2 = malloc((size_t)np * 4);
@@ -301,22 +201,22 @@ static void test_impls(void)
     float *y1 = calloc((size_t)(N * D), 4), *y2 = calloc((size_t)(N * D), 4);
     float *dx1 = calloc((size_t)(N * D), 4), *dx2 = calloc((size_t)(N * D), 4);
     randomize(fast, &s);
-    gather(fast, 0, theta);
-    scatter(ref, theta);
-    fill(x, N * D, &s, 1.0f);
-    fill(dy, N * D, &s, 1.0f);
-    grm_tensor tx = mat(x, N, D), tdy = mat(dy, N, D);
-    grm_tensor ty1 = mat(y1, N, D), ty2 = mat(y2, N, D);
-    grm_tensor tdx1 = mat(dx1, N, D), tdx2 = mat(dx2, N, D);
+    dc_gather(ops, fast, 0, theta);
+    dc_scatter(ops, ref, 0, theta);
+    dc_fill(x, N * D, &s, 1.0f);
+    dc_fill(dy, N * D, &s, 1.0f);
+    grm_tensor tx = dc_mat(x, N, D), tdy = dc_mat(dy, N, D);
+    grm_tensor ty1 = dc_mat(y1, N, D), ty2 = dc_mat(y2, N, D);
+    grm_tensor tdx1 = dc_mat(dx1, N, D), tdx2 = dc_mat(dx2, N, D);
     grm_dense_ctx ctx = ctx_of(off, nseq, 1, 3);
     grm_status st = ops->forward(fast, &ty1, &tx, &ctx);
     st |= ops->forward(ref, &ty2, &tx, &ctx);
-    zero_grads(fast);
-    zero_grads(ref);
+    dc_zero_grads(ops, fast);
+    dc_zero_grads(ops, ref);
     st |= ops->backward(fast, &tdx1, &tdy, &ctx);
     st |= ops->backward(ref, &tdx2, &tdy, &ctx);
-    gather(fast, 1, g1);
-    gather(ref, 1, g2);
+    dc_gather(ops, fast, 1, g1);
+    dc_gather(ops, ref, 1, g2);
     tap_ok(st == GRM_OK, "lengths 1,17,3,40,1, H 3, dropout 0.3: blas and ref forward and "
            "backward succeed");
     tap_close_f32(y1, y2, N * D, 1e-4, 1e-5, "blas y vs ref y (training, dropout on)");
@@ -341,7 +241,7 @@ static void test_impls(void)
 static double loss_at(void *inst, const float *x, const float *dy, const int64_t *off,
                       int64_t nseq, int64_t N, int64_t D, float *y)
 {
-    grm_tensor tx = mat((float *)x, N, D), ty = mat(y, N, D);
+    grm_tensor tx = dc_mat((float *)x, N, D), ty = dc_mat(y, N, D);
     grm_dense_ctx ctx = ctx_of(off, nseq, 1, 11);
     if (ops->forward(inst, &ty, &tx, &ctx) != GRM_OK)
         return NAN;
@@ -349,6 +249,21 @@ static double loss_at(void *inst, const float *x, const float *dy, const int64_t
     for (int64_t i = 0; i < N * D; i++)
         L += (double)dy[i] * y[i];
     return L;
+}
+
+/* loss_at of fixed arguments, as a dc_loss_fn for the finite differences. */
+typedef struct loss_args {
+    void *inst;
+    const float *x, *dy;
+    const int64_t *off;
+    int64_t nseq, N, D;
+    float *y;
+} loss_args;
+
+static double loss_of(void *ctx)
+{
+    const loss_args *a = ctx;
+    return loss_at(a->inst, a->x, a->dy, a->off, a->nseq, a->N, a->D, a->y);
 }
 
 static void test_gradcheck(const char *spec, int64_t D)
@@ -359,12 +274,12 @@ static void test_gradcheck(const char *spec, int64_t D)
     uint64_t s = 4242;
     randomize(inst, &s);
     float x[N * 16], dy[N * 16], y[N * 16], dx[N * 16];
-    fill(x, N * D, &s, 1.0f);
-    fill(dy, N * D, &s, 1.0f);
-    grm_tensor tx = mat(x, N, D), ty = mat(y, N, D), tdy = mat(dy, N, D);
-    grm_tensor tdx = mat(dx, N, D);
+    dc_fill(x, N * D, &s, 1.0f);
+    dc_fill(dy, N * D, &s, 1.0f);
+    grm_tensor tx = dc_mat(x, N, D), ty = dc_mat(y, N, D), tdy = dc_mat(dy, N, D);
+    grm_tensor tdx = dc_mat(dx, N, D);
     grm_dense_ctx ctx = ctx_of(off, NSEQ, 1, 11);
-    zero_grads(inst);
+    dc_zero_grads(ops, inst);
     grm_status st = ops->forward(inst, &ty, &tx, &ctx);
     st |= ops->backward(inst, &tdx, &tdy, &ctx);
 
@@ -372,6 +287,7 @@ static void test_gradcheck(const char *spec, int64_t D)
     // kinks of the FFN (1e-2 did, errors up to 0.08); the float rounding of the
     // double-summed loss (~1e-7 relative) stays under the tolerance after dividing by 2h
     const double h = 1e-3;
+    loss_args at = { inst, x, dy, off, NSEQ, N, D, y };
     float got[64 * PER], want[64 * PER];
     int n = 0;
     grm_named_tensor v;
@@ -379,28 +295,16 @@ static void test_gradcheck(const char *spec, int64_t D)
     for (int i = 0; ops->params(inst, i, &v, &g) == GRM_OK && n + PER <= 64 * PER; i++) {
         float *p = v.tensor.data;
         const float *gp = g.data;
-        const int64_t m = numel(&v.tensor);
+        const int64_t m = dc_numel(&v.tensor);
         for (int k = 0; k < PER; k++) {
             const int64_t j = (int64_t)(harness_rand(&s) % (uint64_t)m);
-            const float keep = p[j];
-            p[j] = keep + (float)h;
-            const double lp = loss_at(inst, x, dy, off, NSEQ, N, D, y);
-            p[j] = keep - (float)h;
-            const double lm = loss_at(inst, x, dy, off, NSEQ, N, D, y);
-            p[j] = keep;
-            want[n] = (float)((lp - lm) / (2 * h));
+            want[n] = (float)dc_central_f32(&p[j], h, loss_of, &at);
             got[n++] = gp[j];
         }
     }
     for (int k = 0; k < 2 * PER; k++) {
         const int64_t j = (int64_t)(harness_rand(&s) % (uint64_t)(N * D));
-        const float keep = x[j];
-        x[j] = keep + (float)h;
-        const double lp = loss_at(inst, x, dy, off, NSEQ, N, D, y);
-        x[j] = keep - (float)h;
-        const double lm = loss_at(inst, x, dy, off, NSEQ, N, D, y);
-        x[j] = keep;
-        want[n] = (float)((lp - lm) / (2 * h));
+        want[n] = (float)dc_central_f32(&x[j], h, loss_of, &at);
         got[n++] = dx[j];
     }
     char what[256];
@@ -410,14 +314,14 @@ static void test_gradcheck(const char *spec, int64_t D)
     tap_close_f32(got, want, n, 2e-2, 2e-3, what);
 
     // backward accumulates: a second backward doubles every gradient
-    const int64_t np = nparams(inst);
+    const int64_t np = dc_param_floats(ops, inst);
     float *once = malloc((size_t)np * 4), *twice = malloc((size_t)np * 4);
     ops->forward(inst, &ty, &tx, &ctx);
-    zero_grads(inst);
+    dc_zero_grads(ops, inst);
     ops->backward(inst, &tdx, &tdy, &ctx);
-    gather(inst, 1, once);
+    dc_gather(ops, inst, 1, once);
     st = ops->backward(inst, &tdx, &tdy, &ctx);
-    gather(inst, 1, twice);
+    dc_gather(ops, inst, 1, twice);
     for (int64_t i = 0; i < np; i++)
         once[i] *= 2;
     snprintf(what, sizeof what, "%s: a second backward adds (grads doubled)", spec);
@@ -438,8 +342,8 @@ static void test_structure(void)
     uint64_t s = 17;
     randomize(inst, &s);
     float x[N * D], x2[N * D], y[N * D], y2[N * D], y3[N * D];
-    fill(x, N * D, &s, 1.0f);
-    grm_tensor tx = mat(x, N, D), ty = mat(y, N, D);
+    dc_fill(x, N * D, &s, 1.0f);
+    grm_tensor tx = dc_mat(x, N, D), ty = dc_mat(y, N, D);
     grm_dense_ctx eval = ctx_of(off, 2, 0, 0);
     grm_status st = ops->forward(inst, &ty, &tx, &eval);
 
@@ -447,7 +351,7 @@ static void test_structure(void)
     memcpy(x2, x, sizeof x);
     for (int c = 0; c < D; c++)
         x2[8 * D + c] += 0.5f;
-    grm_tensor tx2 = mat(x2, N, D), ty2 = mat(y2, N, D);
+    grm_tensor tx2 = dc_mat(x2, N, D), ty2 = dc_mat(y2, N, D);
     st |= ops->forward(inst, &ty2, &tx2, &eval);
     int before_same = memcmp(y, y2, 8 * D * sizeof(float)) == 0, after_changed = 1;
     for (int r = 8; r < N; r++) {
@@ -462,7 +366,7 @@ static void test_structure(void)
 
     // the second sequence alone gives the same outputs as inside the batch
     static const int64_t off1[] = { 0, 7 };
-    grm_tensor tx1 = mat(x + 5 * D, 7, D), ty3 = mat(y3, 7, D);
+    grm_tensor tx1 = dc_mat(x + 5 * D, 7, D), ty3 = dc_mat(y3, 7, D);
     grm_dense_ctx one = ctx_of(off1, 1, 0, 0);
     st = ops->forward(inst, &ty3, &tx1, &one);
     tap_ok(st == GRM_OK, "the second sequence alone runs");
@@ -496,9 +400,9 @@ static void test_dropout(void)
     static const int64_t off[] = { 0, 6, 20 };
     uint64_t s = 31;
     float x[N * D], y1[N * D], y2[N * D], y3[N * D], y4[N * D];
-    fill(x, N * D, &s, 1.0f);
-    grm_tensor tx = mat(x, N, D), t1 = mat(y1, N, D), t2 = mat(y2, N, D);
-    grm_tensor t3 = mat(y3, N, D), t4 = mat(y4, N, D);
+    dc_fill(x, N * D, &s, 1.0f);
+    grm_tensor tx = dc_mat(x, N, D), t1 = dc_mat(y1, N, D), t2 = dc_mat(y2, N, D);
+    grm_tensor t3 = dc_mat(y3, N, D), t4 = dc_mat(y4, N, D);
     grm_dense_ctx eval = ctx_of(off, 2, 0, 5), train5 = ctx_of(off, 2, 1, 5);
     grm_dense_ctx train6 = ctx_of(off, 2, 1, 6);
 
@@ -534,7 +438,7 @@ static void test_flops(void)
     static const int64_t off[] = { 0, 1, 5, 9 };    // lengths 1, 4, 4: 1 + 10 + 10 pairs
     void *inst = make("num_heads=2 ffn_dim=12 dropout=0", D, 1);
     float x[N * D] = { 0 }, y[N * D];
-    grm_tensor tx = mat(x, N, D), ty = mat(y, N, D);
+    grm_tensor tx = dc_mat(x, N, D), ty = dc_mat(y, N, D);
     grm_dense_ctx eval = ctx_of(off, 3, 0, 0);
     const double before = ops->flops(inst, N, 0);
     ops->forward(inst, &ty, &tx, &eval);
@@ -552,73 +456,73 @@ static void test_flops(void)
 static void test_errors(void)
 {
     void *inst = NULL;
-    expect(ops->create(config("num_heads=3"), 8, 1, &inst), GRM_EINVAL, "does not divide",
-           "num_heads 3 with D 8 is refused");
+    dc_expect(ops->create(config("num_heads=3"), 8, 1, &inst), GRM_EINVAL, "does not divide",
+              "num_heads 3 with D 8 is refused");
     tap_ok(inst == NULL, "a failed create returns no instance");
-    expect(ops->create(config("num_heads=1"), 0, 1, &inst), GRM_EINVAL, "in_dim",
-           "create with in_dim 0 is refused");
+    dc_expect(ops->create(config("num_heads=1"), 0, 1, &inst), GRM_EINVAL, "in_dim",
+              "create with in_dim 0 is refused");
     const void *c = NULL;
     const char *zero_heads[] = { "num_heads=0" };
-    expect(harness_config_try(info, &c, zero_heads, 1), GRM_EINVAL, "num_heads",
-           "the host refuses num_heads=0 from the param table");
+    dc_expect(harness_config_try(info, &c, zero_heads, 1), GRM_EINVAL, "num_heads",
+              "the host refuses num_heads=0 from the param table");
     const char *one_drop[] = { "dropout=1" };
-    expect(harness_config_try(info, &c, one_drop, 1), GRM_EINVAL, "dropout",
-           "the host refuses dropout=1 from the param table");
+    dc_expect(harness_config_try(info, &c, one_drop, 1), GRM_EINVAL, "dropout",
+              "the host refuses dropout=1 from the param table");
     const char *bad_align[] = { "pos_align=middle" };
-    expect(harness_config_try(info, &c, bad_align, 1), GRM_EINVAL, "pos_align",
-           "the host refuses pos_align=middle");
+    dc_expect(harness_config_try(info, &c, bad_align, 1), GRM_EINVAL, "pos_align",
+              "the host refuses pos_align=middle");
 
     enum { D = 4 };
     inst = make("num_heads=2 pos_emb=true max_len=3", D, 1);
     float x[6 * D] = { 0 }, y[6 * D] = { 0 };
-    grm_tensor tx = mat(x, 6, 3), ty = mat(y, 6, D);
+    grm_tensor tx = dc_mat(x, 6, 3), ty = dc_mat(y, 6, D);
     grm_dense_ctx eval = ctx_of(NULL, 0, 0, 0);
-    expect(ops->forward(inst, &ty, &tx, &eval), GRM_EINVAL, "x has 3 columns, expected 4",
-           "forward with x of the wrong width");
-    tx = mat(x, 6, D);
-    ty = mat(y, 5, D);
-    expect(ops->forward(inst, &ty, &tx, &eval), GRM_EINVAL, "y has 5 rows, expected 6",
-           "forward with y of the wrong height");
-    ty = mat(y, 6, D);
-    grm_tensor bad = mat(x, 6, D);
+    dc_expect(ops->forward(inst, &ty, &tx, &eval), GRM_EINVAL, "x has 3 columns, expected 4",
+              "forward with x of the wrong width");
+    tx = dc_mat(x, 6, D);
+    ty = dc_mat(y, 5, D);
+    dc_expect(ops->forward(inst, &ty, &tx, &eval), GRM_EINVAL, "y has 5 rows, expected 6",
+              "forward with y of the wrong height");
+    ty = dc_mat(y, 6, D);
+    grm_tensor bad = dc_mat(x, 6, D);
     bad.dtype = GRM_DTYPE_BF16;
-    expect(ops->forward(inst, &ty, &bad, &eval), GRM_ENOTSUP, "f32",
-           "forward with a bf16 x is GRM_ENOTSUP");
+    dc_expect(ops->forward(inst, &ty, &bad, &eval), GRM_ENOTSUP, "f32",
+              "forward with a bf16 x is GRM_ENOTSUP");
     static const int64_t short_off[] = { 0, 2, 5 };
     grm_dense_ctx c1 = ctx_of(short_off, 2, 1, 0);
-    expect(ops->forward(inst, &ty, &tx, &c1), GRM_EINVAL, "expected 0 to the 6 rows",
-           "offsets that end before the last row are refused");
+    dc_expect(ops->forward(inst, &ty, &tx, &c1), GRM_EINVAL, "expected 0 to the 6 rows",
+              "offsets that end before the last row are refused");
     static const int64_t down_off[] = { 0, 4, 2, 6 };
     grm_dense_ctx c2 = ctx_of(down_off, 3, 1, 0);
-    expect(ops->forward(inst, &ty, &tx, &c2), GRM_EINVAL, "decrease at sequence 1",
-           "decreasing offsets are refused");
+    dc_expect(ops->forward(inst, &ty, &tx, &c2), GRM_EINVAL, "decrease at sequence 1",
+              "decreasing offsets are refused");
     static const int64_t long_off[] = { 0, 2, 6 };
     grm_dense_ctx c3 = ctx_of(long_off, 2, 1, 0);
-    expect(ops->forward(inst, &ty, &tx, &c3), GRM_EINVAL, "more than max_len 3",
-           "a sequence longer than max_len is refused with pos_emb");
+    dc_expect(ops->forward(inst, &ty, &tx, &c3), GRM_EINVAL, "more than max_len 3",
+              "a sequence longer than max_len is refused with pos_emb");
     grm_dense_ctx c4 = ctx_of(long_off, -1, 1, 0);
-    expect(ops->forward(inst, &ty, &tx, &c4), GRM_EINVAL, "negative",
-           "a negative ctx->nseq is refused");
-    expect(ops->backward(inst, &tx, &ty, &eval), GRM_EINVAL, "no training forward",
-           "backward after a failed forward");
+    dc_expect(ops->forward(inst, &ty, &tx, &c4), GRM_EINVAL, "negative",
+              "a negative ctx->nseq is refused");
+    dc_expect(ops->backward(inst, &tx, &ty, &eval), GRM_EINVAL, "no training forward",
+              "backward after a failed forward");
     static const int64_t ok_off[] = { 0, 3, 6 };
     grm_dense_ctx c5 = ctx_of(ok_off, 2, 0, 0);
     ops->forward(inst, &ty, &tx, &c5);
-    expect(ops->backward(inst, &tx, &ty, &c5), GRM_EINVAL, "no training forward",
-           "backward after an eval forward (nothing cached)");
+    dc_expect(ops->backward(inst, &tx, &ty, &c5), GRM_EINVAL, "no training forward",
+              "backward after an eval forward (nothing cached)");
     grm_dense_ctx c6 = ctx_of(ok_off, 2, 1, 0);
     ops->forward(inst, &ty, &tx, &c6);
-    grm_tensor dy1 = mat(y, 1, D), dx1 = mat(x, 1, D);
-    expect(ops->backward(inst, &dx1, &dy1, &c6), GRM_EINVAL, "dy has 1 rows",
-           "backward with another row count than the forward");
+    grm_tensor dy1 = dc_mat(y, 1, D), dx1 = dc_mat(x, 1, D);
+    dc_expect(ops->backward(inst, &dx1, &dy1, &c6), GRM_EINVAL, "dy has 1 rows",
+              "backward with another row count than the forward");
     grm_named_tensor v;
-    expect(ops->params(inst, -1, &v, NULL), GRM_ENOTFOUND, "no parameter -1",
-           "params(-1) is GRM_ENOTFOUND");
+    dc_expect(ops->params(inst, -1, &v, NULL), GRM_ENOTFOUND, "no parameter -1",
+              "params(-1) is GRM_ENOTFOUND");
     // the same buffer for dy and dx is allowed
     float buf[6 * D];
     for (int i = 0; i < 6 * D; i++)
         buf[i] = 1.0f;
-    grm_tensor tb = mat(buf, 6, D);
+    grm_tensor tb = dc_mat(buf, 6, D);
     tap_ok(ops->backward(inst, &tb, &tb, &c6) == GRM_OK, "backward with dx aliasing dy");
     ops->destroy(inst);
     ops->destroy(NULL);
@@ -630,27 +534,6 @@ static void test_errors(void)
 #define FIX_VERSION 1u
 #define FIX_CASES 4
 #define FIX_PER_CASE 8          /* 2 implementations x (run, y, dx, grads) */
-
-static int read_f32(FILE *f, float **out, int64_t n)
-{
-    *out = malloc((size_t)(n > 0 ? n : 1) * sizeof **out);
-    return fread(*out, sizeof **out, (size_t)n, f) == (size_t)n;
-}
-
-/* Compare quietly; returns the number of mismatches, updates max errors. */
-static int64_t close_count(const float *got, const float *want, int64_t n, double rtol,
-                           double atol, double *max_rel)
-{
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) {
-        const double d = fabs((double)got[i] - want[i]);
-        if (fabs(want[i]) > atol && d / fabs(want[i]) > *max_rel)
-            *max_rel = d / fabs(want[i]);
-        if (!(d <= atol + rtol * fabs(want[i])))
-            bad++;
-    }
-    return bad;
-}
 
 static void fixture_case(FILE *f, int k)
 {
@@ -664,8 +547,8 @@ static void fixture_case(FILE *f, int k)
     ok = ok && fread(off, sizeof *off, (size_t)(nseq + 1), f) == (size_t)(nseq + 1)
          && fread(&np, sizeof np, 1, f) == 1 && np > 0 && np < (1 << 20);
     float *x = NULL, *theta = NULL, *dy = NULL, *y = NULL, *dx = NULL, *dtheta = NULL;
-    ok = ok && read_f32(f, &x, N * D) && read_f32(f, &theta, np) && read_f32(f, &dy, N * D)
-         && read_f32(f, &y, N * D) && read_f32(f, &dx, N * D) && read_f32(f, &dtheta, np);
+    ok = ok && dc_read_f32(f, &x, N * D) && dc_read_f32(f, &theta, np) && dc_read_f32(f, &dy, N * D)
+         && dc_read_f32(f, &y, N * D) && dc_read_f32(f, &dx, N * D) && dc_read_f32(f, &dtheta, np);
     if (!ok) {
         for (int i = 0; i < FIX_PER_CASE; i++)
             tap_ok(0, "case %d: fixture record unreadable", k);
@@ -679,20 +562,20 @@ static void fixture_case(FILE *f, int k)
                  (long long)F, pos ? "true" : "false", (long long)max_len,
                  fin ? "true" : "false", align ? "left" : "right", eps, impls[m]);
         void *inst = make(spec, D, 1);
-        const int64_t have = nparams(inst);
+        const int64_t have = dc_param_floats(ops, inst);
         float *gy = calloc((size_t)(N * D + 1), 4), *gdx = calloc((size_t)(N * D + 1), 4);
         float *gth = calloc((size_t)have + 1, 4);
         grm_status st = have == np ? GRM_OK : GRM_EINTERNAL;
         if (st == GRM_OK) {
-            scatter(inst, theta);
-            zero_grads(inst);
-            grm_tensor tx = mat(x, N, D), ty = mat(gy, N, D), tdy = mat(dy, N, D);
-            grm_tensor tdx = mat(gdx, N, D);
+            dc_scatter(ops, inst, 0, theta);
+            dc_zero_grads(ops, inst);
+            grm_tensor tx = dc_mat(x, N, D), ty = dc_mat(gy, N, D), tdy = dc_mat(dy, N, D);
+            grm_tensor tdx = dc_mat(gdx, N, D);
             grm_dense_ctx ctx = ctx_of(off, nseq, 1, 0);
             st = ops->forward(inst, &ty, &tx, &ctx);
             if (st == GRM_OK)
                 st = ops->backward(inst, &tdx, &tdy, &ctx);
-            gather(inst, 1, gth);
+            dc_gather(ops, inst, 1, gth);
         }
         char what[640];
         tap_ok(st == GRM_OK, "case %d (%s): D %lld H %lld F %lld pos_emb %lld final_norm "
@@ -708,9 +591,9 @@ static void fixture_case(FILE *f, int k)
         grm_named_tensor v;
         grm_tensor g;
         for (int i = 0; st == GRM_OK && ops->params(inst, i, &v, &g) == GRM_OK; i++) {
-            const int64_t n = numel(&v.tensor);
+            const int64_t n = dc_numel(&v.tensor);
             double max_rel = 0;
-            const int64_t b = close_count(gth + at, dtheta + at, n, 1e-4, 1e-5, &max_rel);
+            const int64_t b = dc_close_count(gth + at, dtheta + at, n, 1e-4, 1e-5, &max_rel);
             tap_diag("case %d %s: d %s: %lld of %lld outside, max rel err %.3g", k,
                      impls[m], v.name, (long long)b, (long long)n, max_rel);
             bad += b;
@@ -735,12 +618,9 @@ out:
 
 static void test_torch(void)
 {
-    const char *py = getenv("PYTHON3");
-    if (py == NULL || *py == '\0')
-        py = "/usr/bin/python3";
+    const char *py = dc_torch_python();
     char cmd[8192], path[4096];
-    snprintf(cmd, sizeof cmd, "'%s' -c 'import torch' >/dev/null 2>&1", py);
-    if (system(cmd) != 0) {
+    if (py == NULL) {
         tap_skip("no torch", "tests/ref/sasrec.py fixture");
         for (int i = 0; i < FIX_CASES * FIX_PER_CASE; i++)
             tap_skip("no torch", "PyTorch fixture check %d of %d", i + 1,

@@ -12,7 +12,7 @@ EXTRA_DIST += %reldir%/README.md tests/ref/hstu.py bench/bench_hstu.py
 check_PROGRAMS += tests/test-dense-hstu
 TESTS += tests/test-dense-hstu
 tests_test_dense_hstu_SOURCES = tests/test-dense-hstu.c %reldir%/hstu.c %reldir%/hstu_ref.c \
-	%reldir%/hstu_cpu.c
+	%reldir%/hstu_cpu.c tests/dense-checks.h tests/dense-checks.c
 tests_test_dense_hstu_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS) -I$(srcdir)/%reldir%
 tests_test_dense_hstu_LDADD = $(GRM_TEST_LIBS) $(BLAS_LIBS) -lm
 

@@ -2,8 +2,8 @@
  * y = act(x W_l^T + b_l) with optional inverted dropout on hidden activations and
  * optional row-wise L2 normalization of the output; forward, backward and the named
  * parameters. The linear products go through the implementation picked in create
- * (mlp_ref.c or mlp_cpu.c); the elementwise steps are in mlp_ref.c. */
-#include <math.h>
+ * (linear_ref.c or linear_cpu.c, shared with dense-mmoe); the elementwise steps are in
+ * mlp_ref.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,9 +11,7 @@
 #include "mlp.h"
 
 typedef struct mlp_layer {
-    int64_t in, out;
-    float *w, *b;           /* [out, in], [out]: views into mlp.block */
-    float *dw, *db;         /* [out, in], [out]: views into the grads half of mlp.block */
+    linear_layer lin;       /* in, out; w, b, dw, db: views into mlp.block */
     char wname[32], bname[32];
     /* activation cache, views into mlp.cache (valid for rows_cap rows) */
     float *z;               /* [rows, out] pre-activation */
@@ -24,7 +22,7 @@ typedef struct mlp_layer {
 struct mlp {
     const grm_host_api *host;
     mlp_config cfg;             /* copy of the config */
-    const mlp_impl *impl;       /* static */
+    const linear_impl *impl;    /* static */
     int64_t in_dim;
     int32_t nlayers;
     int64_t max_width;          /* widest layer output */
@@ -58,13 +56,13 @@ static void cache_bind(mlp *m, int64_t cap)
     for (int32_t l = 0; l < m->nlayers; l++) {
         mlp_layer *ly = &m->layer[l];
         ly->z = p;
-        p += cap * ly->out;
+        p += cap * ly->lin.out;
         ly->h = p;
-        p += cap * ly->out;
+        p += cap * ly->lin.out;
         ly->mask = NULL;
         if (has_dropout(m) && l < m->nlayers - 1) {
             ly->mask = p;
-            p += cap * ly->out;
+            p += cap * ly->lin.out;
         }
     }
     m->norm = p;
@@ -98,18 +96,9 @@ static grm_status cache_reserve(mlp *m, int64_t rows)
     return GRM_OK;
 }
 
-/* Xavier/Glorot uniform (Glorot & Bengio 2010): U(-a, a), a = sqrt(6 / (in + out)). */
-static void xavier_uniform(float *w, int64_t in, int64_t out, uint64_t *state)
-{
-    const double a = sqrt(6.0 / (double)(in + out));
-    for (int64_t i = 0; i < in * out; i++)
-        w[i] = (float)((2.0 * grm_rng_uniform01(state) - 1.0) * a);
-}
-
 grm_status mlp_create(const grm_host_api *host, const mlp_config *cfg, int64_t in_dim,
                       uint64_t seed, mlp **out)
 {
-    static const grm_device cpu = { GRM_DEVICE_CPU, 0 };
     grm_status st;
     *out = NULL;
     if (cfg->dims.n <= 0 || cfg->dims.n > GRM_PARAM_LIST_MAX)
@@ -138,7 +127,7 @@ grm_status mlp_create(const grm_host_api *host, const mlp_config *cfg, int64_t i
         return host->errorf(GRM_ENOMEM, "dense-mlp: create: out of memory");
     m->host = host;
     m->cfg = *cfg;
-    m->impl = cfg->impl == MLP_IMPL_REF ? &mlp_impl_ref : &mlp_impl_cpu;
+    m->impl = cfg->impl == MLP_IMPL_REF ? &linear_impl_ref : &linear_impl_cpu;
     m->in_dim = in_dim;
     m->nlayers = (int32_t)cfg->dims.n;
     m->seed = seed;
@@ -148,42 +137,27 @@ grm_status mlp_create(const grm_host_api *host, const mlp_config *cfg, int64_t i
     size_t nparams = 0;
     for (int32_t l = 0; l < m->nlayers; l++) {
         mlp_layer *ly = &m->layer[l];
-        ly->in = prev;
-        ly->out = cfg->dims.v[l];
-        nparams += (size_t)(ly->in * ly->out + ly->out);
-        if (ly->out > m->max_width)
-            m->max_width = ly->out;
+        ly->lin.in = prev;
+        ly->lin.out = cfg->dims.v[l];
+        nparams += linear_nparams(&ly->lin);
+        if (ly->lin.out > m->max_width)
+            m->max_width = ly->lin.out;
         snprintf(ly->wname, sizeof ly->wname, "layer%d.weight", (int)l);
         snprintf(ly->bname, sizeof ly->bname, "layer%d.bias", (int)l);
-        prev = ly->out;
+        prev = ly->lin.out;
     }
     m->nparams = nparams;
     m->per_row = in_dim + 1 + 2 * m->max_width;
     for (int32_t l = 0; l < m->nlayers; l++)
-        m->per_row += (has_dropout(m) && l < m->nlayers - 1 ? 3 : 2) * m->layer[l].out;
+        m->per_row += (has_dropout(m) && l < m->nlayers - 1 ? 3 : 2) * m->layer[l].lin.out;
 
     // STYLE.md §8: parameters and gradients are one block, typed views into it
-    m->block = host->alloc(cpu, 2 * nparams * sizeof(float), 64);
-    if (m->block == NULL) {
-        st = host->errorf(GRM_ENOMEM, "dense-mlp: create: cannot allocate %zu parameters",
-                          nparams);
+    if ((st = linear_block_alloc(host, "dense-mlp", nparams, &m->block)) != GRM_OK)
         goto fail;
-    }
-    memset(m->block, 0, 2 * nparams * sizeof(float));
     float *p = m->block, *g = m->block + nparams;
-    uint64_t state = seed;
-    for (int32_t l = 0; l < m->nlayers; l++) {
-        mlp_layer *ly = &m->layer[l];
-        ly->w = p;
-        ly->dw = g;
-        p += ly->in * ly->out;
-        g += ly->in * ly->out;
-        ly->b = p;                  // biases start at zero (memset above)
-        ly->db = g;
-        p += ly->out;
-        g += ly->out;
-        xavier_uniform(ly->w, ly->in, ly->out, &state);
-    }
+    uint64_t state = seed;      // Xavier draws run on through the layers in order
+    for (int32_t l = 0; l < m->nlayers; l++)
+        linear_bind(&m->layer[l].lin, &p, &g, &state);
     *out = m;
     return GRM_OK;
 
@@ -210,7 +184,7 @@ int64_t mlp_in_dim(const mlp *m)
 
 int64_t mlp_out_dim(const mlp *m)
 {
-    return m->layer[m->nlayers - 1].out;
+    return m->layer[m->nlayers - 1].lin.out;
 }
 
 /* ---- forward ---- */
@@ -234,8 +208,10 @@ grm_status mlp_forward(mlp *m, float *y, const float *x, int64_t rows, int32_t t
                                    + (uint64_t)step);
     for (int32_t l = 0; l < L; l++) {
         mlp_layer *ly = &m->layer[l];
-        const int64_t n = rows * ly->out;
-        st = m->impl->linear_fwd(ly->z, in, ly->w, ly->b, rows, ly->in, ly->out, NULL);
+        const linear_layer *lin = &ly->lin;
+        const int64_t n = rows * lin->out;
+        // one GEMM on this thread (pool NULL), as dense-mlp always ran it
+        st = m->impl->fwd(ly->z, in, lin->w, lin->b, rows, lin->in, lin->out, NULL);
         if (st != GRM_OK)
             return st;
         mlp_act_fwd(ly->h, ly->z, n, l < L - 1 ? m->cfg.activation : m->cfg.final_activation);
@@ -246,9 +222,9 @@ grm_status mlp_forward(mlp *m, float *y, const float *x, int64_t rows, int32_t t
     }
     const mlp_layer *last = &m->layer[L - 1];
     if (m->cfg.l2norm)
-        mlp_l2norm_fwd(y, m->norm, last->h, rows, last->out);
+        mlp_l2norm_fwd(y, m->norm, last->h, rows, last->lin.out);
     else
-        memcpy(y, last->h, (size_t)(rows * last->out) * sizeof *y);
+        memcpy(y, last->h, (size_t)(rows * last->lin.out) * sizeof *y);
     if (training)
         m->rows = rows;
     return GRM_OK;
@@ -271,21 +247,23 @@ grm_status mlp_backward(mlp *m, float *dx, const float *dy, int64_t rows)
     float *g = m->g0, *other = m->g1;   /* [rows, max_width] each */
     // g = d(loss)/d(h of the last layer)
     if (m->cfg.l2norm)
-        mlp_l2norm_bwd(g, dy, last->h, m->norm, rows, last->out);
+        mlp_l2norm_bwd(g, dy, last->h, m->norm, rows, last->lin.out);
     else
-        memcpy(g, dy, (size_t)(rows * last->out) * sizeof *g);
+        memcpy(g, dy, (size_t)(rows * last->lin.out) * sizeof *g);
     for (int32_t l = L - 1; l >= 0; l--) {
         const mlp_layer *ly = &m->layer[l];
-        const int64_t n = rows * ly->out;
+        const linear_layer *lin = &ly->lin;
+        const int64_t n = rows * lin->out;
         if (ly->mask != NULL)   // the last forward was a training one: masks are set
             for (int64_t i = 0; i < n; i++)
                 g[i] *= ly->mask[i];
         // g becomes dz in place
         mlp_act_bwd(g, g, ly->z, n, l < L - 1 ? m->cfg.activation : m->cfg.final_activation);
-        const float *in = l > 0 ? m->layer[l - 1].h : m->x;   /* [rows, ly->in] */
-        float *d_in = l > 0 ? other : dx;                      /* [rows, ly->in] or NULL */
-        grm_status st = m->impl->linear_bwd(d_in, ly->dw, ly->db, g, in, ly->w, rows,
-                                            ly->in, ly->out, NULL);
+        const float *in = l > 0 ? m->layer[l - 1].h : m->x;   /* [rows, lin->in] */
+        float *d_in = l > 0 ? other : dx;                      /* [rows, lin->in] or NULL */
+        // d_in is overwritten (dx_accumulate 0): dense-mlp's dx is written, not added to
+        grm_status st = m->impl->bwd(d_in, lin->dw, lin->db, g, in, lin->w, rows, lin->in,
+                                     lin->out, 0, NULL);
         if (st != GRM_OK)
             return st;
         other = g;
@@ -302,29 +280,8 @@ grm_status mlp_params(mlp *m, int32_t index, grm_named_tensor *value, grm_tensor
         return m->host->errorf(GRM_ENOTFOUND, "dense-mlp: params: no parameter %d; the "
                                "block has %d", (int)index, 2 * (int)m->nlayers);
     const mlp_layer *ly = &m->layer[index / 2];
-    const int is_bias = index % 2;
-    grm_tensor t = { 0 };
-    t.dtype = GRM_DTYPE_F32;
-    t.device.type = GRM_DEVICE_CPU;
-    for (int d = 0; d < GRM_TENSOR_MAX_DIMS; d++)
-        t.shape[d] = 1;
-    if (is_bias) {
-        t.ndim = 1;
-        t.shape[0] = ly->out;
-    } else {
-        t.ndim = 2;
-        t.shape[0] = ly->out;
-        t.shape[1] = ly->in;
-    }
-    if (value != NULL) {
-        value->name = is_bias ? ly->bname : ly->wname;
-        value->tensor = t;
-        value->tensor.data = is_bias ? ly->b : ly->w;
-    }
-    if (grad != NULL) {
-        *grad = t;
-        grad->data = is_bias ? ly->db : ly->dw;
-    }
+    const int32_t is_bias = index % 2;
+    linear_views(&ly->lin, is_bias, is_bias ? ly->bname : ly->wname, value, grad);
     return GRM_OK;
 }
 
@@ -332,7 +289,7 @@ double mlp_flops(const mlp *m, int64_t rows, int32_t backward)
 {
     double f = 0;
     for (int32_t l = 0; l < m->nlayers; l++)
-        f += (backward ? 4.0 : 2.0) * (double)rows * (double)m->layer[l].in
-             * (double)m->layer[l].out;
+        f += (backward ? 4.0 : 2.0) * (double)rows * (double)m->layer[l].lin.in
+             * (double)m->layer[l].lin.out;
     return f;
 }

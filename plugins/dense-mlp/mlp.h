@@ -1,6 +1,7 @@
 /* plugins/dense-mlp/mlp.h - internal declarations of dense-mlp.so: the MLP block
- * (mlp.c), its linear-layer kernels (mlp_ref.c reference, mlp_cpu.c OpenBLAS), and the
- * two heads dense-bce and dense-sampled-softmax (heads.c, numerics in heads_ref.c).
+ * (mlp.c) and its elementwise pieces (mlp_ref.c) over the linear layer of linear.h (shared
+ * with dense-mmoe.so: linear.c, linear_ref.c, linear_cpu.c), and the two heads dense-bce
+ * and dense-sampled-softmax (heads.c, numerics in heads_ref.c).
  * Nothing here is exported: the .so's only visible symbol is grm_plugin_entry. */
 #ifndef MLP_H
 #define MLP_H
@@ -10,6 +11,8 @@
 
 #include <grm/grm.h>
 #include <grm/rng.h>
+
+#include "linear.h"  /* the linear layer: kernels, init, parameter views */
 
 /* ---- deterministic generators (no global state) ---- */
 
@@ -68,53 +71,6 @@ typedef struct ssm_config {
     int64_t row_negatives;      /* share_k >= 1: 0: each row owns nneg / rows negatives;
                                  * r >= 1: each row owns r, slots past rows r unused */
 } ssm_config;
-
-/* ---- linear-layer kernels (STYLE.md §9: one type per operation) ---- */
-
-/* z [rows, out] = x [rows, in] W^T + b, with W [out, in] and b [out]. */
-typedef grm_status (*mlp_linear_fwd_fn)(
-        float *z,                                   /* [rows, out] */
-        const float *x,                             /* [rows, in]  */
-        const float *w,                             /* [out, in]   */
-        const float *b,                             /* [out]       */
-        int64_t rows, int64_t in, int64_t out,
-        void *stream);                              /* NULL on CPU */
-
-/* The backward of mlp_linear_fwd_fn given dz = d(loss)/dz:
- * dw [out, in] += dz^T x, db [out] += column sums of dz, dx [rows, in] = dz W
- * (dx NULL: not computed). dx must not alias dz. */
-typedef grm_status (*mlp_linear_bwd_fn)(
-        float *dx,                                  /* [rows, in] or NULL */
-        float *dw,                                  /* [out, in]   */
-        float *db,                                  /* [out]       */
-        const float *dz,                            /* [rows, out] */
-        const float *x,                             /* [rows, in]  */
-        const float *w,                             /* [out, in]   */
-        int64_t rows, int64_t in, int64_t out,
-        void *stream);                              /* NULL on CPU */
-
-/* An implementation of the linear layer, picked once in create (STYLE.md §9). */
-typedef struct mlp_impl {
-    const char *name;
-    mlp_linear_fwd_fn linear_fwd;
-    mlp_linear_bwd_fn linear_bwd;
-} mlp_impl;
-
-/* mlp_ref.c: plain loops with double accumulators, the spec. */
-grm_status mlp_linear_fwd_ref(float *z, const float *x, const float *w, const float *b,
-                              int64_t rows, int64_t in, int64_t out, void *stream);
-grm_status mlp_linear_bwd_ref(float *dx, float *dw, float *db, const float *dz,
-                              const float *x, const float *w, int64_t rows, int64_t in,
-                              int64_t out, void *stream);
-/* mlp_cpu.c: cblas_sgemm. Sizes must fit in int (checked by the caller). */
-grm_status mlp_linear_fwd_cpu(float *z, const float *x, const float *w, const float *b,
-                              int64_t rows, int64_t in, int64_t out, void *stream);
-grm_status mlp_linear_bwd_cpu(float *dx, float *dw, float *db, const float *dz,
-                              const float *x, const float *w, int64_t rows, int64_t in,
-                              int64_t out, void *stream);
-
-extern const mlp_impl mlp_impl_ref;   /* static: mlp_ref.c */
-extern const mlp_impl mlp_impl_cpu;   /* static: mlp_cpu.c */
 
 /* ---- elementwise pieces (mlp_ref.c), shared by every implementation ---- */
 

@@ -1,64 +1,10 @@
-/* plugins/dense-mlp/mlp_ref.c - the reference linear layer (plain loops, double
- * accumulators: the spec every faster implementation is tested against) and the
- * elementwise pieces of the MLP shared by all implementations: activations, inverted
- * dropout (Srivastava et al. 2014) and row-wise L2 normalization. */
+/* plugins/dense-mlp/mlp_ref.c - the elementwise pieces of the MLP, shared by both linear-layer
+ * implementations (linear_ref.c, linear_cpu.c): activations, inverted dropout (Srivastava
+ * et al. 2014) and row-wise L2 normalization. */
 #include <math.h>
 #include <string.h>
 
 #include "mlp.h"
-
-/* ---- linear layer ---- */
-
-grm_status mlp_linear_fwd_ref(float *z, const float *x, const float *w, const float *b,
-                              int64_t rows, int64_t in, int64_t out, void *stream)
-{
-    (void)stream;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * in;       /* [in] */
-        for (int64_t o = 0; o < out; o++) {
-            const float *wo = w + o * in;   /* [in] */
-            double acc = b[o];
-            for (int64_t i = 0; i < in; i++)
-                acc += (double)xr[i] * wo[i];
-            z[r * out + o] = (float)acc;
-        }
-    }
-    return GRM_OK;
-}
-
-grm_status mlp_linear_bwd_ref(float *dx, float *dw, float *db, const float *dz,
-                              const float *x, const float *w, int64_t rows, int64_t in,
-                              int64_t out, void *stream)
-{
-    (void)stream;
-    // dw[o, i] += sum_r dz[r, o] x[r, i]; db[o] += sum_r dz[r, o]
-    for (int64_t o = 0; o < out; o++) {
-        double bacc = 0;
-        for (int64_t r = 0; r < rows; r++)
-            bacc += dz[r * out + o];
-        db[o] += (float)bacc;
-        for (int64_t i = 0; i < in; i++) {
-            double acc = 0;
-            for (int64_t r = 0; r < rows; r++)
-                acc += (double)dz[r * out + o] * x[r * in + i];
-            dw[o * in + i] += (float)acc;
-        }
-    }
-    // dx[r, i] = sum_o dz[r, o] w[o, i]
-    if (dx != NULL) {
-        for (int64_t r = 0; r < rows; r++) {
-            for (int64_t i = 0; i < in; i++) {
-                double acc = 0;
-                for (int64_t o = 0; o < out; o++)
-                    acc += (double)dz[r * out + o] * w[o * in + i];
-                dx[r * in + i] = (float)acc;
-            }
-        }
-    }
-    return GRM_OK;
-}
-
-const mlp_impl mlp_impl_ref = { "ref", mlp_linear_fwd_ref, mlp_linear_bwd_ref };
 
 /* ---- activations ---- */
 

@@ -2,24 +2,20 @@
  * softmax gate per task over the experts with top-k selection, and one tower MLP per task
  * ending in a single logit (MTGRBoost §2, eq. 4: y = sum_{i<=k} g_i(H) Expert_i(H); Ma et
  * al. 2018 for the multi-gate form). Forward, backward, named parameters and flops. The
- * linear products go through the implementation picked in create (mmoe_ref.c or
- * mmoe_cpu.c); the gate and activations are in mmoe_ref.c. */
-#include <math.h>
+ * linear products go through the implementation picked in create (linear_ref.c or
+ * linear_cpu.c of plugins/dense-mlp, shared with dense-mlp); the gate and activations are
+ * in mmoe_ref.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <grm/rng.h>
 
 #include "mmoe.h"
 
 /* One linear layer with its activation; the parameter views point into mmoe.block and the
  * cache views into mmoe.cache. */
 typedef struct mmoe_layer {
-    int64_t in, out;
+    linear_layer lin;           /* in, out; w, b, dw, db: views into mmoe.block */
     int32_t act;                /* enum mmoe_act after this layer */
-    float *w, *b;               /* [out, in], [out] */
-    float *dw, *db;             /* [out, in], [out] */
     float *z, *h;               /* [rows, out] pre-activation, activation (h = z if none) */
     char wname[48], bname[48];
 } mmoe_layer;
@@ -32,7 +28,7 @@ typedef struct mmoe_chain {
 struct mmoe {
     const grm_host_api *host;
     mmoe_config cfg;            /* copy */
-    const mmoe_impl *impl;      /* static */
+    const linear_impl *impl;    /* static */
     int64_t in_dim;
     int32_t E, T, k;
     int64_t He;                 /* expert output width */
@@ -61,7 +57,7 @@ struct mmoe {
 
 static int64_t chain_out(const mmoe *m, int32_t c)
 {
-    return m->layer[m->chain[c].first + m->chain[c].n - 1].out;
+    return m->layer[m->chain[c].first + m->chain[c].n - 1].lin.out;
 }
 
 /* Lay the cache out for cap rows; every pointer is a view into m->cache. */
@@ -73,11 +69,11 @@ static void cache_bind(mmoe *m, int64_t cap)
     for (int32_t l = 0; l < m->nlayers; l++) {
         mmoe_layer *ly = &m->layer[l];
         ly->z = p;
-        p += cap * ly->out;
+        p += cap * ly->lin.out;
         ly->h = ly->z;
         if (ly->act != MMOE_ACT_NONE) {
             ly->h = p;
-            p += cap * ly->out;
+            p += cap * ly->lin.out;
         }
     }
     m->gate = p;
@@ -120,14 +116,6 @@ static grm_status cache_reserve(mmoe *m, int64_t rows)
     return GRM_OK;
 }
 
-/* Xavier/Glorot uniform (Glorot & Bengio 2010): U(-a, a), a = sqrt(6 / (in + out)). */
-static void xavier_uniform(float *w, int64_t in, int64_t out, uint64_t *state)
-{
-    const double a = sqrt(6.0 / (double)(in + out));
-    for (int64_t i = 0; i < in * out; i++)
-        w[i] = (float)((2.0 * grm_rng_uniform01(state) - 1.0) * a);
-}
-
 static grm_status check_dims(const grm_host_api *host, const char *name,
                              const grm_int_list *dims)
 {
@@ -150,19 +138,18 @@ static void add_chain(mmoe *m, int32_t c, const grm_int_list *dims, int64_t in,
     m->chain[c].n = (int32_t)dims->n;
     for (int32_t l = 0; l < (int32_t)dims->n; l++) {
         mmoe_layer *ly = &m->layer[m->nlayers++];
-        ly->in = in;
-        ly->out = dims->v[l];
+        ly->lin.in = in;
+        ly->lin.out = dims->v[l];
         ly->act = l < dims->n - 1 ? m->cfg.activation : last_act;
         snprintf(ly->wname, sizeof ly->wname, "%s%d.layer%d.weight", prefix, (int)idx, (int)l);
         snprintf(ly->bname, sizeof ly->bname, "%s%d.layer%d.bias", prefix, (int)idx, (int)l);
-        in = ly->out;
+        in = ly->lin.out;
     }
 }
 
 grm_status mmoe_create(const grm_host_api *host, const mmoe_config *cfg, int64_t in_dim,
                        uint64_t seed, mmoe **out)
 {
-    static const grm_device cpu = { GRM_DEVICE_CPU, 0 };
     grm_status st;
     *out = NULL;
     if (in_dim < 1 || in_dim > INT32_MAX)
@@ -194,7 +181,7 @@ grm_status mmoe_create(const grm_host_api *host, const mmoe_config *cfg, int64_t
         return host->errorf(GRM_ENOMEM, "dense-mmoe: create: out of memory");
     m->host = host;
     m->cfg = *cfg;
-    m->impl = cfg->impl == MMOE_IMPL_REF ? &mmoe_impl_ref : &mmoe_impl_cpu;
+    m->impl = cfg->impl == MMOE_IMPL_REF ? &linear_impl_ref : &linear_impl_cpu;
     m->in_dim = in_dim;
     m->E = (int32_t)cfg->experts;
     m->T = (int32_t)cfg->tasks;
@@ -213,8 +200,8 @@ grm_status mmoe_create(const grm_host_api *host, const mmoe_config *cfg, int64_t
     m->gate0 = m->nlayers;
     for (int32_t t = 0; t < m->T; t++) {
         mmoe_layer *ly = &m->layer[m->nlayers++];
-        ly->in = in_dim;
-        ly->out = m->E;
+        ly->lin.in = in_dim;
+        ly->lin.out = m->E;
         ly->act = MMOE_ACT_NONE;
         snprintf(ly->wname, sizeof ly->wname, "gate%d.weight", (int)t);
         snprintf(ly->bname, sizeof ly->bname, "gate%d.bias", (int)t);
@@ -227,37 +214,22 @@ grm_status mmoe_create(const grm_host_api *host, const mmoe_config *cfg, int64_t
     m->per_row = in_dim;
     for (int32_t l = 0; l < m->nlayers; l++) {
         const mmoe_layer *ly = &m->layer[l];
-        nparams += (size_t)(ly->in * ly->out + ly->out);
-        if (ly->out > m->max_width)
-            m->max_width = ly->out;
-        m->per_row += (ly->act != MMOE_ACT_NONE ? 2 : 1) * ly->out;
+        nparams += linear_nparams(&ly->lin);
+        if (ly->lin.out > m->max_width)
+            m->max_width = ly->lin.out;
+        m->per_row += (ly->act != MMOE_ACT_NONE ? 2 : 1) * ly->lin.out;
     }
     m->per_row += m->T * m->E + m->T * m->He + m->E * m->He + m->He + 2 * m->E
                   + 2 * m->max_width;
     m->nparams = nparams;
 
     // STYLE.md §8: parameters and gradients are one block, typed views into it
-    m->block = host->alloc(cpu, 2 * nparams * sizeof(float), 64);
-    if (m->block == NULL) {
-        st = host->errorf(GRM_ENOMEM, "dense-mmoe: create: cannot allocate %zu parameters",
-                          nparams);
+    if ((st = linear_block_alloc(host, "dense-mmoe", nparams, &m->block)) != GRM_OK)
         goto fail;
-    }
-    memset(m->block, 0, 2 * nparams * sizeof(float));
     float *p = m->block, *g = m->block + nparams;
-    uint64_t state = seed;
-    for (int32_t l = 0; l < m->nlayers; l++) {
-        mmoe_layer *ly = &m->layer[l];
-        ly->w = p;
-        ly->dw = g;
-        p += ly->in * ly->out;
-        g += ly->in * ly->out;
-        ly->b = p;                  // biases start at zero (memset above)
-        ly->db = g;
-        p += ly->out;
-        g += ly->out;
-        xavier_uniform(ly->w, ly->in, ly->out, &state);
-    }
+    uint64_t state = seed;      // Xavier draws run on through the layers in params() order
+    for (int32_t l = 0; l < m->nlayers; l++)
+        linear_bind(&m->layer[l].lin, &p, &g, &state);
     *out = m;
     return GRM_OK;
 
@@ -295,12 +267,13 @@ static grm_status chain_fwd(mmoe *m, int32_t c, const float *in, int64_t rows)
 {
     for (int32_t l = 0; l < m->chain[c].n; l++) {
         mmoe_layer *ly = &m->layer[m->chain[c].first + l];
-        grm_status st = m->impl->linear_fwd(ly->z, in, ly->w, ly->b, rows, ly->in, ly->out,
-                                            m->host);
+        const linear_layer *lin = &ly->lin;
+        grm_status st = m->impl->fwd(ly->z, in, lin->w, lin->b, rows, lin->in, lin->out,
+                                     m->host);
         if (st != GRM_OK)
             return st;
         if (ly->act != MMOE_ACT_NONE)
-            mmoe_act_fwd(ly->h, ly->z, rows * ly->out, ly->act);
+            mmoe_act_fwd(ly->h, ly->z, rows * lin->out, ly->act);
         in = ly->h;
     }
     return GRM_OK;
@@ -326,8 +299,8 @@ grm_status mmoe_forward(mmoe *m, float *y, const float *x, int64_t rows, int32_t
         float *g = m->gate + t * rows * E;              /* [rows, E] */
         float *mix = m->mixed + t * rows * He;          /* [rows, He] */
         // gate logits q_t = W_t x + b_t into the gate layer's z, then the top-k softmax
-        if ((st = m->impl->linear_fwd(gl->z, m->x, gl->w, gl->b, rows, m->in_dim, E,
-                                      m->host)) != GRM_OK)
+        if ((st = m->impl->fwd(gl->z, m->x, gl->lin.w, gl->lin.b, rows, m->in_dim, E,
+                               m->host)) != GRM_OK)
             return st;
         mmoe_gate_fwd(g, gl->z, rows, (int32_t)E, m->k);
         // mixed_t = sum_e g_te expert_e(x) (eq. 4); g_te = 0 outside the top k
@@ -365,16 +338,19 @@ static grm_status chain_bwd(mmoe *m, int32_t c, float *din, const float *dout,
     memcpy(gbuf, dout, (size_t)(rows * chain_out(m, c)) * sizeof *gbuf);
     for (int32_t l = ch->n - 1; l >= 0; l--) {
         const mmoe_layer *ly = &m->layer[ch->first + l];
+        const linear_layer *lin = &ly->lin;
         if (ly->act != MMOE_ACT_NONE)
-            mmoe_act_bwd(gbuf, gbuf, ly->z, rows * ly->out, ly->act);   // g becomes dz
+            mmoe_act_bwd(gbuf, gbuf, ly->z, rows * lin->out, ly->act);  // g becomes dz
         const float *x_l = l > 0 ? m->layer[ch->first + l - 1].h : in;
         float *d_in = din;
         if (l > 0) {
             d_in = other;
-            memset(d_in, 0, (size_t)(rows * ly->in) * sizeof *d_in);
+            memset(d_in, 0, (size_t)(rows * lin->in) * sizeof *d_in);
         }
-        grm_status st = m->impl->linear_bwd(d_in, ly->dw, ly->db, gbuf, x_l, ly->w, rows,
-                                            ly->in, ly->out, m->host);
+        // dx_accumulate 1: every chain and gate adds into the caller's din (the inner
+        // layers into the buffer zeroed above)
+        grm_status st = m->impl->bwd(d_in, lin->dw, lin->db, gbuf, x_l, lin->w, rows, lin->in,
+                                     lin->out, 1, m->host);
         if (st != GRM_OK)
             return st;
         other = gbuf;
@@ -424,8 +400,8 @@ grm_status mmoe_backward(mmoe *m, float *dx, const float *dy, int64_t rows)
         float *dq = m->dg;                              /* [rows, E]; dcol is consumed */
         mmoe_gate_bwd(dq, m->dq, g, rows, (int32_t)E);
         mmoe_layer *gl = &m->layer[m->gate0 + t];
-        if ((st = m->impl->linear_bwd(dx, gl->dw, gl->db, dq, m->x, gl->w, rows, m->in_dim, E,
-                                      m->host)) != GRM_OK)
+        if ((st = m->impl->bwd(dx, gl->lin.dw, gl->lin.db, dq, m->x, gl->lin.w, rows,
+                               m->in_dim, E, 1, m->host)) != GRM_OK)
             return st;
     }
     for (int32_t e = 0; e < E; e++)
@@ -442,25 +418,8 @@ grm_status mmoe_params(mmoe *m, int32_t index, grm_named_tensor *value, grm_tens
         return m->host->errorf(GRM_ENOTFOUND, "dense-mmoe: params: no parameter %d; the "
                                "block has %d", (int)index, 2 * (int)m->nlayers);
     const mmoe_layer *ly = &m->layer[index / 2];
-    const int is_bias = index % 2;
-    grm_tensor t = { 0 };
-    t.dtype = GRM_DTYPE_F32;
-    t.device.type = GRM_DEVICE_CPU;
-    for (int d = 0; d < GRM_TENSOR_MAX_DIMS; d++)
-        t.shape[d] = 1;
-    t.ndim = is_bias ? 1 : 2;
-    t.shape[0] = ly->out;
-    if (!is_bias)
-        t.shape[1] = ly->in;
-    if (value != NULL) {
-        value->name = is_bias ? ly->bname : ly->wname;
-        value->tensor = t;
-        value->tensor.data = is_bias ? ly->b : ly->w;
-    }
-    if (grad != NULL) {
-        *grad = t;
-        grad->data = is_bias ? ly->db : ly->dw;
-    }
+    const int32_t is_bias = index % 2;
+    linear_views(&ly->lin, is_bias, is_bias ? ly->bname : ly->wname, value, grad);
     return GRM_OK;
 }
 
@@ -470,7 +429,7 @@ double mmoe_flops(const mmoe *m, int64_t rows, int32_t backward)
     // 2 N T E He forward (multiply-add), 4 N T E He backward (dg and dh)
     double f = 0;
     for (int32_t l = 0; l < m->nlayers; l++)
-        f += (double)m->layer[l].in * (double)m->layer[l].out;
+        f += (double)m->layer[l].lin.in * (double)m->layer[l].lin.out;
     f += (double)m->T * (double)m->E * (double)m->He;
     return (backward ? 4.0 : 2.0) * (double)rows * f;
 }

@@ -1,8 +1,9 @@
 /* plugins/dense-mmoe/mmoe.h - internal declarations of dense-mmoe.so: the multi-gate
  * mixture-of-experts block (MTGRBoost §2, eq. 4; Ma et al. 2018, "Modeling Task
- * Relationships in Multi-task Learning with Multi-gate Mixture-of-Experts") in mmoe.c,
- * its linear-layer kernels (mmoe_ref.c reference, mmoe_cpu.c OpenBLAS) and the elementwise
- * pieces (activations, top-k softmax gate) in mmoe_ref.c. Nothing here is exported. */
+ * Relationships in Multi-task Learning with Multi-gate Mixture-of-Experts") in mmoe.c over
+ * the linear layer of plugins/dense-mlp/linear.h (compiled into this .so too), and the
+ * elementwise pieces (activations, top-k softmax gate) in mmoe_ref.c. Nothing here is
+ * exported. */
 #ifndef MMOE_H
 #define MMOE_H
 
@@ -10,6 +11,8 @@
 #include <stdint.h>
 
 #include <grm/grm.h>
+
+#include "linear.h"     /* plugins/dense-mlp: the linear layer, kernels, init, views */
 
 /* Activations; the ENUM order of "relu|silu". */
 enum mmoe_act { MMOE_ACT_RELU = 0, MMOE_ACT_SILU = 1, MMOE_ACT_NONE = 2 };
@@ -31,52 +34,6 @@ typedef struct mmoe_config {
                                  * layer but the last */
     int32_t impl;               /* enum mmoe_impl_kind */
 } mmoe_config;
-
-/* ---- linear-layer kernels (STYLE.md §9: one type per operation) ---- */
-
-/* z [rows, out] = x [rows, in] W^T + b, with W [out, in] and b [out]. host: the thread
- * pool (the CPU analogue of a stream). */
-typedef grm_status (*mmoe_linear_fwd_fn)(
-        float *z,                                   /* [rows, out] */
-        const float *x,                             /* [rows, in]  */
-        const float *w,                             /* [out, in]   */
-        const float *b,                             /* [out]       */
-        int64_t rows, int64_t in, int64_t out,
-        const grm_host_api *host);
-
-/* The backward of mmoe_linear_fwd_fn, accumulating: dx [rows, in] += dz W (dx NULL:
- * skipped), dw [out, in] += dz^T x, db [out] += column sums of dz. */
-typedef grm_status (*mmoe_linear_bwd_fn)(
-        float *dx,                                  /* [rows, in] or NULL */
-        float *dw,                                  /* [out, in]   */
-        float *db,                                  /* [out]       */
-        const float *dz,                            /* [rows, out] */
-        const float *x,                             /* [rows, in]  */
-        const float *w,                             /* [out, in]   */
-        int64_t rows, int64_t in, int64_t out,
-        const grm_host_api *host);
-
-typedef struct mmoe_impl {
-    const char *name;
-    mmoe_linear_fwd_fn linear_fwd;
-    mmoe_linear_bwd_fn linear_bwd;
-} mmoe_impl;
-
-grm_status mmoe_linear_fwd_ref(float *z, const float *x, const float *w, const float *b,
-                               int64_t rows, int64_t in, int64_t out,
-                               const grm_host_api *host);
-grm_status mmoe_linear_bwd_ref(float *dx, float *dw, float *db, const float *dz,
-                               const float *x, const float *w, int64_t rows, int64_t in,
-                               int64_t out, const grm_host_api *host);
-grm_status mmoe_linear_fwd_cpu(float *z, const float *x, const float *w, const float *b,
-                               int64_t rows, int64_t in, int64_t out,
-                               const grm_host_api *host);
-grm_status mmoe_linear_bwd_cpu(float *dx, float *dw, float *db, const float *dz,
-                               const float *x, const float *w, int64_t rows, int64_t in,
-                               int64_t out, const grm_host_api *host);
-
-extern const mmoe_impl mmoe_impl_ref;   /* static: mmoe_ref.c */
-extern const mmoe_impl mmoe_impl_cpu;   /* static: mmoe_cpu.c */
 
 /* ---- elementwise pieces (mmoe_ref.c) ---- */
 

@@ -1,61 +1,11 @@
-/* plugins/dense-mmoe/mmoe_ref.c - the reference pieces of dense-mmoe: the linear layer as
- * plain loops with double accumulators (the spec that mmoe_cpu.c mirrors), activations, and
- * the top-k softmax gate of MTGRBoost §2 eq. 4 (g_i over the k selected experts). */
+/* plugins/dense-mmoe/mmoe_ref.c - the elementwise pieces of dense-mmoe, shared by both
+ * linear-layer implementations (plugins/dense-mlp/linear_ref.c, linear_cpu.c): activations
+ * (in double, unlike dense-mlp's float ones) and the top-k softmax gate of MTGRBoost §2
+ * eq. 4 (g_i over the k selected experts). */
 #include <math.h>
 #include <string.h>
 
 #include "mmoe.h"
-
-/* ---- linear layer ---- */
-
-grm_status mmoe_linear_fwd_ref(float *z, const float *x, const float *w, const float *b,
-                               int64_t rows, int64_t in, int64_t out,
-                               const grm_host_api *host)
-{
-    (void)host;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * in;                   /* [in] */
-        for (int64_t o = 0; o < out; o++) {
-            const float *wo = w + o * in;               /* [in] */
-            double acc = b[o];
-            for (int64_t i = 0; i < in; i++)
-                acc += (double)xr[i] * wo[i];
-            z[r * out + o] = (float)acc;
-        }
-    }
-    return GRM_OK;
-}
-
-grm_status mmoe_linear_bwd_ref(float *dx, float *dw, float *db, const float *dz,
-                               const float *x, const float *w, int64_t rows, int64_t in,
-                               int64_t out, const grm_host_api *host)
-{
-    (void)host;
-    for (int64_t o = 0; o < out; o++) {
-        double accb = 0;
-        for (int64_t r = 0; r < rows; r++)
-            accb += dz[r * out + o];
-        db[o] += (float)accb;
-        for (int64_t i = 0; i < in; i++) {
-            double acc = 0;
-            for (int64_t r = 0; r < rows; r++)
-                acc += (double)dz[r * out + o] * x[r * in + i];
-            dw[o * in + i] += (float)acc;
-        }
-    }
-    if (dx == NULL)
-        return GRM_OK;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t i = 0; i < in; i++) {
-            double acc = 0;
-            for (int64_t o = 0; o < out; o++)
-                acc += (double)dz[r * out + o] * w[o * in + i];
-            dx[r * in + i] += (float)acc;
-        }
-    return GRM_OK;
-}
-
-const mmoe_impl mmoe_impl_ref = { "ref", mmoe_linear_fwd_ref, mmoe_linear_bwd_ref };
 
 /* ---- activations ---- */
 

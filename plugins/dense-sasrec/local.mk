@@ -9,5 +9,6 @@ EXTRA_DIST += %reldir%/README.md tests/ref/sasrec.py
 
 check_PROGRAMS += tests/test-dense-sasrec
 TESTS += tests/test-dense-sasrec
-tests_test_dense_sasrec_SOURCES = tests/test-dense-sasrec.c
+tests_test_dense_sasrec_SOURCES = tests/test-dense-sasrec.c tests/dense-checks.h \
+	tests/dense-checks.c
 tests_test_dense_sasrec_LDADD = $(GRM_TEST_LIBS) -lm

@@ -1,0 +1,99 @@
+/* plugins/dense-mlp/linear.h - the linear layer z = x W^T + b shared by dense-mlp.so and
+ * dense-mmoe.so (each .so compiles its own copy of linear.c, linear_ref.c, linear_cpu.c):
+ * the parameter views, Xavier init and one-block allocation (linear.c), the kernels as
+ * plain loops (linear_ref.c, the spec) and as OpenBLAS GEMMs (linear_cpu.c). The
+ * activations are not here: each block keeps its own (they round differently). Nothing
+ * here is exported: symbols are hidden, the .so's only visible one is grm_plugin_entry. */
+#ifndef LINEAR_H
+#define LINEAR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grm/grm.h>
+
+/* ---- kernels (STYLE.md §9: one type per operation) ---- */
+
+/* z [rows, out] = x [rows, in] W^T + b, with W [out, in] and b [out]. pool: the host whose
+ * parallel_for runs row chunks (the CPU analogue of a stream); NULL: one call on the
+ * calling thread. The reference ignores it. */
+typedef grm_status (*linear_fwd_fn)(
+        float *z,                                   /* [rows, out] */
+        const float *x,                             /* [rows, in]  */
+        const float *w,                             /* [out, in]   */
+        const float *b,                             /* [out]       */
+        int64_t rows, int64_t in, int64_t out,
+        const grm_host_api *pool);                  /* NULL: no thread pool */
+
+/* The backward of linear_fwd_fn given dz = d(loss)/dz: dw [out, in] += dz^T x, db [out] +=
+ * column sums of dz, and dx [rows, in] = dz W (dx_accumulate 0) or += dz W (1); dx NULL:
+ * not computed. dx must not alias dz. pool as in linear_fwd_fn. */
+typedef grm_status (*linear_bwd_fn)(
+        float *dx,                                  /* [rows, in] or NULL */
+        float *dw,                                  /* [out, in]   */
+        float *db,                                  /* [out]       */
+        const float *dz,                            /* [rows, out] */
+        const float *x,                             /* [rows, in]  */
+        const float *w,                             /* [out, in]   */
+        int64_t rows, int64_t in, int64_t out,
+        int32_t dx_accumulate,                      /* 1: dx +=, 0: dx = */
+        const grm_host_api *pool);                  /* NULL: no thread pool */
+
+/* An implementation of the linear layer, picked once in create (STYLE.md §9). */
+typedef struct linear_impl {
+    const char *name;
+    linear_fwd_fn fwd;
+    linear_bwd_fn bwd;
+} linear_impl;
+
+/* linear_ref.c: plain loops with double accumulators, the spec. */
+grm_status linear_fwd_ref(float *z, const float *x, const float *w, const float *b,
+                          int64_t rows, int64_t in, int64_t out, const grm_host_api *pool);
+grm_status linear_bwd_ref(float *dx, float *dw, float *db, const float *dz, const float *x,
+                          const float *w, int64_t rows, int64_t in, int64_t out,
+                          int32_t dx_accumulate, const grm_host_api *pool);
+/* linear_cpu.c: cblas_sgemm, per chunk on pool. Sizes must fit in int (checked by the
+ * callers' create). */
+grm_status linear_fwd_cpu(float *z, const float *x, const float *w, const float *b,
+                          int64_t rows, int64_t in, int64_t out, const grm_host_api *pool);
+grm_status linear_bwd_cpu(float *dx, float *dw, float *db, const float *dz, const float *x,
+                          const float *w, int64_t rows, int64_t in, int64_t out,
+                          int32_t dx_accumulate, const grm_host_api *pool);
+
+extern const linear_impl linear_impl_ref;   /* static: linear_ref.c */
+extern const linear_impl linear_impl_cpu;   /* static: linear_cpu.c */
+
+/* ---- parameters (linear.c) ---- */
+
+/* One layer's parameters and gradients: views into its owner's block (STYLE.md §8). */
+typedef struct linear_layer {
+    int64_t in, out;
+    float *w, *b;               /* [out, in], [out] */
+    float *dw, *db;             /* [out, in], [out]: the same offsets in the grads half */
+} linear_layer;
+
+/* Floats of one layer's parameters: in out + out. */
+size_t linear_nparams(const linear_layer *ly);
+
+/* Allocate, through host, one zeroed CPU block of 2 nparams floats (all parameters, then
+ * all gradients) into *block (owned; host->free on CPU). GRM_ENOMEM with a message that
+ * starts with who ("dense-mlp") when it cannot. */
+grm_status linear_block_alloc(const grm_host_api *host, const char *who, size_t nparams,
+                              float **block);
+
+/* Bind ly to the next parameters at *p and gradients at *g (weight, then bias), advance
+ * both past them, and fill the weight with Xavier/Glorot uniform draws from *state; the
+ * bias keeps the block's zeros. Layers bound in order from one state give the same
+ * weights as before this file existed: the draws are sequential. */
+void linear_bind(linear_layer *ly, float **p, float **g, uint64_t *state);
+
+/* Xavier/Glorot uniform (Glorot & Bengio 2010): w [out, in] ~ U(-a, a),
+ * a = sqrt(6 / (in + out)), in out sequential draws of grm_rng_uniform01(state). */
+void linear_xavier_uniform(float *w, int64_t in, int64_t out, uint64_t *state);
+
+/* Views of ly's weight (is_bias 0: [out, in]) or bias (1: [out]) as value (named name,
+ * borrowed) and its gradient as grad; either may be NULL. */
+void linear_views(const linear_layer *ly, int32_t is_bias, const char *name,
+                  grm_named_tensor *value, grm_tensor *grad);
+
+#endif /* LINEAR_H */
