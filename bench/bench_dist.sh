@@ -55,3 +55,65 @@ awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
               v["dedup"], v["ids_raw"], v["ids_sent"], v["ids_stage2"], v["id_bytes"] / 1024,
               (v["row_bytes"] + v["grad_bytes"] + v["sync_bytes"]) / 1024, v["step_ms"] }' \
     "$tmp/out"
+
+# The trainer at 1, 2 and 4 ranks (issue 5's scaling and fusion figures): ML-100K and Beauty
+# retrieval (the shipped INIs with a user feature added, emb-dynamic, 100 steps, no
+# checkpoints, in-batch negatives off so every rank count trains the same steps). Per case:
+# the user and item id spaces fused into one physical table (MTGRBoost §4.2 merging, one
+# exchange per table) or kept apart (merge = false: two), synchronous or semi-async sparse
+# (TurboGR §4.2.2); rank 0's exchange counters per step and the job's samples/s, with the
+# 1-rank synchronous fused run of the same case as the peer (ratio = samples/s over it).
+#   bench=dist case=train-ml100k ranks=N tables=fused|apart sparse=sync|async rounds=
+#     id_bytes= row_bytes= grad_bytes= samples_per_s= peer=1rank ratio=
+# On this 2-core machine 4 ranks oversubscribe the cores; the ratios are honest, not hopeful.
+g="$build/grmhost"
+metric() { grep "\"split\":\"train\",\"name\":\"$2\"" "$1" | tail -1 | sed 's/.*"value":\([^}]*\)}/\1/'; }
+if [ ! -x "$g" ]; then echo "# bench_dist: grmhost not built; trainer cases skipped"; exit 0; fi
+src=${GRM_TOP_SRCDIR:-$(dirname "$0")/..}
+for c in ml100k beauty; do
+    case $c in
+    ml100k) ini="$src/share/pipelines/ml100k-retrieval.ini"; path="$data/ml-100k/u.data.zst" ;;
+    beauty) ini="$src/share/pipelines/beauty-retrieval.ini"
+            path="$data/amazon-beauty/Beauty.txt.zst" ;;
+    esac
+    base=
+    for tables in fused apart; do
+        merge=true; [ $tables = apart ] && merge=false
+        for sparse in sync async; do
+            as=false; [ $sparse = async ] && as=true
+            for n in 1 2 4; do
+                { sed -e "s|^path = .*|path = $path|" -e "s|^plugin = emb-static|plugin = emb-dynamic|" \
+                      -e "s|^in_batch = true|in_batch = false|" -e "s|^epochs = .*|steps = 100|" \
+                      -e "s|^log_every = .*|log_every = 100\nsparse_async = $as\neval_every = 1000000|" \
+                      -e "s|^dir = .*|dir =|" "$ini"
+                  printf '[feature.user]\nsource = user\ndim = 64\nmerge = %s\n' $merge
+                  [ $n -gt 1 ] && printf '[distributed]\nplugin = comm-mpi\n'; } >"$tmp/t.ini"
+                rm -f "$tmp/t.jsonl"
+                if [ $n -eq 1 ]; then
+                    "$g" train --fresh --quiet --metrics-out "$tmp/t.jsonl" "$tmp/t.ini" \
+                        >/dev/null 2>"$tmp/err"
+                elif [ -n "$mpi" ] && [ -n "$so" ]; then
+                    "$mpi" $flags -n $n "$g" train --fresh --quiet --metrics-out "$tmp/t.jsonl" \
+                        "$tmp/t.ini" >/dev/null 2>"$tmp/err"
+                else
+                    continue
+                fi
+                [ -s "$tmp/t.jsonl" ] || { sed 's/^/# /' "$tmp/err" | tail -3; continue; }
+                sps=$(metric "$tmp/t.jsonl" samples_per_s)
+                [ -z "$base" ] && base=$sps
+                echo "bench=dist case=train-$c ranks=$n tables=$tables sparse=$sparse" \
+                     "rounds=$(metric "$tmp/t.jsonl" dist.lookup.rounds)" \
+                     "id_bytes=$(metric "$tmp/t.jsonl" dist.lookup.id_bytes)" \
+                     "row_bytes=$(metric "$tmp/t.jsonl" dist.lookup.row_bytes)" \
+                     "grad_bytes=$(metric "$tmp/t.jsonl" dist.update.row_bytes)" \
+                     "samples_per_s=$sps peer=1rank" \
+                     "ratio=$(awk -v a="$sps" -v b="$base" 'BEGIN { printf "%.2f", a / b }')"
+            done
+        done
+    done
+done | tee "$tmp/tr"
+echo "# trainer: case         ranks tables sparse rounds id_KB  row_KB  grad_KB samples/s ratio"
+awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+       printf "# %-20s %5s %-6s %-6s %6s %6.1f %7.1f %7.1f %9.0f %5s\n", v["case"], v["ranks"],
+              v["tables"], v["sparse"], v["rounds"], v["id_bytes"] / 1024, v["row_bytes"] / 1024,
+              v["grad_bytes"] / 1024, v["samples_per_s"], v["ratio"] }' "$tmp/tr"
