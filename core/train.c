@@ -2264,10 +2264,15 @@ static grm_status save_ckpt_as(trainer *t, const char *file)
     else
         snprintf(path, sizeof path, "%s/step-%010lld.%s", dir, (long long)t->step,
                  kops->extension(p->ckpt.inst));
+    /* the manifest of the shard: world size, the sharding function (core/dist.h
+     * grm__dist_owner_of) and its replica group, the step */
+    const int64_t grp = p->set.sparse_group > 0 ? p->set.sparse_group : t->nranks;
     snprintf(meta, sizeof meta, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
-             "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,\"rank\":%d,\"seed\":%lld}",
+             "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,\"rank\":%d,\"seed\":%lld,"
+             "\"sharding\":\"fmix64(key) %% group + rank / group * group\","
+             "\"sparse_group\":%lld}",
              GRM_VERSION_STRING, p->set.name, (long long)t->step, t->nranks, t->rank,
-             (long long)p->set.seed);
+             (long long)p->set.seed, (long long)grp);
     if ((st = kops->save(p->ckpt.inst, path, l.v, l.n, meta)) != GRM_OK) goto out;
     if (!file) prune_ckpts(dir, kops->extension(p->ckpt.inst), p->set.ckpt_keep);
     if (!t->opts->quiet) grm__log(GRM_LOG_INFO, "grmhost", "checkpoint %s", path);

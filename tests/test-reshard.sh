@@ -14,7 +14,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-reshard-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..25"
+echo "1..26"
 
 "$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || exit 1
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
@@ -195,7 +195,7 @@ joined "$tmp/ss.jsonl" "$tmp/s.jsonl" "$tmp/s2.jsonl"
 same_curve "$tmp/sref.jsonl" "$tmp/ss.jsonl" 1e-5
 ok $((rc | $?)) "retrieval on emb-static, 1 -> 2 -> 1, resumed: the 30 losses of one run"
 
-mpi_or_skip 19 25
+mpi_or_skip 19 26
 mpitrain() {   # N INI STEPS OUT.jsonl
     mpi "$1" train --quiet --max-steps "$3" --metrics-out "$4" "$2" >"$4.out" 2>&1
     rc=$?
@@ -203,8 +203,8 @@ mpitrain() {   # N INI STEPS OUT.jsonl
     return $rc
 }
 
-# 2 ranks for 40 steps, then 1 rank and 4 ranks for 20 more
-for m in 1 4; do
+# 2 ranks for 40 steps, then 1, 3 and 4 ranks for 20 more
+for m in 1 3 4; do
     rank_ini comm-mpi "$tmp/m$m" >"$tmp/m$m.ini"
     mpitrain 2 "$tmp/m$m.ini" 40 "$tmp/m$m.jsonl"
     rc=$?
