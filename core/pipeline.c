@@ -256,6 +256,13 @@ static int cmp_dense(const void *a, const void *b)
     return (nx > ny) - (nx < ny);
 }
 
+/* The [train] line that set `key`, or NULL (no such line, or no [train] section). */
+static const grm__kv *train_kv(const grm__pipeline *p, const char *key)
+{
+    const grm__section *sec = grm__config_section(p->cfg, "train");
+    return sec ? grm__section_kv(sec, key) : NULL;
+}
+
 static int is_uint(const char *s)
 {
     if (!*s) return 0;
@@ -434,8 +441,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.select_k = tc->select_k;
     p->set.sparse_async = tc->sparse_async;
     if (tc->sparse_async && tc->accumulate > 1) {
-        const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "train"),
-                                            "sparse_async");
+        const grm__kv *kv = train_kv(p, "sparse_async");
         st = grm_errorf(GRM_EINVAL, "%s:%d: [train] sparse_async with accumulate = %lld: the "
                         "lagged update takes one batch per step; use accumulate = 1 or "
                         "sparse_async = false", path, kv ? kv->line : 0,
@@ -445,7 +451,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     if (!ranking) {
         int64_t i = 0;
         while (i < tc->topk.n && tc->topk.v[i] != tc->select_k) i++;
-        const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "train"), "select_k");
+        const grm__kv *kv = train_kv(p, "select_k");
         if (i == tc->topk.n && kv) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [train] select_k = %lld is not one of topk; "
                             "add it to topk", path, kv->line, (long long)tc->select_k);
@@ -557,8 +563,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     qsort(p->dense, (size_t)p->ndense, sizeof *p->dense, cmp_dense);
     {   /* ranking on a token sequence: which blocks see tokens (MTGRBoost §2: HSTU, then
          * MMoE on the candidate's output) */
-        const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "train"),
-                                            "sequence_blocks");
+        const grm__kv *kv = train_kv(p, "sequence_blocks");
         int64_t sb = p->set.sequence_blocks;
         int seqrank = ranking && p->seq_feature >= 0;
         if (seqrank && (sb < 1 || sb > p->ndense)) {
@@ -662,8 +667,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         p->set.ckpt_every = cc->every;
         p->set.ckpt_keep = cc->keep;
         if (p->set.early_stop > 0 && !cc->dir[0]) {
-            const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "train"),
-                                                "early_stop");
+            const grm__kv *kv = train_kv(p, "early_stop");
             st = grm_errorf(GRM_EINVAL, "%s:%d: [train] early_stop keeps the best model as a "
                             "checkpoint; set [checkpoint] dir", path, kv ? kv->line : 0);
             goto fail;
