@@ -1445,19 +1445,30 @@ static void pf_release(trainer *t, int64_t g)
  * batch's row gradients summed per unique key into each table's working set. Gradients are
  * weighted by `weight`, the batch's share of the step's rows, so a step of several batches
  * averages over its samples, not over its batches (MTGRBoost §5.1). */
+/* The row optimizer on n keys of physical table T with their summed gradients [n, dim]:
+ * the store's update on one rank, the exchange to the owners with several. `routed`: the
+ * keys are those of T's last lookup, whose routing the exchange reuses (only gradients
+ * travel). */
+static grm_status update_table(trainer *t, int32_t T, const int64_t *keys, const float *grads,
+                               int64_t n, int64_t step, int routed)
+{
+    grm__pipeline *p = t->p;
+    grm_status st = t->dist ? grm__dist_update(t->dist, T, routed ? NULL : keys, grads, n, step)
+                            : t->eops->update(p->emb.inst, T, keys, grads, n, step);
+    if (st != GRM_OK) grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
+    return st;
+}
+
 /* ---- semi-async sparse (TurboGR §4.2.2) ---- */
 
 /* Apply the pending row gradients: the exchange to the owners and the row optimizer,
  * collective with several ranks. */
 static grm_status apply_pending(trainer *t)
 {
-    grm__pipeline *p = t->p;
     grm_status st = GRM_OK;
-    for (int32_t i = 0; i < p->nphys && st == GRM_OK; i++) {
+    for (int32_t i = 0; i < t->p->nphys && st == GRM_OK; i++) {
         const struct pending *q = &t->pend[i];
-        st = t->dist ? grm__dist_update(t->dist, i, q->keys, q->grads, q->n, t->pend_step)
-                     : t->eops->update(p->emb.inst, i, q->keys, q->grads, q->n, t->pend_step);
-        if (st != GRM_OK) grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
+        st = update_table(t, i, q->keys, q->grads, q->n, t->pend_step, 0);
     }
     t->pend_step = 0;
     return st;
@@ -1634,12 +1645,7 @@ static grm_status update_accumulated(trainer *t, int64_t step)
                                      &t->work);
         if (st != GRM_OK) return st;
         w->an = 0;
-        st = t->dist ? grm__dist_update(t->dist, T, w->ukeys, w->ugrads, nu, step)
-                     : t->eops->update(p->emb.inst, T, w->ukeys, w->ugrads, nu, step);
-        if (st != GRM_OK) {
-            grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
-            return st;
-        }
+        if ((st = update_table(t, T, w->ukeys, w->ugrads, nu, step, 0)) != GRM_OK) return st;
     }
     return GRM_OK;
 }
@@ -1734,13 +1740,8 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
         t->pend_step = step;
         pf_release(t, g0 + 1);
     } else {
-        for (int32_t i = 0; i < p->nphys && st == GRM_OK; i++) {
-            const batch_tab *w = &bt->tab[i];
-            st = t->dist ? grm__dist_update(t->dist, i, NULL, t->ws[i].grads, w->nu, step)
-                         : t->eops->update(p->emb.inst, i, w->keys, t->ws[i].grads, w->nu, step);
-            if (st != GRM_OK)
-                grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
-        }
+        for (int32_t i = 0; i < p->nphys && st == GRM_OK; i++)
+            st = update_table(t, i, bt->tab[i].keys, t->ws[i].grads, bt->tab[i].nu, step, 1);
         pf_release(t, g0 + 1);
     }
     if (st != GRM_OK) goto out;
