@@ -3,6 +3,8 @@
  * init (Glorot & Bengio 2010) and the named tensor views that params() returns. Compiled
  * into dense-mlp.so and dense-mmoe.so. */
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <grm/rng.h>
@@ -67,4 +69,29 @@ void linear_views(const linear_layer *ly, int32_t is_bias, const char *name,
         *grad = t;
         grad->data = is_bias ? ly->db : ly->dw;
     }
+}
+
+grm_status linear_cache_reserve(const grm_host_api *host, const char *who, float **cache,
+                                int64_t *rows_cap, int64_t per_row, int64_t rows,
+                                int *grown)
+{
+    *grown = 0;
+    if (rows <= *rows_cap)
+        return GRM_OK;
+    int64_t cap = *rows_cap + *rows_cap / 2;
+    if (cap < rows)
+        cap = rows;
+    if ((uint64_t)cap > SIZE_MAX / sizeof(float) / (uint64_t)per_row)
+        return host->errorf(GRM_ENOMEM, "%s: forward: %lld rows of %lld floats overflow "
+                            "size_t", who, (long long)cap, (long long)per_row);
+    float *c = malloc((size_t)cap * (size_t)per_row * sizeof *c);
+    if (c == NULL)
+        return host->errorf(GRM_ENOMEM, "%s: forward: cannot allocate the activation cache "
+                            "for %lld rows (%zu bytes)", who, (long long)cap,
+                            (size_t)cap * (size_t)per_row * sizeof *c);
+    free(*cache);
+    *cache = c;
+    *rows_cap = cap;
+    *grown = 1;
+    return GRM_OK;
 }

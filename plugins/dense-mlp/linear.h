@@ -96,4 +96,12 @@ void linear_xavier_uniform(float *w, int64_t in, int64_t out, uint64_t *state);
 void linear_views(const linear_layer *ly, int32_t is_bias, const char *name,
                   grm_named_tensor *value, grm_tensor *grad);
 
+/* The activation cache of a block: make *cache (malloc, *rows_cap rows of per_row floats)
+ * hold `rows` rows, growing by at least half so growth stays rare. *grown is set to 1 when
+ * it was reallocated (its old contents are gone: the caller re-binds its views), else 0.
+ * GRM_ENOMEM with a message that starts with who ("dense-mlp") when it cannot. */
+grm_status linear_cache_reserve(const grm_host_api *host, const char *who, float **cache,
+                                int64_t *rows_cap, int64_t per_row, int64_t rows,
+                                int *grown);
+
 #endif /* LINEAR_H */

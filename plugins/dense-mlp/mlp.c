@@ -75,25 +75,14 @@ static void cache_bind(mlp *m, int64_t cap)
 /* Make room for `rows` rows; grows by at least half so growth stays rare. */
 static grm_status cache_reserve(mlp *m, int64_t rows)
 {
-    if (rows <= m->rows_cap)
-        return GRM_OK;
-    int64_t cap = m->rows_cap + m->rows_cap / 2;
-    if (cap < rows)
-        cap = rows;
-    if ((uint64_t)cap > SIZE_MAX / sizeof(float) / (uint64_t)m->per_row)
-        return m->host->errorf(GRM_ENOMEM, "dense-mlp: forward: %lld rows of %lld floats "
-                               "overflow size_t", (long long)cap, (long long)m->per_row);
-    float *c = malloc((size_t)cap * (size_t)m->per_row * sizeof *c);
-    if (c == NULL)
-        return m->host->errorf(GRM_ENOMEM, "dense-mlp: forward: cannot allocate the "
-                               "activation cache for %lld rows (%zu bytes)", (long long)cap,
-                               (size_t)cap * (size_t)m->per_row * sizeof *c);
-    free(m->cache);
-    m->cache = c;
-    m->rows_cap = cap;
-    m->rows = -1;
-    cache_bind(m, cap);
-    return GRM_OK;
+    int grown;
+    grm_status st = linear_cache_reserve(m->host, "dense-mlp", &m->cache, &m->rows_cap,
+                                         m->per_row, rows, &grown);
+    if (st == GRM_OK && grown) {
+        m->rows = -1;
+        cache_bind(m, m->rows_cap);
+    }
+    return st;
 }
 
 grm_status mlp_create(const grm_host_api *host, const mlp_config *cfg, int64_t in_dim,
