@@ -67,9 +67,9 @@ awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
 #     id_bytes= row_bytes= grad_bytes= samples_per_s= peer=1rank ratio=
 # On this 2-core machine 4 ranks oversubscribe the cores; the ratios are honest, not hopeful.
 g="$build/grmhost"
-metric() { grep "\"split\":\"train\",\"name\":\"$2\"" "$1" | tail -1 | sed 's/.*"value":\([^}]*\)}/\1/'; }
 if [ ! -x "$g" ]; then echo "# bench_dist: grmhost not built; trainer cases skipped"; exit 0; fi
 src=${GRM_TOP_SRCDIR:-$(dirname "$0")/..}
+. "$src/tests/tap.sh"   # metric FILE SPLIT NAME: the last logged value
 for c in ml100k beauty; do
     case $c in
     ml100k) ini="$src/share/pipelines/ml100k-retrieval.ini"; path="$data/ml-100k/u.data.zst" ;;
@@ -99,13 +99,13 @@ for c in ml100k beauty; do
                     continue
                 fi
                 [ -s "$tmp/t.jsonl" ] || { sed 's/^/# /' "$tmp/err" | tail -3; continue; }
-                sps=$(metric "$tmp/t.jsonl" samples_per_s)
+                sps=$(metric "$tmp/t.jsonl" train samples_per_s)
                 [ -z "$base" ] && base=$sps
                 echo "bench=dist case=train-$c ranks=$n tables=$tables sparse=$sparse" \
-                     "rounds=$(metric "$tmp/t.jsonl" dist.lookup.rounds)" \
-                     "id_bytes=$(metric "$tmp/t.jsonl" dist.lookup.id_bytes)" \
-                     "row_bytes=$(metric "$tmp/t.jsonl" dist.lookup.row_bytes)" \
-                     "grad_bytes=$(metric "$tmp/t.jsonl" dist.update.row_bytes)" \
+                     "rounds=$(metric "$tmp/t.jsonl" train dist.lookup.rounds)" \
+                     "id_bytes=$(metric "$tmp/t.jsonl" train dist.lookup.id_bytes)" \
+                     "row_bytes=$(metric "$tmp/t.jsonl" train dist.lookup.row_bytes)" \
+                     "grad_bytes=$(metric "$tmp/t.jsonl" train dist.update.row_bytes)" \
                      "samples_per_s=$sps peer=1rank" \
                      "ratio=$(awk -v a="$sps" -v b="$base" 'BEGIN { printf "%.2f", a / b }')"
             done
