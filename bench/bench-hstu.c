@@ -163,6 +163,52 @@ static int run_layer(const opts *o)
     return 0;
 }
 
+/* The layer's two projections alone, forward and backward, through the same functions
+ * dense-hstu calls (f1: D -> P = 2 HV + 2 H dqk, f2: HV -> D; eq. 1 and 3): the GEMM part of
+ * the layer, whose MFU the issue's > 50% target names. */
+static int run_proj(const opts *o)
+{
+    const int64_t D = o->D, HV = o->D, P = 4 * o->D;     // dqk = dv = D / H
+    int64_t N = 0;
+    for (int64_t i = 0; i < o->nseq; i++)
+        N += o->lengths[i];
+    const grm_host_api *host = harness_host();
+    float *x = malloc((size_t)(N * D) * 4), *z1 = malloc((size_t)(N * P) * 4);
+    float *g = malloc((size_t)(N * HV) * 4), *z2 = malloc((size_t)(N * D) * 4);
+    float *dz1 = malloc((size_t)(N * P) * 4), *dx = malloc((size_t)(N * D) * 4);
+    float *dg = malloc((size_t)(N * HV) * 4), *dz2 = malloc((size_t)(N * D) * 4);
+    float *w1 = malloc((size_t)(P * D) * 4), *b1 = calloc((size_t)P, 4);
+    float *w2 = malloc((size_t)(D * HV) * 4), *b2 = calloc((size_t)D, 4);
+    float *dw1 = calloc((size_t)(P * D), 4), *db1 = calloc((size_t)P, 4);
+    float *dw2 = calloc((size_t)(D * HV), 4), *db2 = calloc((size_t)D, 4);
+    uint64_t s = 5;
+    fill(x, N * D, &s, 1.0f);
+    fill(g, N * HV, &s, 1.0f);
+    fill(dz1, N * P, &s, 1.0f);
+    fill(dz2, N * D, &s, 1.0f);
+    fill(w1, P * D, &s, 0.05f);
+    fill(w2, D * HV, &s, 0.05f);
+    double tot[64];
+    const int reps = (int)(o->reps < 64 ? o->reps : 64);
+    for (int r = -1; r < reps; r++) {
+        const double t0 = now_ms();
+        if (hstu_linear_fwd_cpu(host, z1, x, w1, b1, N, D, P) != GRM_OK
+            || hstu_linear_fwd_cpu(host, z2, g, w2, b2, N, HV, D) != GRM_OK
+            || hstu_linear_bwd_cpu(host, dg, dw2, db2, dz2, g, w2, N, HV, D) != GRM_OK
+            || hstu_linear_bwd_cpu(host, dx, dw1, db1, dz1, x, w1, N, D, P) != GRM_OK)
+            return fprintf(stderr, "bench-hstu: %s\n", grm_last_error()), 1;
+        if (r >= 0)
+            tot[r] = now_ms() - t0;
+    }
+    // forward 2 N (D P + HV D), backward twice that (dx and dw)
+    printf("tokens=%lld total_ms=%.3f flops=%.6g\n", (long long)N, median(tot, reps),
+           3.0 * 2.0 * (double)N * (double)(D * P + HV * D));
+    float *bufs[] = { x, z1, g, z2, dz1, dx, dg, dz2, w1, b1, w2, b2, dw1, db1, dw2, db2 };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        free(bufs[i]);
+    return 0;
+}
+
 static int run_attn(const opts *o)
 {
     const int64_t H = o->H, dk = o->D / o->H, ld = 2 * H * dk + H * dk, ml = 1024, nb = 32;
@@ -241,7 +287,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "--sgemm") == 0)
         return run_sgemm();
     if (o.nseq == 0 || o.H < 1 || o.D % o.H != 0 || o.reps < 1) {
-        fprintf(stderr, "usage: bench-hstu --sgemm|--layer|--attn --threads T "
+        fprintf(stderr, "usage: bench-hstu --sgemm|--layer|--attn|--proj --threads T "
                 "--lengths L1,L2,... [--dim D --heads H --reps R]\n");
         return 2;
     }
@@ -249,6 +295,8 @@ int main(int argc, char **argv)
         return run_layer(&o);
     if (strcmp(mode, "--attn") == 0)
         return run_attn(&o);
+    if (strcmp(mode, "--proj") == 0)
+        return run_proj(&o);
     fprintf(stderr, "bench-hstu: unknown mode '%s'\n", mode);
     return 2;
 }

@@ -8,6 +8,10 @@ same thread count (torch.set_num_threads and grm's pool):
                grm: dense-hstu through its ops table (bench/bench-hstu --layer);
                peer: the layer in PyTorch the way the reference implementation runs it,
                padded to the longest sequence with a causal mask, fp32 autograd.
+  proj         the layer's two projections alone (f1: d -> 4d, f2: d -> d), forward and
+               backward on the same tokens, through the functions dense-hstu calls
+               (bench/bench-hstu --proj); peer: the same two torch linear layers on the
+               same unpadded rows. Its mfu is the GEMM part of the layer.
   attn_*       the attention alone on batches with the same sum of L^2/2 but different
                B * Lmax^2: grm's tiled jagged kernels should follow sum L^2/2, the padded
                peer B * Lmax^2.
@@ -99,6 +103,27 @@ def torch_layer(torch, lengths, D, H, reps, attn_only):
     return ts[len(ts) // 2]
 
 
+def torch_proj(torch, N, D, reps):
+    g = torch.Generator().manual_seed(2)
+    f1, f2 = torch.nn.Linear(D, 4 * D), torch.nn.Linear(D, D)
+    x = torch.randn(N, D, generator=g).requires_grad_(True)
+    u = torch.randn(N, D, generator=g).requires_grad_(True)
+    d1, d2 = torch.randn(N, 4 * D, generator=g), torch.randn(N, D, generator=g)
+
+    def step():
+        f1(x).backward(d1)
+        f2(u).backward(d2)
+
+    step()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        step()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grmhost")
@@ -126,6 +151,17 @@ def main():
           f"heads=4 fwd_ms={float(r['fwd_ms']):.2f} bwd_ms={float(r['bwd_ms']):.2f} "
           f"grm_ms={grm_ms:.2f} peer=torch peer_ms={peer_ms:.2f} ratio={peer_ms / grm_ms:.2f} "
           f"mfu={mfu:.3f}", flush=True)
+
+    r = driver(args.build, ["--proj", "--threads", T, "--reps", str(args.reps),
+                            "--dim", "256", "--heads", "4",
+                            "--lengths", ",".join(map(str, lengths))])
+    grm_ms = float(r["total_ms"])
+    peer_ms = torch_proj(torch, int(r["tokens"]), 256, args.reps)
+    mfu = float(r["flops"]) / (grm_ms * 1e6) / peak
+    rows.append(("proj", grm_ms, peer_ms, mfu, sl2, len(lengths) * max(lengths) ** 2))
+    print(f"bench=hstu case=proj seqs=32 tokens={r['tokens']} d=256 grm_ms={grm_ms:.2f} "
+          f"peer=torch peer_ms={peer_ms:.2f} ratio={peer_ms / grm_ms:.2f} mfu={mfu:.3f}",
+          flush=True)
 
     # equal sum L^2 / 2 (about 2^17), B * Lmax^2 from 1x to 12x
     batches = {
