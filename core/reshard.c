@@ -288,13 +288,13 @@ typedef struct rs_job {
 } rs_job;
 
 /* Table of tensor name (the longest "emb.<table>." prefix), or -1. */
-static int32_t table_of(const rs_job *j, const char *name)
+static int32_t table_in(const grm__pipeline *p, const char *name)
 {
     int32_t best = -1;
     size_t blen = 0;
     if (strncmp(name, "emb.", 4) != 0) return -1;
-    for (int32_t T = 0; T < j->p->nphys; T++) {
-        const char *tn = j->p->phys_names[T];
+    for (int32_t T = 0; T < p->nphys; T++) {
+        const char *tn = p->phys_names[T];
         size_t n = strlen(tn);
         if (strncmp(name + 4, tn, n) == 0 && name[4 + n] == '.' && n > blen) {
             best = T;
@@ -302,6 +302,11 @@ static int32_t table_of(const rs_job *j, const char *name)
         }
     }
     return best;
+}
+
+static int32_t table_of(const rs_job *j, const char *name)
+{
+    return table_in(j->p, name);
 }
 
 /* Read "key":NUMBER from the metadata JSON; 0 when absent. */
@@ -722,21 +727,20 @@ static void unstage(rs_job *j)
     for (int32_t r = 0; j->src && r < j->N; r++) file_fini(&j->src[r]);
 }
 
-/* Move the source checkpoints into dir/resharded-from-N[-K] (grmhost train refuses a
- * directory that holds checkpoints of another world size); *aside gets that directory. */
-static grm_status move_aside(const rs_job *j, char *aside, size_t cap)
+grm_status grm__reshard_move_aside(const char *dir, const char *ext, int32_t N, char *aside,
+                                   size_t cap)
 {
     grm_status st;
     struct stat sb;
-    snprintf(aside, cap, "%s/resharded-from-%d", j->dir, (int)j->N);
+    snprintf(aside, cap, "%s/resharded-from-%d", dir, (int)N);
     for (int k = 2; stat(aside, &sb) == 0; k++)
-        snprintf(aside, cap, "%s/resharded-from-%d-%d", j->dir, (int)j->N, k);
+        snprintf(aside, cap, "%s/resharded-from-%d-%d", dir, (int)N, k);
     if ((st = make_dir(aside)) != GRM_OK) return st;
     char from[PATH_CAP], to[PATH_CAP];
-    if (j->N > 1) {
-        for (int32_t r = 0; r < j->N; r++) {
-            rank_dir(from, sizeof from, j->dir, r, j->N);
-            if ((st = pathf(to, sizeof to, "%s/rank-%d-of-%d", aside, (int)r, (int)j->N))
+    if (N > 1) {
+        for (int32_t r = 0; r < N; r++) {
+            rank_dir(from, sizeof from, dir, r, N);
+            if ((st = pathf(to, sizeof to, "%s/rank-%d-of-%d", aside, (int)r, (int)N))
                 != GRM_OK)
                 return st;
             if (rename(from, to) != 0)
@@ -746,16 +750,16 @@ static grm_status move_aside(const rs_job *j, char *aside, size_t cap)
         return GRM_OK;
     }
     /* one rank: its step-*, best.* (and leftover temporary) files at the top level */
-    DIR *d = opendir(j->dir);
-    if (!d) return grm_errorf(GRM_EIO, "%s: cannot read: %s", j->dir, strerror(errno));
+    DIR *d = opendir(dir);
+    if (!d) return grm_errorf(GRM_EIO, "%s: cannot read: %s", dir, strerror(errno));
     struct dirent *e;
     char best[64];
-    snprintf(best, sizeof best, "best.%s", j->ext);
+    snprintf(best, sizeof best, "best.%s", ext);
     st = GRM_OK;
     while ((e = readdir(d)) != NULL && st == GRM_OK) {
         if (strncmp(e->d_name, "step-", 5) != 0 && strncmp(e->d_name, best, strlen(best)) != 0)
             continue;
-        if ((st = pathf(from, sizeof from, "%s/%s", j->dir, e->d_name)) != GRM_OK
+        if ((st = pathf(from, sizeof from, "%s/%s", dir, e->d_name)) != GRM_OK
             || (st = pathf(to, sizeof to, "%s/%s", aside, e->d_name)) != GRM_OK)
             break;
         if (rename(from, to) != 0)
@@ -905,7 +909,8 @@ grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
                  nbest, (int)j.N, j.ext);
     }
     char aside[PATH_CAP];
-    if ((st = move_aside(&j, aside, sizeof aside)) != GRM_OK) goto out;
+    if ((st = grm__reshard_move_aside(j.dir, j.ext, j.N, aside, sizeof aside)) != GRM_OK)
+        goto out;
     fprintf(out, "the %d-rank checkpoints were moved (not deleted) to %s\n", (int)j.N, aside);
 out:
     unstage(&j);
@@ -915,5 +920,80 @@ out:
     free(j.moved);
     if (j.kinst) j.kops->destroy(j.kinst);
     grm__pipeline_destroy(p);
+    return st;
+}
+
+/* ---- resuming on kN ranks directly: MTGRBoost §5.2's modulo scheme ---- */
+
+int grm__reshard_nests(int64_t sparse_group, int32_t N, int32_t M)
+{
+    const int32_t IN = group_of(sparse_group, N), IM = group_of(sparse_group, M);
+    return N >= 1 && M > N && N % IN == 0 && M % IM == 0 && IM % IN == 0;
+}
+
+grm_status grm__reshard_source(const char *dir, const char *ext, int32_t rank, int32_t N,
+                               int64_t want, int64_t *newest, char *path, size_t cap)
+{
+    char rd[PATH_CAP];
+    rank_dir(rd, sizeof rd, dir, rank % N, N);
+    return scan_dir(rd, ext, want, newest, path, cap);
+}
+
+grm_status grm__reshard_load_owned(const grm__pipeline *p, const grm_ckpt_ops *kops,
+                                   void *kinst, const char *path, int32_t rank, int32_t M,
+                                   grm_ckpt_visit_fn visit, void *user, int64_t *kept,
+                                   int64_t *dropped)
+{
+    rs_file f = { 0 };
+    uint8_t *keep = NULL;
+    void *rows = NULL;
+    const int32_t IM = group_of(p->set.sparse_group, M);
+    grm_status st;
+    *kept = *dropped = 0;
+    snprintf(f.path, sizeof f.path, "%s", path);
+    if ((st = kops->load(kinst, path, file_visit, &f)) != GRM_OK) goto out;
+    for (int64_t i = 0; i < f.n; i++) {
+        const rs_tensor *x = &f.v[i];
+        const int32_t T = table_in(p, x->name);
+        char ids_name[512];
+        snprintf(ids_name, sizeof ids_name, "emb.%s.ids", T >= 0 ? p->phys_names[T] : "");
+        const rs_tensor *ids = T >= 0 ? file_find(&f, ids_name) : NULL;
+        /* indexed tables (no .ids) hold the whole table on every rank: the rows this rank
+         * owns among M were owned by rank mod N, so they are current in this file */
+        if (!ids || !is_row_tensor_keyed(x, ids_name) || x->t.shape[0] != ids->t.shape[0]) {
+            grm_named_tensor nt = { x->name, x->t };
+            if ((st = visit(user, &nt)) != GRM_OK) goto out;
+            continue;
+        }
+        const int64_t n = ids->t.shape[0], *key = ids->t.data;
+        const size_t rb = row_bytes(&x->t);
+        free(keep);
+        free(rows);
+        keep = malloc(n ? (size_t)n : 1);
+        rows = malloc(n ? (size_t)n * rb : 1);
+        if (!keep || !rows) {
+            st = grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", path, x->name);
+            goto out;
+        }
+        int64_t w = 0;
+        for (int64_t r = 0; r < n; r++) {
+            keep[r] = owner_in_group(key[r], IM) == rank % IM;
+            if (!keep[r]) continue;
+            memcpy((char *)rows + (size_t)w * rb, (const char *)x->t.data + (size_t)r * rb, rb);
+            w++;
+        }
+        if (x == ids) {
+            *kept += w;
+            *dropped += n - w;
+        }
+        grm_named_tensor nt = { x->name, x->t };
+        nt.tensor.shape[0] = w;
+        nt.tensor.data = rows;
+        if ((st = visit(user, &nt)) != GRM_OK) goto out;
+    }
+out:
+    free(keep);
+    free(rows);
+    file_fini(&f);
     return st;
 }

@@ -32,6 +32,8 @@
 
 #include <grm/grm.h>
 
+#include "pipeline.h"
+
 typedef struct grm__reshard_opts {
     int32_t to;        /* M: ranks of the new checkpoint, >= 1 */
     int32_t from;      /* N: ranks that wrote the source; 0: the only world size dir holds */
@@ -49,5 +51,34 @@ typedef struct grm__reshard_opts {
  * or the checkpoint plugin's error; the message names the file, what and the fix. On failure
  * nothing visible to a resume has changed. */
 grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out);
+
+/* MTGRBoost §5.2's modulo scheme, for `grmhost train` on M ranks over the checkpoints of N
+ * ranks. With group sizes IN and IM (sparse_group, or the world) and IM a multiple of IN
+ * (M = kN without replica groups), fmix64(id) % IM == r % IM implies fmix64(id) % IN ==
+ * r % IN: every row rank r owns among M sat on source rank r mod N. Rank r then reads that one
+ * file and keeps its own rows; no other shard is read, and no `grmhost reshard` is needed. */
+
+/* Whether the scheme applies from N to M ranks under `sparse_group` (0: none). */
+int grm__reshard_nests(int64_t sparse_group, int32_t N, int32_t M);
+
+/* The checkpoints of source rank (rank mod N) in dir: *newest step (-1: none) and, when it
+ * exists, the file of step `want` into path [cap] ("" otherwise). */
+grm_status grm__reshard_source(const char *dir, const char *ext, int32_t rank, int32_t N,
+                               int64_t want, int64_t *newest, char *path, size_t cap);
+
+/* Load checkpoint `path` (written by rank `rank` mod N) into `visit` as rank `rank` of M:
+ * the per-row tensors of keyed tables (those with emb.X.ids) keep only the rows this rank owns
+ * among M, in file order; every other tensor passes unchanged. *kept and *dropped count the
+ * keyed rows. Errors: the checkpoint plugin's, `visit`'s, GRM_ENOMEM. */
+grm_status grm__reshard_load_owned(const grm__pipeline *p, const grm_ckpt_ops *kops,
+                                   void *kinst, const char *path, int32_t rank, int32_t M,
+                                   grm_ckpt_visit_fn visit, void *user, int64_t *kept,
+                                   int64_t *dropped);
+
+/* Move the N-rank checkpoints of dir (its rank-R-of-N directories; for N = 1 its step-* and
+ * best.* files) into dir/resharded-from-N[-K], which *aside [cap] names: grmhost train refuses
+ * a directory that holds checkpoints of another world size. Nothing is deleted. */
+grm_status grm__reshard_move_aside(const char *dir, const char *ext, int32_t N, char *aside,
+                                   size_t cap);
 
 #endif /* GRM_RESHARD_H */

@@ -20,6 +20,7 @@
  * resumed from a checkpoint continues exactly as the uninterrupted run would have. */
 #include "pipeline.h"
 #include "dist.h"
+#include "reshard.h"
 
 #include <grm/rng.h>
 
@@ -190,6 +191,7 @@ typedef struct trainer {
     int64_t gnumel;
     grm__run_opts lopts;      /* the run's options; quiet on ranks other than 0 */
     char ckdir[4096];         /* checkpoint directory of this rank ("" for none) */
+    int32_t ck_other;         /* [checkpoint] dir also holds checkpoints of this many ranks */
     grm__dist_stats dlast[2]; /* dist totals (lookup, update) at the last logged step */
     int64_t dstep;            /* that step */
     float **acts;             /* [ndense + 2]: x, block outputs, head output; [B, dim_i] */
@@ -2341,13 +2343,22 @@ static grm_status load_visit(void *user, const grm_named_tensor *nt)
                       "written by a different model (start over with --fresh)", c->path, name);
 }
 
-static grm_status load_ckpt(trainer *t, const char *path)
+/* Load checkpoint `path`: this rank's own, or (owned_only) one written by rank r mod N of N
+ * ranks, of which only the rows this rank owns are kept (the modulo scheme, reshard.h). */
+static grm_status load_ckpt_as(trainer *t, const char *path, int owned_only)
 {
     const grm_ckpt_ops *kops = t->p->ckpt.plugin->info->ops;
     load_ctx c = { .t = t, .path = path };
     c.param_steps = calloc((size_t)t->nparams + 1, sizeof *c.param_steps);
     if (!c.param_steps) return grm_errorf(GRM_ENOMEM, "out of memory");
-    grm_status st = kops->load(t->p->ckpt.inst, path, load_visit, &c);
+    int64_t kept = 0, dropped = 0;
+    grm_status st = owned_only
+        ? grm__reshard_load_owned(t->p, kops, t->p->ckpt.inst, path, t->rank, t->nranks,
+                                  load_visit, &c, &kept, &dropped)
+        : kops->load(t->p->ckpt.inst, path, load_visit, &c);
+    if (st == GRM_OK && owned_only)
+        grm__log(GRM_LOG_INFO, "grmhost", "%s: kept the %lld keyed rows this rank owns, "
+                 "left %lld to the other ranks", path, (long long)kept, (long long)dropped);
     if (st == GRM_OK && !c.have_state)
         st = grm_errorf(GRM_EFORMAT, "%s: has no trainer.state tensor; not a grmhost training "
                         "checkpoint", path);
@@ -2370,6 +2381,111 @@ static grm_status load_ckpt(trainer *t, const char *path)
     }
     free(c.param_steps);
     return st;
+}
+
+static grm_status load_ckpt(trainer *t, const char *path)
+{
+    return load_ckpt_as(t, path, 0);
+}
+
+/* The step of checkpoint file `path` (its name step-S.ext), or -1. */
+static int64_t step_of(const char *path, const char *ext)
+{
+    const char *base = strrchr(path, '/');
+    int64_t s;
+    return path[0] && is_ckpt_name(base ? base + 1 : path, ext, &s) ? s : -1;
+}
+
+/* Resume from the newest checkpoint: this job's own, or, when [checkpoint] dir holds a newer
+ * step written by N other ranks, that one. N -> M = kN is read directly by MTGRBoost §5.2's
+ * modulo scheme (reshard.h: rank r reads rank r mod N's file and keeps its own rows); other
+ * world sizes are refused with `grmhost reshard` as the fix. Every rank decides alike: the
+ * steps compared are the minimum (the step every rank has) and maximum over the ranks. */
+static grm_status resume(trainer *t)
+{
+    const grm__pipeline *p = t->p;
+    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    const char *ext = kops->extension(p->ckpt.inst);
+    const grm_comm_handle *c = &p->comm_handle;
+    const int32_t N = t->ck_other, M = t->nranks;
+    char path[4096], src[4096];
+    grm_status st = newest_ckpt(t->ckdir, ext, path, sizeof path);
+    if (st != GRM_OK) return st;
+    int64_t own = step_of(path, ext), other = -1, other_max = -1;
+    if (N) {
+        if ((st = grm__reshard_source(p->set.ckpt_dir, ext, t->rank, N, -1, &other, NULL, 0))
+            != GRM_OK)
+            return st;
+        int64_t lo[2] = { own, other }, hi = other;
+        if (M > 1 && ((st = c->ops->allreduce(c->inst, lo, 2, GRM_DTYPE_I64, GRM_REDUCE_MIN))
+                      != GRM_OK
+                      || (st = c->ops->allreduce(c->inst, &hi, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX))
+                      != GRM_OK))
+            return st;
+        own = lo[0];
+        other = lo[1];
+        other_max = hi;
+    }
+    if (other_max > own) {   /* the other world size holds the newest step */
+        if (!grm__reshard_nests(p->set.sparse_group, N, M))
+            return grm_errorf(GRM_EINVAL, "%s: checkpoints there were written by %d rank%s and "
+                              "this job has %d; resuming on another world size needs `grmhost "
+                              "reshard FILE.ini -n %d` first (it moves the old ones aside), or "
+                              "run with %d ranks or a multiple of %d, or pass --fresh",
+                              p->set.ckpt_dir, N, N > 1 ? "s" : "", M, M, N, N);
+        int64_t have;
+        if (other >= 0
+            && (st = grm__reshard_source(p->set.ckpt_dir, ext, t->rank, N, other, &have, src,
+                                         sizeof src)) != GRM_OK)
+            return st;
+        if (other < 0 || !src[0])
+            return grm_errorf(GRM_ENOTFOUND, "%s: rank %d of the %d that wrote checkpoints "
+                              "there has no step-%lld file, the newest step all of them wrote; "
+                              "restore it, or rewrite another step with `grmhost reshard "
+                              "FILE.ini -n %d --step S`", p->set.ckpt_dir, (int)(t->rank % N),
+                              N, (long long)other, M);
+        if ((st = load_ckpt_as(t, src, 1)) != GRM_OK) {
+            char why[2048];
+            snprintf(why, sizeof why, "%s", grm_last_error());
+            return grm_errorf(st, "%s; `grmhost reshard FILE.ini -n %d` rewrites the "
+                              "checkpoints for this job instead, or pass --fresh", why, M);
+        }
+        grm__log(GRM_LOG_INFO, "grmhost", "resuming %d ranks from step %lld of the %d-rank "
+                 "checkpoints in %s: rank r reads rank r mod %d's file only (MTGRBoost §5.2); "
+                 "they stay where they are", M, (long long)t->step, N, p->set.ckpt_dir, N);
+        return GRM_OK;
+    }
+    if (!path[0]) return GRM_OK;
+    if (N)
+        grm__log(GRM_LOG_WARN, "grmhost", "%s also holds checkpoints of %d rank%s, none newer "
+                 "than this job's step %lld; they are ignored", p->set.ckpt_dir, N,
+                 N > 1 ? "s" : "", (long long)own);
+    if ((st = load_ckpt(t, path)) != GRM_OK) {
+        char why[2048];
+        snprintf(why, sizeof why, "%s", grm_last_error());
+        return grm_errorf(st, "%s; to resume from the checkpoint before it, move this one "
+                          "away, or pass --fresh to start over", why);
+    }
+    grm__log(GRM_LOG_INFO, "grmhost", "resuming from %s at step %lld (use --fresh to start "
+             "over)", path, (long long)t->step);
+    return GRM_OK;
+}
+
+/* Restore early stopping's best model: this rank's best.ext, or, when this job resumed from
+ * N other ranks before it saved a best of its own, rank r mod N's (modulo scheme). */
+static grm_status load_best(trainer *t, char *path, size_t cap)
+{
+    const grm__pipeline *p = t->p;
+    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    const char *ext = kops->extension(p->ckpt.inst);
+    snprintf(path, cap, "%s/best.%s", t->ckdir, ext);
+    const int32_t N = t->ck_other;
+    if (access(path, R_OK) == 0 || !N || !grm__reshard_nests(p->set.sparse_group, N, t->nranks))
+        return load_ckpt(t, path);
+    if (N == 1) snprintf(path, cap, "%s/best.%s", p->set.ckpt_dir, ext);
+    else snprintf(path, cap, "%s/rank-%d-of-%d/best.%s", p->set.ckpt_dir, (int)(t->rank % N),
+                  (int)N, ext);
+    return load_ckpt_as(t, path, 1);
 }
 
 static grm_status save_ckpt(trainer *t)
@@ -2609,6 +2725,7 @@ static grm_status ckpt_dir_of(trainer *t)
 {
     const char *dir = t->p->set.ckpt_dir;
     t->ckdir[0] = 0;
+    t->ck_other = 0;
     if (!dir[0]) return GRM_OK;
     if (t->nranks == 1) snprintf(t->ckdir, sizeof t->ckdir, "%s", dir);
     else snprintf(t->ckdir, sizeof t->ckdir, "%s/rank-%d-of-%d", dir, t->rank, t->nranks);
@@ -2616,19 +2733,21 @@ static grm_status ckpt_dir_of(trainer *t)
     DIR *d = opendir(dir);
     if (!d) return GRM_OK;
     struct dirent *e;
-    int other = 0, top = 0;
+    int other = 0, top = 0, several = 0;
     while ((e = readdir(d)) != NULL) {
         int r, n;
-        if (sscanf(e->d_name, "rank-%d-of-%d", &r, &n) == 2 && n != t->nranks) other = n;
+        if (sscanf(e->d_name, "rank-%d-of-%d", &r, &n) == 2 && n != t->nranks) {
+            several |= other && other != n;
+            other = n;
+        }
         if (strncmp(e->d_name, "step-", 5) == 0 && t->nranks > 1) top = 1;
     }
     closedir(d);
-    if (other || top)
-        return grm_errorf(GRM_EINVAL, "%s: checkpoints there were written by %d rank%s and this "
-                          "job has %d; resuming on another world size needs `grmhost reshard "
-                          "FILE.ini -n %d` first (it moves the old ones aside), or run with %d "
-                          "ranks, or pass --fresh", dir, other ? other : 1, other > 1 ? "s" : "",
-                          t->nranks, t->nranks, other ? other : 1);
+    if (several || (other && top))
+        return grm_errorf(GRM_EINVAL, "%s: holds checkpoints of several other world sizes; "
+                          "keep one (`grmhost reshard FILE.ini -n %d --from N` rewrites one "
+                          "for this job), or pass --fresh", dir, t->nranks);
+    t->ck_other = other ? other : top;
     return GRM_OK;
 }
 
@@ -2687,29 +2806,12 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     trainer t;
     grm_status st = prepare(p, opts, &t);
     const grm__settings *s = &p->set;
-    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
     opts = t.opts;
     int tty = isatty(2) && !opts->quiet;
     if (st != GRM_OK) goto out;
 
     if (t.ckdir[0]) remove_stale_temps(t.ckdir);   /* train only: eval may run beside it */
-    if (t.ckdir[0] && !opts->fresh) {
-        char path[4096];
-        if ((st = newest_ckpt(t.ckdir, kops->extension(p->ckpt.inst), path, sizeof path))
-            != GRM_OK)
-            goto out;
-        if (path[0]) {
-            if ((st = load_ckpt(&t, path)) != GRM_OK) {
-                char why[2048];
-                snprintf(why, sizeof why, "%s", grm_last_error());
-                st = grm_errorf(st, "%s; to resume from the checkpoint before it, move this "
-                                "one away, or pass --fresh to start over", why);
-                goto out;
-            }
-            grm__log(GRM_LOG_INFO, "grmhost", "resuming from %s at step %lld (use --fresh to "
-                     "start over)", path, (long long)t.step);
-        }
-    }
+    if (t.ckdir[0] && !opts->fresh && (st = resume(&t)) != GRM_OK) goto out;
     if (uv_loop_init(&t.loop) == 0) {
         t.loop_ok = 1;
         uv_signal_init(&t.loop, &t.sigint);
@@ -2816,8 +2918,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
             if ((st = track_best(&t, score, &early_stopped)) != GRM_OK) goto out;
         }
         if (t.best_step != t.step) {
-            snprintf(best, sizeof best, "%s/best.%s", t.ckdir, kops->extension(p->ckpt.inst));
-            if ((st = load_ckpt(&t, best)) != GRM_OK) goto out;
+            if ((st = load_best(&t, best, sizeof best)) != GRM_OK) goto out;
             grm__log(GRM_LOG_INFO, "grmhost", "restored the best model (step %lld, validation "
                      "%s %.4f) from %s", (long long)t.step, t.ranking ? "auc" : "ndcg",
                      t.best_score, best);

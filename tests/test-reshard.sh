@@ -7,14 +7,15 @@
 # mpirun, resharding itself is still tested: 1 -> 2 -> 1 and resume on one rank. Refusals:
 # a missing rank file, ranks that disagree on the step or on the dense values, an existing
 # target (and --force), with nothing written. The source is never deleted. A control shows
-# the comparison notices lost rows. TAP output.
+# the comparison notices lost rows. N -> kN ranks resume with no reshard step (MTGRBoost §5.2's
+# modulo scheme: rank r reads only rank r mod N's file and keeps the rows it owns). TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-reshard-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..26"
+echo "1..31"
 
 "$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || exit 1
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
@@ -195,7 +196,7 @@ joined "$tmp/ss.jsonl" "$tmp/s.jsonl" "$tmp/s2.jsonl"
 same_curve "$tmp/sref.jsonl" "$tmp/ss.jsonl" 1e-5
 ok $((rc | $?)) "retrieval on emb-static, 1 -> 2 -> 1, resumed: the 30 losses of one run"
 
-mpi_or_skip 19 26
+mpi_or_skip 19 31
 mpitrain() {   # N INI STEPS OUT.jsonl
     mpi "$1" train --quiet --max-steps "$3" --metrics-out "$4" "$2" >"$4.out" 2>&1
     rc=$?
@@ -266,3 +267,44 @@ rc=$((rc | $?))
 joined "$tmp/hh.jsonl" "$tmp/h.jsonl" "$tmp/h.b.jsonl"
 same_curve "$tmp/ref.jsonl" "$tmp/hh.jsonl" 1e-5
 ok $((rc | $?)) "sparse_group = 2: 4 ranks (2 replica groups) -> reshard -n 2 -> the reference"
+
+# the modulo scheme: N -> kN ranks resume directly, each reading one source file
+rank_ini comm-mpi "$tmp/k" >"$tmp/k.ini"
+mpitrain 2 "$tmp/k.ini" 40 "$tmp/k.jsonl"
+rc=$?
+cp "$tmp/k/rank-1-of-2/$s40" "$tmp/k40.r1"
+mpi 4 train --max-steps 20 --metrics-out "$tmp/k.b.jsonl" "$tmp/k.ini" >"$tmp/k.b.out" 2>&1
+rc=$((rc | $?))
+[ $rc -ne 0 ] && sed 's/^/# /' "$tmp/k.b.out" | tail -8
+joined "$tmp/kk.jsonl" "$tmp/k.jsonl" "$tmp/k.b.jsonl"
+same_curve "$tmp/ref.jsonl" "$tmp/kk.jsonl" 1e-5
+ok $((rc | $?)) "2 ranks 40 steps -> 4 ranks directly (no reshard), 20 steps: the reference"
+grep -q "resuming 4 ranks from step 40 of the 2-rank checkpoints .*rank r reads rank r mod 2's \
+file only" "$tmp/k.b.out" && cmp -s "$tmp/k40.r1" "$tmp/k/rank-1-of-2/$s40" \
+    && test -f "$tmp/k/rank-3-of-4/step-0000000060.grm"
+ok $? "it says so, leaves the 2-rank files as they were, and checkpoints under rank-R-of-4"
+# each row must sit with one owner: unfiltered copies would differ once trained, and reshard
+# refuses replicas that differ
+"$g" reshard --from 4 -q "$tmp/k.ini" -n 1 >"$tmp/k1.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && sed 's/^/# /' "$tmp/k1.out" | tail -2
+ok $rc "the 4 ranks hold disjoint rows: their step 60 reshards to one rank"
+
+mkdir -p "$tmp/w" && cp -r "$tmp/k/resharded-from-4" "$tmp/w.4" \
+    && mv "$tmp/w.4"/rank-* "$tmp/w/"                    # 4-rank checkpoints alone
+rank_ini comm-mpi "$tmp/w" >"$tmp/w.ini"
+mpi 3 train --quiet --max-steps 1 "$tmp/w.ini" >"$tmp/b3.out" 2>&1
+rc=$?
+sed 's/^/# /' "$tmp/b3.out" | grep "grmhost reshard" | head -1
+test $rc -ne 0 && grep -q "written by 4 ranks and this job has 3; .*grmhost reshard FILE.ini \
+-n 3.*or a multiple of 4" "$tmp/b3.out"
+ok $? "4 -> 3 ranks is refused, pointing at grmhost reshard"
+
+retr_ini comm-mpi "$tmp/v" >"$tmp/v.ini"
+mpitrain 2 "$tmp/v.ini" 20 "$tmp/v.jsonl"
+rc=$?
+mpitrain 4 "$tmp/v.ini" 10 "$tmp/v.b.jsonl"
+rc=$((rc | $?))
+joined "$tmp/vv.jsonl" "$tmp/v.jsonl" "$tmp/v.b.jsonl"
+same_curve "$tmp/sref.jsonl" "$tmp/vv.jsonl" 1e-5
+ok $((rc | $?)) "retrieval on emb-static, 2 -> 4 ranks directly: one run's losses"
