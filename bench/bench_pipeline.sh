@@ -17,7 +17,7 @@ build=${GRM_TOP_BUILDDIR:-.}
 src=${GRM_TOP_SRCDIR:-.}
 data=${GRM_DATA_DIR:-}
 g="$build/grmhost"
-reps=${BENCH_PIPELINE_REPS:-3}
+reps=${BENCH_PIPELINE_REPS:-5}
 if [ -z "$data" ] || [ ! -d "$data" ]; then
     echo "# bench_pipeline: GRM_DATA_DIR unset or missing; skipped"; exit 0
 fi
@@ -38,8 +38,8 @@ loop_ms() {   # ERRFILE -> ms per step of the loop
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
 
 status=0
-# pipeline:steps (ML-100K HSTU runs sequences of up to 200 tokens: about 0.5 s a step here)
-for spec in ${BENCH_PIPELINE_CASES:-beauty-hstu:150 ml100k-hstu:30}; do
+# pipeline:steps (about 20 ms a step here: enough steps that a round is not noise)
+for spec in ${BENCH_PIPELINE_CASES:-beauty-hstu:600 ml100k-hstu:400}; do
     ini=${spec%%:*}; steps=${spec#*:}
     f="$src/share/pipelines/$ini.ini"
     [ -f "$f" ] || { echo "# bench_pipeline: $ini.ini not in this tree; skipped"; continue; }

@@ -727,8 +727,11 @@ static void unstage(rs_job *j)
     for (int32_t r = 0; j->src && r < j->N; r++) file_fini(&j->src[r]);
 }
 
-grm_status grm__reshard_move_aside(const char *dir, const char *ext, int32_t N, char *aside,
-                                   size_t cap)
+/* Move the N-rank checkpoints of dir (its rank-R-of-N directories; for N = 1 its step-* and
+ * best.* files) into dir/resharded-from-N[-K], which *aside [cap] names, so that a resume
+ * does not see them. Nothing is deleted. */
+static grm_status move_aside(const char *dir, const char *ext, int32_t N, char *aside,
+                             size_t cap)
 {
     grm_status st;
     struct stat sb;
@@ -909,7 +912,7 @@ grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
                  nbest, (int)j.N, j.ext);
     }
     char aside[PATH_CAP];
-    if ((st = grm__reshard_move_aside(j.dir, j.ext, j.N, aside, sizeof aside)) != GRM_OK)
+    if ((st = move_aside(j.dir, j.ext, j.N, aside, sizeof aside)) != GRM_OK)
         goto out;
     fprintf(out, "the %d-rank checkpoints were moved (not deleted) to %s\n", (int)j.N, aside);
 out:

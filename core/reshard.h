@@ -23,7 +23,8 @@
  * Writes are staged: every target file is first saved (by the checkpoint plugin, which itself
  * writes a temporary file, fsyncs and renames) under a name resume ignores, then renamed into
  * place; only then are the source checkpoints moved, never deleted, into dir/resharded-from-N
- * (grmhost train refuses a directory that still holds another world size's checkpoints). */
+ * (grmhost train resumes from the newest step in dir, and refuses one written by a world size
+ * it cannot read directly). */
 #ifndef GRM_RESHARD_H
 #define GRM_RESHARD_H
 
@@ -74,11 +75,5 @@ grm_status grm__reshard_load_owned(const grm__pipeline *p, const grm_ckpt_ops *k
                                    void *kinst, const char *path, int32_t rank, int32_t M,
                                    grm_ckpt_visit_fn visit, void *user, int64_t *kept,
                                    int64_t *dropped);
-
-/* Move the N-rank checkpoints of dir (its rank-R-of-N directories; for N = 1 its step-* and
- * best.* files) into dir/resharded-from-N[-K], which *aside [cap] names: grmhost train refuses
- * a directory that holds checkpoints of another world size. Nothing is deleted. */
-grm_status grm__reshard_move_aside(const char *dir, const char *ext, int32_t N, char *aside,
-                                   size_t cap);
 
 #endif /* GRM_RESHARD_H */
