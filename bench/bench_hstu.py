@@ -27,7 +27,8 @@ import random
 import re
 import subprocess
 import sys
-import time
+
+from timing import median_ms
 
 
 def long_tail_lengths(n, cap, seed):
@@ -93,14 +94,7 @@ def torch_layer(torch, lengths, D, H, reps, attn_only):
         y = x + (F.layer_norm(O, (HV,), eps=1e-6) * u) @ W2.T + b2
         y.backward(dy)
 
-    step()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        step()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
+    return median_ms(step, reps)
 
 
 def torch_proj(torch, N, D, reps):
@@ -114,14 +108,7 @@ def torch_proj(torch, N, D, reps):
         f1(x).backward(d1)
         f2(u).backward(d2)
 
-    step()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        step()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
+    return median_ms(step, reps)
 
 
 def main():

@@ -27,21 +27,11 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
+
+from timing import median_ms
 
 ROWS = 1 << 20
 RANKS = 8
-
-
-def median_ms(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    ts.sort()
-    return ts[len(ts) // 2]
 
 
 def fmix64(x, torch):
