@@ -40,6 +40,19 @@ void grm_error_prefix(const char *fmt, ...)
     errbuf[lp + lo] = '\0';
 }
 
+void grm_error_suffix(const char *fmt, ...)
+{
+    char suffix[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(suffix, sizeof suffix, fmt, ap);
+    va_end(ap);
+    size_t lo = strnlen(errbuf, sizeof errbuf - 1), ls = strlen(suffix);
+    if (ls > sizeof errbuf - 1 - lo) ls = sizeof errbuf - 1 - lo;
+    memcpy(errbuf + lo, suffix, ls);
+    errbuf[lo + ls] = '\0';
+}
+
 const char *grm_last_error(void)
 {
     return errbuf;

@@ -18,6 +18,8 @@ grm_status grm_errorf(grm_status status, const char *fmt, ...)
 grm_status grm_verrorf(grm_status status, const char *fmt, va_list ap);
 /* Put "prefix" in front of this thread's last error; returns nothing. */
 void grm_error_prefix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Append "suffix" (a fix, say) to this thread's last error; returns nothing. */
+void grm_error_suffix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* This thread's last error message ("" when none). */
 const char *grm_last_error(void);
 /* Static name of a status ("GRM_EINVAL"). */

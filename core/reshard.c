@@ -934,11 +934,16 @@ int grm__reshard_nests(int64_t sparse_group, int32_t N, int32_t M)
     return N >= 1 && M > N && N % IN == 0 && M % IM == 0 && IM % IN == 0;
 }
 
+void grm__reshard_source_dir(char *buf, size_t cap, const char *dir, int32_t rank, int32_t N)
+{
+    rank_dir(buf, cap, dir, rank % N, N);
+}
+
 grm_status grm__reshard_source(const char *dir, const char *ext, int32_t rank, int32_t N,
                                int64_t want, int64_t *newest, char *path, size_t cap)
 {
     char rd[PATH_CAP];
-    rank_dir(rd, sizeof rd, dir, rank % N, N);
+    grm__reshard_source_dir(rd, sizeof rd, dir, rank, N);
     return scan_dir(rd, ext, want, newest, path, cap);
 }
 
@@ -948,7 +953,8 @@ grm_status grm__reshard_load_owned(const grm__pipeline *p, const grm_ckpt_ops *k
                                    int64_t *dropped)
 {
     rs_file f = { 0 };
-    uint8_t *keep = NULL;
+    uint8_t *keep = NULL;           /* [rows of mask_of]: this rank owns the row */
+    const rs_tensor *mask_of = NULL; /* the .ids tensor keep was computed from */
     void *rows = NULL;
     const int32_t IM = group_of(p->set.sparse_group, M);
     grm_status st;
@@ -968,27 +974,36 @@ grm_status grm__reshard_load_owned(const grm__pipeline *p, const grm_ckpt_ops *k
             if ((st = visit(user, &nt)) != GRM_OK) goto out;
             continue;
         }
-        const int64_t n = ids->t.shape[0], *key = ids->t.data;
+        const int64_t n = ids->t.shape[0];
+        if (mask_of != ids) {   /* the table's first per-row tensor: whose rows are whose */
+            const int64_t *key = ids->t.data;
+            free(keep);
+            keep = malloc(n ? (size_t)n : 1);
+            if (!keep) {
+                st = grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", path, ids_name);
+                goto out;
+            }
+            int64_t w = 0;
+            for (int64_t r = 0; r < n; r++) {
+                keep[r] = owner_in_group(key[r], IM) == rank % IM;
+                w += keep[r];
+            }
+            *kept += w;
+            *dropped += n - w;
+            mask_of = ids;
+        }
         const size_t rb = row_bytes(&x->t);
-        free(keep);
         free(rows);
-        keep = malloc(n ? (size_t)n : 1);
         rows = malloc(n ? (size_t)n * rb : 1);
-        if (!keep || !rows) {
+        if (!rows) {
             st = grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", path, x->name);
             goto out;
         }
         int64_t w = 0;
-        for (int64_t r = 0; r < n; r++) {
-            keep[r] = owner_in_group(key[r], IM) == rank % IM;
-            if (!keep[r]) continue;
-            memcpy((char *)rows + (size_t)w * rb, (const char *)x->t.data + (size_t)r * rb, rb);
-            w++;
-        }
-        if (x == ids) {
-            *kept += w;
-            *dropped += n - w;
-        }
+        for (int64_t r = 0; r < n; r++)
+            if (keep[r])
+                memcpy((char *)rows + (size_t)w++ * rb, (const char *)x->t.data + (size_t)r * rb,
+                       rb);
         grm_named_tensor nt = { x->name, x->t };
         nt.tensor.shape[0] = w;
         nt.tensor.data = rows;

@@ -62,6 +62,9 @@ grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out);
 /* Whether the scheme applies from N to M ranks under `sparse_group` (0: none). */
 int grm__reshard_nests(int64_t sparse_group, int32_t N, int32_t M);
 
+/* The directory of source rank (rank mod N) in dir into buf [cap] (dir itself for N = 1). */
+void grm__reshard_source_dir(char *buf, size_t cap, const char *dir, int32_t rank, int32_t N);
+
 /* The checkpoints of source rank (rank mod N) in dir: *newest step (-1: none) and, when it
  * exists, the file of step `want` into path [cap] ("" otherwise). */
 grm_status grm__reshard_source(const char *dir, const char *ext, int32_t rank, int32_t N,

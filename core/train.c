@@ -2445,10 +2445,9 @@ static grm_status resume(trainer *t)
                               "FILE.ini -n %d --step S`", p->set.ckpt_dir, (int)(t->rank % N),
                               N, (long long)other, M);
         if ((st = load_ckpt_as(t, src, 1)) != GRM_OK) {
-            char why[2048];
-            snprintf(why, sizeof why, "%s", grm_last_error());
-            return grm_errorf(st, "%s; `grmhost reshard FILE.ini -n %d` rewrites the "
-                              "checkpoints for this job instead, or pass --fresh", why, M);
+            grm_error_suffix("; `grmhost reshard FILE.ini -n %d` rewrites the checkpoints for "
+                             "this job instead, or pass --fresh", M);
+            return st;
         }
         grm__log(GRM_LOG_INFO, "grmhost", "resuming %d ranks from step %lld of the %d-rank "
                  "checkpoints in %s: rank r reads rank r mod %d's file only (MTGRBoost §5.2); "
@@ -2461,10 +2460,9 @@ static grm_status resume(trainer *t)
                  "than this job's step %lld; they are ignored", p->set.ckpt_dir, N,
                  N > 1 ? "s" : "", (long long)own);
     if ((st = load_ckpt(t, path)) != GRM_OK) {
-        char why[2048];
-        snprintf(why, sizeof why, "%s", grm_last_error());
-        return grm_errorf(st, "%s; to resume from the checkpoint before it, move this one "
-                          "away, or pass --fresh to start over", why);
+        grm_error_suffix("; to resume from the checkpoint before it, move this one away, or "
+                         "pass --fresh to start over");
+        return st;
     }
     grm__log(GRM_LOG_INFO, "grmhost", "resuming from %s at step %lld (use --fresh to start "
              "over)", path, (long long)t->step);
@@ -2482,9 +2480,9 @@ static grm_status load_best(trainer *t, char *path, size_t cap)
     const int32_t N = t->ck_other;
     if (access(path, R_OK) == 0 || !N || !grm__reshard_nests(p->set.sparse_group, N, t->nranks))
         return load_ckpt(t, path);
-    if (N == 1) snprintf(path, cap, "%s/best.%s", p->set.ckpt_dir, ext);
-    else snprintf(path, cap, "%s/rank-%d-of-%d/best.%s", p->set.ckpt_dir, (int)(t->rank % N),
-                  (int)N, ext);
+    char src[4096];
+    grm__reshard_source_dir(src, sizeof src, p->set.ckpt_dir, t->rank, N);
+    snprintf(path, cap, "%s/best.%s", src, ext);
     return load_ckpt_as(t, path, 1);
 }
 
