@@ -3,6 +3,7 @@
  * published full-ranking protocols (last item: test, second last: validation, the rest:
  * training), the training examples and the item catalog. */
 #include "pipeline.h"
+#include "route.h"
 
 #include <grm/rng.h>
 
@@ -277,6 +278,24 @@ static void close_input(grm__pipeline *p)
     }
 }
 
+/* A pure function of a ranking row's content: its ids, labels and group. */
+static uint64_t row_key(const grm__dataset *ds, int64_t r)
+{
+    uint64_t h = 0x243f6a8885a308d3ULL;
+    for (int32_t i = 0; i < ds->nfeat; i++) {
+        h = grm_mix64(h + (uint64_t)i);
+        for (int64_t j = ds->fofs[i][r]; j < ds->fofs[i][r + 1]; j++)
+            h = grm_mix64(h ^ (uint64_t)ds->fids[i][j]);
+    }
+    for (int32_t t = 0; t < ds->ntasks; t++) {
+        uint32_t bits;
+        memcpy(&bits, &ds->labels[r * ds->ntasks + t], sizeof bits);
+        h = grm_mix64(h ^ bits);
+    }
+    if (ds->groups) h = grm_mix64(h ^ (uint64_t)ds->groups[r]);
+    return h;
+}
+
 /* Ranking: take the columns over, pick each row's split with a seeded hash of its index,
  * and the training positive rate per task (the constant-prediction baseline). */
 static grm_status finish_ranking(grm__pipeline *p, collector *co, grm__dataset *ds)
@@ -330,7 +349,9 @@ static grm_status finish_ranking(grm__pipeline *p, collector *co, grm__dataset *
     }
     uint64_t salt = (uint64_t)s->seed * 0x9e3779b97f4a7c15ULL + 0x5b1;
     for (int64_t r = 0; r < N; r++) {
-        uint64_t state = salt + (uint64_t)r;   /* a pure function of (seed, row) */
+        /* a pure function of (seed, row); with input = sharded a row's index depends on the
+         * rank count, so its content keys it instead */
+        uint64_t state = salt + (ds->sharded ? row_key(ds, r) : (uint64_t)r);
         double u = grm_rng_uniform01(&state);
         int k = u < s->test_fraction ? 2 : u < s->test_fraction + s->valid_fraction ? 1 : 0;
         ds->split_rows[k][ds->nsplit[k]++] = r;
@@ -340,6 +361,201 @@ static grm_status finish_ranking(grm__pipeline *p, collector *co, grm__dataset *
     for (int32_t t = 0; t < T; t++)
         ds->prior[t] /= ds->nsplit[0] ? (double)ds->nsplit[0] : 1.0;
     ds->nexamples = ds->nsplit[0];
+    return GRM_OK;
+}
+
+/* ---- input = sharded (route.h) ---- */
+
+typedef struct pusher {
+    grm__pipeline *p;
+    collector *co;
+    grm_status st;
+} pusher;
+
+/* Rows routed to this rank go through every transform into the collector. */
+static grm_status push_routed(void *ctx, const grm_chunk *c)
+{
+    pusher *pu = ctx;
+    grm_status st = push(pu->p, pu->co, 0, c);
+    if (st != GRM_OK && pu->st == GRM_OK) pu->st = st;
+    return st;
+}
+
+static grm_status make_router(grm__pipeline *p, const grm_schema *raw, grm__router **out)
+{
+    const char *key = p->set.shard_by;
+    for (int32_t i = 0; i < raw->nfields; i++)
+        if (strcmp(raw->fields[i].name, key) == 0) {
+            grm_status st = grm__router_create(&p->comm_handle, raw, i, out);
+            if (st != GRM_OK)
+                grm_error_prefix("%s: [train] input = sharded, shard_by = %s: ", p->cfg->path,
+                                 key);
+            return st;
+        }
+    char have[512];
+    size_t len = 0;
+    have[0] = '\0';
+    for (int32_t i = 0; i < raw->nfields && len < sizeof have - 64; i++)
+        len += (size_t)snprintf(have + len, sizeof have - len, "%s%s", i ? ", " : "",
+                                raw->fields[i].name);
+    return grm_errorf(GRM_EINVAL, "%s: [train] input = sharded routes rows by shard_by = %s "
+                      "(default: user_column), but the reader has no such column (it has: "
+                      "%s); set shard_by to the reader's user column, before any transform",
+                      p->cfg->path, key, have);
+}
+
+/* Collective: every rank learns whether any failed. Returns st, or GRM_EIO when this rank
+ * is fine and another is not. */
+static grm_status agree(grm__pipeline *p, grm_status st)
+{
+    const grm_comm_handle *c = &p->comm_handle;
+    int64_t bad = st != GRM_OK;
+    grm_status cs = c->ops->allreduce(c->inst, &bad, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+    if (st != GRM_OK) return st;
+    if (cs != GRM_OK) return cs;
+    if (bad)
+        return grm_errorf(GRM_EIO, "%s: another rank failed while building its share of the "
+                          "data (its own message says why)", p->cfg->path);
+    return GRM_OK;
+}
+
+/* Every rank's `bytes` bytes at mine into all [size * bytes], in rank order. */
+static grm_status gather(grm__pipeline *p, void *all, const void *mine, size_t bytes)
+{
+    const grm_comm_handle *c = &p->comm_handle;
+    return c->ops->allgather(c->inst, all, mine, (int64_t)bytes, GRM_DTYPE_U8);
+}
+
+typedef struct cat_entry {
+    int64_t id, count;
+} cat_entry;
+
+static int cmp_cat(const void *a, const void *b)
+{
+    const cat_entry *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The union of the ranks' catalogs, counts summed: every rank ranks and samples over all
+ * items, as with input = whole. */
+static grm_status merge_catalogs(grm__pipeline *p, grm__dataset *ds, int32_t size)
+{
+    int64_t *ns = malloc((size_t)size * sizeof *ns), maxc = 0, total = 0;
+    if (!ns) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    grm_status st = gather(p, ns, &ds->ncatalog, sizeof ds->ncatalog);
+    for (int32_t r = 0; st == GRM_OK && r < size; r++) {
+        if (ns[r] > maxc) maxc = ns[r];
+        total += ns[r];
+    }
+    cat_entry *mine = NULL, *all = NULL;
+    if (st == GRM_OK) {
+        mine = calloc((size_t)(maxc ? maxc : 1), sizeof *mine);
+        all = malloc((size_t)size * (size_t)(maxc ? maxc : 1) * sizeof *all);
+        if (!mine || !all) st = grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    }
+    if (st == GRM_OK) {
+        for (int64_t i = 0; i < ds->ncatalog; i++)
+            mine[i] = (cat_entry){ ds->catalog_ids[i], ds->catalog_counts[i] };
+        st = gather(p, all, mine, (size_t)(maxc ? maxc : 1) * sizeof *mine);
+    }
+    int64_t *ids = NULL, *counts = NULL, C = 0;
+    if (st == GRM_OK) {
+        const size_t stride = (size_t)(maxc ? maxc : 1);
+        int64_t k = 0;   /* pack the ranks' entries (rank r's start at r * stride) */
+        for (int32_t r = 0; r < size; r++)
+            for (int64_t i = 0; i < ns[r]; i++) all[k++] = all[(size_t)r * stride + (size_t)i];
+        qsort(all, (size_t)total, sizeof *all, cmp_cat);
+        ids = malloc((size_t)(total ? total : 1) * sizeof *ids);
+        counts = malloc((size_t)(total ? total : 1) * sizeof *counts);
+        if (!ids || !counts) st = grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+        for (int64_t i = 0; st == GRM_OK && i < total; i++) {
+            if (C && ids[C - 1] == all[i].id) {
+                counts[C - 1] += all[i].count;
+                continue;
+            }
+            ids[C] = all[i].id;
+            counts[C++] = all[i].count;
+        }
+    }
+    if (st == GRM_OK) {
+        free(ds->catalog_ids);
+        free(ds->catalog_counts);
+        ds->catalog_ids = ids;
+        ds->catalog_counts = counts;
+        ds->ncatalog = C;
+        ds->max_item = C ? ids[C - 1] : 0;
+        ids = counts = NULL;
+    }
+    free(ids);
+    free(counts);
+    free(mine);
+    free(all);
+    free(ns);
+    return st;
+}
+
+/* The facts every rank must share (collective): catalog, largest ids, the training
+ * positive rate, the counts summed; and every rank must hold training samples. */
+static grm_status share_totals(grm__pipeline *p, grm__dataset *ds, int32_t size)
+{
+    int ranking = p->set.task == GRM__TASK_RANKING;
+    grm_status st = GRM_OK;
+    enum { NSUM = 5 };
+    /* users (rows), examples, raw rows, bad rows, training rows (ranking) */
+    int64_t mine[NSUM] = { ranking ? ds->nrows : ds->nusers, ds->nexamples, ds->raw_rows,
+                           ds->bad_rows, ranking ? ds->nsplit[0] : 0 };
+    int64_t *all = malloc((size_t)size * NSUM * sizeof *all);
+    if (!all) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    if ((st = gather(p, all, mine, sizeof mine)) != GRM_OK) goto out;
+    int64_t sum[NSUM] = { 0 };
+    int32_t empty = -1;
+    for (int32_t r = 0; r < size; r++) {
+        for (int k = 0; k < NSUM; k++) sum[k] += all[r * NSUM + k];
+        if (all[r * NSUM + 1] == 0 && empty < 0) empty = r;
+    }
+    ds->all_users = sum[0];
+    ds->all_examples = sum[1];
+    ds->raw_rows = sum[2];
+    ds->bad_rows = sum[3];
+    const grm_comm_handle *c = &p->comm_handle;
+    if (!ranking) {
+        if ((st = merge_catalogs(p, ds, size)) != GRM_OK) goto out;
+        st = c->ops->allreduce(c->inst, &ds->max_user, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+        if (st != GRM_OK) goto out;
+    } else {
+        if ((st = c->ops->allreduce(c->inst, ds->fmax, ds->nfeat, GRM_DTYPE_I64,
+                                    GRM_REDUCE_MAX)) != GRM_OK
+            || (st = c->ops->allreduce(c->inst, ds->fmaxlen, ds->nfeat, GRM_DTYPE_I64,
+                                       GRM_REDUCE_MAX)) != GRM_OK)
+            goto out;
+        /* the prior: positives summed in rank order over the training rows of all ranks */
+        int32_t T = ds->ntasks;
+        double *pos = malloc((size_t)(T ? T : 1) * sizeof *pos);
+        double *allpos = malloc((size_t)size * (size_t)(T ? T : 1) * sizeof *allpos);
+        if (!pos || !allpos) st = grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+        for (int32_t t = 0; st == GRM_OK && t < T; t++)
+            pos[t] = ds->prior[t] * (double)ds->nsplit[0];
+        if (st == GRM_OK) st = gather(p, allpos, pos, (size_t)(T ? T : 1) * sizeof *pos);
+        for (int32_t t = 0; st == GRM_OK && t < T; t++) {
+            double s = 0;
+            for (int32_t r = 0; r < size; r++) s += allpos[r * (T ? T : 1) + t];
+            ds->prior[t] = sum[4] ? s / (double)sum[4] : 0.0;
+        }
+        free(pos);
+        free(allpos);
+        if (st != GRM_OK) goto out;
+    }
+out:
+    free(all);
+    if (st != GRM_OK) {
+        grm_error_prefix("%s: sharing the ranks' data: ", p->cfg->path);
+        return st;
+    }
+    if (empty >= 0 && sum[1] > 0)
+        return grm_errorf(GRM_EINVAL, "%s: [train] input = sharded: rank %d of %d holds no "
+                          "training samples of the %lld in all (no key of shard_by = %s "
+                          "routes enough data there); use fewer ranks or input = whole",
+                          p->cfg->path, empty, size, (long long)sum[1], p->set.shard_by);
     return GRM_OK;
 }
 
@@ -360,6 +576,7 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
         free(ds);
         return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
     }
+    grm__router *router = NULL;
     const grm_reader_ops *rops = p->reader.plugin->info->ops;
     const grm_comm_ops *cops = p->comm_handle.ops;
     int32_t rank = cops ? cops->rank(p->comm_handle.inst) : 0;
@@ -367,16 +584,20 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
     *out = NULL;
     if (!ds) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
 
-    /* Every rank reads the whole input for now: leave-one-out needs each user's full
-     * sequence. TODO(issue-4): shard by user once the reader can route rows by key. */
-    (void)rank;
-    (void)size;
-    if ((st = rops->open(p->reader.config.data, 0, 1, &p->reader.inst)) != GRM_OK) {
+    /* input = whole: every rank reads everything (leave-one-out needs each user's whole
+     * sequence, and the global batch plan every sample). input = sharded: rank r reads
+     * shard r of n and the router sends each row to the rank of its key, before the
+     * transforms, so each user's rows meet on one rank (route.h). */
+    ds->sharded = p->set.input == GRM__INPUT_SHARDED && size > 1;
+    int need_agree = ds->sharded;   /* a failure here is not yet known to the other ranks */
+    if ((st = rops->open(p->reader.config.data, ds->sharded ? rank : 0, ds->sharded ? size : 1,
+                         &p->reader.inst)) != GRM_OK) {
         grm_error_prefix("[reader] %s: ", p->reader.plugin->info->name);
         goto fail;
     }
-    const grm_schema *schema;
+    const grm_schema *schema, *raw;
     if ((st = rops->schema(p->reader.inst, &schema)) != GRM_OK) goto fail;
+    raw = schema;
     for (int32_t i = 0; i < p->ntransforms; i++) {
         const grm_transform_ops *tops = p->transforms[i].plugin->info->ops;
         if ((st = tops->create(p->transforms[i].config.data, schema, &p->transforms[i].inst))
@@ -387,16 +608,37 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
         }
         if ((st = tops->schema(p->transforms[i].inst, &schema)) != GRM_OK) goto fail;
     }
-    for (;;) {
-        const grm_chunk *c = NULL;
-        if ((st = rops->next(p->reader.inst, &c)) != GRM_OK) {
-            grm_error_prefix("[reader] %s: ", p->reader.plugin->info->name);
-            goto fail;
-        }
-        if (!c) break;
-        ds->raw_rows += c->rows;
-        if ((st = push(p, &co, 0, c)) != GRM_OK) goto fail;
+    if (ds->sharded) {
+        if ((st = make_router(p, raw, &router)) != GRM_OK) goto fail;
+        need_agree = 0;
+        if ((st = agree(p, GRM_OK)) != GRM_OK) goto fail;
     }
+    pusher pu = { p, &co, GRM_OK };
+    for (int failed = 0, eof = 0, done = 0; !done;) {
+        const grm_chunk *c = NULL;
+        if (!failed && !eof) {
+            if ((st = rops->next(p->reader.inst, &c)) != GRM_OK) {
+                grm_error_prefix("[reader] %s: ", p->reader.plugin->info->name);
+                if (!router) goto fail;
+                pu.st = st;
+                failed = 1;
+            } else if (!c) {
+                eof = 1;
+            } else {
+                ds->raw_rows += c->rows;
+            }
+        }
+        if (!router) {
+            if (!c) break;
+            if ((st = push(p, &co, 0, c)) != GRM_OK) goto fail;
+            continue;
+        }
+        st = grm__route_round(router, c, failed, push_routed, &pu, &done);
+        if (st != GRM_OK && pu.st == GRM_OK) pu.st = st;
+        failed = failed || st != GRM_OK;
+    }
+    if (router && (st = pu.st) != GRM_OK) goto fail;   /* the rounds told every rank */
+    need_agree = ds->sharded;
     for (int32_t i = 0; i < p->ntransforms; i++) {
         const grm_transform_ops *tops = p->transforms[i].plugin->info->ops;
         if (!GRM_HAS_OP(grm_transform_ops, tops, flush)) continue;
@@ -416,22 +658,31 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
         if (rops->stats(p->reader.inst, &rs) == GRM_OK) ds->bad_rows = rs.bad_rows;
     }
     if ((st = ranking ? finish_ranking(p, &co, ds) : finish(p, &co, ds)) != GRM_OK) goto fail;
-    if (ds->nexamples == 0) {
+    if (ds->sharded) {
+        need_agree = 0;
+        if ((st = agree(p, GRM_OK)) != GRM_OK || (st = share_totals(p, ds, size)) != GRM_OK)
+            goto fail;
+    } else {
+        ds->all_users = ranking ? ds->nrows : ds->nusers;
+        ds->all_examples = ds->nexamples;
+    }
+    if (ds->all_examples == 0) {
         if (ranking)
             st = grm_errorf(GRM_EFORMAT, "%s: the data yields no training rows (%lld rows "
                             "read); check the reader's path and the split fractions",
-                            p->cfg->path, (long long)ds->nrows);
+                            p->cfg->path, (long long)ds->all_users);
         else
             st = grm_errorf(GRM_EFORMAT, "%s: the data yields no training examples (%lld "
-                            "users, %lld items); check the reader's path and columns",
-                            p->cfg->path, (long long)ds->nusers,
-                            (long long)(ds->offsets ? ds->offsets[ds->nusers] : 0));
+                            "users of %lld rows read); check the reader's path and columns",
+                            p->cfg->path, (long long)ds->all_users, (long long)ds->raw_rows);
         goto fail;
     }
     st = GRM_OK;
     *out = ds;
     ds = NULL;
 fail:
+    if (ds && need_agree) agree(p, st);   /* the others learn before they go on */
+    grm__router_destroy(router);
     close_input(p);
     free(co.users.v);
     free(co.offsets.v);

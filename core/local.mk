@@ -17,3 +17,4 @@ grmhost_CPPFLAGS = $(AM_CPPFLAGS) -DGRM_PLUGIN_DIR='"$(plugindir)"'
 grmhost_LDADD = libgrmcore.la
 libgrmcore_la_SOURCES += %reldir%/dist.h %reldir%/dist.c
 libgrmcore_la_SOURCES += %reldir%/reshard.h %reldir%/reshard.c
+libgrmcore_la_SOURCES += %reldir%/route.h %reldir%/route.c

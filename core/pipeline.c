@@ -30,10 +30,11 @@ typedef struct train_cfg {
     grm_str_list label_columns;
     double valid_fraction, test_fraction;
     const char *user_column, *sequence_column, *time_column, *item_table, *metrics_out;
+    const char *shard_by;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
     int64_t early_stop, batch_tokens, accumulate, sparse_group, prefetch, sequence_blocks;
     int64_t select_k;
-    int32_t batching, rank_split, sparse_async;
+    int32_t batching, rank_split, sparse_async, input;
     grm_int_list topk;
 } train_cfg;
 
@@ -92,6 +93,15 @@ static const grm_param_decl train_params[] = {
       "update (exchange and row optimizer) runs on a thread after step i + 1's lookup, "
       "beside its dense compute, so lookups see rows one step stale; dense stays "
       "synchronous. Pending updates are applied before evaluation and checkpoints" },
+    { "input", GRM_PARAM_ENUM, 0, offsetof(train_cfg, input), "whole", GRM_PARAM_ANY,
+      "whole|sharded", "several ranks: whole: every rank reads all of the input and one "
+      "global batch plan is split over the ranks; sharded: rank r of n reads its own share "
+      "(reader shard r of n), routes each row to the rank of its shard_by key before the "
+      "transforms, and trains on its own users with a batch plan of its own (MTGRBoost §3), "
+      "so input memory and reading time shrink with the ranks" },
+    { "shard_by", GRM_PARAM_STRING, 0, offsetof(train_cfg, shard_by), "", GRM_PARAM_ANY,
+      NULL, "input = sharded: the reader's column (i64 or string) whose value picks a row's "
+      "rank, so all rows of one user meet on one rank (default: user_column)" },
     { "rank_split", GRM_PARAM_ENUM, 0, offsetof(train_cfg, rank_split), "contiguous",
       GRM_PARAM_ANY, "contiguous|tokens", "several ranks: how a global batch is split. "
       "contiguous: equal sample counts; tokens: global token reallocation (TurboGR §4.1.3): "
@@ -436,6 +446,8 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.sparse_group = tc->sparse_group;
     p->set.prefetch = tc->prefetch;
     p->set.rank_split = tc->rank_split;
+    p->set.input = tc->input;
+    p->set.shard_by = tc->shard_by[0] ? tc->shard_by : tc->user_column;
     p->set.sequence_blocks = tc->sequence_blocks;
     p->set.topk = tc->topk;
     p->set.select_k = tc->select_k;

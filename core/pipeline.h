@@ -39,6 +39,9 @@ typedef struct grm__feature {
 /* [train] rank_split: contiguous slices, or TurboGR §4.1.3 global token reallocation. */
 enum { GRM__SPLIT_CONTIGUOUS = 0, GRM__SPLIT_TOKENS = 1 };
 
+/* [train] input: every rank reads everything, or its own share routed by key (route.h). */
+enum { GRM__INPUT_WHOLE = 0, GRM__INPUT_SHARDED = 1 };
+
 /* What [train] task = trains. */
 enum { GRM__TASK_RETRIEVAL = 0, GRM__TASK_RANKING = 1 };
 
@@ -59,6 +62,8 @@ typedef struct grm__settings {
     int64_t sparse_group;          /* ranks per replica group of the rows (0: all) */
     int64_t prefetch;              /* batches assembled ahead on the data thread (0: none) */
     int32_t rank_split;            /* GRM__SPLIT_*: a global batch's samples over the ranks */
+    int32_t input;                 /* GRM__INPUT_* */
+    const char *shard_by;          /* input = sharded: the reader's column routing rows */
     int64_t sequence_blocks;       /* ranking: leading blocks on the pooling = none tokens */
     int32_t batching;              /* GRM__BATCH_* */
     int64_t batch_tokens;          /* batching = tokens: target tokens per step (0: derived) */
@@ -92,7 +97,13 @@ typedef struct grm__dataset {
     int64_t *catalog_ids;          /* [C] sorted distinct item ids */
     int64_t *catalog_counts;       /* [C] occurrences in the training part */
     int64_t max_item, max_user;
-    int64_t bad_rows, raw_rows;
+    int64_t bad_rows, raw_rows;    /* of the whole input (every rank's share summed) */
+    /* input = sharded on several ranks: this rank holds only the users (ranking: rows)
+     * routed to it; the catalog, max_*, fmax, fmaxlen and prior still describe all ranks'
+     * data, and all_* sum the ranks' users, examples (ranking: training rows) and eval
+     * users (ranking: rows of valid and test). Equal to the local counts otherwise. */
+    int32_t sharded;
+    int64_t all_users, all_examples, all_eval;
 
     /* ranking: one sample per row; feature f of row r is the ids
      * fids[f][fofs[f][r] .. fofs[f][r+1]) (one id for an I64 column, a list for LIST_I64) */

@@ -165,6 +165,11 @@ typedef struct trainer {
      * is the query (evaluation) */
     int seqmode;
     int64_t nex;              /* training samples: (user, position) pairs or users */
+    /* [train] input = sharded on several ranks (core/route.h): the samples are this rank's
+     * own and so is the batch plan; a step is every rank's next batch */
+    int sharded;
+    int64_t bsz;              /* samples per batch on this rank: batch_size, or its share */
+    int64_t nex_all;          /* training samples of all ranks */
     int64_t *seq_users;       /* [nex] seqmode: users with at least two training items */
     float *queries;           /* [B, D] seqmode evaluation: last-token outputs */
     /* ranking on a token list (pooling = none, [train] sequence_blocks = S, MTGRBoost §2):
@@ -215,7 +220,8 @@ typedef struct trainer {
     int64_t step;             /* steps done */
     int64_t total_steps, steps_per_epoch;
     int64_t total_mb;         /* batches of the whole run (0: [train] steps decides) */
-    int64_t mb_per_epoch;     /* batches of epoch 0 */
+    int64_t mb_per_epoch;     /* batches of epoch 0 (sharded: the most of any rank's) */
+    int64_t mb_local;         /* batches of this rank's epoch 0 */
     grm__metrics *metrics;
     uv_loop_t loop;
     uv_signal_t sigint, sigterm;
@@ -384,6 +390,19 @@ static grm_status setup(trainer *t)
     t->seqrank = p->seq_feature >= 0 && t->ranking;
     t->S = t->seqrank ? (int32_t)s->sequence_blocks : 0;
     t->nex = ds->nexamples;
+    t->sharded = ds->sharded;
+    /* sharded: rank r plans batches of its share of batch_size from its own samples */
+    t->bsz = t->sharded ? s->batch_size * (t->rank + 1) / t->nranks
+                              - s->batch_size * t->rank / t->nranks
+                        : s->batch_size;
+    if (t->sharded && s->rank_split == GRM__SPLIT_TOKENS && t->rank == 0)
+        grm__log(GRM_LOG_WARN, "grmhost", "%s: [train] rank_split = tokens splits a global "
+                 "batch, and input = sharded has none: each rank cuts its own batches "
+                 "(batching = tokens levels their tokens)", p->cfg->path);
+    if (t->sharded && s->batch_size < t->nranks)   /* the same verdict on every rank */
+        return grm_errorf(GRM_EINVAL, "%s: [train] input = sharded with batch_size = %lld on "
+                          "%d ranks leaves a rank no sample per batch; use batch_size >= %d",
+                          p->cfg->path, (long long)s->batch_size, t->nranks, t->nranks);
     if (t->seqmode) {
         t->seq_users = xalloc((size_t)(ds->nusers ? ds->nusers : 1) * sizeof(int64_t));
         if (!t->seq_users) return GRM_ENOMEM;
@@ -397,8 +416,10 @@ static grm_status setup(trainer *t)
         int64_t tot = 0;
         for (int64_t e = 0; e < t->nex; e++) tot += sample_tokens(t, e);
         int64_t nex = t->nex ? t->nex : 1;
-        t->target_tokens = s->batch_tokens ? s->batch_tokens
-                                           : (tot * s->batch_size + nex - 1) / nex;
+        int64_t given = s->batch_tokens;   /* sharded: this rank's share of it */
+        if (t->sharded && given)
+            given = given * (t->rank + 1) / t->nranks - given * t->rank / t->nranks;
+        t->target_tokens = s->batch_tokens ? given : (tot * t->bsz + nex - 1) / nex;
         if (t->target_tokens < 1) t->target_tokens = 1;
         if (t->B < t->target_tokens) t->B = t->target_tokens;
     }
@@ -631,13 +652,24 @@ static grm_status setup(trainer *t)
                           "training items)", p->cfg->path);
     /* steps are optimizer steps of `accumulate` batches each; batches run on across epochs */
     int64_t N = s->accumulate;
-    if ((st = epoch_start(t, 1, &t->mb_per_epoch)) != GRM_OK) return st;   /* epoch 0 */
-    t->steps_per_epoch = (t->mb_per_epoch + N - 1) / N;
-    t->total_steps = s->steps;
-    if (!s->steps) {
-        if ((st = epoch_start(t, s->epochs, &t->total_mb)) != GRM_OK) return st;
-        t->total_steps = (t->total_mb + N - 1) / N;
+    if ((st = epoch_start(t, 1, &t->mb_local)) != GRM_OK) return st;   /* epoch 0 */
+    t->mb_per_epoch = t->mb_local;
+    if (!s->steps && (st = epoch_start(t, s->epochs, &t->total_mb)) != GRM_OK) return st;
+    t->nex_all = t->nex;
+    if (t->sharded) {
+        /* every rank runs the longest rank's count of batches: a rank whose share is used
+         * up goes on into its next epoch, so no step lacks a rank (a step is collective) */
+        const grm_comm_handle *c = &p->comm_handle;
+        int64_t mx[2] = { t->mb_per_epoch, t->total_mb };
+        if ((st = c->ops->allreduce(c->inst, mx, 2, GRM_DTYPE_I64, GRM_REDUCE_MAX)) != GRM_OK
+            || (st = c->ops->allreduce(c->inst, &t->nex_all, 1, GRM_DTYPE_I64,
+                                       GRM_REDUCE_SUM)) != GRM_OK)
+            return st;
+        t->mb_per_epoch = mx[0];
+        t->total_mb = mx[1];
     }
+    t->steps_per_epoch = (t->mb_per_epoch + N - 1) / N;
+    t->total_steps = s->steps ? s->steps : (t->total_mb + N - 1) / N;
     return GRM_OK;
 }
 
@@ -1105,9 +1137,8 @@ static void ensure_perm(trainer *t, int64_t epoch)
     t->nb = 0;
     t->bstart[0] = 0;
     if (st->batching == GRM__BATCH_FIXED) {
-        t->nb = (n + st->batch_size - 1) / st->batch_size;
-        for (int64_t i = 0; i <= t->nb; i++)
-            t->bstart[i] = i * st->batch_size < n ? i * st->batch_size : n;
+        t->nb = (n + t->bsz - 1) / t->bsz;
+        for (int64_t i = 0; i <= t->nb; i++) t->bstart[i] = i * t->bsz < n ? i * t->bsz : n;
         t->t_plan += now_s() - t0;
         return;
     }
@@ -1119,7 +1150,7 @@ static void ensure_perm(trainer *t, int64_t epoch)
     int64_t N = t->target_tokens;
     int64_t q0 = 0, qn = 0;
     while (q0 < n) {
-        while (S[qn] - S[q0] < N && qn < n) qn = qn + st->batch_size < n ? qn + st->batch_size : n;
+        while (S[qn] - S[q0] < N && qn < n) qn = qn + t->bsz < n ? qn + t->bsz : n;
         /* first j in (q0, qn] with S[j] - S[q0] >= N, or qn */
         int64_t lo = q0 + 1, hi = qn;
         while (lo < hi) {
@@ -1149,7 +1180,7 @@ static grm_status epoch_start(trainer *t, int64_t e, int64_t *first)
         if (t->nep == 0) t->ep_cum[0] = 0;
         int64_t nb;
         if (t->p->set.batching == GRM__BATCH_FIXED) {   /* every epoch: ceil(nex / batch) */
-            nb = (t->nex + t->p->set.batch_size - 1) / t->p->set.batch_size;
+            nb = (t->nex + t->bsz - 1) / t->bsz;
         } else {                                      /* cuts depend on the epoch's order */
             ensure_perm(t, t->nep);
             nb = t->nb;
@@ -1167,7 +1198,7 @@ static grm_status locate(trainer *t, int64_t step, int64_t *epoch, int64_t *bi)
     grm_status st;
     int64_t e = 0, first;
     /* epochs hold about the same number of batches: start from the nominal guess */
-    if (t->mb_per_epoch > 0) e = (step - 1) / t->mb_per_epoch;
+    if (t->mb_local > 0) e = (step - 1) / t->mb_local;
     for (;;) {
         if ((st = epoch_start(t, e, &first)) != GRM_OK) return st;
         if (first >= step && e > 0) { e--; continue; }
@@ -1220,8 +1251,10 @@ static grm_status slice_of(trainer *t, int64_t g, batch *bt)
     bt->g = g;
     bt->b = 0;
     bt->tokens = 0;
-    if (t->nranks == 1 || t->p->set.rank_split == GRM__SPLIT_CONTIGUOUS) {
-        int64_t lo = gpos + gb * t->rank / t->nranks, hi = gpos + gb * (t->rank + 1) / t->nranks;
+    if (t->sharded || t->nranks == 1 || t->p->set.rank_split == GRM__SPLIT_CONTIGUOUS) {
+        /* sharded: the batch is this rank's own, whole */
+        const int64_t parts = t->sharded ? 1 : t->nranks, me = t->sharded ? 0 : t->rank;
+        int64_t lo = gpos + gb * me / parts, hi = gpos + gb * (me + 1) / parts;
         for (int64_t i = lo; i < hi; i++) bt->ex[bt->b++] = t->perm[i];
         bt->tokens = t->tok_cum[hi] - t->tok_cum[lo];
         return GRM_OK;
@@ -1257,7 +1290,7 @@ static grm_status slice_of(trainer *t, int64_t g, batch *bt)
 }
 
 /* Rows of every rank's slices of every batch of the step holding batch g: the denominator
- * of the batch weights. */
+ * of the batch weights. Sharded: this rank's batches only; the trainer sums the ranks'. */
 static grm_status step_rows_of(trainer *t, int64_t g, double *out)
 {
     const int64_t N = t->p->set.accumulate, step = (g - 1) / N + 1;
@@ -1683,6 +1716,21 @@ static grm_status allreduce_step(trainer *t, double *loss, int64_t *samples, int
     return GRM_OK;
 }
 
+/* The rows of the whole step on every rank: the batch's own count, or with input = sharded
+ * (each rank's plan its own) the ranks' counts summed (MTGRBoost §5.1: the sample count
+ * travels with the batch, so the gradient is a mean over the step's samples). */
+static grm_status step_rows_all(trainer *t, double mine, double *out)
+{
+    *out = mine;
+    if (!t->sharded) return GRM_OK;
+    const grm_comm_handle *c = &t->p->comm_handle;
+    int64_t n = (int64_t)mine;
+    grm_status st = c->ops->allreduce(c->inst, &n, 1, GRM_DTYPE_I64, GRM_REDUCE_SUM);
+    if (st != GRM_OK) grm_error_prefix("summing the step's rows over the ranks: ");
+    *out = (double)n;
+    return st;
+}
+
 /* One optimizer step: [train] accumulate batches (fewer at the very end of the run), their
  * gradients summed with weights by rows, then the dense optimizer on every parameter and the
  * sparse optimizer on the touched rows only. */
@@ -1701,11 +1749,13 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     double loss = 0;
     int64_t samples = 0, tokens = 0, rows0 = t->tokens;
     batch *bt = NULL;
+    double step_rows = 0;
     for (int64_t j = 0; j < nb; j++) {
         int64_t g = g0 + j + 1;
         if ((st = pf_take(t, g, &bt)) != GRM_OK) goto out;
+        if (j == 0 && (st = step_rows_all(t, bt->step_rows, &step_rows)) != GRM_OK) goto out;
         /* the weight: this slice's share of the rows of the whole step (all ranks) */
-        float weight = weighted ? (float)((double)bt->rows / bt->step_rows) : 1.0f;
+        float weight = weighted ? (float)((double)bt->rows / step_rows) : 1.0f;
         double l = 0;
         int64_t bs = 0, bts = 0;
         if ((st = run_batch(t, bt, weight, &l, &bs, &bts)) != GRM_OK) goto out;
@@ -1816,14 +1866,26 @@ static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
 
 /* Evaluation is sharded over the ranks: rank r scores its contiguous share [*lo, *hi) of
  * n items (users or rows) in *nb batches of at most EB, the same *nb on every rank because
- * the lookups are collective (a rank past its share looks up nothing). */
-static void eval_share(const trainer *t, int64_t n, int64_t EB, int64_t *lo, int64_t *hi,
-                       int64_t *nb)
+ * the lookups are collective (a rank past its share looks up nothing). With input =
+ * sharded, n counts this rank's own items, all of them its share, and *nb is the most
+ * any rank needs. */
+static grm_status eval_share(const trainer *t, int64_t n, int64_t EB, int64_t *lo, int64_t *hi,
+                             int64_t *nb)
 {
+    if (t->sharded) {
+        const grm_comm_handle *c = &t->p->comm_handle;
+        *lo = 0;
+        *hi = n;
+        *nb = (n + EB - 1) / EB;
+        grm_status st = c->ops->allreduce(c->inst, nb, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+        if (st != GRM_OK) grm_error_prefix("evaluation: agreeing on the batches: ");
+        return st;
+    }
     const int64_t N = t->nranks, per = (n + N - 1) / N;
     *lo = n * t->rank / N;
     *hi = n * (t->rank + 1) / N;
     *nb = (per + EB - 1) / EB;
+    return GRM_OK;
 }
 
 /* Every rank's `bytes` bytes at `mine`, in rank order, into all [nranks * bytes]. */
@@ -1872,7 +1934,10 @@ static grm_status evaluate(trainer *t, int split, grm__rank_acc *acc, grm__rank_
     if (!ranks) return GRM_ENOMEM;
     int64_t ne = 0, lo, hi, nb;
     for (int64_t u = 0; u < ds->nusers; u++) ne += ds->has_eval[u];
-    eval_share(t, ne, EB, &lo, &hi, &nb);
+    if ((st = eval_share(t, ne, EB, &lo, &hi, &nb)) != GRM_OK) {
+        grm__free(CPU, ranks);
+        return st;
+    }
     int64_t u0 = 0, seen = 0;   /* the next user, and evaluated users before it */
     for (int64_t ib = 0; ib < nb; ib++) {
         int64_t b = 0;
@@ -1946,6 +2011,68 @@ static int64_t pick_k(const grm__rank_acc *a, int64_t want, int32_t *idx)
     return a->k[a->nk - 1];
 }
 
+/* Replace *n rows of scores and labels [*n, T] and groups [*n] with every rank's rows, in
+ * rank order (input = sharded: each rank scored its own rows). */
+static grm_status gather_rows(trainer *t, int64_t *n, float **scores, float **labels,
+                              int64_t **groups, int32_t T)
+{
+    const int32_t R = t->nranks;
+    int64_t *ns = calloc((size_t)R, sizeof *ns), mx = 1, total = 0;
+    if (!ns) return grm_errorf(GRM_ENOMEM, "out of memory");
+    grm_status st = gather_bytes(t, ns, n, sizeof *n);
+    for (int32_t r = 0; st == GRM_OK && r < R; r++) {
+        if (ns[r] > mx) mx = ns[r];
+        total += ns[r];
+    }
+    /* one padded row block per rank: [mx, T] scores, [mx, T] labels, [mx] groups */
+    const size_t blk = (size_t)mx * ((size_t)T * 2 * sizeof(float) + sizeof(int64_t));
+    char *mine = NULL, *all = NULL;
+    float *s2 = NULL, *l2 = NULL;
+    int64_t *g2 = NULL;
+    if (st == GRM_OK) {
+        mine = calloc(1, blk);
+        all = malloc(blk * (size_t)R);
+        s2 = xalloc((size_t)(total ? total : 1) * (size_t)T * sizeof(float));
+        l2 = xalloc((size_t)(total ? total : 1) * (size_t)T * sizeof(float));
+        g2 = xalloc((size_t)(total ? total : 1) * sizeof(int64_t));
+        if (!mine || !all || !s2 || !l2 || !g2) st = grm_errorf(GRM_ENOMEM, "out of memory");
+    }
+    const size_t fs = (size_t)mx * (size_t)T * sizeof(float);
+    if (st == GRM_OK) {
+        memcpy(mine, *scores, (size_t)*n * (size_t)T * sizeof(float));
+        memcpy(mine + fs, *labels, (size_t)*n * (size_t)T * sizeof(float));
+        memcpy(mine + 2 * fs, *groups, (size_t)*n * sizeof(int64_t));
+        st = gather_bytes(t, all, mine, blk);
+    }
+    if (st == GRM_OK) {
+        int64_t at = 0;
+        for (int32_t r = 0; r < R; r++) {
+            const char *b = all + blk * (size_t)r;
+            const size_t rf = (size_t)ns[r] * (size_t)T * sizeof(float);
+            memcpy(s2 + at * T, b, rf);
+            memcpy(l2 + at * T, b + fs, rf);
+            memcpy(g2 + at, b + 2 * fs, (size_t)ns[r] * sizeof(int64_t));
+            at += ns[r];
+        }
+        grm__free(CPU, *scores);
+        grm__free(CPU, *labels);
+        grm__free(CPU, *groups);
+        *scores = s2;
+        *labels = l2;
+        *groups = g2;
+        *n = total;
+        s2 = l2 = NULL;
+        g2 = NULL;
+    }
+    grm__free(CPU, s2);
+    grm__free(CPU, l2);
+    grm__free(CPU, g2);
+    free(mine);
+    free(all);
+    free(ns);
+    return st;
+}
+
 /* Ranking evaluation of split (1 valid, 2 test): AUC, GAUC (grouped by user_column,
  * MTGRBoost §6.1) and logloss per task, beside the logloss of predicting the training
  * positive rate for every row (the constant baseline; its AUC is 0.5). */
@@ -1958,12 +2085,13 @@ static grm_status run_eval_ranking(trainer *t, int split, double *score)
     int64_t n = ds->nsplit[split], EB = p->set.eval_batch;
     const int64_t *rows = ds->split_rows[split];
     grm_status st = GRM_OK;
-    if (n == 0) return GRM_OK;
-    float *scores = xalloc((size_t)(n * T) * sizeof(float));
-    float *labels = xalloc((size_t)(n * T) * sizeof(float));
-    float *col_s = xalloc((size_t)n * sizeof(float)), *col_y = xalloc((size_t)n * sizeof(float));
-    int64_t *groups = xalloc((size_t)n * sizeof(int64_t));
-    if (!scores || !labels || !col_s || !col_y || !groups) {
+    if (n == 0 && !t->sharded) return GRM_OK;   /* sharded: the others may have rows */
+    const int64_t n1 = n ? n : 1;
+    float *scores = xalloc((size_t)(n1 * T) * sizeof(float));
+    float *labels = xalloc((size_t)(n1 * T) * sizeof(float));
+    float *col_s = NULL, *col_y = NULL;
+    int64_t *groups = xalloc((size_t)n1 * sizeof(int64_t));
+    if (!scores || !labels || !groups) {
         st = GRM_ENOMEM;
         goto out;
     }
@@ -1975,7 +2103,7 @@ static grm_status run_eval_ranking(trainer *t, int split, double *score)
     }
     memset(scores, 0, (size_t)(n * T) * sizeof(float));
     int64_t lo, hi, nb;
-    eval_share(t, n, EB, &lo, &hi, &nb);
+    if ((st = eval_share(t, n, EB, &lo, &hi, &nb)) != GRM_OK) goto out;
     for (int64_t ib = 0; ib < nb; ib++) {   /* this rank's share of the rows */
         int64_t r0 = lo + ib * EB, b = hi - r0 < EB ? hi - r0 : EB;
         if (b < 0) b = 0;
@@ -1993,19 +2121,29 @@ static grm_status run_eval_ranking(trainer *t, int split, double *score)
         logloss += io.loss * (double)b;
         grm__scratch_reset();
     }
-    if (t->nranks > 1) {   /* every rank's scores (zeros elsewhere: the sum is exact) */
+    if (t->nranks > 1) {
         const grm_comm_handle *c = &p->comm_handle;
         double *lls = calloc((size_t)t->nranks, sizeof *lls);
         if (!lls) {
             st = grm_errorf(GRM_ENOMEM, "out of memory");
             goto out;
         }
-        st = c->ops->allreduce(c->inst, scores, n * T, GRM_DTYPE_F32, GRM_REDUCE_SUM);
+        if (t->sharded)   /* every rank's own rows, in rank order */
+            st = gather_rows(t, &n, &scores, &labels, &groups, T);
+        else              /* every rank's scores (zeros elsewhere: the sum is exact) */
+            st = c->ops->allreduce(c->inst, scores, n * T, GRM_DTYPE_F32, GRM_REDUCE_SUM);
         if (st == GRM_OK) st = gather_bytes(t, lls, &logloss, sizeof logloss);
         logloss = 0;
         for (int32_t r = 0; r < t->nranks; r++) logloss += lls[r];
         free(lls);
         if (st != GRM_OK) goto out;
+    }
+    if (n == 0) goto out;
+    col_s = xalloc((size_t)n * sizeof(float));
+    col_y = xalloc((size_t)n * sizeof(float));
+    if (!col_s || !col_y) {
+        st = GRM_ENOMEM;
+        goto out;
     }
     for (int32_t k = 0; k < T; k++) {
         char metric[128];
@@ -2158,7 +2296,7 @@ static grm_status collect_state(trainer *t, ckpt_list *l, int64_t *steps_buf)
     /* step, seed, examples, batch size, then the early-stopping state */
     t->ckpt_state[0] = t->step;
     t->ckpt_state[1] = p->set.seed;
-    t->ckpt_state[2] = t->nex;
+    t->ckpt_state[2] = t->nex_all;
     t->ckpt_state[3] = p->set.batch_size;
     t->ckpt_state[4] = t->best_step;
     memcpy(&t->ckpt_state[5], &t->best_score, sizeof(double));
@@ -2373,11 +2511,11 @@ static grm_status load_ckpt_as(trainer *t, const char *path, int owned_only)
         memcpy(&t->best_score, &c.state[5], sizeof(double));
         t->bad_evals = c.state[6];
         for (int32_t i = 0; i < t->nparams; i++) t->params[i].steps = c.param_steps[i];
-        if (c.state[2] != t->nex || c.state[3] != t->p->set.batch_size)
+        if (c.state[2] != t->nex_all || c.state[3] != t->p->set.batch_size)
             grm__log(GRM_LOG_WARN, "grmhost", "%s: written with %lld examples and batch size "
                      "%lld, now %lld and %lld: the example order differs from the original run",
                      path, (long long)c.state[2], (long long)c.state[3],
-                     (long long)t->nex, (long long)t->p->set.batch_size);
+                     (long long)t->nex_all, (long long)t->p->set.batch_size);
     }
     free(c.param_steps);
     return st;
@@ -2775,16 +2913,32 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *
     grm__dataset *ds = t->ds;
     int64_t evaluated = 0;
     for (int64_t u = 0; u < ds->nusers; u++) evaluated += ds->has_eval[u];
+    if (ds->sharded && !t->ranking) {
+        if ((st = c->ops->allreduce(c->inst, &evaluated, 1, GRM_DTYPE_I64, GRM_REDUCE_SUM))
+            != GRM_OK)
+            return st;
+    }
+    int64_t nsplit[3] = { ds->nsplit[0], ds->nsplit[1], ds->nsplit[2] };
+    if (ds->sharded && t->ranking) {
+        if ((st = c->ops->allreduce(c->inst, nsplit, 3, GRM_DTYPE_I64, GRM_REDUCE_SUM))
+            != GRM_OK)
+            return st;
+    }
     if (!opts->quiet && t->ranking)
         grm__log(GRM_LOG_INFO, "grmhost", "data: %lld rows -> %lld train, %lld valid, %lld "
-                 "test rows, %d tasks (%.1fs)", (long long)ds->raw_rows,
-                 (long long)ds->nsplit[0], (long long)ds->nsplit[1], (long long)ds->nsplit[2],
-                 ds->ntasks, now_s() - t0);
+                 "test rows, %d tasks (%.1fs)", (long long)ds->raw_rows, (long long)nsplit[0],
+                 (long long)nsplit[1], (long long)nsplit[2], ds->ntasks, now_s() - t0);
     else if (!opts->quiet)
         grm__log(GRM_LOG_INFO, "grmhost", "data: %lld rows -> %lld users, %lld items, %lld "
                  "training examples, %lld evaluated users (%.1fs)", (long long)ds->raw_rows,
-                 (long long)ds->nusers, (long long)ds->ncatalog, (long long)ds->nexamples,
-                 (long long)evaluated, now_s() - t0);
+                 (long long)ds->all_users, (long long)ds->ncatalog,
+                 (long long)ds->all_examples, (long long)evaluated, now_s() - t0);
+    if (!opts->quiet && ds->sharded)
+        grm__log(GRM_LOG_INFO, "grmhost", "data: input = sharded: rank 0 of %d holds %lld of "
+                 "the %lld %s and %lld of the %lld training samples", t->nranks,
+                 (long long)(t->ranking ? ds->nrows : ds->nusers), (long long)ds->all_users,
+                 t->ranking ? "rows" : "users", (long long)ds->nexamples,
+                 (long long)ds->all_examples);
     if (ds->bad_rows)
         grm__log(GRM_LOG_WARN, "grmhost", "reader skipped %lld malformed rows",
                  (long long)ds->bad_rows);

@@ -9,6 +9,8 @@
 #   ini_rows CSV              INI: [reader] of user,item,click rows, then [feature.user] and
 #                             [feature.item] of dim 8 (the last section: lines may follow)
 #   ini_history               INI: [feature.history] (last 10 items) and [feature.user], dim 16
+#   same_metrics F1 F2        two --metrics-out files: every valid/test metric of F1 in F2,
+#                             within 1e-7 relative (uses the caller's $tmp directory)
 #   mpi_or_skip FIRST LAST    several-rank tests: without $MPIRUN or a built comm-mpi, print
 #                             "ok N - several ranks # SKIP why" for N = FIRST..LAST and exit 0;
 #                             otherwise set up `mpi N ARGS...`: $g (grmhost) under mpirun -n N
@@ -31,6 +33,18 @@ same_curve() {
         { n++; d = $2 - $4; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2; if (d > md) md = d
           if ($1 != $3 || d > tol * m) { print "# step " $1 ": " $2 " vs step " $3 ": " $4; bad = 1 } }
         END { print "# " n " steps compared, largest difference " md + 0; exit bad }'
+}
+eval_metrics() {   # $1: jsonl file; its valid/test metrics as "split.name value", sorted
+    grep -h '"split":"\(valid\|test\)"' "$1" |
+        sed 's/.*"split":"\([a-z]*\)","name":"\([^"]*\)".*"value":\([^}]*\)}/\1.\2 \3/' | sort
+}
+same_metrics() {   # the logloss is summed per batch in float, and the batches may differ
+    eval_metrics "$1" >"$tmp/m1"
+    eval_metrics "$2" >"$tmp/m2"
+    [ -s "$tmp/m1" ] && join "$tmp/m1" "$tmp/m2" | awk -v n="$(wc -l <"$tmp/m1")" '
+        { c++; d = $2 - $3; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2
+          if (d > 1e-7 * m + 1e-12) { print "# " $1 ": " $2 " vs " $3; bad = 1 } }
+        END { print "# " c " metrics compared"; exit bad || c != n }'
 }
 ini_events() {
     cat <<EOI

@@ -393,7 +393,8 @@ static void test_zstd_chunks_shards(void)
         table_free(&t);
     }
 
-    // sharding three ways: every row exactly once, row i in shard i % 3
+    // sharding three ways: every row exactly once, row i in shard (i / 50) % 3, in blocks
+    // of chunk_rows = 50 rows, one block per chunk
     {
         const char *kvs[] = { kv_path, "columns=id:i64,item:i64,w:f32", "chunk_rows=50" };
         int seen[1000] = { 0 };
@@ -403,16 +404,18 @@ static void test_zstd_chunks_shards(void)
             ok = ok && st == GRM_OK;
             for (int64_t i = 0; ok && i < t.rows; i++) {
                 const int64_t id = t.c[0].i64[i];
-                if (id < 0 || id >= 1000 || id % 3 != s) {
+                if (id < 0 || id >= 1000 || (id / 50) % 3 != s) {
                     ok = 0;
                 } else {
                     seen[id]++;
                 }
             }
+            ok = ok && t.max_chunk == 50 && t.chunks == (s < 2 ? 7 : 6);   // 20 blocks
             table_free(&t);
         }
         for (int i = 0; i < 1000; i++) ok = ok && seen[i] == 1;
-        tap_ok(ok, "3 shards cover each of 1000 rows exactly once, row i in shard i %% 3");
+        tap_ok(ok, "3 shards cover each of 1000 rows exactly once, row i in shard (i / 50) "
+                   "%% 3, one block of 50 per chunk");
     }
     free(rows);
 

@@ -154,19 +154,6 @@ rc=$?
         >/dev/null 2>"$tmp/e1.err"
 rc=$(( rc | $? ))
 [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/e4.out" "$tmp/e1.err" | tail -8
-eval_metrics() {   # $1: jsonl file; its valid/test metrics as "split.name value", sorted
-    grep -h '"split":"\(valid\|test\)"' "$1" |
-        sed 's/.*"split":"\([a-z]*\)","name":"\([^"]*\)".*"value":\([^}]*\)}/\1.\2 \3/' | sort
-}
-same_metrics() {   # $1 $2: jsonl files; every valid/test metric within 1e-7 relative (the
-    # logloss is summed per batch in float, and the batches differ)
-    eval_metrics "$1" >"$tmp/m1"
-    eval_metrics "$2" >"$tmp/m2"
-    [ -s "$tmp/m1" ] && join "$tmp/m1" "$tmp/m2" | awk -v n="$(wc -l <"$tmp/m1")" '
-        { c++; d = $2 - $3; if (d < 0) d = -d; m = $2 < 0 ? -$2 : $2
-          if (d > 1e-7 * m + 1e-12) { print "# " $1 ": " $2 " vs " $3; bad = 1 } }
-        END { print "# " c " metrics compared"; exit bad || c != n }'
-}
 same_metrics "$tmp/e1.jsonl" "$tmp/e4.jsonl"
 ok $(( rc | $? )) "ranking evaluation on 4 ranks (each its share of the rows): one rank's AUC, GAUC, logloss"
 

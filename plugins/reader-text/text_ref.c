@@ -463,8 +463,11 @@ grm_status text_reader_next(text_reader *r, const grm_chunk **chunk)
         }
         r->line++;
         if ((r->line == 1 && r->cfg->header) || text_blank(line, len)) continue;
+        // Block k of chunk_rows data rows belongs to shard k % nshards, and a chunk never
+        // spans two blocks: the shards' chunks taken round-robin are the file's order.
         const int64_t data_row = r->data_row++;
-        if (data_row % r->nshards != r->shard) continue;
+        const int block_end = (data_row + 1) % r->cfg->chunk_rows == 0;
+        if ((data_row / r->cfg->chunk_rows) % r->nshards != r->shard) continue;
         size_t nfields = 0;
         st = text_split(r, line, len, &nfields);
         if (st != GRM_OK) goto fail;
@@ -472,10 +475,12 @@ grm_status text_reader_next(text_reader *r, const grm_chunk **chunk)
         if (st == GRM_EFORMAT) {
             st = text_bad_row(r, why);
             if (st != GRM_OK) return st;
+            if (block_end && rows > 0) break;
             continue;
         }
         if (st != GRM_OK) goto fail;
         rows++;
+        if (block_end) break;
     }
     r->stats.bytes = r->src.bytes;
     if (rows == 0) return GRM_OK;
