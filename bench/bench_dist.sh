@@ -1,6 +1,7 @@
 #!/bin/sh
 # bench/bench_dist.sh - core/dist.c: distributed embedding lookup + update (MTGRBoost §4.3
-# two-stage ID dedup, TurboGR §4.2.1 hierarchical sparse parallelism) at 1, 2 and 4 ranks.
+# two-stage ID dedup, TurboGR §4.2.1 hierarchical sparse parallelism) at 1, 2 and 4 ranks;
+# then the trainer at 1, 2 and 4 ranks, and reading with input = whole against sharded.
 # The driver is tests/test-dist in bench mode (GRM_DIST_BENCH=FILE), run under mpirun with the
 # comm-mpi plugin. Id streams: ML-100K (items of each user in time order, from u.data) and
 # Amazon Beauty (the 5-core sequences), from $GRM_DATA_DIR; each step every rank looks up the
@@ -117,3 +118,41 @@ awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
        printf "# %-20s %5s %-6s %-6s %6s %6.1f %7.1f %7.1f %9.0f %5s\n", v["case"], v["ranks"],
               v["tables"], v["sparse"], v["rounds"], v["id_bytes"] / 1024, v["row_bytes"] / 1024,
               v["grad_bytes"] / 1024, v["samples_per_s"], v["ratio"] }' "$tmp/tr"
+
+# Reading (issue 4, MTGRBoost §3): input = whole (every rank reads and transforms all of
+# the input) against input = sharded (each rank its share, rows routed by user before the
+# transforms) on synthetic events large enough to time: 100,000 users, about 2.4 M events
+# (`grmhost generate`, 51 MB of TSV), through sequence_by into one sequence per user.
+# Per case the slowest rank's read + transform seconds and the largest rank's peak memory
+# with the data built (metrics read_s, read_maxrss_kb); the peer is input = whole on the
+# same ranks (ratio = its read_s over this one's).
+#   bench=dist case=read-events ranks=N input=whole|sharded read_s= maxrss_mb= peer=whole ratio=
+"$g" generate --users 100000 --items 2000 --clusters 20 --seed 3 --out "$tmp/big.tsv" \
+    >/dev/null 2>&1 || { echo "# bench_dist: grmhost generate failed; read cases skipped"; exit 0; }
+for n in 1 2 4; do
+    whole=
+    for input in whole sharded; do
+        { ini_events "$tmp/big.tsv"
+          printf '[feature.history]\nsource = item\ntable = item\ndim = 16\nwindow = 10\n'
+          printf '[dense.0]\nplugin = dense-mlp\ndims = 16,16\n'
+          printf '[head]\nplugin = dense-sampled-softmax\nnegatives = 64\n'
+          printf '[train]\ntime_column = ts\nsteps = 1\neval_every = 1000000\ninput = %s\n' $input
+          [ $n -gt 1 ] && printf '[distributed]\nplugin = comm-mpi\n'; } >"$tmp/r.ini"
+        rm -f "$tmp/r.jsonl"
+        if [ $n -eq 1 ]; then
+            "$g" train --fresh --quiet --metrics-out "$tmp/r.jsonl" "$tmp/r.ini" >/dev/null 2>"$tmp/err"
+        elif [ -n "$mpi" ] && [ -n "$so" ]; then
+            "$mpi" $flags -n $n "$g" train --fresh --quiet --metrics-out "$tmp/r.jsonl" \
+                "$tmp/r.ini" >/dev/null 2>"$tmp/err"
+        else
+            continue
+        fi
+        [ -s "$tmp/r.jsonl" ] || { sed 's/^/# /' "$tmp/err" | tail -3; continue; }
+        rs=$(metric "$tmp/r.jsonl" train read_s)
+        [ $input = whole ] && whole=$rs
+        echo "bench=dist case=read-events ranks=$n input=$input read_s=$rs" \
+             "maxrss_mb=$(awk -v k="$(metric "$tmp/r.jsonl" train read_maxrss_kb)" \
+                          'BEGIN { printf "%.0f", k / 1024 }')" \
+             "peer=whole ratio=$(awk -v a="${whole:-0}" -v b="$rs" 'BEGIN { printf "%.2f", a / b }')"
+    done
+done

@@ -33,6 +33,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -2943,8 +2944,19 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *
         grm__log(GRM_LOG_WARN, "grmhost", "reader skipped %lld malformed rows",
                  (long long)ds->bad_rows);
     if ((st = setup(t)) != GRM_OK) return st;
+    /* the slowest rank's read + transform time and the largest rank's peak memory so far
+     * (the data built, training not begun): what input = sharded shrinks */
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    int64_t most[2] = { (int64_t)(t->t_read * 1e6), (int64_t)ru.ru_maxrss };
+    if (t->nranks > 1
+        && (st = c->ops->allreduce(c->inst, most, 2, GRM_DTYPE_I64, GRM_REDUCE_MAX)) != GRM_OK)
+        return st;
     const char *mpath = opts->metrics_out ? opts->metrics_out : p->set.metrics_out;
-    return grm__metrics_open(t->rank == 0 ? mpath : NULL, &t->metrics);
+    if ((st = grm__metrics_open(t->rank == 0 ? mpath : NULL, &t->metrics)) != GRM_OK) return st;
+    grm__metrics_emit(t->metrics, 0, "train", "read_s", (double)most[0] * 1e-6);
+    grm__metrics_emit(t->metrics, 0, "train", "read_maxrss_kb", (double)most[1]);
+    return GRM_OK;
 }
 
 static void finish_summary(trainer *t, FILE *f)
