@@ -231,6 +231,8 @@ typedef struct trainer {
     double t_batch, t_lookup, t_fwd, t_bwd, t_opt;
     double t_read, t_plan, t_ckpt, t_eval;   /* --profile: seconds in each stage */
     double t_wait;            /* seconds the trainer waited for the data thread */
+    double read_most[2];      /* the slowest rank's t_read, the largest rank's peak KB */
+    int read_logged;          /* read_most is in the metrics */
     /* [train] sparse_async (TurboGR §4.2.2 semi-async sparse): step i's row gradients wait
      * in pend until the lookup of step i + 1 is done, then a sparse thread applies them
      * (the exchange and the row optimizer) while the trainer runs the dense stack */
@@ -2952,11 +2954,10 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *
     if (t->nranks > 1
         && (st = c->ops->allreduce(c->inst, most, 2, GRM_DTYPE_I64, GRM_REDUCE_MAX)) != GRM_OK)
         return st;
+    t->read_most[0] = (double)most[0] * 1e-6;
+    t->read_most[1] = (double)most[1];
     const char *mpath = opts->metrics_out ? opts->metrics_out : p->set.metrics_out;
-    if ((st = grm__metrics_open(t->rank == 0 ? mpath : NULL, &t->metrics)) != GRM_OK) return st;
-    grm__metrics_emit(t->metrics, 0, "train", "read_s", (double)most[0] * 1e-6);
-    grm__metrics_emit(t->metrics, 0, "train", "read_maxrss_kb", (double)most[1]);
-    return GRM_OK;
+    return grm__metrics_open(t->rank == 0 ? mpath : NULL, &t->metrics);
 }
 
 static void finish_summary(trainer *t, FILE *f)
@@ -3022,6 +3023,11 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
             grm__metrics_emit(t.metrics, t.step, "train", "loss", loss_sum / (double)loss_n);
             grm__metrics_emit(t.metrics, t.step, "train", "samples_per_s",
                               (double)samples / (el > 0 ? el : 1e-9));
+            if (!t.read_logged) {   /* wall clock and memory, like samples_per_s */
+                grm__metrics_emit(t.metrics, t.step, "train", "read_s", t.read_most[0]);
+                grm__metrics_emit(t.metrics, t.step, "train", "read_maxrss_kb", t.read_most[1]);
+                t.read_logged = 1;
+            }
             if ((st = emit_balance(&t, b)) != GRM_OK) goto out;
             if ((st = check_replicas(&t)) != GRM_OK) goto out;
             emit_tables(&t);

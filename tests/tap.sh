@@ -11,6 +11,8 @@
 #   ini_history               INI: [feature.history] (last 10 items) and [feature.user], dim 16
 #   same_metrics F1 F2        two --metrics-out files: every valid/test metric of F1 in F2,
 #                             within 1e-7 relative (uses the caller's $tmp directory)
+#   ini_mlp_softmax           INI: [dense.0] an MLP 32,16 and [head] sampled softmax over 64
+#                             negatives (the last section: lines may follow)
 #   mpi_or_skip FIRST LAST    several-rank tests: without $MPIRUN or a built comm-mpi, print
 #                             "ok N - several ranks # SKIP why" for N = FIRST..LAST and exit 0;
 #                             otherwise set up `mpi N ARGS...`: $g (grmhost) under mpirun -n N
@@ -86,6 +88,16 @@ window = 10
 [feature.user]
 source = user
 dim = 16
+EOI
+}
+ini_mlp_softmax() {
+    cat <<EOI
+[dense.0]
+plugin = dense-mlp
+dims = 32,16
+[head]
+plugin = dense-sampled-softmax
+negatives = 64
 EOI
 }
 mpi_or_skip() {

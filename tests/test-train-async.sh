@@ -24,12 +24,9 @@ retr_ini() {   # $1: sparse_async, $2: extra [train] lines (in-batch negatives a
     cat <<EOI
 [embedding]
 plugin = emb-dynamic
-[dense.0]
-plugin = dense-mlp
-dims = 32,16
-[head]
-plugin = dense-sampled-softmax
-negatives = 64
+EOI
+    ini_mlp_softmax
+    cat <<EOI
 in_batch = false
 [optimizer.sparse]
 lr = 0.01

@@ -24,12 +24,9 @@ ini() {   # $1 checkpoint dir
     cat <<EOI
 [embedding]
 plugin = emb-dynamic
-[dense.0]
-plugin = dense-mlp
-dims = 32,16
-[head]
-plugin = dense-sampled-softmax
-negatives = 64
+EOI
+    ini_mlp_softmax
+    cat <<EOI
 in_batch = false
 [train]
 time_column = ts

@@ -46,13 +46,8 @@ EOI
 retr_ini() {   # $1 comm plugin
     ini_events "$tmp/ev.tsv"
     ini_history
+    ini_mlp_softmax
     cat <<EOI
-[dense.0]
-plugin = dense-mlp
-dims = 32,16
-[head]
-plugin = dense-sampled-softmax
-negatives = 64
 in_batch = false
 [train]
 time_column = ts

@@ -22,7 +22,7 @@ if [ $rc -eq 0 ]; then echo "ok 1 - ml100k-retrieval trains (2 epochs)"; else ec
 grep -E "users|hr@10|ndcg@10" "$tmp/err" | sed 's/^/# /'
 first=$(grep '"name":"loss"' "$tmp/m.jsonl" | head -1 | sed 's/.*"value":\([^}]*\)}/\1/')
 last=$(grep '"name":"loss"' "$tmp/m.jsonl" | tail -1 | sed 's/.*"value":\([^}]*\)}/\1/')
-awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' \
+[ -n "$first" ] && [ -n "$last" ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' \
     && echo "ok 2 - the loss falls ($first -> $last)" || echo "not ok 2 - the loss falls ($first -> $last)"
 grep -q "943 users, 1682 items" "$tmp/err" \
     && echo "ok 3 - all 943 users and 1682 items are read and ranked" \

@@ -26,12 +26,9 @@ retr_ini() {   # $1 prefetch
     cat <<EOI
 [embedding]
 plugin = emb-dynamic
-[dense.0]
-plugin = dense-mlp
-dims = 32,16
-[head]
-plugin = dense-sampled-softmax
-negatives = 64
+EOI
+    ini_mlp_softmax
+    cat <<EOI
 [train]
 time_column = ts
 max_seq_len = 10
@@ -69,12 +66,9 @@ table = item
 dim = 16
 window = 20
 pooling = none
-[dense.0]
-plugin = dense-mlp
-dims = 32,16
-[head]
-plugin = dense-sampled-softmax
-negatives = 64
+EOI
+    ini_mlp_softmax
+    cat <<EOI
 in_batch = false
 [train]
 time_column = ts

@@ -30,13 +30,8 @@ echo "# $(awk -F'\t' 'NR > 1 { k = $1 " " $3; if (k in s) t++; s[k] = 1 } END { 
 retr_ini() {   # $1 input, $2 checkpoint dir; the reader and transform on stdin's head
     cat
     ini_history
+    ini_mlp_softmax
     cat <<EOI
-[dense.0]
-plugin = dense-mlp
-dims = 32,16
-[head]
-plugin = dense-sampled-softmax
-negatives = 64
 [train]
 input = $1
 time_column = ts
