@@ -71,6 +71,18 @@ g="$build/grmhost"
 if [ ! -x "$g" ]; then echo "# bench_dist: grmhost not built; trainer cases skipped"; exit 0; fi
 src=${GRM_TOP_SRCDIR:-$(dirname "$0")/..}
 . "$src/tests/tap.sh"   # metric FILE SPLIT NAME: the last logged value
+train_on() {   # $1 ranks, $2 INI, $3 metrics file; 1 when N ranks cannot be started
+    rm -f "$3"
+    if [ "$1" -eq 1 ]; then
+        "$g" train --fresh --quiet --metrics-out "$3" "$2" >/dev/null 2>"$tmp/err"
+    elif [ -n "$mpi" ] && [ -n "$so" ]; then
+        "$mpi" $flags -n "$1" "$g" train --fresh --quiet --metrics-out "$3" "$2" \
+            >/dev/null 2>"$tmp/err"
+    else
+        return 1
+    fi
+    return 0
+}
 for c in ml100k beauty; do
     case $c in
     ml100k) ini="$src/share/pipelines/ml100k-retrieval.ini"; path="$data/ml-100k/u.data.zst" ;;
@@ -89,16 +101,7 @@ for c in ml100k beauty; do
                       -e "s|^dir = .*|dir =|" "$ini"
                   printf '[feature.user]\nsource = user\ndim = 64\nmerge = %s\n' $merge
                   [ $n -gt 1 ] && printf '[distributed]\nplugin = comm-mpi\n'; } >"$tmp/t.ini"
-                rm -f "$tmp/t.jsonl"
-                if [ $n -eq 1 ]; then
-                    "$g" train --fresh --quiet --metrics-out "$tmp/t.jsonl" "$tmp/t.ini" \
-                        >/dev/null 2>"$tmp/err"
-                elif [ -n "$mpi" ] && [ -n "$so" ]; then
-                    "$mpi" $flags -n $n "$g" train --fresh --quiet --metrics-out "$tmp/t.jsonl" \
-                        "$tmp/t.ini" >/dev/null 2>"$tmp/err"
-                else
-                    continue
-                fi
+                train_on $n "$tmp/t.ini" "$tmp/t.jsonl" || continue
                 [ -s "$tmp/t.jsonl" ] || { sed 's/^/# /' "$tmp/err" | tail -3; continue; }
                 sps=$(metric "$tmp/t.jsonl" train samples_per_s)
                 [ -z "$base" ] && base=$sps
@@ -138,15 +141,7 @@ for n in 1 2 4; do
           printf '[head]\nplugin = dense-sampled-softmax\nnegatives = 64\n'
           printf '[train]\ntime_column = ts\nsteps = 1\neval_every = 1000000\ninput = %s\n' $input
           [ $n -gt 1 ] && printf '[distributed]\nplugin = comm-mpi\n'; } >"$tmp/r.ini"
-        rm -f "$tmp/r.jsonl"
-        if [ $n -eq 1 ]; then
-            "$g" train --fresh --quiet --metrics-out "$tmp/r.jsonl" "$tmp/r.ini" >/dev/null 2>"$tmp/err"
-        elif [ -n "$mpi" ] && [ -n "$so" ]; then
-            "$mpi" $flags -n $n "$g" train --fresh --quiet --metrics-out "$tmp/r.jsonl" \
-                "$tmp/r.ini" >/dev/null 2>"$tmp/err"
-        else
-            continue
-        fi
+        train_on $n "$tmp/r.ini" "$tmp/r.jsonl" || continue
         [ -s "$tmp/r.jsonl" ] || { sed 's/^/# /' "$tmp/err" | tail -3; continue; }
         rs=$(metric "$tmp/r.jsonl" train read_s)
         [ $input = whole ] && whole=$rs

@@ -66,15 +66,25 @@ static const grm_column *find_col(const grm_chunk *c, const char *name)
     return NULL;
 }
 
+/* "a, b, c" into out [cap] (cut short to fit): the n names at `name0` and every `stride`
+ * bytes after it, e.g. &cols[0].name and sizeof cols[0]. */
+static void join_names(char *out, size_t cap, const char *const *name0, size_t stride,
+                       int32_t n)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int32_t i = 0; i < n && len + 64 < cap; i++) {
+        const char *nm = *(const char *const *)((const char *)name0 + (size_t)i * stride);
+        len += (size_t)snprintf(out + len, cap - len, "%s%s", i ? ", " : "", nm);
+    }
+}
+
 static grm_status col_error(const grm__pipeline *p, const grm_chunk *c, const char *what,
                             const char *name, const char *type)
 {
     char have[512];
-    size_t len = 0;
-    have[0] = '\0';
-    for (int32_t i = 0; i < c->ncols && len < sizeof have - 64; i++)
-        len += (size_t)snprintf(have + len, sizeof have - len, "%s%s", i ? ", " : "",
-                                c->cols[i].name);
+    join_names(have, sizeof have, c->ncols ? &c->cols[0].name : NULL, sizeof c->cols[0],
+               c->ncols);
     return grm_errorf(GRM_EINVAL, "%s: [train] %s = %s: the data after the last transform "
                       "has no %s column of that name (columns: %s); build sequences with a "
                       "transform (sequence_by) or fix the name", p->cfg->path, what, name, type,
@@ -393,11 +403,8 @@ static grm_status make_router(grm__pipeline *p, const grm_schema *raw, grm__rout
             return st;
         }
     char have[512];
-    size_t len = 0;
-    have[0] = '\0';
-    for (int32_t i = 0; i < raw->nfields && len < sizeof have - 64; i++)
-        len += (size_t)snprintf(have + len, sizeof have - len, "%s%s", i ? ", " : "",
-                                raw->fields[i].name);
+    join_names(have, sizeof have, raw->nfields ? &raw->fields[0].name : NULL,
+               sizeof raw->fields[0], raw->nfields);
     return grm_errorf(GRM_EINVAL, "%s: [train] input = sharded routes rows by shard_by = %s "
                       "(default: user_column), but the reader has no such column (it has: "
                       "%s); set shard_by to the reader's user column, before any transform",

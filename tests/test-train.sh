@@ -14,7 +14,10 @@ echo "1..13"
 
 "$g" generate --users 400 --items 300 --clusters 10 --seed 7 --out "$tmp/data.tsv" || exit 1
 ini() { # $1 file, $2 checkpoint dir, $3 steps
-    cat >"$1" <<EOI
+    { ini_body "$@"; } >"$1"
+}
+ini_body() {
+    cat <<EOI
 [pipeline]
 name = test-train
 threads = 2
@@ -37,12 +40,9 @@ source = item
 table = item
 dim = 16
 window = 2
-[dense.0]
-plugin = dense-mlp
-dims = 32,16
-[head]
-plugin = dense-sampled-softmax
-negatives = 64
+EOI
+    ini_mlp_softmax
+    cat <<EOI
 [optimizer.sparse]
 lr = 0.01
 [optimizer.dense]
