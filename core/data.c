@@ -426,13 +426,6 @@ static grm_status agree(grm__pipeline *p, grm_status st)
     return GRM_OK;
 }
 
-/* Every rank's `bytes` bytes at mine into all [size * bytes], in rank order. */
-static grm_status gather(grm__pipeline *p, void *all, const void *mine, size_t bytes)
-{
-    const grm_comm_handle *c = &p->comm_handle;
-    return c->ops->allgather(c->inst, all, mine, (int64_t)bytes, GRM_DTYPE_U8);
-}
-
 typedef struct cat_entry {
     int64_t id, count;
 } cat_entry;
@@ -445,60 +438,43 @@ static int cmp_cat(const void *a, const void *b)
 
 /* The union of the ranks' catalogs, counts summed: every rank ranks and samples over all
  * items, as with input = whole. */
-static grm_status merge_catalogs(grm__pipeline *p, grm__dataset *ds, int32_t size)
+static grm_status merge_catalogs(grm__pipeline *p, grm__dataset *ds)
 {
-    int64_t *ns = malloc((size_t)size * sizeof *ns), maxc = 0, total = 0;
-    if (!ns) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
-    grm_status st = gather(p, ns, &ds->ncatalog, sizeof ds->ncatalog);
-    for (int32_t r = 0; st == GRM_OK && r < size; r++) {
-        if (ns[r] > maxc) maxc = ns[r];
-        total += ns[r];
-    }
-    cat_entry *mine = NULL, *all = NULL;
-    if (st == GRM_OK) {
-        mine = calloc((size_t)(maxc ? maxc : 1), sizeof *mine);
-        all = malloc((size_t)size * (size_t)(maxc ? maxc : 1) * sizeof *all);
-        if (!mine || !all) st = grm_errorf(GRM_ENOMEM, "dataset: out of memory");
-    }
-    if (st == GRM_OK) {
-        for (int64_t i = 0; i < ds->ncatalog; i++)
-            mine[i] = (cat_entry){ ds->catalog_ids[i], ds->catalog_counts[i] };
-        st = gather(p, all, mine, (size_t)(maxc ? maxc : 1) * sizeof *mine);
-    }
-    int64_t *ids = NULL, *counts = NULL, C = 0;
-    if (st == GRM_OK) {
-        const size_t stride = (size_t)(maxc ? maxc : 1);
-        int64_t k = 0;   /* pack the ranks' entries (rank r's start at r * stride) */
-        for (int32_t r = 0; r < size; r++)
-            for (int64_t i = 0; i < ns[r]; i++) all[k++] = all[(size_t)r * stride + (size_t)i];
-        qsort(all, (size_t)total, sizeof *all, cmp_cat);
-        ids = malloc((size_t)(total ? total : 1) * sizeof *ids);
-        counts = malloc((size_t)(total ? total : 1) * sizeof *counts);
-        if (!ids || !counts) st = grm_errorf(GRM_ENOMEM, "dataset: out of memory");
-        for (int64_t i = 0; st == GRM_OK && i < total; i++) {
-            if (C && ids[C - 1] == all[i].id) {
-                counts[C - 1] += all[i].count;
-                continue;
-            }
-            ids[C] = all[i].id;
-            counts[C++] = all[i].count;
-        }
-    }
-    if (st == GRM_OK) {
-        free(ds->catalog_ids);
-        free(ds->catalog_counts);
-        ds->catalog_ids = ids;
-        ds->catalog_counts = counts;
-        ds->ncatalog = C;
-        ds->max_item = C ? ids[C - 1] : 0;
-        ids = counts = NULL;
-    }
-    free(ids);
-    free(counts);
+    cat_entry *mine = malloc((size_t)(ds->ncatalog ? ds->ncatalog : 1) * sizeof *mine);
+    if (!mine) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    for (int64_t i = 0; i < ds->ncatalog; i++)
+        mine[i] = (cat_entry){ ds->catalog_ids[i], ds->catalog_counts[i] };
+    cat_entry *all = NULL;
+    int64_t total = 0, C = 0;
+    grm_status st = grm__gatherv(&p->comm_handle, mine, ds->ncatalog, sizeof *mine,
+                                 (void **)&all, &total);
     free(mine);
+    if (st != GRM_OK) return st;
+    qsort(all, (size_t)total, sizeof *all, cmp_cat);
+    int64_t *ids = malloc((size_t)(total ? total : 1) * sizeof *ids);
+    int64_t *counts = malloc((size_t)(total ? total : 1) * sizeof *counts);
+    if (!ids || !counts) {
+        free(ids);
+        free(counts);
+        free(all);
+        return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    }
+    for (int64_t i = 0; i < total; i++) {
+        if (C && ids[C - 1] == all[i].id) {
+            counts[C - 1] += all[i].count;
+            continue;
+        }
+        ids[C] = all[i].id;
+        counts[C++] = all[i].count;
+    }
     free(all);
-    free(ns);
-    return st;
+    free(ds->catalog_ids);
+    free(ds->catalog_counts);
+    ds->catalog_ids = ids;
+    ds->catalog_counts = counts;
+    ds->ncatalog = C;
+    ds->max_item = C ? ids[C - 1] : 0;
+    return GRM_OK;
 }
 
 /* The facts every rank must share (collective): catalog, largest ids, the training
@@ -506,6 +482,7 @@ static grm_status merge_catalogs(grm__pipeline *p, grm__dataset *ds, int32_t siz
 static grm_status share_totals(grm__pipeline *p, grm__dataset *ds, int32_t size)
 {
     int ranking = p->set.task == GRM__TASK_RANKING;
+    const grm_comm_handle *c = &p->comm_handle;
     grm_status st = GRM_OK;
     enum { NSUM = 5 };
     /* users (rows), examples, raw rows, bad rows, training rows (ranking) */
@@ -513,7 +490,7 @@ static grm_status share_totals(grm__pipeline *p, grm__dataset *ds, int32_t size)
                            ds->bad_rows, ranking ? ds->nsplit[0] : 0 };
     int64_t *all = malloc((size_t)size * NSUM * sizeof *all);
     if (!all) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
-    if ((st = gather(p, all, mine, sizeof mine)) != GRM_OK) goto out;
+    if ((st = grm__gather_bytes(c, all, mine, sizeof mine)) != GRM_OK) goto out;
     int64_t sum[NSUM] = { 0 };
     int32_t empty = -1;
     for (int32_t r = 0; r < size; r++) {
@@ -524,9 +501,8 @@ static grm_status share_totals(grm__pipeline *p, grm__dataset *ds, int32_t size)
     ds->all_examples = sum[1];
     ds->raw_rows = sum[2];
     ds->bad_rows = sum[3];
-    const grm_comm_handle *c = &p->comm_handle;
     if (!ranking) {
-        if ((st = merge_catalogs(p, ds, size)) != GRM_OK) goto out;
+        if ((st = merge_catalogs(p, ds)) != GRM_OK) goto out;
         st = c->ops->allreduce(c->inst, &ds->max_user, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
         if (st != GRM_OK) goto out;
     } else {
@@ -542,7 +518,7 @@ static grm_status share_totals(grm__pipeline *p, grm__dataset *ds, int32_t size)
         if (!pos || !allpos) st = grm_errorf(GRM_ENOMEM, "dataset: out of memory");
         for (int32_t t = 0; st == GRM_OK && t < T; t++)
             pos[t] = ds->prior[t] * (double)ds->nsplit[0];
-        if (st == GRM_OK) st = gather(p, allpos, pos, (size_t)(T ? T : 1) * sizeof *pos);
+        if (st == GRM_OK) st = grm__gather_bytes(c, allpos, pos, (size_t)(T ? T : 1) * sizeof *pos);
         for (int32_t t = 0; st == GRM_OK && t < T; t++) {
             double s = 0;
             for (int32_t r = 0; r < size; r++) s += allpos[r * (T ? T : 1) + t];

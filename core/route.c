@@ -185,10 +185,6 @@ static grm_status split(grm__router *r, const grm_chunk *c)
         r->dest[row] = grm__route_owner(&c->cols[r->key], row, r->size);
         count[r->dest[row]]++;
     }
-    grm_field *fields = malloc((size_t)c->ncols * sizeof *fields);
-    if (!fields) return grm_errorf(GRM_ENOMEM, "out of memory");
-    for (int32_t i = 0; i < c->ncols; i++)
-        fields[i] = (grm_field){ c->cols[i].name, c->cols[i].type, 0 };
     grm_status st = GRM_OK;
     for (int32_t d = 0; d < r->size && st == GRM_OK; d++) {
         int64_t n = count[d];
@@ -197,14 +193,13 @@ static grm_status split(grm__router *r, const grm_chunk *c)
         if ((st = gather(c, r->dest, d, n, &r->parts[d])) != GRM_OK || d == r->rank) continue;
         grm__grmcol_err e = { { 0 } };
         size_t len = 0;
-        st = grm__grmcol_write_buffer(fields, c->ncols, r->parts[d].cols, n, n, ROUTE_LEVEL,
-                                      &r->bufs[d], &len, &e);
+        st = grm__grmcol_write_buffer(r->schema->fields, c->ncols, r->parts[d].cols, n, n,
+                                      ROUTE_LEVEL, &r->bufs[d], &len, &e);
         if (st != GRM_OK) st = grm_errorf(st, "routing rows to rank %d: %s", d, e.msg);
         r->hdr_s[2 * d] = (int64_t)len;
         part_free(&r->parts[d], c->ncols);   /* the buffer carries it now */
         r->parts[d].rows = n;
     }
-    free(fields);
     return st;
 }
 
@@ -320,4 +315,44 @@ grm_status grm__route_round(grm__router *r, const grm_chunk *c, int failed, grm_
 out:
     round_free(r);
     return mine != GRM_OK ? mine : st;
+}
+
+grm_status grm__gather_bytes(const grm_comm_handle *comm, void *all, const void *mine,
+                             size_t bytes)
+{
+    return comm->ops->allgather(comm->inst, all, mine, (int64_t)bytes, GRM_DTYPE_U8);
+}
+
+grm_status grm__gatherv(const grm_comm_handle *comm, const void *mine, int64_t n_mine,
+                        size_t item, void **all, int64_t *n_all)
+{
+    const int32_t n = comm->ops->size(comm->inst);
+    *all = NULL;
+    *n_all = 0;
+    /* counts in bytes: what rank p receives from each rank, what this rank sends to each */
+    int64_t *c = calloc(4 * (size_t)n, sizeof *c);
+    if (!c) return grm_errorf(GRM_ENOMEM, "out of memory");
+    int64_t *rcount = c, *rdisp = c + n, *scount = c + 2 * n, *sdisp = c + 3 * n;
+    const int64_t mine_bytes = n_mine * (int64_t)item;
+    grm_status st = comm->ops->allgather(comm->inst, rcount, &mine_bytes, 1, GRM_DTYPE_I64);
+    int64_t total = 0;
+    for (int32_t r = 0; st == GRM_OK && r < n; r++) {
+        rdisp[r] = total;
+        total += rcount[r];
+        scount[r] = mine_bytes;   /* the same bytes to every rank, all from offset 0 */
+        sdisp[r] = 0;
+    }
+    char *buf = st == GRM_OK ? malloc((size_t)(total ? total : 1)) : NULL;
+    if (st == GRM_OK && !buf) st = grm_errorf(GRM_ENOMEM, "out of memory");
+    if (st == GRM_OK)
+        st = comm->ops->alltoallv(comm->inst, buf, rcount, rdisp, mine, scount, sdisp,
+                                  GRM_DTYPE_U8);
+    free(c);
+    if (st != GRM_OK) {
+        free(buf);
+        return st;
+    }
+    *all = buf;
+    *n_all = total / (int64_t)item;
+    return GRM_OK;
 }

@@ -44,6 +44,18 @@ void grm__router_destroy(grm__router *r);
 grm_status grm__route_round(grm__router *r, const grm_chunk *c, int failed, grm__route_fn fn,
                             void *ctx, int *done);
 
+/* ---- gathering every rank's bytes (collective) ---- */
+
+/* all [size * bytes] = every rank's `bytes` bytes at mine, in rank order. */
+grm_status grm__gather_bytes(const grm_comm_handle *comm, void *all, const void *mine,
+                             size_t bytes);
+
+/* Every rank's n_mine items of `item` bytes at mine, concatenated in rank order into *all
+ * (malloc'ed, never NULL on success; free it); *n_all: the items in all. An allgather of
+ * the counts, then one alltoallv that sends mine whole to every rank: no padding. */
+grm_status grm__gatherv(const grm_comm_handle *comm, const void *mine, int64_t n_mine,
+                        size_t item, void **all, int64_t *n_all);
+
 /* The rank a key value of row `row` of column `col` belongs to among `nranks`. */
 int32_t grm__route_owner(const grm_column *col, int64_t row, int32_t nranks);
 

@@ -21,6 +21,7 @@
 #include "pipeline.h"
 #include "dist.h"
 #include "reshard.h"
+#include "route.h"
 
 #include <grm/rng.h>
 
@@ -381,6 +382,13 @@ oom:
 
 static grm_status epoch_start(trainer *t, int64_t e, int64_t *first);
 
+/* Rank r's part of x split over n ranks: floor(x (r + 1) / n) - floor(x r / n); the parts
+ * differ by at most one and sum to x. */
+static int64_t rank_share(int64_t x, int32_t r, int32_t n)
+{
+    return x * (r + 1) / n - x * r / n;
+}
+
 static grm_status setup(trainer *t)
 {
     grm__pipeline *p = t->p;
@@ -395,9 +403,7 @@ static grm_status setup(trainer *t)
     t->nex = ds->nexamples;
     t->sharded = ds->sharded;
     /* sharded: rank r plans batches of its share of batch_size from its own samples */
-    t->bsz = t->sharded ? s->batch_size * (t->rank + 1) / t->nranks
-                              - s->batch_size * t->rank / t->nranks
-                        : s->batch_size;
+    t->bsz = t->sharded ? rank_share(s->batch_size, t->rank, t->nranks) : s->batch_size;
     if (t->sharded && s->rank_split == GRM__SPLIT_TOKENS && t->rank == 0)
         grm__log(GRM_LOG_WARN, "grmhost", "%s: [train] rank_split = tokens splits a global "
                  "batch, and input = sharded has none: each rank cuts its own batches "
@@ -419,9 +425,8 @@ static grm_status setup(trainer *t)
         int64_t tot = 0;
         for (int64_t e = 0; e < t->nex; e++) tot += sample_tokens(t, e);
         int64_t nex = t->nex ? t->nex : 1;
-        int64_t given = s->batch_tokens;   /* sharded: this rank's share of it */
-        if (t->sharded && given)
-            given = given * (t->rank + 1) / t->nranks - given * t->rank / t->nranks;
+        int64_t given = t->sharded ? rank_share(s->batch_tokens, t->rank, t->nranks)
+                                   : s->batch_tokens;
         t->target_tokens = s->batch_tokens ? given : (tot * t->bsz + nex - 1) / nex;
         if (t->target_tokens < 1) t->target_tokens = 1;
         if (t->B < t->target_tokens) t->B = t->target_tokens;
@@ -1894,8 +1899,7 @@ static grm_status eval_share(const trainer *t, int64_t n, int64_t EB, int64_t *l
 /* Every rank's `bytes` bytes at `mine`, in rank order, into all [nranks * bytes]. */
 static grm_status gather_bytes(trainer *t, void *all, const void *mine, size_t bytes)
 {
-    const grm_comm_handle *c = &t->p->comm_handle;
-    grm_status st = c->ops->allgather(c->inst, all, mine, (int64_t)bytes, GRM_DTYPE_U8);
+    grm_status st = grm__gather_bytes(&t->p->comm_handle, all, mine, bytes);
     if (st != GRM_OK) grm_error_prefix("evaluation: gathering the ranks' results: ");
     return st;
 }
@@ -2019,61 +2023,27 @@ static int64_t pick_k(const grm__rank_acc *a, int64_t want, int32_t *idx)
 static grm_status gather_rows(trainer *t, int64_t *n, float **scores, float **labels,
                               int64_t **groups, int32_t T)
 {
-    const int32_t R = t->nranks;
-    int64_t *ns = calloc((size_t)R, sizeof *ns), mx = 1, total = 0;
-    if (!ns) return grm_errorf(GRM_ENOMEM, "out of memory");
-    grm_status st = gather_bytes(t, ns, n, sizeof *n);
-    for (int32_t r = 0; st == GRM_OK && r < R; r++) {
-        if (ns[r] > mx) mx = ns[r];
-        total += ns[r];
+    const grm_comm_handle *c = &t->p->comm_handle;
+    void *s2 = NULL, *l2 = NULL, *g2 = NULL;
+    int64_t total = 0;
+    grm_status st = grm__gatherv(c, *scores, *n * T, sizeof(float), &s2, &total);
+    if (st == GRM_OK) st = grm__gatherv(c, *labels, *n * T, sizeof(float), &l2, &total);
+    if (st == GRM_OK) st = grm__gatherv(c, *groups, *n, sizeof(int64_t), &g2, &total);
+    if (st != GRM_OK) {
+        free(s2);
+        free(l2);
+        free(g2);
+        grm_error_prefix("evaluation: gathering the ranks' rows: ");
+        return st;
     }
-    /* one padded row block per rank: [mx, T] scores, [mx, T] labels, [mx] groups */
-    const size_t blk = (size_t)mx * ((size_t)T * 2 * sizeof(float) + sizeof(int64_t));
-    char *mine = NULL, *all = NULL;
-    float *s2 = NULL, *l2 = NULL;
-    int64_t *g2 = NULL;
-    if (st == GRM_OK) {
-        mine = calloc(1, blk);
-        all = malloc(blk * (size_t)R);
-        s2 = xalloc((size_t)(total ? total : 1) * (size_t)T * sizeof(float));
-        l2 = xalloc((size_t)(total ? total : 1) * (size_t)T * sizeof(float));
-        g2 = xalloc((size_t)(total ? total : 1) * sizeof(int64_t));
-        if (!mine || !all || !s2 || !l2 || !g2) st = grm_errorf(GRM_ENOMEM, "out of memory");
-    }
-    const size_t fs = (size_t)mx * (size_t)T * sizeof(float);
-    if (st == GRM_OK) {
-        memcpy(mine, *scores, (size_t)*n * (size_t)T * sizeof(float));
-        memcpy(mine + fs, *labels, (size_t)*n * (size_t)T * sizeof(float));
-        memcpy(mine + 2 * fs, *groups, (size_t)*n * sizeof(int64_t));
-        st = gather_bytes(t, all, mine, blk);
-    }
-    if (st == GRM_OK) {
-        int64_t at = 0;
-        for (int32_t r = 0; r < R; r++) {
-            const char *b = all + blk * (size_t)r;
-            const size_t rf = (size_t)ns[r] * (size_t)T * sizeof(float);
-            memcpy(s2 + at * T, b, rf);
-            memcpy(l2 + at * T, b + fs, rf);
-            memcpy(g2 + at, b + 2 * fs, (size_t)ns[r] * sizeof(int64_t));
-            at += ns[r];
-        }
-        grm__free(CPU, *scores);
-        grm__free(CPU, *labels);
-        grm__free(CPU, *groups);
-        *scores = s2;
-        *labels = l2;
-        *groups = g2;
-        *n = total;
-        s2 = l2 = NULL;
-        g2 = NULL;
-    }
-    grm__free(CPU, s2);
-    grm__free(CPU, l2);
-    grm__free(CPU, g2);
-    free(mine);
-    free(all);
-    free(ns);
-    return st;
+    grm__free(CPU, *scores);
+    grm__free(CPU, *labels);
+    grm__free(CPU, *groups);
+    *scores = s2;
+    *labels = l2;
+    *groups = g2;
+    *n = total;
+    return GRM_OK;
 }
 
 /* Ranking evaluation of split (1 valid, 2 test): AUC, GAUC (grouped by user_column,
