@@ -13,6 +13,13 @@
 #                             within 1e-7 relative (uses the caller's $tmp directory)
 #   ini_mlp_softmax           INI: [dense.0] an MLP 32,16 and [head] sampled softmax over 64
 #                             negatives (the last section: lines may follow)
+#   dist_data                 $tmp/ev.tsv (`grmhost generate`, 300 users, 200 items, seed 9)
+#                             and $tmp/rows.csv (user,item,click with click = item % 3 == 0)
+#   ini_dist_ranking COMM DIR [ACC] [LR]   INI: a ranking run on rows.csv (emb-dynamic,
+#                             MLP 16,1, batch 50, one epoch, accumulate ACC (1), dense lr LR
+#                             (0.005)), checkpoints in DIR every 20 steps, [distributed] COMM
+#   ini_dist_retrieval COMM   INI: 30 steps of retrieval on ev.tsv (history + user, sampled
+#                             softmax without in-batch negatives), [distributed] COMM
 #   mpi_or_skip FIRST LAST    several-rank tests: without $MPIRUN or a built comm-mpi, print
 #                             "ok N - several ranks # SKIP why" for N = FIRST..LAST and exit 0;
 #                             otherwise set up `mpi N ARGS...`: $g (grmhost) under mpirun -n N
@@ -98,6 +105,52 @@ dims = 32,16
 [head]
 plugin = dense-sampled-softmax
 negatives = 64
+EOI
+}
+dist_data() {
+    "$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || return 1
+    awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
+}
+ini_dist_ranking() {
+    ini_rows "$tmp/rows.csv"
+    cat <<EOI
+[embedding]
+plugin = emb-dynamic
+[dense.0]
+plugin = dense-mlp
+dims = 16,1
+[optimizer.sparse]
+lr = 0.02
+[optimizer.dense]
+lr = ${4:-0.005}
+[train]
+task = ranking
+label_columns = click
+batch_size = 50
+accumulate = ${3:-1}
+epochs = 1
+log_every = 1
+[checkpoint]
+dir = $2
+every = 20
+[distributed]
+plugin = $1
+EOI
+}
+ini_dist_retrieval() {
+    ini_events "$tmp/ev.tsv"
+    ini_history
+    ini_mlp_softmax
+    cat <<EOI
+in_batch = false
+[train]
+time_column = ts
+max_seq_len = 10
+batch_size = 64
+steps = 30
+log_every = 1
+[distributed]
+plugin = $1
 EOI
 }
 mpi_or_skip() {

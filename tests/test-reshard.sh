@@ -17,51 +17,13 @@ trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
 echo "1..31"
 
-"$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || exit 1
-awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
+dist_data || exit 1
 rank_ini() {   # $1 comm plugin, $2 checkpoint dir, $3 dense lr
-    ini_rows "$tmp/rows.csv"
-    cat <<EOI
-[embedding]
-plugin = emb-dynamic
-[dense.0]
-plugin = dense-mlp
-dims = 16,1
-[optimizer.sparse]
-lr = 0.02
-[optimizer.dense]
-lr = ${3:-0.005}
-[train]
-task = ranking
-label_columns = click
-batch_size = 50
-epochs = 1
-log_every = 1
-[checkpoint]
-dir = $2
-every = 20
-[distributed]
-plugin = $1
-EOI
+    ini_dist_ranking "$1" "$2" 1 "${3:-}"
 }
 retr_ini() {   # $1 comm plugin, $2 checkpoint dir
-    ini_events "$tmp/ev.tsv"
-    ini_history
-    ini_mlp_softmax
-    cat <<EOI
-in_batch = false
-[train]
-time_column = ts
-max_seq_len = 10
-batch_size = 64
-steps = 30
-log_every = 1
-[checkpoint]
-dir = $2
-every = 10
-[distributed]
-plugin = $1
-EOI
+    ini_dist_retrieval "$1"
+    printf '[checkpoint]\ndir = %s\nevery = 10\n' "$2"
 }
 train1() {   # INI STEPS OUT.jsonl: one rank, resuming
     "$g" train --quiet --max-steps "$2" --metrics-out "$3" "$1" >/dev/null 2>"$3.err"
