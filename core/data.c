@@ -7,6 +7,7 @@
 
 #include <grm/rng.h>
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,41 @@ typedef struct collector {
     vec64 groups;
     int want_groups;        /* -1: not decided yet (first chunk decides) */
 } collector;
+
+static grm_status collector_init(collector *co, const grm__pipeline *p)
+{
+    int ranking = p->set.task == GRM__TASK_RANKING;
+    /* timestamps: of a retrieval sequence, or of a ranking row's token list */
+    *co = (collector){ .p = p, .want_times = p->set.time_column[0] != '\0'
+                                             && (!ranking || p->seq_feature >= 0),
+                       .want_groups = -1 };
+    co->fofs = calloc((size_t)p->nfeatures + 1, sizeof *co->fofs);
+    co->fids = calloc((size_t)p->nfeatures + 1, sizeof *co->fids);
+    if (!co->fofs || !co->fids) {
+        free(co->fofs);
+        free(co->fids);
+        co->fofs = co->fids = NULL;
+        return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    }
+    return GRM_OK;
+}
+
+static void collector_fini(collector *co)
+{
+    free(co->users.v);
+    free(co->offsets.v);
+    free(co->items.v);
+    free(co->times.v);
+    for (int32_t i = 0; co->fofs && i < co->p->nfeatures; i++) {
+        free(co->fofs[i].v);
+        free(co->fids[i].v);
+    }
+    free(co->fofs);
+    free(co->fids);
+    free(co->labels.v);
+    free(co->groups.v);
+    memset(co, 0, sizeof *co);
+}
 
 static const grm_column *find_col(const grm_chunk *c, const char *name)
 {
@@ -306,9 +342,11 @@ static uint64_t row_key(const grm__dataset *ds, int64_t r)
     return h;
 }
 
-/* Ranking: take the columns over, pick each row's split with a seeded hash of its index,
- * and the training positive rate per task (the constant-prediction baseline). */
-static grm_status finish_ranking(grm__pipeline *p, collector *co, grm__dataset *ds)
+/* Ranking: take the columns over, pick each row's split with a seeded hash of its index
+ * (by_content: of its content, row_key), and the training positive rate per task (the
+ * constant-prediction baseline). */
+static grm_status finish_ranking(const grm__pipeline *p, collector *co, grm__dataset *ds,
+                                 int by_content)
 {
     const grm__settings *s = &p->set;
     int32_t F = p->nfeatures, T = (int32_t)s->label_columns.n;
@@ -359,9 +397,9 @@ static grm_status finish_ranking(grm__pipeline *p, collector *co, grm__dataset *
     }
     uint64_t salt = (uint64_t)s->seed * 0x9e3779b97f4a7c15ULL + 0x5b1;
     for (int64_t r = 0; r < N; r++) {
-        /* a pure function of (seed, row); with input = sharded a row's index depends on the
-         * rank count, so its content keys it instead */
-        uint64_t state = salt + (ds->sharded ? row_key(ds, r) : (uint64_t)r);
+        /* a pure function of (seed, row); with input = sharded or stream a row's index
+         * depends on the rank count and the chunking, so its content keys it instead */
+        uint64_t state = salt + (by_content ? row_key(ds, r) : (uint64_t)r);
         double u = grm_rng_uniform01(&state);
         int k = u < s->test_fraction ? 2 : u < s->test_fraction + s->valid_fraction ? 1 : 0;
         ds->split_rows[k][ds->nsplit[k]++] = r;
@@ -542,30 +580,82 @@ out:
     return GRM_OK;
 }
 
+/* Open the reader on shard `shard` of `nshards` and create the transforms on its schema;
+ * *raw: the reader's own schema. close_input undoes it. */
+static grm_status open_input(grm__pipeline *p, int32_t shard, int32_t nshards,
+                             const grm_schema **raw)
+{
+    const grm_reader_ops *rops = p->reader.plugin->info->ops;
+    const grm_schema *schema;
+    grm_status st = rops->open(p->reader.config.data, shard, nshards, &p->reader.inst);
+    if (st != GRM_OK) {
+        grm_error_prefix("[reader] %s: ", p->reader.plugin->info->name);
+        return st;
+    }
+    if ((st = rops->schema(p->reader.inst, &schema)) != GRM_OK) return st;
+    *raw = schema;
+    for (int32_t i = 0; i < p->ntransforms; i++) {
+        const grm_transform_ops *tops = p->transforms[i].plugin->info->ops;
+        if ((st = tops->create(p->transforms[i].config.data, schema, &p->transforms[i].inst))
+            != GRM_OK) {
+            grm_error_prefix("%s: [%s] %s: ", p->cfg->path, p->transforms[i].label,
+                             p->transforms[i].plugin->info->name);
+            return st;
+        }
+        if ((st = tops->schema(p->transforms[i].inst, &schema)) != GRM_OK) return st;
+    }
+    return GRM_OK;
+}
+
+/* What the transforms still hold at the end of the input (flush), through the rest of
+ * them into the collector. */
+static grm_status flush_input(grm__pipeline *p, collector *co)
+{
+    grm_status st;
+    for (int32_t i = 0; i < p->ntransforms; i++) {
+        const grm_transform_ops *tops = p->transforms[i].plugin->info->ops;
+        if (!GRM_HAS_OP(grm_transform_ops, tops, flush)) continue;
+        for (;;) {
+            const grm_chunk *c = NULL;
+            if ((st = tops->flush(p->transforms[i].inst, &c)) != GRM_OK) {
+                grm_error_prefix("[%s] %s: ", p->transforms[i].label,
+                                 p->transforms[i].plugin->info->name);
+                return st;
+            }
+            if (!c) break;
+            if ((st = push(p, co, i + 1, c)) != GRM_OK) return st;
+        }
+    }
+    return GRM_OK;
+}
+
+/* Rows the reader skipped as malformed, or 0. */
+static int64_t reader_bad_rows(const grm__pipeline *p)
+{
+    const grm_reader_ops *rops = p->reader.plugin->info->ops;
+    grm_reader_stats rs = { 0 };
+    if (GRM_HAS_OP(grm_reader_ops, rops, stats) && rops->stats(p->reader.inst, &rs) == GRM_OK)
+        return rs.bad_rows;
+    return 0;
+}
+
 grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
 {
     grm_status st;
     int ranking = p->set.task == GRM__TASK_RANKING;
-    /* timestamps: of a retrieval sequence, or of a ranking row's token list */
-    collector co = { .p = p, .want_times = p->set.time_column[0] != '\0'
-                                           && (!ranking || p->seq_feature >= 0),
-                     .want_groups = -1 };
+    collector co;
     grm__dataset *ds = calloc(1, sizeof *ds);
-    co.fofs = calloc((size_t)p->nfeatures + 1, sizeof *co.fofs);
-    co.fids = calloc((size_t)p->nfeatures + 1, sizeof *co.fids);
-    if (!co.fofs || !co.fids) {
-        free(co.fofs);
-        free(co.fids);
+    *out = NULL;
+    if (!ds) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+    if ((st = collector_init(&co, p)) != GRM_OK) {
         free(ds);
-        return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+        return st;
     }
     grm__router *router = NULL;
     const grm_reader_ops *rops = p->reader.plugin->info->ops;
     const grm_comm_ops *cops = p->comm_handle.ops;
     int32_t rank = cops ? cops->rank(p->comm_handle.inst) : 0;
     int32_t size = cops ? cops->size(p->comm_handle.inst) : 1;
-    *out = NULL;
-    if (!ds) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
 
     /* input = whole: every rank reads everything (leave-one-out needs each user's whole
      * sequence, and the global batch plan every sample). input = sharded: rank r reads
@@ -573,24 +663,9 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
      * transforms, so each user's rows meet on one rank (route.h). */
     ds->sharded = p->set.input == GRM__INPUT_SHARDED && size > 1;
     int need_agree = ds->sharded;   /* a failure here is not yet known to the other ranks */
-    if ((st = rops->open(p->reader.config.data, ds->sharded ? rank : 0, ds->sharded ? size : 1,
-                         &p->reader.inst)) != GRM_OK) {
-        grm_error_prefix("[reader] %s: ", p->reader.plugin->info->name);
+    const grm_schema *raw;
+    if ((st = open_input(p, ds->sharded ? rank : 0, ds->sharded ? size : 1, &raw)) != GRM_OK)
         goto fail;
-    }
-    const grm_schema *schema, *raw;
-    if ((st = rops->schema(p->reader.inst, &schema)) != GRM_OK) goto fail;
-    raw = schema;
-    for (int32_t i = 0; i < p->ntransforms; i++) {
-        const grm_transform_ops *tops = p->transforms[i].plugin->info->ops;
-        if ((st = tops->create(p->transforms[i].config.data, schema, &p->transforms[i].inst))
-            != GRM_OK) {
-            grm_error_prefix("%s: [%s] %s: ", p->cfg->path, p->transforms[i].label,
-                             p->transforms[i].plugin->info->name);
-            goto fail;
-        }
-        if ((st = tops->schema(p->transforms[i].inst, &schema)) != GRM_OK) goto fail;
-    }
     if (ds->sharded) {
         if ((st = make_router(p, raw, &router)) != GRM_OK) goto fail;
         need_agree = 0;
@@ -622,25 +697,12 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
     }
     if (router && (st = pu.st) != GRM_OK) goto fail;   /* the rounds told every rank */
     need_agree = ds->sharded;
-    for (int32_t i = 0; i < p->ntransforms; i++) {
-        const grm_transform_ops *tops = p->transforms[i].plugin->info->ops;
-        if (!GRM_HAS_OP(grm_transform_ops, tops, flush)) continue;
-        for (;;) {
-            const grm_chunk *c = NULL;
-            if ((st = tops->flush(p->transforms[i].inst, &c)) != GRM_OK) {
-                grm_error_prefix("[%s] %s: ", p->transforms[i].label,
-                                 p->transforms[i].plugin->info->name);
-                goto fail;
-            }
-            if (!c) break;
-            if ((st = push(p, &co, i + 1, c)) != GRM_OK) goto fail;
-        }
-    }
-    if (GRM_HAS_OP(grm_reader_ops, rops, stats)) {
-        grm_reader_stats rs = { 0 };
-        if (rops->stats(p->reader.inst, &rs) == GRM_OK) ds->bad_rows = rs.bad_rows;
-    }
-    if ((st = ranking ? finish_ranking(p, &co, ds) : finish(p, &co, ds)) != GRM_OK) goto fail;
+    if ((st = flush_input(p, &co)) != GRM_OK) goto fail;
+    ds->bad_rows = reader_bad_rows(p);
+    /* stream: the same split as grmhost train's, row by row (grm__stream) */
+    int by_content = ds->sharded || p->set.input == GRM__INPUT_STREAM;
+    if ((st = ranking ? finish_ranking(p, &co, ds, by_content) : finish(p, &co, ds)) != GRM_OK)
+        goto fail;
     if (ds->sharded) {
         need_agree = 0;
         if ((st = agree(p, GRM_OK)) != GRM_OK || (st = share_totals(p, ds, size)) != GRM_OK)
@@ -667,20 +729,221 @@ fail:
     if (ds && need_agree) agree(p, st);   /* the others learn before they go on */
     grm__router_destroy(router);
     close_input(p);
-    free(co.users.v);
-    free(co.offsets.v);
-    free(co.items.v);
-    free(co.times.v);
-    for (int32_t i = 0; i < p->nfeatures; i++) {
-        free(co.fofs[i].v);
-        free(co.fids[i].v);
-    }
-    free(co.fofs);
-    free(co.fids);
-    free(co.labels.v);
-    free(co.groups.v);
+    collector_fini(&co);
     grm__dataset_destroy(ds);
     return st;
+}
+
+
+/* ---- input = stream (ranking): read, transform and split while training runs ---- */
+
+struct grm__stream {
+    grm__pipeline *p;
+    int32_t shard, nshards;
+    int64_t pass, passes;      /* the pass being read; how many to read */
+    int open, eof;             /* the reader and transforms are open; the reader is at EOF */
+    pthread_mutex_t lock;      /* guards what the trainer thread reads (the rest is the
+                                * data thread's): */
+    collector eval;            /* the valid and test rows of pass 0 so far */
+    double *pos;               /* [T] positives among pass 0's training rows */
+    int64_t ntrain;            /* pass 0's training rows */
+    int64_t raw_rows, bad_rows;   /* of pass 0 */
+    int first_done;            /* pass 0 is read through */
+};
+
+grm_status grm__stream_open(grm__pipeline *p, int64_t passes, grm__stream **out)
+{
+    const grm_comm_ops *cops = p->comm_handle.ops;
+    grm__stream *s = calloc(1, sizeof *s);
+    *out = NULL;
+    if (!s) return grm_errorf(GRM_ENOMEM, "stream: out of memory");
+    s->p = p;
+    s->shard = cops ? cops->rank(p->comm_handle.inst) : 0;
+    s->nshards = cops ? cops->size(p->comm_handle.inst) : 1;
+    s->passes = passes;
+    s->pos = calloc((size_t)p->set.label_columns.n + 1, sizeof *s->pos);
+    grm_status st = s->pos ? collector_init(&s->eval, p)
+                           : grm_errorf(GRM_ENOMEM, "stream: out of memory");
+    if (st != GRM_OK) {
+        free(s->pos);
+        free(s);
+        return st;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    *out = s;
+    return GRM_OK;
+}
+
+void grm__stream_close(grm__stream *s)
+{
+    if (!s) return;
+    if (s->open) close_input(s->p);
+    collector_fini(&s->eval);
+    pthread_mutex_destroy(&s->lock);
+    free(s->pos);
+    free(s);
+}
+
+/* Rows `rows` [n] of a ranking dataset appended to a collector, as collect_ranking would
+ * have taken them from a chunk. */
+static grm_status collect_rows(collector *co, const grm__dataset *ds, const int64_t *rows,
+                               int64_t n)
+{
+    const int32_t T = ds->ntasks, sf = co->p->seq_feature;
+    grm_status st = GRM_OK;
+    co->want_groups = ds->groups != NULL;
+    co->want_times = ds->times != NULL;
+    for (int64_t k = 0; k < n && st == GRM_OK; k++) {
+        const int64_t r = rows[k];
+        for (int32_t i = 0; i < ds->nfeat && st == GRM_OK; i++) {
+            const int64_t b = ds->fofs[i][r], e = ds->fofs[i][r + 1];
+            if ((st = vec_push(&co->fids[i], ds->fids[i] + b, e - b)) == GRM_OK)
+                st = vec_push(&co->fofs[i], &co->fids[i].n, 1);
+            if (st == GRM_OK && i == sf && ds->times)
+                st = vec_push(&co->times, ds->times + b, e - b);
+        }
+        for (int32_t t = 0; t < T && st == GRM_OK; t++)
+            st = vecf_push(&co->labels, ds->labels[r * T + t]);
+        if (st == GRM_OK && ds->groups) st = vec_push(&co->groups, &ds->groups[r], 1);
+    }
+    return st;
+}
+
+/* The next piece of the stream: the rows of one reader chunk (or of the transforms' flush
+ * at the end of a pass) as a ranking dataset, each row's split picked by its content as
+ * grm__dataset_build picks it (split_rows[0]: the training rows). *piece is NULL after the
+ * last pass. Pass 0's valid and test rows are kept for grm__stream_eval. Runs on one thread
+ * (the data thread) at a time. */
+grm_status grm__stream_next(grm__stream *s, grm__dataset **piece, int64_t *pass)
+{
+    grm__pipeline *p = s->p;
+    const grm_reader_ops *rops = p->reader.plugin->info->ops;
+    const int32_t T = (int32_t)p->set.label_columns.n;
+    grm_status st = GRM_OK;
+    *piece = NULL;
+    while (s->pass < s->passes) {
+        const grm_schema *raw;
+        collector co;
+        grm__dataset *ds = NULL;
+        int64_t bad = 0;
+        int pass_end = 0;
+        if (!s->open) {
+            if ((st = open_input(p, s->shard, s->nshards, &raw)) != GRM_OK) {
+                close_input(p);
+                return st;
+            }
+            s->open = 1;
+            s->eof = 0;
+        }
+        if ((st = collector_init(&co, p)) != GRM_OK) return st;
+        const grm_chunk *c = NULL;
+        if ((st = rops->next(p->reader.inst, &c)) != GRM_OK) {
+            grm_error_prefix("[reader] %s: ", p->reader.plugin->info->name);
+            goto out;
+        }
+        if (c) {
+            if (s->pass == 0) {
+                pthread_mutex_lock(&s->lock);
+                s->raw_rows += c->rows;
+                pthread_mutex_unlock(&s->lock);
+            }
+            if ((st = push(p, &co, 0, c)) != GRM_OK) goto out;
+        } else {   /* the end of this pass: what the transforms hold, then the next pass */
+            if ((st = flush_input(p, &co)) != GRM_OK) goto out;
+            bad = reader_bad_rows(p);
+            close_input(p);
+            s->open = 0;
+            pass_end = 1;
+        }
+        if (co.labels.n > 0) {
+            if (!(ds = calloc(1, sizeof *ds))) {
+                st = grm_errorf(GRM_ENOMEM, "stream: out of memory");
+                goto out;
+            }
+            if ((st = finish_ranking(p, &co, ds, 1)) != GRM_OK) goto out;
+            ds->raw_rows = ds->nrows;
+            ds->all_users = ds->nrows;
+            ds->all_examples = ds->nexamples;
+        }
+        if (s->pass == 0) {   /* keep the held-out rows; count the training positives */
+            pthread_mutex_lock(&s->lock);
+            for (int k = 1; ds && k < 3 && st == GRM_OK; k++)
+                st = collect_rows(&s->eval, ds, ds->split_rows[k], ds->nsplit[k]);
+            for (int32_t t = 0; ds && t < T; t++)
+                s->pos[t] += ds->prior[t] * (double)ds->nsplit[0];
+            if (ds) s->ntrain += ds->nsplit[0];
+            if (pass_end) {
+                s->bad_rows = bad;
+                s->first_done = 1;
+            }
+            pthread_mutex_unlock(&s->lock);
+            if (st != GRM_OK) goto out;
+        }
+        *pass = s->pass;
+        if (pass_end) s->pass++;
+    out:
+        collector_fini(&co);
+        if (st != GRM_OK || (ds && ds->nsplit[0] > 0)) {
+            if (st == GRM_OK) *piece = ds;
+            else grm__dataset_destroy(ds);
+            return st;
+        }
+        grm__dataset_destroy(ds);   /* no training rows: on to the next chunk */
+    }
+    return GRM_OK;
+}
+
+static grm_status vec_dup(vec64 *d, const vec64 *a)
+{
+    return a->n ? vec_push(d, a->v, a->n) : GRM_OK;
+}
+
+/* The valid and test rows of pass 0 read so far as a ranking dataset (no training rows),
+ * its prior from pass 0's training rows so far: *pos [T] their positives, *ntrain their
+ * count (the caller sums them over the ranks). *done: pass 0 is read through. Safe beside
+ * grm__stream_next on another thread. */
+grm_status grm__stream_eval(grm__stream *s, grm__dataset **out, double *pos, int64_t *ntrain,
+                            int *done)
+{
+    const grm__pipeline *p = s->p;
+    const int32_t T = (int32_t)p->set.label_columns.n;
+    collector co;
+    grm_status st = collector_init(&co, p);
+    grm__dataset *ds = calloc(1, sizeof *ds);
+    *out = NULL;
+    if (st == GRM_OK && !ds) st = grm_errorf(GRM_ENOMEM, "stream: out of memory");
+    if (st != GRM_OK) {
+        free(ds);
+        collector_fini(&co);
+        return st;
+    }
+    pthread_mutex_lock(&s->lock);
+    co.want_groups = s->eval.want_groups;
+    co.want_times = s->eval.want_times;
+    for (int32_t i = 0; i < p->nfeatures && st == GRM_OK; i++)
+        if ((st = vec_dup(&co.fofs[i], &s->eval.fofs[i])) == GRM_OK)
+            st = vec_dup(&co.fids[i], &s->eval.fids[i]);
+    if (st == GRM_OK) st = vec_dup(&co.times, &s->eval.times);
+    if (st == GRM_OK) st = vec_dup(&co.groups, &s->eval.groups);
+    for (int64_t k = 0; k < s->eval.labels.n && st == GRM_OK; k++)
+        st = vecf_push(&co.labels, s->eval.labels.v[k]);
+    for (int32_t t = 0; t < T; t++) pos[t] = s->pos[t];
+    *ntrain = s->ntrain;
+    *done = s->first_done;
+    ds->raw_rows = s->raw_rows;
+    ds->bad_rows = s->bad_rows;
+    pthread_mutex_unlock(&s->lock);
+    if (co.want_groups < 0) co.want_groups = 0;
+    if (st == GRM_OK) st = finish_ranking(p, &co, ds, 1);
+    collector_fini(&co);
+    if (st != GRM_OK) {
+        grm__dataset_destroy(ds);
+        return st;
+    }
+    ds->all_users = ds->nrows;
+    ds->all_eval = ds->nsplit[1] + ds->nsplit[2];
+    *out = ds;
+    return GRM_OK;
 }
 
 void grm__dataset_destroy(grm__dataset *ds)

@@ -33,7 +33,7 @@ typedef struct train_cfg {
     const char *shard_by;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
     int64_t early_stop, batch_tokens, accumulate, sparse_group, prefetch, sequence_blocks;
-    int64_t select_k;
+    int64_t select_k, shuffle_buffer;
     int32_t batching, rank_split, sparse_async, input;
     grm_int_list topk;
 } train_cfg;
@@ -94,11 +94,17 @@ static const grm_param_decl train_params[] = {
       "beside its dense compute, so lookups see rows one step stale; dense stays "
       "synchronous. Pending updates are applied before evaluation and checkpoints" },
     { "input", GRM_PARAM_ENUM, 0, offsetof(train_cfg, input), "whole", GRM_PARAM_ANY,
-      "whole|sharded", "several ranks: whole: every rank reads all of the input and one "
-      "global batch plan is split over the ranks; sharded: rank r of n reads its own share "
-      "(reader shard r of n), routes each row to the rank of its shard_by key before the "
-      "transforms, and trains on its own users with a batch plan of its own (MTGRBoost §3), "
-      "so input memory and reading time shrink with the ranks" },
+      "whole|sharded|stream", "whole: every rank reads all of the input before step 1 and "
+      "one global batch plan is split over the ranks; sharded: rank r of n reads its own "
+      "share (reader shard r of n), routes each row to the rank of its shard_by key before "
+      "the transforms, and trains on its own users with a batch plan of its own (MTGRBoost "
+      "§3), so input memory and reading time shrink with the ranks; stream (ranking): rank r "
+      "reads its shard chunk by chunk on the data thread while training runs, each chunk "
+      "transformed and split as it comes, training rows drawn from a shuffle buffer, one "
+      "pass per epoch; only the buffer and the held-out rows stay in memory" },
+    { "shuffle_buffer", GRM_PARAM_INT, 0, offsetof(train_cfg, shuffle_buffer), "0",
+      GRM_PARAM_RANGE(0, 1e12), NULL, "input = stream: training rows held and drawn from at "
+      "random (0: 64 batches' worth)" },
     { "shard_by", GRM_PARAM_STRING, 0, offsetof(train_cfg, shard_by), "", GRM_PARAM_ANY,
       NULL, "input = sharded: the reader's column (i64 or string) whose value picks a row's "
       "rank, so all rows of one user meet on one rank (default: user_column)" },
@@ -448,6 +454,15 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.rank_split = tc->rank_split;
     p->set.input = tc->input;
     p->set.shard_by = tc->shard_by[0] ? tc->shard_by : tc->user_column;
+    p->set.shuffle_buffer = tc->shuffle_buffer;
+    if (tc->input == GRM__INPUT_STREAM && !ranking) {
+        const grm__kv *kv = train_kv(p, "input");
+        st = grm_errorf(GRM_EINVAL, "%s:%d: [train] input = stream trains ranking rows as they "
+                        "are read; a retrieval pipeline's leave-one-out split needs each "
+                        "user's whole history first: use input = whole or sharded", path,
+                        kv ? kv->line : 0);
+        goto fail;
+    }
     p->set.sequence_blocks = tc->sequence_blocks;
     p->set.topk = tc->topk;
     p->set.select_k = tc->select_k;
@@ -663,6 +678,17 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         grm_error_prefix("%s: ", path);
         goto fail;
     }
+    /* a stream shows its largest ids only as it goes: a store indexed by id needs sizes */
+    for (int32_t i = 0; p->set.input == GRM__INPUT_STREAM && i < p->nfeatures; i++)
+        if (p->features[i].rows == 0 && !(emb_flags(p) & GRM_EMB_ANY_ID)) {
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] with [train] input = stream: "
+                            "[embedding] %s sizes its tables before step 1, when the "
+                            "stream's largest id is not yet known; give rows = N (ids in "
+                            "[0, N)) or use plugin = emb-dynamic, which takes any id", path,
+                            p->features[i].line, p->features[i].name,
+                            p->emb.plugin->info->name);
+            goto fail;
+        }
     {
         const char **skip = skip_list(p->ckpt.plugin->info, (const char *const[]){ "plugin",
                                                                                  NULL });

@@ -39,8 +39,9 @@ typedef struct grm__feature {
 /* [train] rank_split: contiguous slices, or TurboGR §4.1.3 global token reallocation. */
 enum { GRM__SPLIT_CONTIGUOUS = 0, GRM__SPLIT_TOKENS = 1 };
 
-/* [train] input: every rank reads everything, or its own share routed by key (route.h). */
-enum { GRM__INPUT_WHOLE = 0, GRM__INPUT_SHARDED = 1 };
+/* [train] input: every rank reads everything, or its own share routed by key (route.h), or
+ * (ranking) its own share read while training runs (grm__stream). */
+enum { GRM__INPUT_WHOLE = 0, GRM__INPUT_SHARDED = 1, GRM__INPUT_STREAM = 2 };
 
 /* What [train] task = trains. */
 enum { GRM__TASK_RETRIEVAL = 0, GRM__TASK_RANKING = 1 };
@@ -64,6 +65,7 @@ typedef struct grm__settings {
     int32_t rank_split;            /* GRM__SPLIT_*: a global batch's samples over the ranks */
     int32_t input;                 /* GRM__INPUT_* */
     const char *shard_by;          /* input = sharded: the reader's column routing rows */
+    int64_t shuffle_buffer;        /* input = stream: rows drawn from at random (0: derived) */
     int64_t sequence_blocks;       /* ranking: leading blocks on the pooling = none tokens */
     int32_t batching;              /* GRM__BATCH_* */
     int64_t batch_tokens;          /* batching = tokens: target tokens per step (0: derived) */
@@ -170,6 +172,16 @@ void grm__pipeline_print(FILE *f, const grm__pipeline *p);
 /* Read the data through the reader and transforms and split it (core/data.c). */
 grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out);
 void grm__dataset_destroy(grm__dataset *ds);
+
+/* [train] input = stream (ranking, MTGRBoost §3): this rank's reader shard read, transformed
+ * and split in pieces of one chunk while training runs, `passes` times over (core/data.c).
+ * grm__stream_next runs on the data thread; grm__stream_eval may run beside it. */
+typedef struct grm__stream grm__stream;
+grm_status grm__stream_open(grm__pipeline *p, int64_t passes, grm__stream **out);
+grm_status grm__stream_next(grm__stream *s, grm__dataset **piece, int64_t *pass);
+grm_status grm__stream_eval(grm__stream *s, grm__dataset **out, double *pos, int64_t *ntrain,
+                            int *done);
+void grm__stream_close(grm__stream *s);
 
 /* Options of a train or eval run (grmhost's flags). */
 typedef struct grm__run_opts {

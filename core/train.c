@@ -96,6 +96,12 @@ typedef struct batch {
     int64_t *imap;        /* [mcap] item table keys -> unique index + 1 (open addressing) */
     int64_t mcap;         /* power of two */
     batch_tab *tab;       /* [nphys] */
+    /* input = stream: each sample's row is row users[k] of piece src[k] (not of the
+     * dataset) when `streamed`; `done`: this rank's stream is used up (b = 0); `pass`: the
+     * pass the reader was in when the batch was drawn */
+    struct piece **src;   /* [B] */
+    int streamed, done;
+    int64_t pass;
     grm__sparse_work work;
     grm_status st;        /* the data thread's failure, raised by the trainer */
     char err[1024];
@@ -137,6 +143,37 @@ typedef struct prefetcher {
     double step_rows;     /* cache: rows of step cached_step */
     int64_t cached_step;
 } prefetcher;
+
+/* ---- input = stream: the shuffle buffer (MTGRBoost §3: input read beside training) ----
+ * The data thread reads this rank's stream piece by piece (one reader chunk, transformed and
+ * split, core/data.c) into a buffer of training rows, and draws each batch's samples from it
+ * at random: a shuffle buffer, where a row waits among shuffle_buffer others. So reading,
+ * decompression, transforms and batch assembly of the coming batches all overlap the compute
+ * of the current one, and memory holds the buffer, not the input. A piece is freed once its
+ * last row is drawn. The buffer runs on across passes (epochs); this rank's input is used up
+ * when the last pass is read and the buffer is empty. Batch g is a pure function of (data,
+ * shard, seed, buffer size, batch size), so resume draws batches 1 .. g - 1 again without
+ * assembling them and goes on exactly as the uninterrupted run. */
+
+typedef struct piece {
+    grm__dataset *ds;
+    int64_t left;         /* its training rows not yet drawn */
+} piece;
+
+typedef struct stream_src {
+    struct srow {
+        piece *pc;
+        int64_t row;
+    } *buf;               /* [cap] the rows waiting, buf[0 .. n) */
+    int64_t n, cap;
+    int64_t want;         /* rows held before each draw (while the input lasts) */
+    uint64_t rng;
+    int64_t drawn;        /* batches drawn so far */
+    int64_t step_rows;    /* this rank's rows of the step being drawn */
+    int ended;            /* the last pass is read */
+    int64_t pass;         /* the pass being read */
+    double read_s;        /* seconds reading, transforming and splitting pieces */
+} stream_src;
 
 /* ---- dense parameters with their optimizer state ---- */
 
@@ -208,6 +245,14 @@ typedef struct trainer {
     dparam *params;
     int32_t nparams;
     int32_t state_floats;
+    /* [train] input = stream (ranking): ds holds only the held-out rows read so far, taken
+     * afresh before each evaluation; the training rows come through src on the data thread */
+    grm__stream *stream;
+    stream_src src;
+    int ended;                /* every rank's stream is used up: the run is over */
+    int64_t step_pass;        /* the pass of the last step's batches (the most of any rank) */
+    int stream_full;          /* ds holds every held-out row (pass 0 read on every rank) */
+    int has_times;            /* the samples carry timestamps (time_column) */
     int64_t *perm;            /* [nex] current epoch's order */
     int64_t perm_epoch;
     /* the epoch's batches: batch i is perm[bstart[i] .. bstart[i + 1]) */
@@ -232,6 +277,7 @@ typedef struct trainer {
     double t_batch, t_lookup, t_fwd, t_bwd, t_opt;
     double t_read, t_plan, t_ckpt, t_eval;   /* --profile: seconds in each stage */
     double t_wait;            /* seconds the trainer waited for the data thread */
+    double t_read0;           /* input = stream: src.read_s when step 1 began */
     double read_most[2];      /* the slowest rank's t_read, the largest rank's peak KB */
     int read_logged;          /* read_most is in the metrics */
     /* [train] sparse_async (TurboGR §4.2.2 semi-async sparse): step i's row gradients wait
@@ -321,6 +367,7 @@ static void batch_fini(const grm__pipeline *p, batch *bt)
     void *bufs[] = { bt->ex, bt->users, bt->hist_end, bt->labels, bt->pos_ids, bt->tok_src,
                      bt->tok_times, bt->neg_ids, bt->neg_slot, bt->imap };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
+    free(bt->src);
     free(bt->fids);
     free(bt->foff);
     free(bt->fbase);
@@ -357,6 +404,7 @@ static grm_status batch_init(trainer *t, batch *bt)
         if (!w->ids || !w->segoff || !w->counts || !w->inv || !w->keys || !w->ufeat) goto oom;
     }
     bt->ex = xalloc((size_t)t->B * sizeof(int64_t));
+    bt->src = calloc((size_t)t->B, sizeof *bt->src);
     bt->users = xalloc((size_t)t->B * sizeof(int64_t));
     bt->hist_end = xalloc((size_t)t->B * sizeof(int64_t));
     bt->labels = xalloc((size_t)(t->B * T) * sizeof(float));
@@ -371,7 +419,7 @@ static grm_status batch_init(trainer *t, batch *bt)
         bt->imap = xalloc((size_t)bt->mcap * sizeof(int64_t));
         if (!bt->imap) goto oom;
     }
-    if (!bt->ex || !bt->users || !bt->hist_end || !bt->labels || !bt->pos_ids || !bt->tok_src
+    if (!bt->ex || !bt->src || !bt->users || !bt->hist_end || !bt->labels || !bt->pos_ids || !bt->tok_src
         || !bt->tok_times || !bt->neg_ids || !bt->neg_slot)
         goto oom;
     return GRM_OK;
@@ -400,8 +448,10 @@ static grm_status setup(trainer *t)
     t->seqmode = p->seq_feature >= 0 && !t->ranking;
     t->seqrank = p->seq_feature >= 0 && t->ranking;
     t->S = t->seqrank ? (int32_t)s->sequence_blocks : 0;
-    t->nex = ds->nexamples;
+    t->nex = t->stream ? t->src.n : ds->nexamples;
     t->sharded = ds->sharded;
+    t->has_times = ds->times != NULL
+                   || (t->stream && s->time_column[0] && p->seq_feature >= 0);
     /* sharded: rank r plans batches of its share of batch_size from its own samples */
     t->bsz = t->sharded ? rank_share(s->batch_size, t->rank, t->nranks) : s->batch_size;
     if (t->sharded && s->rank_split == GRM__SPLIT_TOKENS && t->rank == 0)
@@ -409,9 +459,10 @@ static grm_status setup(trainer *t)
                  "batch, and input = sharded has none: each rank cuts its own batches "
                  "(batching = tokens levels their tokens)", p->cfg->path);
     if (t->sharded && s->batch_size < t->nranks)   /* the same verdict on every rank */
-        return grm_errorf(GRM_EINVAL, "%s: [train] input = sharded with batch_size = %lld on "
-                          "%d ranks leaves a rank no sample per batch; use batch_size >= %d",
-                          p->cfg->path, (long long)s->batch_size, t->nranks, t->nranks);
+        return grm_errorf(GRM_EINVAL, "%s: [train] input = %s with batch_size = %lld on %d "
+                          "ranks leaves a rank no sample per batch; use batch_size >= %d",
+                          p->cfg->path, t->stream ? "stream" : "sharded",
+                          (long long)s->batch_size, t->nranks, t->nranks);
     if (t->seqmode) {
         t->seq_users = xalloc((size_t)(ds->nusers ? ds->nusers : 1) * sizeof(int64_t));
         if (!t->seq_users) return GRM_ENOMEM;
@@ -655,6 +706,10 @@ static grm_status setup(trainer *t)
         t->gbuf = xalloc((size_t)(t->gnumel + 1) * sizeof(float));
         if (!t->gbuf) return GRM_ENOMEM;
     }
+    if (t->stream) {   /* steps: until every rank's input is used up, or [train] steps */
+        t->total_steps = s->steps;
+        return GRM_OK;
+    }
     if (t->nex == 0)
         return grm_errorf(GRM_EINVAL, "%s: no training samples (every user has fewer than two "
                           "training items)", p->cfg->path);
@@ -683,11 +738,13 @@ static grm_status setup(trainer *t)
 
 static void pf_stop(trainer *t);
 static grm_status async_join(trainer *t);
+static void stream_free(trainer *t);
 
 static void teardown(trainer *t)
 {
     grm__pipeline *p = t->p;
     pf_stop(t);
+    stream_free(t);
     if (p->emb.inst) t->eops->destroy(p->emb.inst);
     p->emb.inst = NULL;
     for (int32_t i = 0; i < p->ndense; i++) {
@@ -766,12 +823,13 @@ static const int64_t *pos_slots(const trainer *t, const batch *bt)
 static void gather_feature(const trainer *t, batch *bt, int32_t i)
 {
     const grm__feature *f = &t->p->features[i];
-    const grm__dataset *ds = t->ds;
+    const grm__dataset *ds = bt->streamed ? NULL : t->ds;   /* the trainer may swap t->ds */
     int64_t *out = bt->fids[i], n = 0;
     bt->foff[i][0] = 0;
     for (int64_t k = 0; k < bt->b; k++) {
         int64_t u = bt->users[k];
         if (t->ranking) {
+            if (bt->streamed) ds = bt->src[k]->ds;
             /* the row's ids of this feature, the most recent `window` of a list */
             int64_t end = ds->fofs[i][u + 1], beg = end - f->window;
             if (beg < ds->fofs[i][u]) beg = ds->fofs[i][u];
@@ -1033,7 +1091,7 @@ static grm_dense_ctx dense_ctx(const trainer *t, const batch *bt, int32_t i, int
     if (on_tokens(t, i)) {
         ctx.offsets = bt->foff[t->p->seq_feature];   /* [nseq + 1] token rows */
         ctx.nseq = bt->b;
-        ctx.times = t->ds->times ? bt->tok_times : NULL;
+        ctx.times = t->has_times ? bt->tok_times : NULL;
     }
     return ctx;
 }
@@ -1321,13 +1379,168 @@ static grm_status step_rows_of(trainer *t, int64_t g, double *out)
     return GRM_OK;
 }
 
+/* ---- input = stream ---- */
+
+/* Read pieces until the buffer holds `want` rows or the last pass is read. */
+static grm_status stream_fill(trainer *t)
+{
+    stream_src *sc = &t->src;
+    while (!sc->ended && sc->n < sc->want) {
+        grm__dataset *ds = NULL;
+        int64_t pass = 0;
+        double t0 = now_s();
+        grm_status st = grm__stream_next(t->stream, &ds, &pass);
+        sc->read_s += now_s() - t0;
+        if (st != GRM_OK) return st;
+        if (!ds) {
+            sc->ended = 1;
+            break;
+        }
+        const int64_t m = ds->nsplit[0];
+        piece *pc = malloc(sizeof *pc);
+        if (sc->n + m > sc->cap) {
+            int64_t cap = sc->cap ? sc->cap : 1024;
+            while (cap < sc->n + m) cap *= 2;
+            struct srow *nb = realloc(sc->buf, (size_t)cap * sizeof *nb);
+            if (nb) {
+                sc->buf = nb;
+                sc->cap = cap;
+            }
+        }
+        if (!pc || sc->n + m > sc->cap) {
+            free(pc);
+            grm__dataset_destroy(ds);
+            return grm_errorf(GRM_ENOMEM, "input = stream: out of memory for the shuffle "
+                              "buffer; lower [train] shuffle_buffer");
+        }
+        *pc = (piece){ ds, m };
+        for (int64_t k = 0; k < m; k++) sc->buf[sc->n++] = (struct srow){ pc, ds->split_rows[0][k] };
+        sc->pass = pass;
+    }
+    return GRM_OK;
+}
+
+/* The piece's row is drawn (and, when assembled, copied into its batch). */
+static void piece_release(piece *pc)
+{
+    if (--pc->left > 0) return;
+    grm__dataset_destroy(pc->ds);
+    free(pc);
+}
+
+/* Draw the next batch's samples from the shuffle buffer into bt and, when `assemble`, its
+ * ids and keys; every batch of a step has bsz samples while the input lasts, so the step's
+ * rows are known at its first batch (the buffer holds at least accumulate * bsz rows). */
+static grm_status stream_draw(trainer *t, batch *bt, int assemble)
+{
+    stream_src *sc = &t->src;
+    const int32_t T = (int32_t)t->p->set.label_columns.n;
+    const int64_t N = t->p->set.accumulate;
+    grm_status st = stream_fill(t);
+    if (st != GRM_OK) return st;
+    if (sc->drawn % N == 0) sc->step_rows = sc->n < N * t->bsz ? sc->n : N * t->bsz;
+    const int64_t b = sc->n < t->bsz ? sc->n : t->bsz;
+    bt->b = b;
+    bt->streamed = 1;
+    bt->done = b == 0;
+    bt->pass = sc->pass;
+    bt->step_rows = (double)sc->step_rows;
+    bt->tokens = 0;
+    for (int64_t k = 0; k < b; k++) {
+        sc->rng = grm_mix64(sc->rng + 0x9e3779b97f4a7c15ULL);
+        const int64_t j = (int64_t)(sc->rng % (uint64_t)sc->n);
+        const struct srow r = sc->buf[j];
+        sc->buf[j] = sc->buf[--sc->n];
+        bt->src[k] = r.pc;
+        bt->users[k] = r.row;
+        memcpy(bt->labels + k * T, r.pc->ds->labels + r.row * T, (size_t)T * sizeof(float));
+        int64_t tok = 1;
+        if (t->seqrank) {   /* the row's token list, its most recent `window` */
+            const int32_t f = t->p->seq_feature;
+            const int64_t w = t->p->features[f].window;
+            tok = r.pc->ds->fofs[f][r.row + 1] - r.pc->ds->fofs[f][r.row];
+            if (tok > w) tok = w;
+        }
+        bt->tokens += tok;
+    }
+    sc->drawn++;
+    if (assemble) st = assemble_ids(t, bt, 0);
+    for (int64_t k = 0; k < b; k++) piece_release(bt->src[k]);
+    return st;
+}
+
+/* Batch g of the stream: the batches before it drawn (and dropped) first when resuming. */
+static grm_status stream_batch(trainer *t, batch *bt, int64_t g)
+{
+    grm_status st = GRM_OK;
+    while (st == GRM_OK && t->src.drawn < g - 1) st = stream_draw(t, bt, 0);
+    if (st != GRM_OK) return st;
+    if (t->src.drawn != g - 1)
+        return grm_errorf(GRM_EINTERNAL, "input = stream: batch %lld asked for after batch "
+                          "%lld was drawn", (long long)g, (long long)t->src.drawn);
+    bt->g = g;
+    return stream_draw(t, bt, 1);
+}
+
+/* The rows still in the buffer give their pieces back (teardown). */
+static void stream_free(trainer *t)
+{
+    stream_src *sc = &t->src;
+    for (int64_t k = 0; k < sc->n; k++) piece_release(sc->buf[k].pc);
+    free(sc->buf);
+    memset(sc, 0, sizeof *sc);
+    grm__stream_close(t->stream);
+    t->stream = NULL;
+}
+
+/* t->ds afresh from the stream: the held-out rows of pass 0 read so far on this rank, the
+ * training positive rate over every rank's rows so far (collective with several ranks). */
+static grm_status stream_snapshot(trainer *t)
+{
+    const int32_t T = (int32_t)t->p->set.label_columns.n, R = t->nranks;
+    grm__dataset *ds = NULL;
+    double *pos = calloc((size_t)(T + 1) * (size_t)(R + 1), sizeof *pos);
+    int64_t ntrain = 0, full[2] = { 0, 0 };
+    int done = 0;
+    if (!pos) return grm_errorf(GRM_ENOMEM, "out of memory");
+    grm_status st = grm__stream_eval(t->stream, &ds, pos, &ntrain, &done);
+    pos[T] = (double)ntrain;
+    if (st == GRM_OK && R > 1) {   /* summed in rank order: the same prior on every rank */
+        st = grm__gather_bytes(&t->p->comm_handle, pos + T + 1, pos, (size_t)(T + 1) *
+                               sizeof *pos);
+        for (int32_t k = 0; st == GRM_OK && k <= T; k++) {
+            pos[k] = 0;
+            for (int32_t r = 0; r < R; r++) pos[k] += pos[(size_t)(r + 1) * (T + 1) + k];
+        }
+        full[0] = done;
+        const grm_comm_handle *c = &t->p->comm_handle;
+        if (st == GRM_OK)
+            st = c->ops->allreduce(c->inst, full, 1, GRM_DTYPE_I64, GRM_REDUCE_MIN);
+        done = (int)full[0];
+    }
+    if (st == GRM_OK) {
+        for (int32_t k = 0; k < T; k++) ds->prior[k] = pos[T] > 0 ? pos[k] / pos[T] : 0.0;
+        ds->sharded = R > 1;
+        grm__dataset_destroy(t->ds);
+        t->ds = ds;
+        t->stream_full = done;
+        ds = NULL;
+    }
+    free(pos);
+    grm__dataset_destroy(ds);
+    if (st != GRM_OK) grm_error_prefix("input = stream: the held-out rows: ");
+    return st;
+}
+
 /* Everything of training batch g that comes from the data (this rank's samples, their ids,
  * targets, keys), into bt. Runs on the data thread when prefetch > 0: it alone then touches
  * the epoch order (perm, bstart, tok_cum, ep_cum). */
 static grm_status assemble_train(trainer *t, batch *bt, int64_t g)
 {
+    if (t->stream) return stream_batch(t, bt, g);
     const grm__dataset *ds = t->ds;
     const int32_t T = ds->ntasks;
+    bt->streamed = 0;
     grm_status st = slice_of(t, g, bt);
     if (st == GRM_OK) st = step_rows_of(t, g, &bt->step_rows);
     if (st != GRM_OK) return st;
@@ -1739,6 +1952,33 @@ static grm_status step_rows_all(trainer *t, double mine, double *out)
     return st;
 }
 
+/* input = stream: the step's rows summed over the ranks as step_rows_all sums them, and
+ * whether the run is over (every rank's input used up: t->ended) and the step's pass (the
+ * most of any rank's, t->step_pass). `failed`: this rank could not take its batch; every rank
+ * then stops, the others with an error naming it. */
+static grm_status stream_step(trainer *t, const batch *bt, int failed, double *rows)
+{
+    int64_t v[3] = { failed ? 0 : (int64_t)bt->step_rows, failed ? 0 : bt->done, failed },
+            pass = failed ? 0 : bt->pass;
+    grm_status st = GRM_OK;
+    if (t->nranks > 1) {
+        const grm_comm_handle *c = &t->p->comm_handle;
+        st = c->ops->allreduce(c->inst, v, 3, GRM_DTYPE_I64, GRM_REDUCE_SUM);
+        if (st == GRM_OK) st = c->ops->allreduce(c->inst, &pass, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+        if (st != GRM_OK) {
+            grm_error_prefix("input = stream: agreeing on the step: ");
+            return st;
+        }
+    }
+    if (v[2] && !failed)
+        return grm_errorf(GRM_EIO, "input = stream: another rank failed reading its input "
+                          "(its own message says why)");
+    *rows = (double)v[0];
+    t->ended = v[1] == t->nranks;
+    t->step_pass = pass;
+    return GRM_OK;
+}
+
 /* One optimizer step: [train] accumulate batches (fewer at the very end of the run), their
  * gradients summed with weights by rows, then the dense optimizer on every parameter and the
  * sparse optimizer on the touched rows only. */
@@ -1760,8 +2000,19 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
     double step_rows = 0;
     for (int64_t j = 0; j < nb; j++) {
         int64_t g = g0 + j + 1;
-        if ((st = pf_take(t, g, &bt)) != GRM_OK) goto out;
-        if (j == 0 && (st = step_rows_all(t, bt->step_rows, &step_rows)) != GRM_OK) goto out;
+        if ((st = pf_take(t, g, &bt)) != GRM_OK) {
+            if (t->stream && j == 0) stream_step(t, NULL, 1, &step_rows);   /* tell the others */
+            goto out;
+        }
+        if (j == 0 && t->stream) {
+            if ((st = stream_step(t, bt, 0, &step_rows)) != GRM_OK) goto out;
+            if (t->ended) {   /* nothing left on any rank: no step */
+                pf_release(t, g);
+                goto out;
+            }
+        }
+        if (j == 0 && !t->stream && (st = step_rows_all(t, bt->step_rows, &step_rows)) != GRM_OK)
+            goto out;
         /* the weight: this slice's share of the rows of the whole step (all ranks) */
         float weight = weighted ? (float)((double)bt->rows / step_rows) : 1.0f;
         double l = 0;
@@ -2082,6 +2333,7 @@ static grm_status run_eval_ranking(trainer *t, int split, double *score)
         if (b < 0) b = 0;
         for (int64_t k = 0; k < b; k++) t->eb.users[k] = rows[r0 + k];
         t->eb.b = b;
+        t->eb.streamed = 0;
         if ((st = assemble_ids(t, &t->eb, 0)) != GRM_OK
             || (st = embed_batch(t, &t->eb, 0)) != GRM_OK)
             goto out;
@@ -2171,6 +2423,12 @@ static grm_status run_eval(trainer *t, int split, int with_pop, double *score)
 {
     double t0 = now_s();
     grm_status st = async_flush(t);
+    if (st == GRM_OK && t->stream && !t->stream_full) {   /* the held-out rows read so far */
+        if ((st = stream_snapshot(t)) == GRM_OK && !t->stream_full && !t->opts->quiet)
+            grm__log(GRM_LOG_INFO, "grmhost", "step %lld: input = stream: the first pass is "
+                     "not read through, so validation and test cover the held-out rows read "
+                     "so far", (long long)t->step);
+    }
     if (st == GRM_OK) st = run_eval_timed(t, split, with_pop, score);
     t->t_eval += now_s() - t0;
     return st;
@@ -2740,12 +2998,17 @@ static grm_status emit_balance(trainer *t, int64_t samples)
 static void print_profile(const trainer *t, double loop_s, int64_t steps)
 {
     const int ahead = t->p->set.prefetch > 0;
+    /* input = stream: the reading after step 1 is part of the batch work (t_batch) */
+    const double sread = t->stream ? t->src.read_s - t->t_read0 : 0;
     const struct { const char *name; double s; int in_loop; const char *what; } row[] = {
-        { "read+transform", t->t_read, 0, "reader, transforms, split (before step 1)" },
+        { "read+transform", t->stream ? sread : t->t_read, t->stream && !ahead,
+          !t->stream ? "reader, transforms, split (before step 1)"
+          : ahead ? "reader, transforms, split of the stream (on the data thread)"
+                  : "reader, transforms, split of the stream" },
         { "balance", t->t_plan, !ahead, "epoch order and batch cuts (Algorithm 1 with tokens)" },
-        { "batch", t->t_batch, !ahead, ahead ? "samples, ids, targets, segment unique, keys "
-                                               "(on the data thread)"
-                                             : "samples, ids, targets, segment unique, keys" },
+        { "batch", t->t_batch - sread, !ahead,
+          ahead ? "samples, ids, targets, segment unique, keys (on the data thread)"
+                : "samples, ids, targets, segment unique, keys" },
         { "data wait", t->t_wait, 1, "the trainer waiting for the data thread" },
         { "lookup", t->t_lookup, 1, "negatives merged, store lookup, pooling" },
         { "dense fwd", t->t_fwd, 1, "dense blocks and head forward, loss" },
@@ -2764,22 +3027,33 @@ static void print_profile(const trainer *t, double loop_s, int64_t steps)
             "what");
     for (size_t i = 0; i < sizeof row / sizeof *row; i++) {
         if (row[i].in_loop) acc += row[i].s;
+        const int before = i == 0 && !t->stream;   /* not part of the loop at all */
         fprintf(stderr, "  %-15s %9.3f %9.3f %6.1f%%%s %s\n", row[i].name, row[i].s,
-                i == 0 ? 0.0 : 1e3 * row[i].s / n,
-                i == 0 || loop_s <= 0 ? 0.0 : 100.0 * row[i].s / loop_s,
-                i == 0 || row[i].in_loop ? " " : "*", row[i].what);
+                before ? 0.0 : 1e3 * row[i].s / n,
+                before || loop_s <= 0 ? 0.0 : 100.0 * row[i].s / loop_s,
+                before || row[i].in_loop ? " " : "*", row[i].what);
     }
     fprintf(stderr, "  %-15s %9.3f %9.3f %6.1f%%  %s\n", "other", loop_s - acc,
             1e3 * (loop_s - acc) / n, loop_s > 0 ? 100.0 * (loop_s - acc) / loop_s : 0.0,
             "logging, signals, metrics");
     double work = t->t_batch + t->t_plan;
+    char when[160];
+    if (t->stream)
+        snprintf(when, sizeof when, "read+transform runs beside training; %.3f s of it "
+                 "filled the shuffle buffer before step 1", t->t_read);
+    else
+        snprintf(when, sizeof when, "read+transform (%.3f s) happens once before step 1",
+                 t->t_read);
     if (ahead) {
         double hidden = work > 0 ? 1.0 - t->t_wait / work : 1.0;
         if (hidden < 0) hidden = 0;
         fprintf(stderr, "  (* on the data thread, %lld batches ahead, beside the loop)\n"
-                "  data work hidden behind compute: %.1f%% (%.3f s of batch assembly, %.3f s "
-                "waited); read+transform (%.3f s) happens once before step 1\n",
-                (long long)t->p->set.prefetch, 100.0 * hidden, work, t->t_wait, t->t_read);
+                "  data work hidden behind compute: %.1f%% (%.3f s of %s, %.3f s waited); "
+                "%s\n", (long long)t->p->set.prefetch, 100.0 * hidden, work,
+                t->stream ? "reading and batch assembly" : "batch assembly", t->t_wait, when);
+    } else if (t->stream) {
+        fprintf(stderr, "  data work hidden behind compute: 0%% ([train] prefetch = 0: the "
+                "stream is read and batches assembled on the trainer thread); %s\n", when);
     } else {
         fprintf(stderr, "  data work hidden behind compute: 0%% "
                 "([train] prefetch = 0: batches are assembled on the trainer thread); "
@@ -2789,14 +3063,23 @@ static void print_profile(const trainer *t, double loop_s, int64_t steps)
 
 static void progress(trainer *t, double loss, double sps, double elapsed, int tty, int final)
 {
-    double left = t->total_steps > t->step && t->step > 0
-                      ? elapsed / (double)t->step * (double)(t->total_steps - t->step) : 0;
-    int64_t epoch = t->step ? (t->step - 1) / t->steps_per_epoch + 1 : 1;
     char line[256];
-    snprintf(line, sizeof line, "step %lld/%lld epoch %lld/%lld loss %.4f %.0f samples/s ETA "
-             "%dm%02ds", (long long)t->step, (long long)t->total_steps, (long long)epoch,
-             (long long)((t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch), loss,
-             sps, (int)(left / 60), (int)left % 60);
+    if (!t->steps_per_epoch) {   /* input = stream: the input's end decides, no ETA */
+        char of[32] = "";
+        if (t->total_steps) snprintf(of, sizeof of, "/%lld", (long long)t->total_steps);
+        snprintf(line, sizeof line, "step %lld%s epoch %lld/%lld loss %.4f %.0f samples/s",
+                 (long long)t->step, of, (long long)t->step_pass + 1,
+                 (long long)t->p->set.epochs, loss, sps);
+    } else {
+        double left = t->total_steps > t->step && t->step > 0
+                          ? elapsed / (double)t->step * (double)(t->total_steps - t->step) : 0;
+        int64_t epoch = t->step ? (t->step - 1) / t->steps_per_epoch + 1 : 1;
+        snprintf(line, sizeof line, "step %lld/%lld epoch %lld/%lld loss %.4f %.0f samples/s "
+                 "ETA %dm%02ds", (long long)t->step, (long long)t->total_steps,
+                 (long long)epoch,
+                 (long long)((t->total_steps + t->steps_per_epoch - 1) / t->steps_per_epoch),
+                 loss, sps, (int)(left / 60), (int)left % 60);
+    }
     if (tty) {
         fprintf(stderr, "\r%-79s%s", line, final ? "\n" : "");
         fflush(stderr);
@@ -2860,7 +3143,48 @@ static grm_status ckpt_dir_of(trainer *t)
     return GRM_OK;
 }
 
-static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *t)
+/* input = stream: open this rank's stream and, to train, fill the shuffle buffer (all
+ * that is read before step 1); to evaluate, read one pass for its held-out rows. Then the
+ * first t->ds (stream_snapshot). Collective with several ranks. */
+static grm_status stream_start(trainer *t, int training)
+{
+    grm__pipeline *p = t->p;
+    const grm__settings *s = &p->set;
+    grm_status st = grm__stream_open(p, training ? s->epochs : 1, &t->stream);
+    if (st == GRM_OK) {
+        const int64_t bsz = t->nranks > 1 ? rank_share(s->batch_size, t->rank, t->nranks)
+                                          : s->batch_size;
+        stream_src *sc = &t->src;
+        sc->want = s->shuffle_buffer ? s->shuffle_buffer : 64 * bsz;
+        if (sc->want < s->accumulate * bsz) sc->want = s->accumulate * bsz;
+        sc->rng = grm_mix64((uint64_t)s->seed ^ grm_mix64(0x57e4 + (uint64_t)t->rank));
+        if (training) {
+            st = stream_fill(t);
+            if (st == GRM_OK && t->src.n == 0 && t->nranks == 1)
+                st = grm_errorf(GRM_EFORMAT, "%s: input = stream: the data yields no training "
+                                "rows; check the reader's path and the split fractions",
+                                p->cfg->path);
+        } else {
+            for (grm__dataset *ds = NULL; st == GRM_OK; grm__dataset_destroy(ds)) {
+                int64_t pass;
+                st = grm__stream_next(t->stream, &ds, &pass);
+                if (!ds) break;
+            }
+        }
+    }
+    if (t->nranks > 1) {   /* a rank that failed tells the others before they go on */
+        const grm_comm_handle *c = &p->comm_handle;
+        int64_t bad = st != GRM_OK;
+        grm_status cs = c->ops->allreduce(c->inst, &bad, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+        if (st == GRM_OK && cs != GRM_OK) st = cs;
+        if (st == GRM_OK && bad)
+            st = grm_errorf(GRM_EIO, "%s: input = stream: another rank failed reading its "
+                            "input (its own message says why)", p->cfg->path);
+    }
+    return st == GRM_OK ? stream_snapshot(t) : st;
+}
+
+static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *t, int training)
 {
     grm_status st;
     memset(t, 0, sizeof *t);
@@ -2881,8 +3205,13 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *
     }
     if ((st = ckpt_dir_of(t)) != GRM_OK) return st;
     double t0 = now_s();
-    if ((st = grm__dataset_build(p, &t->ds)) != GRM_OK) return st;
+    if (p->set.input == GRM__INPUT_STREAM) {
+        if ((st = stream_start(t, training)) != GRM_OK) return st;
+    } else if ((st = grm__dataset_build(p, &t->ds)) != GRM_OK) {
+        return st;
+    }
     t->t_read = now_s() - t0;
+    t->t_read0 = t->src.read_s;
     grm__dataset *ds = t->ds;
     int64_t evaluated = 0;
     for (int64_t u = 0; u < ds->nusers; u++) evaluated += ds->has_eval[u];
@@ -2897,7 +3226,13 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *
             != GRM_OK)
             return st;
     }
-    if (!opts->quiet && t->ranking)
+    if (!opts->quiet && t->stream && training)
+        grm__log(GRM_LOG_INFO, "grmhost", "data: input = stream: %lld rows read before step 1 "
+                 "(%lld training rows in the shuffle buffer of %lld%s); the rest is read while "
+                 "training runs, %lld pass%s", (long long)ds->raw_rows, (long long)t->src.n,
+                 (long long)t->src.want, t->nranks > 1 ? " on rank 0" : "",
+                 (long long)p->set.epochs, p->set.epochs > 1 ? "es" : "");
+    else if (!opts->quiet && t->ranking)
         grm__log(GRM_LOG_INFO, "grmhost", "data: %lld rows -> %lld train, %lld valid, %lld "
                  "test rows, %d tasks (%.1fs)", (long long)ds->raw_rows, (long long)nsplit[0],
                  (long long)nsplit[1], (long long)nsplit[2], ds->ntasks, now_s() - t0);
@@ -2906,7 +3241,7 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, trainer *
                  "training examples, %lld evaluated users (%.1fs)", (long long)ds->raw_rows,
                  (long long)ds->all_users, (long long)ds->ncatalog,
                  (long long)ds->all_examples, (long long)evaluated, now_s() - t0);
-    if (!opts->quiet && ds->sharded)
+    if (!opts->quiet && ds->sharded && !t->stream)
         grm__log(GRM_LOG_INFO, "grmhost", "data: input = sharded: rank 0 of %d holds %lld of "
                  "the %lld %s and %lld of the %lld training samples", t->nranks,
                  (long long)(t->ranking ? ds->nrows : ds->nusers), (long long)ds->all_users,
@@ -2939,7 +3274,7 @@ static void finish_summary(trainer *t, FILE *f)
 grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
 {
     trainer t;
-    grm_status st = prepare(p, opts, &t);
+    grm_status st = prepare(p, opts, &t, 1);
     const grm__settings *s = &p->set;
     opts = t.opts;
     int tty = isatty(2) && !opts->quiet;
@@ -2955,28 +3290,38 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         uv_signal_start(&t.sigint, on_signal, SIGINT);
         uv_signal_start(&t.sigterm, on_signal, SIGTERM);
     }
+    char nsteps[64] = "steps until the input is used up";   /* input = stream */
+    if (t.total_steps) snprintf(nsteps, sizeof nsteps, "%lld steps", (long long)t.total_steps);
     if (!opts->quiet)
-        grm__log(GRM_LOG_INFO, "grmhost", "training '%s': %lld steps of %lld %s, %d "
-                 "threads, %d dense parameter tensors, %lld negatives per step",
-                 s->name, (long long)t.total_steps,
+        grm__log(GRM_LOG_INFO, "grmhost", "training '%s': %s of %lld %s, %d threads, %d "
+                 "dense parameter tensors, %lld negatives per step", s->name, nsteps,
                  (long long)(t.target_tokens ? t.target_tokens : s->batch_size),
                  t.target_tokens ? "tokens (batching = tokens)" : "samples",
                  grm__num_threads(), t.nparams, (long long)t.R);
 
-    int64_t limit = t.total_steps;
+    /* input = stream without [train] steps: until the input is used up (t.ended) */
+    const int64_t open_end = INT64_MAX / 2 / s->accumulate;
+    int64_t limit = t.total_steps ? t.total_steps : open_end;
     if (opts->max_steps > 0 && t.step + opts->max_steps < limit) limit = t.step + opts->max_steps;
     int64_t last_g = limit * s->accumulate;
     if (t.total_mb && last_g > t.total_mb) last_g = t.total_mb;
     if ((st = pf_start(&t, t.step * s->accumulate + 1, last_g)) != GRM_OK) goto out;
     double start = now_s(), last_print = 0, loss_sum = 0;
     int64_t samples = 0, loss_n = 0, start_step = t.step;
+    /* every epoch by default; a stream's epoch ends when its reader starts the next pass */
     int64_t eval_every = s->eval_every ? s->eval_every : t.steps_per_epoch;
     int64_t ckpt_every = s->ckpt_every ? s->ckpt_every : t.steps_per_epoch;
+    int64_t pass_seen = -1;
     int early_stopped = 0;
     while (t.step < limit && !t.stop) {
         double loss = 0;
         int64_t b = 0;
         if ((st = train_step(&t, &loss, &b)) != GRM_OK) goto out;
+        if (t.ended) {   /* no step was taken */
+            limit = t.step;
+            if (loss_n == 0) break;
+            /* the last log line below */
+        }
         if (t.nranks > 1) {   /* a signal to one rank stops every rank after the same step */
             int64_t sv = t.stop;
             const grm_comm_handle *c = &p->comm_handle;
@@ -2985,9 +3330,13 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
                 goto out;
             t.stop = (int)sv;
         }
-        samples += b;
-        loss_sum += loss;
-        loss_n++;
+        if (!t.ended) {
+            samples += b;
+            loss_sum += loss;
+            loss_n++;
+        }
+        const int new_pass = t.stream && pass_seen >= 0 && t.step_pass != pass_seen;
+        pass_seen = t.step_pass;
         double el = now_s() - start;
         if (t.step % s->log_every == 0 || t.step == limit) {
             grm__metrics_emit(t.metrics, t.step, "train", "loss", loss_sum / (double)loss_n);
@@ -3014,14 +3363,15 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
             last_print = el;
         }
         if (t.loop_ok) uv_run(&t.loop, UV_RUN_NOWAIT);
-        if (t.step % eval_every == 0 && t.step != limit) {
+        if (t.ended) break;
+        if ((eval_every ? t.step % eval_every == 0 : new_pass) && t.step != limit) {
             if (tty) fputc('\n', stderr);
             double score = 0;
             if ((st = run_eval(&t, 0, 0, &score)) != GRM_OK) goto out;
             if ((st = track_best(&t, score, &early_stopped)) != GRM_OK) goto out;
             if (early_stopped) break;
         }
-        if (t.step % ckpt_every == 0 && t.step != limit && !t.stop)
+        if ((ckpt_every ? t.step % ckpt_every == 0 : new_pass) && t.step != limit && !t.stop)
             if ((st = save_ckpt(&t)) != GRM_OK) goto out;
     }
     pf_stop(&t);
@@ -3082,7 +3432,7 @@ out:
 grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
 {
     trainer t;
-    grm_status st = prepare(p, opts, &t);
+    grm_status st = prepare(p, opts, &t, 0);
     const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
     char path[4096];
     if (st != GRM_OK) goto out;

@@ -7,12 +7,12 @@ EXTRA_DIST += tests/tally.sh tests/tap.sh
 # The out-of-tree SDK example, built by tests/test-sdk-example.sh against a DESTDIR install.
 TESTS += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh \
 	tests/test-train-ranking.sh tests/test-train-sequence.sh tests/test-train-sparse.sh \
-	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-prefetch.sh \
+	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-stream.sh tests/test-train-prefetch.sh \
 	tests/test-pipelines-hstu.sh \
 	tests/test-train-seqrank.sh tests/test-train-async.sh
 EXTRA_DIST += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh \
 	tests/test-train-ranking.sh tests/test-train-sequence.sh tests/test-train-sparse.sh \
-	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-prefetch.sh \
+	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-stream.sh tests/test-train-prefetch.sh \
 	tests/test-pipelines-hstu.sh \
 	tests/test-train-seqrank.sh tests/test-train-async.sh sdk/examples/transform-filter/filter.c \
 	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/README.md
