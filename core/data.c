@@ -749,6 +749,7 @@ struct grm__stream {
     int64_t ntrain;            /* pass 0's training rows */
     int64_t raw_rows, bad_rows;   /* of pass 0 */
     int first_done;            /* pass 0 is read through */
+    int64_t chunk_rows;        /* rows the transforms passed on before the end of the pass */
 };
 
 grm_status grm__stream_open(grm__pipeline *p, int64_t passes, grm__stream **out)
@@ -855,6 +856,13 @@ grm_status grm__stream_next(grm__stream *s, grm__dataset **piece, int64_t *pass)
             s->open = 0;
             pass_end = 1;
         }
+        if (pass_end && s->pass == 0 && s->chunk_rows == 0 && co.labels.n > 0)
+            grm__log(GRM_LOG_WARN, "grmhost", "%s: input = stream: the transforms held every "
+                     "row of the pass until its end (history_by/sequence_by order a user's "
+                     "rows by time), so each pass is read before its first batch and held "
+                     "in memory; give the reader rows that need no such transform to read "
+                     "beside training", p->cfg->path);
+        if (!pass_end) s->chunk_rows += co.labels.n;
         if (co.labels.n > 0) {
             if (!(ds = calloc(1, sizeof *ds))) {
                 st = grm_errorf(GRM_ENOMEM, "stream: out of memory");

@@ -3290,13 +3290,14 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         uv_signal_start(&t.sigint, on_signal, SIGINT);
         uv_signal_start(&t.sigterm, on_signal, SIGTERM);
     }
-    char nsteps[64] = "steps until the input is used up";   /* input = stream */
+    char nsteps[64] = "steps";   /* input = stream: as many as the input gives */
     if (t.total_steps) snprintf(nsteps, sizeof nsteps, "%lld steps", (long long)t.total_steps);
     if (!opts->quiet)
-        grm__log(GRM_LOG_INFO, "grmhost", "training '%s': %s of %lld %s, %d threads, %d "
+        grm__log(GRM_LOG_INFO, "grmhost", "training '%s': %s of %lld %s%s, %d threads, %d "
                  "dense parameter tensors, %lld negatives per step", s->name, nsteps,
                  (long long)(t.target_tokens ? t.target_tokens : s->batch_size),
                  t.target_tokens ? "tokens (batching = tokens)" : "samples",
+                 t.total_steps ? "" : " until the input is used up (input = stream)",
                  grm__num_threads(), t.nparams, (long long)t.R);
 
     /* input = stream without [train] steps: until the input is used up (t.ended) */
