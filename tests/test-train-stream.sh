@@ -106,19 +106,20 @@ sed 's/^/# /' "$tmp/bad.out" | grep -i 'error' | tail -2
 [ $rc -ne 0 ] && grep -q "bad.csv:7000" "$tmp/bad.out" && grep -q 'grmhost: step' "$tmp/bad.out"
 ok $? "a bad row at line 7000 stops the run after training began, naming file and line"
 
-# refusals
-sed -e 's/^task = ranking$/task = retrieval/' "$tmp/s.ini" >"$tmp/retr.ini"
-"$g" train --fresh "$tmp/retr.ini" >"$tmp/retr.out" 2>&1
-rc=$?
-sed 's/^/# /' "$tmp/retr.out" | tail -1
-[ $rc -ne 0 ] && grep -q 'input = stream trains ranking rows' "$tmp/retr.out"
-ok $? "input = stream on a retrieval pipeline is refused with the reason"
-sed -e 's/^plugin = emb-dynamic$/plugin = emb-static/' "$tmp/s.ini" >"$tmp/static.ini"
-"$g" train --fresh "$tmp/static.ini" >"$tmp/static.out" 2>&1
-rc=$?
-sed 's/^/# /' "$tmp/static.out" | tail -1
-[ $rc -ne 0 ] && grep -q 'static.ini:[0-9]*: \[feature.user\].*give rows = N' "$tmp/static.out"
-ok $? "an emb-static table without rows = N is refused at its line"
+# refusals: NAME SED-EXPRESSION PATTERN DESCRIPTION (s.ini edited, refused with PATTERN)
+refused() {
+    sed -e "$2" "$tmp/s.ini" >"$tmp/$1.ini"
+    "$g" train --fresh "$tmp/$1.ini" >"$tmp/$1.out" 2>&1
+    rc=$?
+    sed 's/^/# /' "$tmp/$1.out" | tail -1
+    [ $rc -ne 0 ] && grep -q "$3" "$tmp/$1.out"
+    ok $? "$4"
+}
+refused retr 's/^task = ranking$/task = retrieval/' 'input = stream trains ranking rows' \
+    "input = stream on a retrieval pipeline is refused with the reason"
+refused static 's/^plugin = emb-dynamic$/plugin = emb-static/' \
+    'static.ini:[0-9]*: \[feature.user\].*give rows = N' \
+    "an emb-static table without rows = N is refused at its line"
 
 # several ranks
 mpi_or_skip 10 13
