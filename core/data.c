@@ -1,7 +1,9 @@
-/* core/data.c - the input side of a retrieval pipeline: reader -> transforms -> one row
- * per user holding its time-ordered items, then the leave-one-out split used by the
- * published full-ranking protocols (last item: test, second last: validation, the rest:
- * training), the training examples and the item catalog. */
+/* core/data.c - the input side: reader -> transforms -> for retrieval one row per user
+ * holding its time-ordered items, then the leave-one-out split used by the published
+ * full-ranking protocols (last item: test, second last: validation, the rest: training),
+ * the training examples and the item catalog; for ranking one sample per row, held out by
+ * a seeded hash. grm__dataset_build reads it all before training (every rank, or each its
+ * routed share); grm__stream reads a ranking input piece by piece beside training. */
 #include "pipeline.h"
 #include "route.h"
 

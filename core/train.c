@@ -14,6 +14,8 @@
  * ranks by a hash of the key and looked up and updated through core/dist.c (two-stage dedup,
  * MTGRBoost §4.3), dense gradients are allreduced, and each batch's gradients are weighted by
  * its share of the global step's samples (MTGRBoost §5.1), so N ranks take the steps of one.
+ * With [train] input = sharded or stream each rank plans (or draws) its own batches instead,
+ * and a step is every rank's next batch.
  *
  * Everything is a pure function of (seed, step): example order per epoch, negatives and
  * dropout are seeded from them, and parallel loops write disjoint outputs, so a run
