@@ -18,11 +18,13 @@
 # the held-out rows included; maxrss_mb: peak resident memory (VmHWM, sampled).
 set -u
 build=${GRM_TOP_BUILDDIR:-.}
+src=${GRM_TOP_SRCDIR:-$(dirname "$0")/..}
 g="$build/grmhost"
 reps=${BENCH_STREAM_REPS:-3}
 users=${BENCH_STREAM_USERS:-120000}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-bench-stream-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+. "$src/tests/tap.sh"
 
 "$g" generate --users "$users" --items 5000 --clusters 20 --seed 5 --out "$tmp/ev.tsv" \
     >/dev/null 2>&1 || { echo "# bench_stream: grmhost generate failed; skipped"; exit 0; }
@@ -31,22 +33,12 @@ rm -f "$tmp/ev.tsv"
 rows=$(wc -l <"$tmp/rows.csv")
 mb=$(du -m "$tmp/rows.csv" | cut -f1)
 
-ini() {   # INPUT -> the pipeline on stdout
+ini() {   # INPUT -> the pipeline on stdout (tests/tap.sh's rows, at dim 32)
+    echo "[pipeline]"
+    echo "name = bench-stream"
+    ini_rows "$tmp/rows.csv" |
+        sed -e 's/^format = csv$/&\nchunk_rows = 16384/' -e 's/^dim = 8$/dim = 32/'
     cat <<EOI
-[pipeline]
-name = bench-stream
-[reader]
-plugin = reader-text
-path = $tmp/rows.csv
-format = csv
-chunk_rows = 16384
-columns = user:i64,item:i64,click:i64
-[feature.user]
-source = user
-dim = 32
-[feature.item]
-source = item
-dim = 32
 [embedding]
 plugin = emb-dynamic
 [dense.0]
@@ -69,7 +61,7 @@ EOI
 ini stream >"$tmp/stream.ini"
 ini whole >"$tmp/whole.ini"
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
-# one run: MODE OUTFILE-PREFIX ARGS...; appends ms/step, first-step s, wall s, peak MB
+# one run: MODE ARGS...; appends ms/step, first-step s, wall s, peak MB
 run() {
     mode=$1; shift
     start=$(date +%s.%N)
@@ -85,8 +77,7 @@ run() {
     end=$(date +%s.%N)
     sed -n 's/^profile: \([0-9]*\) steps, \([0-9.]*\) s in the training loop$/\1 \2/p' "$tmp/err" |
         awk '{ printf "%.4f\n", 1000 * $2 / $1 }' >>"$tmp/$mode.ms"
-    grep '"split":"train","name":"read_s"' "$tmp/m.jsonl" | tail -1 |
-        sed 's/.*"value":\([^}]*\)}/\1/' >>"$tmp/$mode.first"
+    metric "$tmp/m.jsonl" train read_s >>"$tmp/$mode.first"
     echo "$start $end" | awk '{ printf "%.3f\n", $2 - $1 }' >>"$tmp/$mode.wall"
     echo "$peak" | awk '{ printf "%.1f\n", $1 / 1024 }' >>"$tmp/$mode.mb"
     if [ "$mode" = stream ]; then
