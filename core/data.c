@@ -451,9 +451,9 @@ static grm_status make_router(grm__pipeline *p, const grm_schema *raw, grm__rout
                       p->cfg->path, key, have);
 }
 
-/* Collective: every rank learns whether any failed. Returns st, or GRM_EIO when this rank
- * is fine and another is not. */
-static grm_status agree(grm__pipeline *p, grm_status st)
+/* Collective: every rank learns whether any failed. Returns st, or GRM_EIO ("FILE: what (its
+ * own message says why)") when this rank is fine and another is not. */
+grm_status grm__agree(const grm__pipeline *p, grm_status st, const char *what)
 {
     const grm_comm_handle *c = &p->comm_handle;
     int64_t bad = st != GRM_OK;
@@ -461,8 +461,7 @@ static grm_status agree(grm__pipeline *p, grm_status st)
     if (st != GRM_OK) return st;
     if (cs != GRM_OK) return cs;
     if (bad)
-        return grm_errorf(GRM_EIO, "%s: another rank failed while building its share of the "
-                          "data (its own message says why)", p->cfg->path);
+        return grm_errorf(GRM_EIO, "%s: %s (its own message says why)", p->cfg->path, what);
     return GRM_OK;
 }
 
@@ -553,19 +552,10 @@ static grm_status share_totals(grm__pipeline *p, grm__dataset *ds, int32_t size)
             goto out;
         /* the prior: positives summed in rank order over the training rows of all ranks */
         int32_t T = ds->ntasks;
-        double *pos = malloc((size_t)(T ? T : 1) * sizeof *pos);
-        double *allpos = malloc((size_t)size * (size_t)(T ? T : 1) * sizeof *allpos);
-        if (!pos || !allpos) st = grm_errorf(GRM_ENOMEM, "dataset: out of memory");
+        for (int32_t t = 0; t < T; t++) ds->prior[t] *= (double)ds->nsplit[0];
+        st = grm__sum_ranks(c, ds->prior, T);
         for (int32_t t = 0; st == GRM_OK && t < T; t++)
-            pos[t] = ds->prior[t] * (double)ds->nsplit[0];
-        if (st == GRM_OK) st = grm__gather_bytes(c, allpos, pos, (size_t)(T ? T : 1) * sizeof *pos);
-        for (int32_t t = 0; st == GRM_OK && t < T; t++) {
-            double s = 0;
-            for (int32_t r = 0; r < size; r++) s += allpos[r * (T ? T : 1) + t];
-            ds->prior[t] = sum[4] ? s / (double)sum[4] : 0.0;
-        }
-        free(pos);
-        free(allpos);
+            ds->prior[t] = sum[4] ? ds->prior[t] / (double)sum[4] : 0.0;
         if (st != GRM_OK) goto out;
     }
 out:
@@ -631,6 +621,9 @@ static grm_status flush_input(grm__pipeline *p, collector *co)
     return GRM_OK;
 }
 
+/* What grm__agree says on a rank whose data was built when another rank's failed. */
+static const char built[] = "another rank failed while building its share of the data";
+
 /* Rows the reader skipped as malformed, or 0. */
 static int64_t reader_bad_rows(const grm__pipeline *p)
 {
@@ -671,7 +664,7 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
     if (ds->sharded) {
         if ((st = make_router(p, raw, &router)) != GRM_OK) goto fail;
         need_agree = 0;
-        if ((st = agree(p, GRM_OK)) != GRM_OK) goto fail;
+        if ((st = grm__agree(p, GRM_OK, built)) != GRM_OK) goto fail;
     }
     pusher pu = { p, &co, GRM_OK };
     for (int failed = 0, eof = 0, done = 0; !done;) {
@@ -707,7 +700,8 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
         goto fail;
     if (ds->sharded) {
         need_agree = 0;
-        if ((st = agree(p, GRM_OK)) != GRM_OK || (st = share_totals(p, ds, size)) != GRM_OK)
+        if ((st = grm__agree(p, GRM_OK, built)) != GRM_OK
+            || (st = share_totals(p, ds, size)) != GRM_OK)
             goto fail;
     } else {
         ds->all_users = ranking ? ds->nrows : ds->nusers;
@@ -728,7 +722,7 @@ grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out)
     *out = ds;
     ds = NULL;
 fail:
-    if (ds && need_agree) agree(p, st);   /* the others learn before they go on */
+    if (ds && need_agree) grm__agree(p, st, built);   /* the others learn before they go on */
     grm__router_destroy(router);
     close_input(p);
     collector_fini(&co);

@@ -172,6 +172,8 @@ void grm__pipeline_print(FILE *f, const grm__pipeline *p);
 /* Read the data through the reader and transforms and split it (core/data.c). */
 grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out);
 void grm__dataset_destroy(grm__dataset *ds);
+/* Collective: st on every rank that failed, GRM_EIO with "FILE: what" on the others. */
+grm_status grm__agree(const grm__pipeline *p, grm_status st, const char *what);
 
 /* [train] input = stream (ranking, MTGRBoost §3): this rank's reader shard read, transformed
  * and split in pieces of one chunk while training runs, `passes` times over (core/data.c).

@@ -323,6 +323,20 @@ grm_status grm__gather_bytes(const grm_comm_handle *comm, void *all, const void 
     return comm->ops->allgather(comm->inst, all, mine, (int64_t)bytes, GRM_DTYPE_U8);
 }
 
+grm_status grm__sum_ranks(const grm_comm_handle *comm, double *v, int32_t n)
+{
+    const int32_t size = comm->ops->size(comm->inst);
+    double *all = malloc((size_t)size * (size_t)(n ? n : 1) * sizeof *all);
+    if (!all) return grm_errorf(GRM_ENOMEM, "out of memory");
+    grm_status st = grm__gather_bytes(comm, all, v, (size_t)n * sizeof *v);
+    for (int32_t k = 0; st == GRM_OK && k < n; k++) {
+        v[k] = 0;
+        for (int32_t r = 0; r < size; r++) v[k] += all[(size_t)r * n + k];
+    }
+    free(all);
+    return st;
+}
+
 grm_status grm__gatherv(const grm_comm_handle *comm, const void *mine, int64_t n_mine,
                         size_t item, void **all, int64_t *n_all)
 {

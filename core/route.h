@@ -47,6 +47,10 @@ grm_status grm__route_round(grm__router *r, const grm_chunk *c, int failed, grm_
 /* ---- gathering every rank's bytes (collective) ---- */
 
 /* all [size * bytes] = every rank's `bytes` bytes at mine, in rank order. */
+/* v [n] summed over the ranks, in rank order, so every rank gets the same bits (no
+ * float allreduce: its order is the library's). */
+grm_status grm__sum_ranks(const grm_comm_handle *comm, double *v, int32_t n);
+
 grm_status grm__gather_bytes(const grm_comm_handle *comm, void *all, const void *mine,
                              size_t bytes);
 

@@ -421,8 +421,8 @@ static grm_status batch_init(trainer *t, batch *bt)
         bt->imap = xalloc((size_t)bt->mcap * sizeof(int64_t));
         if (!bt->imap) goto oom;
     }
-    if (!bt->ex || !bt->src || !bt->users || !bt->hist_end || !bt->labels || !bt->pos_ids || !bt->tok_src
-        || !bt->tok_times || !bt->neg_ids || !bt->neg_slot)
+    if (!bt->ex || !bt->src || !bt->users || !bt->hist_end || !bt->labels || !bt->pos_ids
+        || !bt->tok_src || !bt->tok_times || !bt->neg_ids || !bt->neg_slot)
         goto oom;
     return GRM_OK;
 oom:
@@ -1416,7 +1416,8 @@ static grm_status stream_fill(trainer *t)
                               "buffer; lower [train] shuffle_buffer");
         }
         *pc = (piece){ ds, m };
-        for (int64_t k = 0; k < m; k++) sc->buf[sc->n++] = (struct srow){ pc, ds->split_rows[0][k] };
+        for (int64_t k = 0; k < m; k++)
+            sc->buf[sc->n++] = (struct srow){ pc, ds->split_rows[0][k] };
         sc->pass = pass;
     }
     return GRM_OK;
@@ -1499,33 +1500,26 @@ static void stream_free(trainer *t)
  * training positive rate over every rank's rows so far (collective with several ranks). */
 static grm_status stream_snapshot(trainer *t)
 {
-    const int32_t T = (int32_t)t->p->set.label_columns.n, R = t->nranks;
+    const int32_t T = (int32_t)t->p->set.label_columns.n;
     grm__dataset *ds = NULL;
-    double *pos = calloc((size_t)(T + 1) * (size_t)(R + 1), sizeof *pos);
-    int64_t ntrain = 0, full[2] = { 0, 0 };
-    int done = 0;
+    double *pos = calloc((size_t)T + 1, sizeof *pos);   /* [T] positives, [T] rows */
+    int64_t ntrain = 0, done = 0;
+    int mine = 0;
     if (!pos) return grm_errorf(GRM_ENOMEM, "out of memory");
-    grm_status st = grm__stream_eval(t->stream, &ds, pos, &ntrain, &done);
+    grm_status st = grm__stream_eval(t->stream, &ds, pos, &ntrain, &mine);
     pos[T] = (double)ntrain;
-    if (st == GRM_OK && R > 1) {   /* summed in rank order: the same prior on every rank */
-        st = grm__gather_bytes(&t->p->comm_handle, pos + T + 1, pos, (size_t)(T + 1) *
-                               sizeof *pos);
-        for (int32_t k = 0; st == GRM_OK && k <= T; k++) {
-            pos[k] = 0;
-            for (int32_t r = 0; r < R; r++) pos[k] += pos[(size_t)(r + 1) * (T + 1) + k];
-        }
-        full[0] = done;
+    done = mine;
+    if (st == GRM_OK && t->nranks > 1) {   /* the same prior on every rank */
         const grm_comm_handle *c = &t->p->comm_handle;
-        if (st == GRM_OK)
-            st = c->ops->allreduce(c->inst, full, 1, GRM_DTYPE_I64, GRM_REDUCE_MIN);
-        done = (int)full[0];
+        st = grm__sum_ranks(c, pos, T + 1);
+        if (st == GRM_OK) st = c->ops->allreduce(c->inst, &done, 1, GRM_DTYPE_I64, GRM_REDUCE_MIN);
     }
     if (st == GRM_OK) {
         for (int32_t k = 0; k < T; k++) ds->prior[k] = pos[T] > 0 ? pos[k] / pos[T] : 0.0;
-        ds->sharded = R > 1;
+        ds->sharded = t->nranks > 1;
         grm__dataset_destroy(t->ds);
         t->ds = ds;
-        t->stream_full = done;
+        t->stream_full = (int)done;
         ds = NULL;
     }
     free(pos);
@@ -2006,15 +2000,15 @@ static grm_status train_step(trainer *t, double *loss_out, int64_t *samples_out)
             if (t->stream && j == 0) stream_step(t, NULL, 1, &step_rows);   /* tell the others */
             goto out;
         }
-        if (j == 0 && t->stream) {
-            if ((st = stream_step(t, bt, 0, &step_rows)) != GRM_OK) goto out;
+        if (j == 0) {   /* the step's rows over the ranks (and, streaming, its end) */
+            st = t->stream ? stream_step(t, bt, 0, &step_rows)
+                           : step_rows_all(t, bt->step_rows, &step_rows);
+            if (st != GRM_OK) goto out;
             if (t->ended) {   /* nothing left on any rank: no step */
                 pf_release(t, g);
                 goto out;
             }
         }
-        if (j == 0 && !t->stream && (st = step_rows_all(t, bt->step_rows, &step_rows)) != GRM_OK)
-            goto out;
         /* the weight: this slice's share of the rows of the whole step (all ranks) */
         float weight = weighted ? (float)((double)bt->rows / step_rows) : 1.0f;
         double l = 0;
@@ -3174,15 +3168,8 @@ static grm_status stream_start(trainer *t, int training)
             }
         }
     }
-    if (t->nranks > 1) {   /* a rank that failed tells the others before they go on */
-        const grm_comm_handle *c = &p->comm_handle;
-        int64_t bad = st != GRM_OK;
-        grm_status cs = c->ops->allreduce(c->inst, &bad, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
-        if (st == GRM_OK && cs != GRM_OK) st = cs;
-        if (st == GRM_OK && bad)
-            st = grm_errorf(GRM_EIO, "%s: input = stream: another rank failed reading its "
-                            "input (its own message says why)", p->cfg->path);
-    }
+    if (t->nranks > 1)   /* the others learn before they go on */
+        st = grm__agree(p, st, "input = stream: another rank failed reading its input");
     return st == GRM_OK ? stream_snapshot(t) : st;
 }
 
