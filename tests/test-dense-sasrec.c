@@ -4,7 +4,8 @@
  * (dropout on: the masks are a pure function of (seed, step, index)), causality, sequence
  * independence, offsets NULL, eval == train without dropout, deterministic dropout, flops,
  * every user-reachable error, and the PyTorch fixture of tests/ref/sasrec.py (forward and
- * every gradient for four configurations, both implementations). */
+ * every gradient for six configurations, both implementations), each for style = sasrec
+ * and style = bert (the S3-Rec code's post-norm block). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,6 +106,24 @@ static void test_params(void)
            == 2 * 6 + 18 * 6 + 18 + 36 + 6 + 2 * 6 + 36 + 6 + 36 + 6,
            "without pos_emb and final_norm: 12 parameters, ffn_dim defaults to D (got %d)", n);
     ops->destroy(inst);
+
+    // style = bert: each LayerNorm after its sub-layer, an embedding LayerNorm, FFN 4D
+    inst = make("style=bert num_heads=2 pos_emb=true max_len=6", 8, 7);
+    static const char *bnames[] = {
+        "pos_emb.weight", "emb_norm.weight", "emb_norm.bias", "attn.in_proj_weight",
+        "attn.in_proj_bias", "attn.out_proj.weight", "attn.out_proj.bias",
+        "attn_norm.weight", "attn_norm.bias", "ffn.linear1.weight", "ffn.linear1.bias",
+        "ffn.linear2.weight", "ffn.linear2.bias", "ffn_norm.weight", "ffn_norm.bias"
+    };
+    static const int64_t bshapes[15][2] = {
+        { 6, 8 }, { 8, 0 }, { 8, 0 }, { 24, 8 }, { 24, 0 }, { 8, 8 }, { 8, 0 }, { 8, 0 },
+        { 8, 0 }, { 32, 8 }, { 32, 0 }, { 8, 32 }, { 8, 0 }, { 8, 0 }, { 8, 0 }
+    };
+    tap_ok(dc_check_params(ops, inst, 15, bnames, bshapes, &one_block) && one_block
+           && ops->params(inst, 15, &v, &g) == GRM_ENOTFOUND,
+           "style=bert: pos_emb.weight, emb_norm.*, attn.*, attn_norm.*, ffn.* [32,8].., "
+           "ffn_norm.*: 15 parameters in one block, ffn_dim defaults to 4D");
+    ops->destroy(inst);
 }
 
 static void test_init(void)
@@ -176,6 +195,28 @@ static void test_init(void)
            "init=xavier_uniform: |w| <= %.4f, var/(a^2/3) %.3f", bound,
            var / (bound * bound / 3));
     ops->destroy(a);
+
+    // init=normal: N(0, init_std^2) for every matrix, whatever its shape (S3-Rec code)
+    a = make("style=bert num_heads=4 init=normal init_std=0.05", D, 3);
+    int normal = 1;
+    for (int i = 0; ops->params(a, i, &v, &g) == GRM_OK; i++) {
+        if (v.tensor.ndim != 2)
+            continue;
+        const int64_t m2 = dc_numel(&v.tensor);
+        w = v.tensor.data;
+        mean = var = 0;
+        for (int64_t j = 0; j < m2; j++)
+            mean += w[j];
+        mean /= (double)m2;
+        for (int64_t j = 0; j < m2; j++)
+            var += (w[j] - mean) * (w[j] - mean);
+        var /= (double)(m2 - 1);
+        normal &= fabs(mean) < 0.005 && fabs(sqrt(var) / 0.05 - 1) < 0.05;
+        if (!normal)
+            tap_diag("%s: mean %.4f std %.4f", v.name, mean, sqrt(var));
+    }
+    tap_ok(normal, "init=normal init_std=0.05: every matrix has mean ~0 and std ~0.05");
+    ops->destroy(a);
     free(pa);
     free(pb);
     free(pc);
@@ -183,12 +224,10 @@ static void test_init(void)
 
 /* ---- blas vs ref ---- */
 
-static void test_impls(void)
+static void test_impls(const char *base)
 {
     static const int64_t off[] = { 0, 1, 18, 21, 61, 62 };   // lengths 1, 17, 3, 40, 1
     const int64_t N = 62, nseq = 5, D = 12;
-    const char *base = "num_heads=3 ffn_dim=20 pos_emb=true max_len=40 final_norm=true "
-                       "dropout=0.3";
     char sf[256], sr[256];
     snprintf(sf, sizeof sf, "%s impl=blas", base);
     snprintf(sr, sizeof sr, "%s impl=ref", base);
@@ -217,8 +256,8 @@ static void test_impls(void)
     st |= ops->backward(ref, &tdx2, &tdy, &ctx);
     dc_gather(ops, fast, 1, g1);
     dc_gather(ops, ref, 1, g2);
-    tap_ok(st == GRM_OK, "lengths 1,17,3,40,1, H 3, dropout 0.3: blas and ref forward and "
-           "backward succeed");
+    tap_ok(st == GRM_OK, "%s, lengths 1,17,3,40,1: blas and ref forward and backward "
+           "succeed", base);
     tap_close_f32(y1, y2, N * D, 1e-4, 1e-5, "blas y vs ref y (training, dropout on)");
     tap_close_f32(dx1, dx2, N * D, 1e-4, 1e-5, "blas dx vs ref dx");
     tap_close_f32(g1, g2, np, 1e-4, 1e-5, "blas parameter grads vs ref");
@@ -471,6 +510,8 @@ static void test_errors(void)
     const char *bad_align[] = { "pos_align=middle" };
     dc_expect(harness_config_try(info, &c, bad_align, 1), GRM_EINVAL, "pos_align",
               "the host refuses pos_align=middle");
+    dc_expect(ops->create(config("style=bert final_norm=true"), 8, 1, &inst), GRM_EINVAL,
+              "drop final_norm", "style=bert with final_norm is refused (it ends in one)");
 
     enum { D = 4 };
     inst = make("num_heads=2 pos_emb=true max_len=3", D, 1);
@@ -531,17 +572,18 @@ static void test_errors(void)
 /* ---- the PyTorch fixture ---- */
 
 #define FIX_MAGIC 0x46534153u   /* "SASF" little-endian */
-#define FIX_VERSION 1u
-#define FIX_CASES 4
+#define FIX_VERSION 2u
+#define FIX_CASES 6
 #define FIX_PER_CASE 8          /* 2 implementations x (run, y, dx, grads) */
 
 static void fixture_case(FILE *f, int k)
 {
-    int64_t hdr[9];
+    int64_t hdr[11];
     double eps = 0;
     int ok = fread(hdr, sizeof hdr, 1, f) == 1 && fread(&eps, sizeof eps, 1, f) == 1;
     const int64_t D = hdr[0], H = hdr[1], F = hdr[2], max_len = hdr[3], pos = hdr[4];
-    const int64_t fin = hdr[5], align = hdr[6], N = hdr[7], nseq = hdr[8];
+    const int64_t fin = hdr[5], align = hdr[6], style = hdr[7], act = hdr[8];
+    const int64_t N = hdr[9], nseq = hdr[10];
     ok = ok && D > 0 && D <= 64 && H > 0 && N >= 0 && N <= 4096 && nseq >= 0 && nseq <= N;
     int64_t *off = malloc((size_t)(ok ? nseq + 1 : 1) * sizeof *off), np = 0;
     ok = ok && fread(off, sizeof *off, (size_t)(nseq + 1), f) == (size_t)(nseq + 1)
@@ -557,9 +599,10 @@ static void fixture_case(FILE *f, int k)
     static const char *impls[] = { "blas", "ref" };
     for (int m = 0; m < 2; m++) {
         char spec[512];
-        snprintf(spec, sizeof spec, "num_heads=%lld ffn_dim=%lld pos_emb=%s max_len=%lld "
-                 "final_norm=%s pos_align=%s ln_eps=%.17g dropout=0 impl=%s", (long long)H,
-                 (long long)F, pos ? "true" : "false", (long long)max_len,
+        snprintf(spec, sizeof spec, "style=%s activation=%s num_heads=%lld ffn_dim=%lld "
+                 "pos_emb=%s max_len=%lld final_norm=%s pos_align=%s ln_eps=%.17g dropout=0 "
+                 "impl=%s", style ? "bert" : "sasrec", act == 2 ? "gelu" : "relu",
+                 (long long)H, (long long)F, pos ? "true" : "false", (long long)max_len,
                  fin ? "true" : "false", align ? "left" : "right", eps, impls[m]);
         void *inst = make(spec, D, 1);
         const int64_t have = dc_param_floats(ops, inst);
@@ -651,18 +694,22 @@ static void test_torch(void)
 
 int main(void)
 {
-    // kind, params, init, impls, 2 gradchecks, structure, dropout, flops, errors, torch
-    tap_plan(1 + 5 + 5 + 4 + 2 * 3 + 5 + 5 + 1 + 18 + 1 + FIX_CASES * FIX_PER_CASE);
+    // kind, params, init, 2 impls, 4 gradchecks, structure, dropout, flops, errors, torch
+    tap_plan(1 + 6 + 6 + 2 * 4 + 4 * 3 + 5 + 5 + 1 + 19 + 1 + FIX_CASES * FIX_PER_CASE);
     info = harness_plugin("dense-sasrec");
     ops = info->ops;
     tap_ok(info->kind == GRM_KIND_DENSE && ops->loss == NULL,
            "dense-sasrec is a dense block, not a head");
     test_params();
     test_init();
-    test_impls();
+    test_impls("num_heads=3 ffn_dim=20 pos_emb=true max_len=40 final_norm=true dropout=0.3");
+    test_impls("style=bert num_heads=3 ffn_dim=20 pos_emb=true max_len=40 dropout=0.3");
     test_gradcheck("num_heads=2 ffn_dim=10 pos_emb=true max_len=5 final_norm=true "
                    "dropout=0.2 impl=ref", 6);
     test_gradcheck("num_heads=1 dropout=0.1 impl=blas", 4);
+    test_gradcheck("style=bert num_heads=2 ffn_dim=10 pos_emb=true max_len=5 dropout=0.2 "
+                   "impl=ref", 6);
+    test_gradcheck("style=bert activation=relu num_heads=1 dropout=0.1 impl=blas", 4);
     test_structure();
     test_dropout();
     test_flops();

@@ -36,17 +36,26 @@ static grm_status check_matrix(const char *who, const char *what, const grm_tens
 }
 
 static const grm_param_decl sasrec_params_decl[] = {
+    { "style", GRM_PARAM_ENUM, 0, offsetof(sasrec_config, style), "sasrec", GRM_PARAM_ANY,
+      "sasrec|bert",
+      "sasrec: Kang & McAuley's block (LayerNorm before each sub-layer); bert: the post-norm "
+      "block of the S3-Rec/ICLRec code behind the published full-ranking SASRec tables" },
     { "num_heads", GRM_PARAM_INT, 0, offsetof(sasrec_config, num_heads), "1",
       GRM_PARAM_RANGE(1, 1 << 16), NULL,
       "attention heads; must divide the model dim (head dim = D / num_heads)" },
     { "ffn_dim", GRM_PARAM_INT, 0, offsetof(sasrec_config, ffn_dim), "0",
-      GRM_PARAM_RANGE(0, 1 << 24), NULL, "hidden size of the feed-forward network; 0: D" },
+      GRM_PARAM_RANGE(0, 1 << 24), NULL, "hidden size of the feed-forward network; 0: D (sasrec) or 4 D (bert)" },
+    { "activation", GRM_PARAM_ENUM, 0, offsetof(sasrec_config, activation), "auto",
+      GRM_PARAM_ANY, "auto|relu|gelu",
+      "FFN activation; auto: relu for style sasrec, gelu (erf form) for style bert" },
     { "dropout", GRM_PARAM_DOUBLE, 0, offsetof(sasrec_config, dropout), "0.2",
       GRM_PARAM_RANGE(0, 0.99), NULL,
-      "dropout rate (embedding, attention probabilities, both FFN layers), training only" },
+      "dropout rate of every site (embedding, attention probabilities, attention output "
+      "(bert), after each FFN layer (sasrec) or the second (bert)), training only" },
     { "pos_emb", GRM_PARAM_BOOL, 0, offsetof(sasrec_config, pos_emb), "false",
       GRM_PARAM_ANY, NULL,
-      "first block: x * sqrt(D) + learned position embedding, then embedding dropout" },
+      "first block: learned position embedding added to x * sqrt(D) (sasrec) or to x and "
+      "LayerNorm-ed (bert), then embedding dropout" },
     { "max_len", GRM_PARAM_INT, 0, offsetof(sasrec_config, max_len), "50",
       GRM_PARAM_RANGE(1, 1 << 24), NULL,
       "positions of the position embedding (longest sequence with pos_emb)" },
@@ -54,12 +63,17 @@ static const grm_param_decl sasrec_params_decl[] = {
       GRM_PARAM_ANY, "right|left",
       "right: newest token at position max_len-1 (reference); left: oldest at 0" },
     { "final_norm", GRM_PARAM_BOOL, 0, offsetof(sasrec_config, final_norm), "false",
-      GRM_PARAM_ANY, NULL, "last block: a LayerNorm on the output (reference last_layernorm)" },
+      GRM_PARAM_ANY, NULL,
+      "last block of style sasrec: a LayerNorm on the output (reference last_layernorm)" },
     { "ln_eps", GRM_PARAM_DOUBLE, 0, offsetof(sasrec_config, ln_eps), "1e-8",
-      GRM_PARAM_RANGE(1e-12, 1), NULL, "LayerNorm epsilon (reference: 1e-8)" },
+      GRM_PARAM_RANGE(1e-12, 1), NULL,
+      "LayerNorm epsilon (pmixer reference: 1e-8; S3-Rec code: 1e-12)" },
     { "init", GRM_PARAM_ENUM, 0, offsetof(sasrec_config, init), "xavier_normal",
-      GRM_PARAM_ANY, "xavier_normal|xavier_uniform",
-      "initializer of every weight matrix and the position embedding" },
+      GRM_PARAM_ANY, "xavier_normal|xavier_uniform|normal",
+      "initializer of every weight matrix and the position embedding (normal: N(0, "
+      "init_std^2), the S3-Rec code's)" },
+    { "init_std", GRM_PARAM_DOUBLE, 0, offsetof(sasrec_config, init_std), "0.02",
+      GRM_PARAM_RANGE(1e-6, 10), NULL, "standard deviation of init = normal" },
     { "impl", GRM_PARAM_ENUM, 0, offsetof(sasrec_config, impl), "blas",
       GRM_PARAM_ANY, "blas|ref", "implementation: OpenBLAS + thread pool, or plain loops" },
     { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
@@ -141,7 +155,8 @@ static const grm_plugin_info sasrec_info = {
     .name = "dense-sasrec",
     .version = "1.0.0",
     .description = "SASRec self-attention block on jagged sequences: causal multi-head "
-                   "attention + point-wise FFN with LayerNorm (Kang & McAuley 2018)",
+                   "attention + point-wise FFN with LayerNorm (Kang & McAuley 2018), pre-norm "
+                   "or the S3-Rec code's post-norm style",
     .ops = &sasrec_ops,
     .params = sasrec_params_decl,
     .config_size = sizeof(sasrec_config),

@@ -11,6 +11,13 @@
  *                u  = LN2(r1)
  *                r2 = u + Dropout(W2 ReLU(Dropout(W1 u + b1)) + b2)
  *   (final_norm) y  = LN3(r2)                                    else y = r2
+ * style = bert is the post-norm Transformer block of the S3-Rec/ICLRec code (modules.py:
+ * Embeddings, SelfAttention, Intermediate; Devlin et al. 2019), which produced the
+ * published full-ranking SASRec tables (S3-Rec run_finetune_full.py: "The Model is same as
+ * SASRec"):
+ *   (pos_emb)    h0 = Dropout(LN0(x + P[pos]))                   else h0 = x
+ *                u  = LN1(h0 + Dropout(MHA(h0, h0, h0)))
+ *                y  = LN2(u + Dropout(W2 GELU(W1 u + b1) + b2))
  * GEMMs and attention go through the implementation picked in create (sasrec_ref.c or
  * sasrec_cpu.c); LayerNorm, dropout and the embedding stage are shared code here. */
 #include <math.h>
@@ -34,6 +41,8 @@ struct sasrec {
     sasrec_config cfg;          /* copy of the config */
     const sasrec_impl *impl;    /* static */
     int64_t D, H, dh, F;        /* model dim, heads, head dim, FFN hidden */
+    int32_t bert;               /* 1: style = bert */
+    int32_t gelu;               /* 1: the FFN activation is GELU, else ReLU */
     uint64_t seed;
 
     float *block;               /* owned (host->alloc): all params, then all grads */
@@ -43,6 +52,7 @@ struct sasrec {
 
     /* parameter views (grads: the same offsets in the second half of block) */
     float *pos, *dpos;              /* [max_len, D] (pos_emb only) */
+    float *ln0_g, *ln0_b, *dln0_g, *dln0_b;     /* [D] (bert, pos_emb only) */
     float *ln1_g, *ln1_b, *dln1_g, *dln1_b;     /* [D] */
     float *w_in, *b_in, *dw_in, *db_in;         /* [3D, D], [3D]: rows q, k, v */
     float *w_out, *b_out, *dw_out, *db_out;     /* [D, D], [D] */
@@ -54,19 +64,21 @@ struct sasrec {
     /* forward cache, views into fwd (valid for fwd_cap rows) */
     float *fwd;                 /* owned (malloc) */
     int64_t fwd_cap, fwd_per_row;
+    float *e;                   /* [N, D] x + P[pos] (bert, pos_emb) */
+    float *mu0, *rs0;           /* [N] LN0 statistics (bert, pos_emb) */
     float *h0;                  /* [N, D] block input after the embedding stage */
-    float *qin;                 /* [N, D] LN1(h0), the attention queries' input */
+    float *qin;                 /* [N, D] LN1(h0), the attention queries' input (sasrec) */
     float *mu1, *rs1;           /* [N] LN1 statistics */
     float *qp;                  /* [N, D] projected queries */
     float *kv;                  /* [N, 2D] projected keys (cols 0..D-1), values (D..2D-1) */
     float *att;                 /* [N, D] attention output, heads side by side */
     float *lse;                 /* [N, H] row log-sum-exp of the attention scores */
-    float *r1;                  /* [N, D] qin + out_proj(att) */
-    float *u;                   /* [N, D] LN2(r1) */
+    float *r1;                  /* [N, D] qin + out_proj(att); bert: h0 + Dropout(..) */
+    float *u;                   /* [N, D] LN2(r1); bert: LN1(r1) */
     float *mu2, *rs2;           /* [N] */
     float *z1;                  /* [N, F] W1 u + b1 (before dropout) */
-    float *h1;                  /* [N, F] ReLU(Dropout(z1)) */
-    float *r2;                  /* [N, D] u + FFN(u) (final_norm only) */
+    float *h1;                  /* [N, F] ReLU(Dropout(z1)); bert: act(z1) */
+    float *r2;                  /* [N, D] u + FFN(u) (final_norm or bert) */
     float *mu3, *rs3;           /* [N] (final_norm only) */
 
     /* backward workspace, views into bwd (valid for bwd_cap rows) */
@@ -80,7 +92,7 @@ struct sasrec {
     float *g_att;               /* [N, D] */
     float *g_qp;                /* [N, D] */
     float *g_kv;                /* [N, 2D] */
-    float *g_qin;               /* [N, D] */
+    float *g_qin;               /* [N, D]; bert: d of the attention output, then d e */
     float *g_h0;                /* [N, D] */
 
     int64_t *off;               /* owned (malloc): [nseq+1] offsets of the last forward */
@@ -109,6 +121,20 @@ static void xavier(float *w, int64_t rows, int64_t cols, int32_t init, uint64_t 
     const uint64_t table = grm_str_hash64(name);
     for (int64_t r = 0; r < rows; r++)
         grm_row_init(w + r * cols, (int32_t)cols, kind, scale, seed, table, r);
+}
+
+/* Fill w [rows, cols] with init: Xavier as above, or N(0, std^2) (init = normal). */
+static void init_matrix(float *w, int64_t rows, int64_t cols, const sasrec_config *cfg,
+                        uint64_t seed, const char *name)
+{
+    if (cfg->init != SASREC_INIT_NORMAL) {
+        xavier(w, rows, cols, cfg->init, seed, name);
+        return;
+    }
+    const uint64_t table = grm_str_hash64(name);
+    for (int64_t r = 0; r < rows; r++)
+        grm_row_init(w + r * cols, (int32_t)cols, GRM_EMB_INIT_NORMAL, cfg->init_std, seed,
+                     table, r);
 }
 
 static void fill(float *v, int64_t n, float x)
@@ -153,6 +179,12 @@ grm_status sasrec_create(const grm_host_api *host, const sasrec_config *cfg, int
                             (long long)cfg->max_len, 1 << 24);
     if (!(cfg->ln_eps > 0))
         return host->errorf(GRM_EINVAL, "dense-sasrec: ln_eps: %g must be > 0", cfg->ln_eps);
+    if (cfg->style == SASREC_STYLE_BERT && cfg->final_norm)
+        return host->errorf(GRM_EINVAL, "dense-sasrec: final_norm: style = bert already ends "
+                            "every block with a LayerNorm; drop final_norm");
+    if (cfg->init == SASREC_INIT_NORMAL && !(cfg->init_std > 0))
+        return host->errorf(GRM_EINVAL, "dense-sasrec: init_std: %g must be > 0 for init = "
+                            "normal", cfg->init_std);
 
     sasrec *s = calloc(1, sizeof *s);
     if (s == NULL)
@@ -163,13 +195,17 @@ grm_status sasrec_create(const grm_host_api *host, const sasrec_config *cfg, int
     s->D = in_dim;
     s->H = cfg->num_heads;
     s->dh = in_dim / cfg->num_heads;
-    s->F = cfg->ffn_dim > 0 ? cfg->ffn_dim : in_dim;
+    s->bert = cfg->style == SASREC_STYLE_BERT;
+    s->gelu = cfg->activation == SASREC_ACT_GELU
+              || (cfg->activation == SASREC_ACT_AUTO && s->bert);
+    s->F = cfg->ffn_dim > 0 ? cfg->ffn_dim : s->bert ? 4 * in_dim : in_dim;
     s->seed = seed;
     s->rows = -1;
     const int64_t D = s->D, F = s->F;
 
-    s->nfloats = (size_t)((cfg->pos_emb ? cfg->max_len * D : 0) + 2 * D + 3 * D * D + 3 * D
-                          + D * D + D + 2 * D + F * D + F + D * F + D
+    s->nfloats = (size_t)((cfg->pos_emb ? cfg->max_len * D : 0)
+                          + (s->bert && cfg->pos_emb ? 2 * D : 0) + 2 * D + 3 * D * D
+                          + 3 * D + D * D + D + 2 * D + F * D + F + D * F + D
                           + (cfg->final_norm ? 2 * D : 0));
     // STYLE.md §8: parameters and gradients are one block, typed views into it
     s->block = host->alloc(sasrec_cpu, 2 * s->nfloats * sizeof(float), 64);
@@ -179,21 +215,38 @@ grm_status sasrec_create(const grm_host_api *host, const sasrec_config *cfg, int
         goto fail;
     }
     memset(s->block, 0, 2 * s->nfloats * sizeof(float));
+    // params() lists them in the order the forward uses them: sasrec puts each LayerNorm
+    // before its sub-layer, bert after it
     size_t at = 0;
     if (cfg->pos_emb)
         s->pos = add_param(s, &at, "pos_emb.weight", cfg->max_len, D);
-    s->ln1_g = add_param(s, &at, "attn_norm.weight", D, 0);
-    s->ln1_b = add_param(s, &at, "attn_norm.bias", D, 0);
+    if (s->bert && cfg->pos_emb) {
+        s->ln0_g = add_param(s, &at, "emb_norm.weight", D, 0);
+        s->ln0_b = add_param(s, &at, "emb_norm.bias", D, 0);
+    }
+    if (!s->bert) {
+        s->ln1_g = add_param(s, &at, "attn_norm.weight", D, 0);
+        s->ln1_b = add_param(s, &at, "attn_norm.bias", D, 0);
+    }
     s->w_in = add_param(s, &at, "attn.in_proj_weight", 3 * D, D);
     s->b_in = add_param(s, &at, "attn.in_proj_bias", 3 * D, 0);
     s->w_out = add_param(s, &at, "attn.out_proj.weight", D, D);
     s->b_out = add_param(s, &at, "attn.out_proj.bias", D, 0);
-    s->ln2_g = add_param(s, &at, "ffn_norm.weight", D, 0);
-    s->ln2_b = add_param(s, &at, "ffn_norm.bias", D, 0);
+    if (s->bert) {
+        s->ln1_g = add_param(s, &at, "attn_norm.weight", D, 0);
+        s->ln1_b = add_param(s, &at, "attn_norm.bias", D, 0);
+    } else {
+        s->ln2_g = add_param(s, &at, "ffn_norm.weight", D, 0);
+        s->ln2_b = add_param(s, &at, "ffn_norm.bias", D, 0);
+    }
     s->w1 = add_param(s, &at, "ffn.linear1.weight", F, D);
     s->b1 = add_param(s, &at, "ffn.linear1.bias", F, 0);
     s->w2 = add_param(s, &at, "ffn.linear2.weight", D, F);
     s->b2 = add_param(s, &at, "ffn.linear2.bias", D, 0);
+    if (s->bert) {
+        s->ln2_g = add_param(s, &at, "ffn_norm.weight", D, 0);
+        s->ln2_b = add_param(s, &at, "ffn_norm.bias", D, 0);
+    }
     if (cfg->final_norm) {
         s->ln3_g = add_param(s, &at, "final_norm.weight", D, 0);
         s->ln3_b = add_param(s, &at, "final_norm.bias", D, 0);
@@ -202,6 +255,8 @@ grm_status sasrec_create(const grm_host_api *host, const sasrec_config *cfg, int
         s->param[i].grad = s->param[i].value + s->nfloats;
 #define GRAD(p) ((p) != NULL ? (p) + s->nfloats : NULL)
     s->dpos = GRAD(s->pos);
+    s->dln0_g = GRAD(s->ln0_g);
+    s->dln0_b = GRAD(s->ln0_b);
     s->dln1_g = GRAD(s->ln1_g);
     s->dln1_b = GRAD(s->ln1_b);
     s->dw_in = GRAD(s->w_in);
@@ -220,17 +275,21 @@ grm_status sasrec_create(const grm_host_api *host, const sasrec_config *cfg, int
 
     // initialization: Xavier for every matrix (the reference runs xavier_normal_ over all
     // parameters of 2+ dims, the position embedding included, in_proj as one [3D, D]
-    // matrix), zero biases (memset above), LayerNorm gamma 1, beta 0
+    // matrix) or N(0, init_std^2) (S3-Rec init_weights), zero biases (memset above),
+    // LayerNorm gamma 1, beta 0
     for (int32_t i = 0; i < s->nparam; i++)
         if (s->param[i].cols > 0)
-            xavier(s->param[i].value, s->param[i].rows, s->param[i].cols, cfg->init, seed,
-                   s->param[i].name);
+            init_matrix(s->param[i].value, s->param[i].rows, s->param[i].cols, cfg, seed,
+                        s->param[i].name);
     fill(s->ln1_g, D, 1.0f);
     fill(s->ln2_g, D, 1.0f);
+    if (s->ln0_g != NULL)
+        fill(s->ln0_g, D, 1.0f);
     if (cfg->final_norm)
         fill(s->ln3_g, D, 1.0f);
 
-    s->fwd_per_row = 9 * D + 2 * F + s->H + 4 + (cfg->final_norm ? D + 2 : 0);
+    s->fwd_per_row = 10 * D + 2 * F + s->H + 6 + (cfg->final_norm || s->bert ? D : 0)
+                     + (cfg->final_norm ? 2 : 0);
     s->bwd_per_row = 11 * D + F;
     *out = s;
     return GRM_OK;
@@ -286,6 +345,9 @@ static void bind_fwd(sasrec *s)
     const int64_t c = s->fwd_cap, D = s->D, F = s->F;
     float *p = s->fwd;
 #define TAKE(field, n) do { s->field = p; p += c * (n); } while (0)
+    TAKE(e, D);
+    TAKE(mu0, 1);
+    TAKE(rs0, 1);
     TAKE(h0, D);
     TAKE(qin, D);
     TAKE(mu1, 1);
@@ -300,8 +362,9 @@ static void bind_fwd(sasrec *s)
     TAKE(rs2, 1);
     TAKE(z1, F);
     TAKE(h1, F);
-    if (s->cfg.final_norm) {
+    if (s->cfg.final_norm || s->bert)
         TAKE(r2, D);
+    if (s->cfg.final_norm) {
         TAKE(mu3, 1);
         TAKE(rs3, 1);
     }
@@ -395,47 +458,90 @@ static sasrec_attn_args attn_args(const sasrec *s, int32_t training, int64_t ste
     return a;
 }
 
+/* ---- pieces both styles use ---- */
+
+/* out [rows, D] = x scale + P[pos] over the sequences of the last take_offsets (the
+ * embedding stage's sum; Sec. III "Embedding Layer"). */
+static void add_positions(const sasrec *s, float *out, const float *x, float scale)
+{
+    const int64_t D = s->D;
+    for (int64_t q = 0; q < s->nseq; q++) {
+        const int64_t first = s->off[q], L = s->off[q + 1] - first;
+        for (int64_t t = 0; t < L; t++) {
+            const float *pr = s->pos + position(s, t, L) * D;    /* [D] */
+            const float *xr = x + (first + t) * D;
+            float *o = out + (first + t) * D;
+            for (int64_t c = 0; c < D; c++)
+                o[c] = xr[c] * scale + pr[c];
+        }
+    }
+}
+
+/* The backward of add_positions for g = d out: dP[pos] += g, dx = g scale (dx NULL: not
+ * written). */
+static void position_grads(sasrec *s, float *dx, const float *g, float scale)
+{
+    const int64_t D = s->D;
+    for (int64_t q = 0; q < s->nseq; q++) {
+        const int64_t first = s->off[q], L = s->off[q + 1] - first;
+        for (int64_t t = 0; t < L; t++) {
+            float *dp = s->dpos + position(s, t, L) * D;         /* [D] */
+            const float *gr = g + (first + t) * D;
+            for (int64_t c = 0; c < D; c++) {
+                dp[c] += gr[c];
+                if (dx != NULL)
+                    dx[(first + t) * D + c] = gr[c] * scale;
+            }
+        }
+    }
+}
+
+/* v [n] *= the dropout factors of `site` at `step` (p = 0: nothing); the same call on a
+ * gradient is the backward. */
+static void drop_inplace(const sasrec *s, float *v, int64_t n, int64_t step, int32_t site,
+                         double p)
+{
+    if (p <= 0)
+        return;
+    const uint64_t key = sasrec_drop_key(s->seed, step, site);
+    for (int64_t i = 0; i < n; i++)
+        v[i] *= sasrec_drop(key, (uint64_t)i, p);
+}
+
+/* The FFN activation and its derivative at z. GELU is the exact form of the reference
+ * (modules.py gelu: x 0.5 (1 + erf(x / sqrt 2))); ReLU'(0) = 0, as torch. */
+static inline float act_fwd(int32_t gelu, float z)
+{
+    if (gelu)
+        return 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+    return z > 0 ? z : 0.0f;
+}
+
+static inline float act_grad(int32_t gelu, float z)
+{
+    if (gelu)
+        return 0.5f * (1.0f + erff(z * 0.70710678118654752f))
+               + z * expf(-0.5f * z * z) * 0.39894228040143268f;
+    return z > 0 ? 1.0f : 0.0f;
+}
+
 /* ---- forward ---- */
 
-grm_status sasrec_forward(sasrec *s, float *y, const float *x, int64_t rows,
-                          const int64_t *offsets, int64_t nseq, int32_t training,
-                          int64_t step)
+/* style = sasrec (pmixer/SASRec.pytorch SASRec.log2feats); see the file comment. */
+static grm_status forward_sasrec(sasrec *s, float *y, const float *x, int64_t rows,
+                                 int32_t training, int64_t step)
 {
     const int64_t D = s->D, F = s->F;
     const double p = training ? s->cfg.dropout : 0.0;
-    s->rows = -1;
-    grm_status st = take_offsets(s, offsets, nseq, rows);
-    if (st != GRM_OK)
-        return st;
-    if (rows == 0) {
-        s->rows = training ? 0 : -1;
-        s->step = step;
-        return GRM_OK;
-    }
-    if ((st = grow(s, &s->fwd, &s->fwd_cap, s->fwd_per_row, rows, "forward")) != GRM_OK)
-        return st;
-    bind_fwd(s);
     const sasrec_impl *im = s->impl;
     const grm_host_api *host = s->host;
+    grm_status st;
 
     // embedding stage (Sec. III "Embedding Layer"; reference: seqs *= D ** 0.5,
     // seqs += pos_emb(positions), emb_dropout)
     if (s->cfg.pos_emb) {
-        const float sq = (float)sqrt((double)D);
-        const uint64_t key = sasrec_drop_key(s->seed, step, SASREC_SITE_EMB);
-        for (int64_t q = 0; q < s->nseq; q++) {
-            const int64_t first = s->off[q], L = s->off[q + 1] - first;
-            for (int64_t t = 0; t < L; t++) {
-                const int64_t r = first + t;
-                const float *pr = s->pos + position(s, t, L) * D;    /* [D] */
-                for (int64_t c = 0; c < D; c++) {
-                    float v = x[r * D + c] * sq + pr[c];
-                    if (p > 0)
-                        v *= sasrec_drop(key, (uint64_t)(r * D + c), p);
-                    s->h0[r * D + c] = v;
-                }
-            }
-        }
+        add_positions(s, s->h0, x, (float)sqrt((double)D));
+        drop_inplace(s, s->h0, rows * D, step, SASREC_SITE_EMB, p);
     } else {
         memcpy(s->h0, x, (size_t)(rows * D) * sizeof *x);
     }
@@ -464,20 +570,89 @@ grm_status sasrec_forward(sasrec *s, float *y, const float *x, int64_t rows,
     const uint64_t k1 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN1);
     for (int64_t i = 0; i < rows * F; i++) {
         const float v = p > 0 ? s->z1[i] * sasrec_drop(k1, (uint64_t)i, p) : s->z1[i];
-        s->h1[i] = v > 0 ? v : 0.0f;
+        s->h1[i] = act_fwd(s->gelu, v);
     }
     float *r2 = s->cfg.final_norm ? s->r2 : y;           /* [rows, D] */
     if ((st = im->linear_fwd(r2, s->h1, s->w2, s->b2, rows, F, D, host)) != GRM_OK)
         return st;
-    const uint64_t k2 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN2);
-    for (int64_t i = 0; i < rows * D; i++) {
-        const float v = p > 0 ? r2[i] * sasrec_drop(k2, (uint64_t)i, p) : r2[i];
-        r2[i] = s->u[i] + v;
-    }
+    drop_inplace(s, r2, rows * D, step, SASREC_SITE_FFN2, p);
+    for (int64_t i = 0; i < rows * D; i++)
+        r2[i] += s->u[i];
 
     // reference: log_feats = self.last_layernorm(seqs) after the last block
     if (s->cfg.final_norm)
         sasrec_ln_fwd(y, s->mu3, s->rs3, s->r2, s->ln3_g, s->ln3_b, rows, D, s->cfg.ln_eps);
+    return GRM_OK;
+}
+
+/* style = bert (S3-Rec modules.py); see the file comment. */
+static grm_status forward_bert(sasrec *s, float *y, const float *x, int64_t rows,
+                               int32_t training, int64_t step)
+{
+    const int64_t D = s->D, F = s->F;
+    const double p = training ? s->cfg.dropout : 0.0, eps = s->cfg.ln_eps;
+    const sasrec_impl *im = s->impl;
+    const grm_host_api *host = s->host;
+    grm_status st;
+
+    // embedding stage (S3RecModel.add_position_embedding: item + position embeddings,
+    // LayerNorm, dropout; no sqrt(D) scale)
+    if (s->cfg.pos_emb) {
+        add_positions(s, s->e, x, 1.0f);
+        sasrec_ln_fwd(s->h0, s->mu0, s->rs0, s->e, s->ln0_g, s->ln0_b, rows, D, eps);
+        drop_inplace(s, s->h0, rows * D, step, SASREC_SITE_EMB, p);
+    } else {
+        memcpy(s->h0, x, (size_t)(rows * D) * sizeof *x);
+    }
+
+    // attention sub-layer (SelfAttention.forward: query, key and value of the same input,
+    // softmax, attention dropout, dense, out_dropout, LayerNorm(hidden + input))
+    if ((st = im->linear_fwd(s->qp, s->h0, s->w_in, s->b_in, rows, D, D, host)) != GRM_OK
+        || (st = im->linear_fwd(s->kv, s->h0, s->w_in + D * D, s->b_in + D, rows, D, 2 * D,
+                                host)) != GRM_OK)
+        return st;
+    const sasrec_attn_args a = attn_args(s, training, step);
+    if ((st = im->attn_fwd(s->att, s->lse, s->qp, s->kv, s->kv + D, &a, host)) != GRM_OK)
+        return st;
+    if ((st = im->linear_fwd(s->r1, s->att, s->w_out, s->b_out, rows, D, D, host)) != GRM_OK)
+        return st;
+    drop_inplace(s, s->r1, rows * D, step, SASREC_SITE_ATTN_OUT, p);
+    for (int64_t i = 0; i < rows * D; i++)
+        s->r1[i] += s->h0[i];
+    sasrec_ln_fwd(s->u, s->mu1, s->rs1, s->r1, s->ln1_g, s->ln1_b, rows, D, eps);
+
+    // feed-forward sub-layer (Intermediate.forward: dense_1, activation, dense_2, dropout,
+    // LayerNorm(hidden + input))
+    if ((st = im->linear_fwd(s->z1, s->u, s->w1, s->b1, rows, D, F, host)) != GRM_OK)
+        return st;
+    for (int64_t i = 0; i < rows * F; i++)
+        s->h1[i] = act_fwd(s->gelu, s->z1[i]);
+    if ((st = im->linear_fwd(s->r2, s->h1, s->w2, s->b2, rows, F, D, host)) != GRM_OK)
+        return st;
+    drop_inplace(s, s->r2, rows * D, step, SASREC_SITE_FFN2, p);
+    for (int64_t i = 0; i < rows * D; i++)
+        s->r2[i] += s->u[i];
+    sasrec_ln_fwd(y, s->mu2, s->rs2, s->r2, s->ln2_g, s->ln2_b, rows, D, eps);
+    return GRM_OK;
+}
+
+grm_status sasrec_forward(sasrec *s, float *y, const float *x, int64_t rows,
+                          const int64_t *offsets, int64_t nseq, int32_t training,
+                          int64_t step)
+{
+    s->rows = -1;
+    grm_status st = take_offsets(s, offsets, nseq, rows);
+    if (st != GRM_OK)
+        return st;
+    if (rows > 0) {
+        if ((st = grow(s, &s->fwd, &s->fwd_cap, s->fwd_per_row, rows, "forward")) != GRM_OK)
+            return st;
+        bind_fwd(s);
+        st = s->bert ? forward_bert(s, y, x, rows, training, step)
+                     : forward_sasrec(s, y, x, rows, training, step);
+        if (st != GRM_OK)
+            return st;
+    }
     if (training) {
         s->rows = rows;
         s->step = step;
@@ -487,27 +662,16 @@ grm_status sasrec_forward(sasrec *s, float *y, const float *x, int64_t rows,
 
 /* ---- backward ---- */
 
-grm_status sasrec_backward(sasrec *s, float *dx, const float *dy, int64_t rows)
+/* style = sasrec: the chain of forward_sasrec backwards. dy is read only in the first
+ * part, and dx written only at the end, so the caller may pass one buffer for both. */
+static grm_status backward_sasrec(sasrec *s, float *dx, const float *dy, int64_t rows)
 {
-    if (s->rows < 0)
-        return s->host->errorf(GRM_EINVAL, "dense-sasrec: backward: no training forward to "
-                               "differentiate; call forward with ctx->training = 1 first");
-    if (rows != s->rows)
-        return s->host->errorf(GRM_EINVAL, "dense-sasrec: backward: dy has %lld rows, the "
-                               "last forward had %lld", (long long)rows, (long long)s->rows);
-    if (rows == 0)
-        return GRM_OK;
-    grm_status st = grow(s, &s->bwd, &s->bwd_cap, s->bwd_per_row, rows, "backward");
-    if (st != GRM_OK)
-        return st;
-    bind_bwd(s);
     const int64_t D = s->D, F = s->F, step = s->step;
     const double p = s->cfg.dropout;
     const sasrec_impl *im = s->impl;
     const grm_host_api *host = s->host;
+    grm_status st;
 
-    // dy is read only in this first part, and dx written only at the end, so the
-    // caller may pass the same buffer for both
     const float *g = dy;                                  /* [rows, D] d r2 */
     if (s->cfg.final_norm) {
         sasrec_ln_bwd(s->g_r2, s->dln3_g, s->dln3_b, dy, s->r2, s->mu3, s->rs3, s->ln3_g,
@@ -515,19 +679,17 @@ grm_status sasrec_backward(sasrec *s, float *dx, const float *dy, int64_t rows)
         g = s->g_r2;
     }
     // r2 = u + drop2(z2): d u = g (residual), d z2 = g * mask2
-    const uint64_t k2 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN2);
-    for (int64_t i = 0; i < rows * D; i++) {
-        s->g_u[i] = g[i];
-        s->g_z2[i] = p > 0 ? g[i] * sasrec_drop(k2, (uint64_t)i, p) : g[i];
-    }
+    memcpy(s->g_u, g, (size_t)(rows * D) * sizeof *g);
+    memcpy(s->g_z2, g, (size_t)(rows * D) * sizeof *g);
+    drop_inplace(s, s->g_z2, rows * D, step, SASREC_SITE_FFN2, p);
     if ((st = im->linear_bwd(s->g_h1, s->dw2, s->db2, s->g_z2, s->h1, s->w2, rows, F, D, 0,
                              host)) != GRM_OK)
         return st;
-    // h1 = relu(mask1 z1): d z1 = d h1 * mask1 where h1 > 0 (relu'(0) = 0, as torch)
+    // h1 = act(mask1 z1): d z1 = d h1 act'(mask1 z1) mask1
     const uint64_t k1 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN1);
     for (int64_t i = 0; i < rows * F; i++) {
         const float m = p > 0 ? sasrec_drop(k1, (uint64_t)i, p) : 1.0f;
-        s->g_h1[i] = s->h1[i] > 0 ? s->g_h1[i] * m : 0.0f;
+        s->g_h1[i] *= act_grad(s->gelu, s->z1[i] * m) * m;
     }
     if ((st = im->linear_bwd(s->g_u, s->dw1, s->db1, s->g_h1, s->u, s->w1, rows, D, F, 1,
                              host)) != GRM_OK)
@@ -554,28 +716,83 @@ grm_status sasrec_backward(sasrec *s, float *dx, const float *dy, int64_t rows)
                   rows, D, 1);
 
     if (s->cfg.pos_emb) {
-        // h0 = drop(x sqrt(D) + P[pos]): dP[pos] += d h0 * mask, dx = sqrt(D) d h0 * mask
-        const float sq = (float)sqrt((double)D);
-        const uint64_t key = sasrec_drop_key(s->seed, step, SASREC_SITE_EMB);
-        for (int64_t q = 0; q < s->nseq; q++) {
-            const int64_t first = s->off[q], L = s->off[q + 1] - first;
-            for (int64_t t = 0; t < L; t++) {
-                const int64_t r = first + t;
-                float *dp = s->dpos + position(s, t, L) * D;   /* [D] */
-                for (int64_t c = 0; c < D; c++) {
-                    float e = s->g_h0[r * D + c];
-                    if (p > 0)
-                        e *= sasrec_drop(key, (uint64_t)(r * D + c), p);
-                    dp[c] += e;
-                    if (dx != NULL)
-                        dx[r * D + c] = e * sq;
-                }
-            }
-        }
+        // h0 = drop(x sqrt(D) + P[pos]): dP[pos] += d h0 mask, dx = sqrt(D) d h0 mask
+        drop_inplace(s, s->g_h0, rows * D, step, SASREC_SITE_EMB, p);
+        position_grads(s, dx, s->g_h0, (float)sqrt((double)D));
     } else if (dx != NULL) {
         memcpy(dx, s->g_h0, (size_t)(rows * D) * sizeof *dx);
     }
     return GRM_OK;
+}
+
+/* style = bert: the chain of forward_bert backwards; dx may alias dy as above. */
+static grm_status backward_bert(sasrec *s, float *dx, const float *dy, int64_t rows)
+{
+    const int64_t D = s->D, F = s->F, step = s->step;
+    const double p = s->cfg.dropout;
+    const sasrec_impl *im = s->impl;
+    const grm_host_api *host = s->host;
+    grm_status st;
+
+    // y = LN2(r2), r2 = u + drop(W2 h1 + b2): d u = d r2, d z2 = d r2 mask
+    sasrec_ln_bwd(s->g_r2, s->dln2_g, s->dln2_b, dy, s->r2, s->mu2, s->rs2, s->ln2_g, rows,
+                  D, 0);
+    memcpy(s->g_u, s->g_r2, (size_t)(rows * D) * sizeof *s->g_u);
+    drop_inplace(s, s->g_r2, rows * D, step, SASREC_SITE_FFN2, p);
+    if ((st = im->linear_bwd(s->g_h1, s->dw2, s->db2, s->g_r2, s->h1, s->w2, rows, F, D, 0,
+                             host)) != GRM_OK)
+        return st;
+    for (int64_t i = 0; i < rows * F; i++)
+        s->g_h1[i] *= act_grad(s->gelu, s->z1[i]);
+    if ((st = im->linear_bwd(s->g_u, s->dw1, s->db1, s->g_h1, s->u, s->w1, rows, D, F, 1,
+                             host)) != GRM_OK)
+        return st;
+
+    // u = LN1(r1), r1 = h0 + drop(out_proj(att)): d h0 = d r1 + the q, k, v paths below
+    sasrec_ln_bwd(s->g_r1, s->dln1_g, s->dln1_b, s->g_u, s->r1, s->mu1, s->rs1, s->ln1_g,
+                  rows, D, 0);
+    memcpy(s->g_h0, s->g_r1, (size_t)(rows * D) * sizeof *s->g_h0);
+    drop_inplace(s, s->g_r1, rows * D, step, SASREC_SITE_ATTN_OUT, p);
+    if ((st = im->linear_bwd(s->g_att, s->dw_out, s->db_out, s->g_r1, s->att, s->w_out, rows,
+                             D, D, 0, host)) != GRM_OK)
+        return st;
+    const sasrec_attn_args a = attn_args(s, 1, step);
+    if ((st = im->attn_bwd(s->g_qp, s->g_kv, s->g_kv + D, s->g_att, s->qp, s->kv, s->kv + D,
+                           s->att, s->lse, &a, host)) != GRM_OK)
+        return st;
+    if ((st = im->linear_bwd(s->g_h0, s->dw_in, s->db_in, s->g_qp, s->h0, s->w_in, rows, D,
+                             D, 1, host)) != GRM_OK
+        || (st = im->linear_bwd(s->g_h0, s->dw_in + D * D, s->db_in + D, s->g_kv, s->h0,
+                                s->w_in + D * D, rows, D, 2 * D, 1, host)) != GRM_OK)
+        return st;
+
+    if (s->cfg.pos_emb) {
+        // h0 = drop(LN0(e)), e = x + P[pos]: d e = LN0'(d h0 mask); dP[pos] += d e, dx = d e
+        drop_inplace(s, s->g_h0, rows * D, step, SASREC_SITE_EMB, p);
+        sasrec_ln_bwd(s->g_qin, s->dln0_g, s->dln0_b, s->g_h0, s->e, s->mu0, s->rs0, s->ln0_g,
+                      rows, D, 0);
+        position_grads(s, dx, s->g_qin, 1.0f);
+    } else if (dx != NULL) {
+        memcpy(dx, s->g_h0, (size_t)(rows * D) * sizeof *dx);
+    }
+    return GRM_OK;
+}
+
+grm_status sasrec_backward(sasrec *s, float *dx, const float *dy, int64_t rows)
+{
+    if (s->rows < 0)
+        return s->host->errorf(GRM_EINVAL, "dense-sasrec: backward: no training forward to "
+                               "differentiate; call forward with ctx->training = 1 first");
+    if (rows != s->rows)
+        return s->host->errorf(GRM_EINVAL, "dense-sasrec: backward: dy has %lld rows, the "
+                               "last forward had %lld", (long long)rows, (long long)s->rows);
+    if (rows == 0)
+        return GRM_OK;
+    grm_status st = grow(s, &s->bwd, &s->bwd_cap, s->bwd_per_row, rows, "backward");
+    if (st != GRM_OK)
+        return st;
+    bind_bwd(s);
+    return s->bert ? backward_bert(s, dx, dy, rows) : backward_sasrec(s, dx, dy, rows);
 }
 
 /* ---- parameters, flops ---- */

@@ -18,8 +18,21 @@
 /* Implementations; the ENUM order of "blas|ref". */
 enum sasrec_impl_kind { SASREC_IMPL_BLAS = 0, SASREC_IMPL_REF = 1 };
 
-/* Weight initializers; the ENUM order of "xavier_normal|xavier_uniform". */
-enum sasrec_init { SASREC_INIT_XAVIER_NORMAL = 0, SASREC_INIT_XAVIER_UNIFORM = 1 };
+/* Weight initializers; the ENUM order of "xavier_normal|xavier_uniform|normal". normal:
+ * N(0, init_std^2), the BERT initializer the S3-Rec/ICLRec code uses (std 0.02). */
+enum sasrec_init {
+    SASREC_INIT_XAVIER_NORMAL = 0, SASREC_INIT_XAVIER_UNIFORM = 1, SASREC_INIT_NORMAL = 2
+};
+
+/* Block layout; the ENUM order of "sasrec|bert". sasrec: Kang & McAuley's block as
+ * pmixer/SASRec.pytorch writes it (LayerNorm before each sub-layer). bert: the post-norm
+ * Transformer block of the S3-Rec/ICLRec code (modules.py: Embeddings, SelfAttention,
+ * Intermediate), which produced the published full-ranking SASRec tables. */
+enum sasrec_style { SASREC_STYLE_SASREC = 0, SASREC_STYLE_BERT = 1 };
+
+/* FFN activation; the ENUM order of "auto|relu|gelu". auto: relu for style sasrec, gelu
+ * (the exact erf form) for style bert. */
+enum sasrec_act { SASREC_ACT_AUTO = 0, SASREC_ACT_RELU = 1, SASREC_ACT_GELU = 2 };
 
 /* Position numbering; the ENUM order of "right|left". right: the newest token of every
  * sequence has position max_len - 1 (the reference's left-padded layout); left: the oldest
@@ -27,15 +40,19 @@ enum sasrec_init { SASREC_INIT_XAVIER_NORMAL = 0, SASREC_INIT_XAVIER_UNIFORM = 1
 enum sasrec_align { SASREC_ALIGN_RIGHT = 0, SASREC_ALIGN_LEFT = 1 };
 
 typedef struct sasrec_config {
+    int32_t style;              /* enum sasrec_style */
     int64_t num_heads;          /* H; must divide in_dim */
-    int64_t ffn_dim;            /* F, hidden size of the FFN; 0: in_dim */
+    int64_t ffn_dim;            /* F, hidden size of the FFN; 0: in_dim (sasrec), 4 in_dim
+                                 * (bert) */
+    int32_t activation;         /* enum sasrec_act */
     double dropout;             /* rate of every dropout of the block */
-    int32_t pos_emb;            /* 1: first block: x sqrt(D) + P[pos], embedding dropout */
+    int32_t pos_emb;            /* 1: first block: the embedding stage (P[pos], dropout) */
     int64_t max_len;            /* rows of P; longest sequence when pos_emb is on */
     int32_t pos_align;          /* enum sasrec_align */
     int32_t final_norm;         /* 1: last block: a LayerNorm after the FFN residual */
     double ln_eps;              /* LayerNorm epsilon (reference: 1e-8) */
     int32_t init;               /* enum sasrec_init */
+    double init_std;            /* std of init = normal */
     int32_t impl;               /* enum sasrec_impl_kind */
 } sasrec_config;
 
@@ -147,10 +164,11 @@ extern const sasrec_impl sasrec_impl_cpu;   /* static: sasrec_cpu.c */
 
 /* Dropout sites of the block; each gets its own key. */
 enum sasrec_site {
-    SASREC_SITE_EMB = 1,        /* after x sqrt(D) + P[pos] */
+    SASREC_SITE_EMB = 1,        /* after the embedding stage */
     SASREC_SITE_ATTN = 2,       /* on the attention probabilities */
-    SASREC_SITE_FFN1 = 3,       /* after W1 u + b1, before the ReLU */
-    SASREC_SITE_FFN2 = 4        /* after W2 h + b2 */
+    SASREC_SITE_FFN1 = 3,       /* sasrec: after W1 u + b1, before the ReLU */
+    SASREC_SITE_FFN2 = 4,       /* after W2 h + b2 */
+    SASREC_SITE_ATTN_OUT = 5    /* bert: after the attention's output projection */
 };
 
 /* The key of one site of one step: a pure function of (seed, step, site). */
