@@ -369,6 +369,96 @@ static void test_modulo(void)
     ops->destroy(s);
 }
 
+/* update = dense: every row steps at every update, untouched rows with a zero gradient. */
+static void test_dense(void)
+{
+    fake_opt o = { .S = 2 };
+    void *s = create_store(specs, 1, &o, "update=dense");
+    const int32_t D = 16;
+    grm_named_tensor w = find_tensor(s, "item.weight");
+    grm_named_tensor os = find_tensor(s, "item.opt_state");
+    grm_named_tensor cnt = find_tensor(s, "item.steps");
+    float *want = malloc(tensor_bytes(&w));
+    memcpy(want, w.tensor.data, tensor_bytes(&w));
+    const int64_t ids1[3] = { 3, 10, 7 }, ids2[2] = { 10, 11 };
+    float g1[3 * 16], g2[2 * 16];
+    for (int i = 0; i < 3 * 16; i++) g1[i] = (float)(i + 1) * 0.25f;
+    for (int i = 0; i < 2 * 16; i++) g2[i] = -(float)i;
+    int ok = ops->update(s, 0, ids1, g1, 3, 1) == GRM_OK
+             && ops->update(s, 0, ids2, g2, 2, 2) == GRM_OK;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < D; j++) want[ids1[i] * D + j] -= 0.5f * g1[i * D + j];
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < D; j++) want[ids2[i] * D + j] -= 0.5f * g2[i * D + j];
+    const int64_t *steps = cnt.tensor.data;
+    const float *S = os.tensor.data;
+    int all = 1;
+    for (int64_t r = 0; r < 1683; r++) all &= steps[r] == 2 && S[r * 32] == 2.0f;
+    tap_ok(ok && all && o.calls == 2 * 1683,
+           "update=dense: two updates step all 1683 rows twice (%lld row steps)",
+           (long long)o.calls);
+    tap_ok(memcmp(w.tensor.data, want, tensor_bytes(&w)) == 0,
+           "update=dense: the ids' rows move by their gradients, the rest by a zero one");
+    ops->destroy(s);
+
+    // ids sharing a row (modulo) add their gradients into one step of the row
+    fake_opt o2 = { .S = 2 };
+    const void *cfg = harness_config(info, "update=dense", "on_out_of_range=modulo",
+                                     (const char *)NULL);
+    grm_optimizer opt = { &fake_ops, &o2 };
+    s = NULL;
+    ops->create(cfg, specs, 1, &opt, &s);
+    const int64_t up[2] = { 5, 5 + 1683 };
+    float g[2 * 16], w5[16];
+    for (int i = 0; i < 32; i++) g[i] = (float)(i % 16) + (i < 16 ? 1.0f : 0.5f);
+    grm_row_init(w5, 16, GRM_EMB_INIT_UNIFORM, 0.05, 42, grm_str_hash64("item"), 5);
+    ok = s != NULL && ops->update(s, 0, up, g, 2, 1) == GRM_OK;
+    w = find_tensor(s, "item.weight");
+    cnt = find_tensor(s, "item.steps");
+    for (int j = 0; j < 16; j++)
+        ok &= ((const float *)w.tensor.data)[5 * 16 + j] == w5[j] - 0.5f * (g[j] + g[16 + j]);
+    tap_ok(ok && ((const int64_t *)cnt.tensor.data)[5] == 1,
+           "update=dense, modulo: ids 5 and 1688 sum into one step of row 5");
+    ops->destroy(s);
+
+    // with Adam, update=dense is the optimizer's dense step over the whole table, as
+    // torch.optim.Adam steps an nn.Embedding weight
+    const grm_plugin_info *ainfo = harness_plugin("opt-adam");
+    const grm_opt_ops *aops = ainfo->ops;
+    void *adam = NULL;
+    aops->create(harness_config(ainfo, "lr=0.01", (const char *)NULL), &adam);
+    grm_optimizer aopt = { aops, adam };
+    const grm_emb_table_spec small = { "small", 50, 8, GRM_EMB_INIT_NORMAL, 0.1, 3 };
+    void *e = NULL;
+    ops->create(harness_config(info, "update=dense", (const char *)NULL), &small, 1, &aopt,
+                &e);
+    w = find_tensor(e, "small.weight");
+    float flat[50 * 8], state[2 * 50 * 8] = { 0 }, grad[50 * 8];
+    memcpy(flat, w.tensor.data, sizeof flat);
+    uint64_t rs = 5;
+    ok = e != NULL;
+    for (int step = 1; step <= 4; step++) {
+        const int64_t ids[3] = { step, 2 * step + 7, 40 };
+        float gr[3 * 8];
+        for (int i = 0; i < 24; i++) gr[i] = harness_randf(&rs) - 0.5f;
+        memset(grad, 0, sizeof grad);
+        for (int i = 0; i < 3; i++)
+            for (int j = 0; j < 8; j++) grad[ids[i] * 8 + j] += gr[i * 8 + j];
+        ok &= ops->update(e, 0, ids, gr, 3, step) == GRM_OK;
+        ok &= aops->step(adam, flat, state, grad, 50 * 8, step) == GRM_OK;
+    }
+    double worst = 0;
+    for (int i = 0; i < 50 * 8; i++) {
+        const double d = fabs((double)flat[i] - ((const float *)w.tensor.data)[i]);
+        if (d > worst) worst = d;
+    }
+    tap_ok(ok && worst <= 1e-7, "update=dense with opt-adam equals Adam's dense step over "
+           "the [50, 8] table for 4 steps (largest difference %.2g)", worst);
+    ops->destroy(e);
+    aops->destroy(adam);
+    free(want);
+}
+
 /* The threaded update (cpu) against the reference (ref): identical bytes. */
 static void test_cpu_vs_ref(const char *mode)
 {
@@ -527,13 +617,14 @@ static void test_create_errors(void)
 
 int main(void)
 {
-    tap_plan(52);
+    tap_plan(56);
     info = harness_plugin("emb-static");
     ops = info->ops;
     test_rng();
     test_init();
     test_update();
     test_modulo();
+    test_dense();
     test_cpu_vs_ref("error");
     test_cpu_vs_ref("modulo");
     test_checkpoint();

@@ -25,10 +25,17 @@ enum es_impl {
     ES_IMPL_REF = 1        /* emb_static_ref.c: plain loops, one thread */
 };
 
+/* update values (the ENUM parameter's choice index). */
+enum es_update_mode {
+    ES_UPDATE_SPARSE = 0,  /* only the rows of the update's ids step (TF-style sparse) */
+    ES_UPDATE_DENSE = 1    /* every row steps, untouched rows with a zero gradient */
+};
+
 /* The config struct the declared parameters fill (plugin.c: es_params). */
 typedef struct es_config {
     int32_t on_out_of_range;   /* es_range_mode */
     int32_t impl;              /* es_impl */
+    int32_t update;            /* es_update_mode */
 } es_config;
 
 /* One table. The block is one host->alloc allocation; the three arrays point into it. */
@@ -46,6 +53,8 @@ typedef struct es_table {
     float *state;              /* [R, S*D] f32, zeroed at create; NULL when S == 0 */
     int64_t *steps;            /* [R] i64: updates applied to each row */
     char *tensor_names[3];     /* owned (malloc): "<name>.weight", ".opt_state", ".steps" */
+    int64_t *all_ids;          /* owned (malloc) [R]: 0..R-1 (update = dense, lazily) */
+    float *dense_grad;         /* owned (malloc) [R, D]: scratch (update = dense, lazily) */
     atomic_llong lookups;      /* ids looked up */
 } es_table;
 
@@ -67,6 +76,7 @@ struct es_store {
     grm_optimizer opt;         /* copy of the borrowed handle; ops NULL when none given */
     int32_t state_floats;      /* S: optimizer floats per parameter element */
     int32_t range_mode;        /* es_range_mode */
+    int32_t update_mode;       /* es_update_mode */
     int32_t ntables;
     es_table *tables;          /* owned (malloc) [ntables] */
     es_gather_fn gather;       /* chosen in create from `impl` */

@@ -35,6 +35,8 @@ static void es_destroy(void *inst)
         es_table *t = &s->tables[i];
         es_host->free(es_cpu, t->block);
         for (int k = 0; k < 3; k++) free(t->tensor_names[k]);
+        free(t->all_ids);
+        free(t->dense_grad);
     }
     free(s->tables);
     free(s);
@@ -146,7 +148,7 @@ static grm_status es_table_init(es_table *t, const grm_emb_table_spec *sp, int32
 static grm_status es_create(const void *config, const grm_emb_table_spec *tables,
                             int32_t ntables, const grm_optimizer *opt, void **inst)
 {
-    static const es_config defaults = { ES_RANGE_ERROR, ES_IMPL_CPU };
+    static const es_config defaults = { ES_RANGE_ERROR, ES_IMPL_CPU, ES_UPDATE_SPARSE };
     const es_config *cfg = config != NULL ? config : &defaults;
     es_store *s = NULL;
     grm_status st;
@@ -163,6 +165,9 @@ static grm_status es_create(const void *config, const grm_emb_table_spec *tables
     if (cfg->impl != ES_IMPL_CPU && cfg->impl != ES_IMPL_REF)
         return es_host->errorf(GRM_EINVAL, "emb-static: impl = %d; expected cpu (0) or "
                                "ref (1)", (int)cfg->impl);
+    if (cfg->update != ES_UPDATE_SPARSE && cfg->update != ES_UPDATE_DENSE)
+        return es_host->errorf(GRM_EINVAL, "emb-static: update = %d; expected sparse (0) or "
+                               "dense (1)", (int)cfg->update);
     for (int32_t i = 0; i < ntables; i++)
         if ((st = es_check_spec(tables, i)) != GRM_OK) return st;
 
@@ -180,6 +185,7 @@ static grm_status es_create(const void *config, const grm_emb_table_spec *tables
     if (opt != NULL) s->opt = *opt;
     s->state_floats = S;
     s->range_mode = cfg->on_out_of_range;
+    s->update_mode = cfg->update;
     s->gather = cfg->impl == ES_IMPL_REF ? es_gather_ref : es_gather_cpu;
     s->update = cfg->impl == ES_IMPL_REF ? es_update_ref : es_update_cpu;
     s->tables = calloc(ntables > 0 ? (size_t)ntables : 1, sizeof(*s->tables));
@@ -243,6 +249,37 @@ static grm_status es_lookup(void *inst, float *rows /* [n, D] */, int32_t table,
     return s->gather(s, t, rows, ids, n);
 }
 
+/* update = dense: every row of t steps, as a framework's dense optimizer steps a whole
+ * embedding matrix (torch.optim.Adam on nn.Embedding, the optimizer of the SASRec and
+ * S3-Rec reference code): the ids' rows with their gradients, summed where ids share a
+ * row, every other row with a zero gradient, so its moments decay and its momentum keeps
+ * moving it. Each row's step count then equals the number of updates, the dense step. */
+static grm_status es_update_dense(const es_store *s, es_table *t, const int64_t *ids,
+                                  const float *grads, int64_t n)
+{
+    const int64_t R = t->rows, D = t->dim;
+    if (t->all_ids == NULL) {
+        t->all_ids = malloc((size_t)R * sizeof *t->all_ids);
+        t->dense_grad = malloc((size_t)(R * D) * sizeof *t->dense_grad);
+        if (t->all_ids == NULL || t->dense_grad == NULL) {
+            free(t->all_ids);
+            free(t->dense_grad);
+            t->all_ids = NULL;
+            t->dense_grad = NULL;
+            return es_host->errorf(GRM_ENOMEM, "emb-static: table '%s': update = dense "
+                                   "cannot allocate a gradient of %lld rows of dim %lld; use "
+                                   "update = sparse", t->name, (long long)R, (long long)D);
+        }
+        for (int64_t r = 0; r < R; r++) t->all_ids[r] = r;
+    }
+    memset(t->dense_grad, 0, (size_t)(R * D) * sizeof *t->dense_grad);
+    for (int64_t i = 0; i < n; i++) {
+        float *g = t->dense_grad + es_row_of(t, s->range_mode, ids[i]) * D;
+        for (int64_t c = 0; c < D; c++) g[c] += grads[i * D + c];
+    }
+    return s->update(s, t, t->all_ids, t->dense_grad, R);
+}
+
 static grm_status es_update(void *inst, int32_t table, const int64_t *ids /* [n] */,
                             const float *grads /* [n, D] */, int64_t n, int64_t step)
 {
@@ -260,6 +297,7 @@ static grm_status es_update(void *inst, int32_t table, const int64_t *ids /* [n]
                                "ids %p, grads %p", t->name, (long long)n, (const void *)ids,
                                (const void *)grads);
     if ((st = es_check_ids(s, t, ids, n)) != GRM_OK) return st;
+    if (s->update_mode == ES_UPDATE_DENSE) return es_update_dense(s, t, ids, grads, n);
     return s->update(s, t, ids, grads, n);
 }
 
@@ -399,6 +437,11 @@ static const grm_param_decl es_params[] = {
     { .name = "impl", .type = GRM_PARAM_ENUM, .offset = offsetof(es_config, impl),
       .def = "cpu", .min = 1, .max = 0, .choices = "cpu|ref",
       .help = "lookup/update code: threaded (cpu) or the plain-loop reference (ref)" },
+    { .name = "update", .type = GRM_PARAM_ENUM, .offset = offsetof(es_config, update),
+      .def = "sparse", .min = 1, .max = 0, .choices = "sparse|dense",
+      .help = "sparse: only the updated ids' rows step (TF-style, per-row step counts); "
+              "dense: every row steps each update, untouched ones with a zero gradient "
+              "(torch's dense Adam on an nn.Embedding; O(rows * dim) per step)" },
     { .name = NULL }
 };
 
