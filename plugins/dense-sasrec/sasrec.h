@@ -13,6 +13,8 @@
 #include <grm/grm.h>
 #include <grm/rng.h>
 
+#include "linear.h"   /* dense-mlp's linear layer (plugins/dense-mlp), compiled in */
+
 /* ---- configuration (filled by the host from the param table in plugin.c) ---- */
 
 /* Implementations; the ENUM order of "blas|ref". */
@@ -58,28 +60,6 @@ typedef struct sasrec_config {
 
 /* ---- kernels (STYLE.md §9: one type per operation, outputs first) ---- */
 
-/* z [rows, out] = x [rows, in] W^T + b, with W [out, in] (row stride in) and b [out]. */
-typedef grm_status (*sasrec_linear_fwd_fn)(
-        float *z,                                   /* [rows, out] */
-        const float *x,                             /* [rows, in]  */
-        const float *w,                             /* [out, in]   */
-        const float *b,                             /* [out]       */
-        int64_t rows, int64_t in, int64_t out,
-        const grm_host_api *host);                  /* thread pool (cpu); unused by ref */
-
-/* The backward of sasrec_linear_fwd_fn given dz: dw [out, in] += dz^T x, db [out] +=
- * column sums of dz, and dx [rows, in] = dz W (accumulate = 0) or += dz W (accumulate =
- * 1); dx NULL: not computed. dx must not alias dz or x. */
-typedef grm_status (*sasrec_linear_bwd_fn)(
-        float *dx,                                  /* [rows, in] or NULL */
-        float *dw,                                  /* [out, in]   */
-        float *db,                                  /* [out]       */
-        const float *dz,                            /* [rows, out] */
-        const float *x,                             /* [rows, in]  */
-        const float *w,                             /* [out, in]   */
-        int64_t rows, int64_t in, int64_t out, int32_t accumulate,
-        const grm_host_api *host);
-
 /* What the attention kernels share: jagged sequences, heads, dropout on the attention
  * probabilities. Borrowed for the call. Q rows have stride ldq, K and V rows ldkv (they
  * sit side by side in one [N, 2D] buffer); head h uses columns [h dh, (h + 1) dh). */
@@ -120,19 +100,13 @@ typedef grm_status (*sasrec_attn_bwd_fn)(
 /* An implementation, picked once in create (STYLE.md §9). */
 typedef struct sasrec_impl {
     const char *name;
-    sasrec_linear_fwd_fn linear_fwd;
-    sasrec_linear_bwd_fn linear_bwd;
+    linear_fwd_fn linear_fwd;   /* dense-mlp's linear_fwd_ref or linear_fwd_cpu */
+    linear_bwd_fn linear_bwd;
     sasrec_attn_fwd_fn attn_fwd;
     sasrec_attn_bwd_fn attn_bwd;
 } sasrec_impl;
 
 /* sasrec_ref.c: plain loops, double accumulators, single thread. */
-grm_status sasrec_linear_fwd_ref(float *z, const float *x, const float *w, const float *b,
-                                 int64_t rows, int64_t in, int64_t out,
-                                 const grm_host_api *host);
-grm_status sasrec_linear_bwd_ref(float *dx, float *dw, float *db, const float *dz,
-                                 const float *x, const float *w, int64_t rows, int64_t in,
-                                 int64_t out, int32_t accumulate, const grm_host_api *host);
 grm_status sasrec_attn_fwd_ref(float *o, float *lse, const float *q, const float *k,
                                const float *v, const sasrec_attn_args *a,
                                const grm_host_api *host);
@@ -143,12 +117,6 @@ grm_status sasrec_attn_bwd_ref(float *dq, float *dk, float *dv, const float *dou
 /* sasrec_cpu.c: cblas_sgemm per row/column chunk on host->parallel_for; attention per
  * (sequence, head) on the thread pool with a one-pass online softmax. Sizes fit in int
  * (checked in create/forward). */
-grm_status sasrec_linear_fwd_cpu(float *z, const float *x, const float *w, const float *b,
-                                 int64_t rows, int64_t in, int64_t out,
-                                 const grm_host_api *host);
-grm_status sasrec_linear_bwd_cpu(float *dx, float *dw, float *db, const float *dz,
-                                 const float *x, const float *w, int64_t rows, int64_t in,
-                                 int64_t out, int32_t accumulate, const grm_host_api *host);
 grm_status sasrec_attn_fwd_cpu(float *o, float *lse, const float *q, const float *k,
                                const float *v, const sasrec_attn_args *a,
                                const grm_host_api *host);

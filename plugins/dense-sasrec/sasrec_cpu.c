@@ -1,96 +1,14 @@
 /* plugins/dense-sasrec/sasrec_cpu.c - the fast CPU kernels of the SASRec block.
- * Linear layers: cblas_sgemm (fp32 accumulation) on row or column chunks spread over
- * host->parallel_for, since the host keeps OpenBLAS single-threaded. Attention: one task
+ * Linear layers are dense-mlp's (linear_cpu.c). Attention: one task
  * per (sequence, head) on the thread pool; each query row makes one pass over its causal
  * keys with an online softmax (running max and sum, Milakov & Gimelshein 2018), so no
  * L x L matrix exists; the backward recomputes the probabilities from the saved row
  * log-sum-exp (as FlashAttention-2, Dao 2023). Mirrors sasrec_ref.c; tests/
  * test-dense-sasrec.c compares the two at rtol 1e-4, atol 1e-5. */
-#include <cblas.h>
 #include <math.h>
 #include <string.h>
 
 #include "sasrec.h"
-
-/* Grain that gives the pool about four ranges per thread but at least `least` items. */
-static int64_t grain_for(const grm_host_api *host, int64_t n, int64_t least)
-{
-    const int64_t t = host->num_threads() > 0 ? host->num_threads() : 1;
-    const int64_t g = n / (4 * t);
-    return g > least ? g : least;
-}
-
-/* ---- linear layer ---- */
-
-typedef struct lin_args {
-    float *z, *dx, *dw, *db;
-    const float *x, *w, *b, *dz;
-    int64_t rows, in, out;
-    int32_t accumulate;
-} lin_args;
-
-/* z[r0:r1] = b + x[r0:r1] W^T */
-static grm_status lin_fwd_range(void *ctx, int64_t r0, int64_t r1)
-{
-    const lin_args *a = ctx;
-    float *z = a->z + r0 * a->out;                    /* [r1 - r0, out] */
-    for (int64_t r = r0; r < r1; r++)
-        memcpy(a->z + r * a->out, a->b, (size_t)a->out * sizeof *z);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)a->out,
-                (int)a->in, 1.0f, a->x + r0 * a->in, (int)a->in, a->w, (int)a->in, 1.0f, z,
-                (int)a->out);
-    return GRM_OK;
-}
-
-grm_status sasrec_linear_fwd_cpu(float *z, const float *x, const float *w, const float *b,
-                                 int64_t rows, int64_t in, int64_t out,
-                                 const grm_host_api *host)
-{
-    if (rows == 0)
-        return GRM_OK;
-    lin_args a = { .z = z, .x = x, .w = w, .b = b, .rows = rows, .in = in, .out = out };
-    return host->parallel_for(rows, grain_for(host, rows, 32), lin_fwd_range, &a);
-}
-
-/* dw[o0:o1] += dz[:, o0:o1]^T x; db[o0:o1] += column sums: output rows are disjoint per
- * range, so no reduction across threads is needed. */
-static grm_status lin_dw_range(void *ctx, int64_t o0, int64_t o1)
-{
-    const lin_args *a = ctx;
-    for (int64_t r = 0; r < a->rows; r++) {
-        const float *dzr = a->dz + r * a->out;        /* [out] */
-        for (int64_t o = o0; o < o1; o++)
-            a->db[o] += dzr[o];
-    }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(o1 - o0), (int)a->in,
-                (int)a->rows, 1.0f, a->dz + o0, (int)a->out, a->x, (int)a->in, 1.0f,
-                a->dw + o0 * a->in, (int)a->in);
-    return GRM_OK;
-}
-
-/* dx[r0:r1] (+)= dz[r0:r1] W */
-static grm_status lin_dx_range(void *ctx, int64_t r0, int64_t r1)
-{
-    const lin_args *a = ctx;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)a->in,
-                (int)a->out, 1.0f, a->dz + r0 * a->out, (int)a->out, a->w, (int)a->in,
-                a->accumulate ? 1.0f : 0.0f, a->dx + r0 * a->in, (int)a->in);
-    return GRM_OK;
-}
-
-grm_status sasrec_linear_bwd_cpu(float *dx, float *dw, float *db, const float *dz,
-                                 const float *x, const float *w, int64_t rows, int64_t in,
-                                 int64_t out, int32_t accumulate, const grm_host_api *host)
-{
-    if (rows == 0)
-        return GRM_OK;
-    lin_args a = { .dx = dx, .dw = dw, .db = db, .dz = dz, .x = x, .w = w, .rows = rows,
-                   .in = in, .out = out, .accumulate = accumulate };
-    grm_status st = host->parallel_for(out, grain_for(host, out, 8), lin_dw_range, &a);
-    if (st == GRM_OK && dx != NULL)
-        st = host->parallel_for(rows, grain_for(host, rows, 32), lin_dx_range, &a);
-    return st;
-}
 
 /* ---- attention ---- */
 
@@ -219,6 +137,6 @@ grm_status sasrec_attn_bwd_cpu(float *dq, float *dk, float *dv, const float *dou
 }
 
 const sasrec_impl sasrec_impl_cpu = {
-    "blas", sasrec_linear_fwd_cpu, sasrec_linear_bwd_cpu, sasrec_attn_fwd_cpu,
+    "blas", linear_fwd_cpu, linear_bwd_cpu, sasrec_attn_fwd_cpu,
     sasrec_attn_bwd_cpu
 };

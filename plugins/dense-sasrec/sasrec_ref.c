@@ -8,58 +8,6 @@
 
 #include "sasrec.h"
 
-/* ---- linear layer ---- */
-
-grm_status sasrec_linear_fwd_ref(float *z, const float *x, const float *w, const float *b,
-                                 int64_t rows, int64_t in, int64_t out,
-                                 const grm_host_api *host)
-{
-    (void)host;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * in;       /* [in] */
-        for (int64_t o = 0; o < out; o++) {
-            const float *wo = w + o * in;   /* [in] */
-            double acc = b[o];
-            for (int64_t i = 0; i < in; i++)
-                acc += (double)xr[i] * wo[i];
-            z[r * out + o] = (float)acc;
-        }
-    }
-    return GRM_OK;
-}
-
-grm_status sasrec_linear_bwd_ref(float *dx, float *dw, float *db, const float *dz,
-                                 const float *x, const float *w, int64_t rows, int64_t in,
-                                 int64_t out, int32_t accumulate, const grm_host_api *host)
-{
-    (void)host;
-    // dw[o, i] += sum_r dz[r, o] x[r, i]; db[o] += sum_r dz[r, o]
-    for (int64_t o = 0; o < out; o++) {
-        double bacc = 0;
-        for (int64_t r = 0; r < rows; r++)
-            bacc += dz[r * out + o];
-        db[o] += (float)bacc;
-        for (int64_t i = 0; i < in; i++) {
-            double acc = 0;
-            for (int64_t r = 0; r < rows; r++)
-                acc += (double)dz[r * out + o] * x[r * in + i];
-            dw[o * in + i] += (float)acc;
-        }
-    }
-    // dx[r, i] (+)= sum_o dz[r, o] w[o, i]
-    if (dx != NULL) {
-        for (int64_t r = 0; r < rows; r++) {
-            for (int64_t i = 0; i < in; i++) {
-                double acc = accumulate ? dx[r * in + i] : 0.0;
-                for (int64_t o = 0; o < out; o++)
-                    acc += (double)dz[r * out + o] * w[o * in + i];
-                dx[r * in + i] = (float)acc;
-            }
-        }
-    }
-    return GRM_OK;
-}
-
 /* ---- causal attention ---- */
 
 /* scale q_i . k_j for head h (double). */
@@ -167,7 +115,7 @@ grm_status sasrec_attn_bwd_ref(float *dq, float *dk, float *dv, const float *dou
 }
 
 const sasrec_impl sasrec_impl_ref = {
-    "ref", sasrec_linear_fwd_ref, sasrec_linear_bwd_ref, sasrec_attn_fwd_ref,
+    "ref", linear_fwd_ref, linear_bwd_ref, sasrec_attn_fwd_ref,
     sasrec_attn_bwd_ref
 };
 
