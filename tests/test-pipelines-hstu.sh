@@ -1,8 +1,9 @@
 #!/bin/sh
-# tests/test-pipelines-hstu.sh - the HSTU quality pipelines of issue 7:
-# share/pipelines/beauty-hstu.ini, ml100k-hstu.ini, ml100k-sasrec.ini and ml1m-hstu.ini
-# pass `grmhost check` and wire the components they claim (dense-hstu with the bias terms
-# of each file, the L2-normalised sampled softmax); ml1m-hstu.ini reads a small synthetic
+# tests/test-pipelines-hstu.sh - the quality pipelines of issue 7:
+# share/pipelines/beauty-hstu.ini, ml100k-hstu.ini, ml100k-sasrec.ini, ml1m-hstu.ini and
+# beauty-sasrec-bce.ini pass `grmhost check` and wire the components they claim
+# (dense-hstu with the bias terms of each file, the L2-normalised sampled softmax, the
+# S3-Rec code's post-norm SASRec with BCE); ml1m-hstu.ini reads a small synthetic
 # file in MovieLens-1M's `UserID::MovieID::Rating::Timestamp` format written here (its
 # path rewritten by sed, as the host has no path override) and trains a few steps on it;
 # ml100k-hstu.ini, trained briefly on the real MovieLens 100K (GRM_DATA_DIR), beats the
@@ -16,7 +17,7 @@ pl="$GRM_TOP_SRCDIR/share/pipelines"
 data="${GRM_DATA_DIR:-}/ml-100k/u.data.zst"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-pipelines-hstu-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "1..14"
+echo "1..16"
 
 # check NAME.ini: `grmhost check` exits 0; its wiring is left in $tmp/NAME.check
 check() {
@@ -31,6 +32,7 @@ has() { grep -c -- "$2" "$tmp/$1.check"; }
 check beauty-hstu "$pl/beauty-hstu.ini"
 check ml100k-hstu "$pl/ml100k-hstu.ini"
 check ml100k-sasrec "$pl/ml100k-sasrec.ini"
+check beauty-sasrec-bce "$pl/beauty-sasrec-bce.ini"
 
 # ml1m-hstu.ini on a synthetic ratings.dat: 40 users, 25..44 ratings each over 300
 # movies, timestamps increasing per user (seeded awk, the same file every run).
@@ -54,6 +56,10 @@ ok $? "ml1m-hstu: sampled softmax over 128 negatives, L2-normalised, temperature
 ok $? "ml1m-hstu: AdamW betas 0.9/0.98, max length 200, dqk = dv = 50 (published setup)"
 [ "$(has ml100k-sasrec 'dense-sasrec')" -ge 2 ]
 ok $? "ml100k-sasrec: two dense-sasrec blocks"
+[ "$(has beauty-sasrec-bce 'style = bert')" -eq 2 ] && [ "$(has beauty-sasrec-bce 'num_heads = 2')" -eq 2 ] \
+    && [ "$(has beauty-sasrec-bce 'loss = bce')" -eq 1 ] && [ "$(has beauty-sasrec-bce 'batch_size = 256')" -eq 1 ] \
+    && [ "$(has beauty-sasrec-bce 'select_k = 20')" -eq 1 ]
+ok $? "beauty-sasrec-bce: two post-norm blocks of 2 heads, BCE, batch 256, selection on NDCG@20 (S3-Rec code)"
 
 "$host" train --fresh --max-steps 3 --metrics-out "$tmp/m1m.jsonl" "$tmp/ml1m.ini" \
     >"$tmp/m1m.out" 2>"$tmp/m1m.err"
@@ -73,7 +79,7 @@ rc=$?
 ok $? "a malformed '::' row fails with its file:line ($(head -c 120 "$tmp/bad.err" | tr '\n' ' '))"
 
 if [ ! -f "$data" ]; then
-    echo "ok 13 # SKIP $data not found"; echo "ok 14 # SKIP $data not found"
+    echo "ok 15 # SKIP $data not found"; echo "ok 16 # SKIP $data not found"
     exit 0
 fi
 sed -e "s|^path = .*u.data.zst|path = $data|" -e "s|^dir = .*|dir = $tmp/ck|" \

@@ -525,6 +525,46 @@ static inline float act_grad(int32_t gelu, float z)
     return z > 0 ? 1.0f : 0.0f;
 }
 
+/* The attention sub-layer up to its output projection, r1 = out_proj(MHA(q_in, h0, h0)):
+ * queries from q_in (LN1(h0) in style sasrec, h0 in bert), keys and values from h0. */
+static grm_status attention_fwd(sasrec *s, const float *q_in, int64_t rows, int32_t training,
+                                int64_t step)
+{
+    const int64_t D = s->D;
+    const sasrec_impl *im = s->impl;
+    grm_status st;
+    if ((st = im->linear_fwd(s->qp, q_in, s->w_in, s->b_in, rows, D, D, s->host)) != GRM_OK
+        || (st = im->linear_fwd(s->kv, s->h0, s->w_in + D * D, s->b_in + D, rows, D, 2 * D,
+                                s->host)) != GRM_OK)
+        return st;
+    const sasrec_attn_args a = attn_args(s, training, step);
+    if ((st = im->attn_fwd(s->att, s->lse, s->qp, s->kv, s->kv + D, &a, s->host)) != GRM_OK)
+        return st;
+    return im->linear_fwd(s->r1, s->att, s->w_out, s->b_out, rows, D, D, s->host);
+}
+
+/* The backward of attention_fwd from g_o = d out_proj's output: parameter gradients, d q_in
+ * added into g_q, d h0 (keys and values) added into g_h0 (kv_accumulate) or written. */
+static grm_status attention_bwd(sasrec *s, float *g_q, const float *g_o, const float *q_in,
+                                int64_t rows, int32_t kv_accumulate)
+{
+    const int64_t D = s->D;
+    const sasrec_impl *im = s->impl;
+    grm_status st;
+    if ((st = im->linear_bwd(s->g_att, s->dw_out, s->db_out, g_o, s->att, s->w_out, rows, D,
+                             D, 0, s->host)) != GRM_OK)
+        return st;
+    const sasrec_attn_args a = attn_args(s, 1, s->step);
+    if ((st = im->attn_bwd(s->g_qp, s->g_kv, s->g_kv + D, s->g_att, s->qp, s->kv, s->kv + D,
+                           s->att, s->lse, &a, s->host)) != GRM_OK)
+        return st;
+    if ((st = im->linear_bwd(g_q, s->dw_in, s->db_in, s->g_qp, q_in, s->w_in, rows, D, D, 1,
+                             s->host)) != GRM_OK)
+        return st;
+    return im->linear_bwd(s->g_h0, s->dw_in + D * D, s->db_in + D, s->g_kv, s->h0,
+                          s->w_in + D * D, rows, D, 2 * D, kv_accumulate, s->host);
+}
+
 /* ---- forward ---- */
 
 /* style = sasrec (pmixer/SASRec.pytorch SASRec.log2feats); see the file comment. */
@@ -549,14 +589,7 @@ static grm_status forward_sasrec(sasrec *s, float *y, const float *x, int64_t ro
     // attention sub-layer (reference: Q = attention_layernorms[i](seqs);
     // mha_outputs = attention_layers[i](Q, seqs, seqs, attn_mask); seqs = Q + mha_outputs)
     sasrec_ln_fwd(s->qin, s->mu1, s->rs1, s->h0, s->ln1_g, s->ln1_b, rows, D, s->cfg.ln_eps);
-    if ((st = im->linear_fwd(s->qp, s->qin, s->w_in, s->b_in, rows, D, D, host)) != GRM_OK
-        || (st = im->linear_fwd(s->kv, s->h0, s->w_in + D * D, s->b_in + D, rows, D, 2 * D,
-                                host)) != GRM_OK)
-        return st;
-    const sasrec_attn_args a = attn_args(s, training, step);
-    if ((st = im->attn_fwd(s->att, s->lse, s->qp, s->kv, s->kv + D, &a, host)) != GRM_OK)
-        return st;
-    if ((st = im->linear_fwd(s->r1, s->att, s->w_out, s->b_out, rows, D, D, host)) != GRM_OK)
+    if ((st = attention_fwd(s, s->qin, rows, training, step)) != GRM_OK)
         return st;
     for (int64_t i = 0; i < rows * D; i++)
         s->r1[i] += s->qin[i];
@@ -607,14 +640,7 @@ static grm_status forward_bert(sasrec *s, float *y, const float *x, int64_t rows
 
     // attention sub-layer (SelfAttention.forward: query, key and value of the same input,
     // softmax, attention dropout, dense, out_dropout, LayerNorm(hidden + input))
-    if ((st = im->linear_fwd(s->qp, s->h0, s->w_in, s->b_in, rows, D, D, host)) != GRM_OK
-        || (st = im->linear_fwd(s->kv, s->h0, s->w_in + D * D, s->b_in + D, rows, D, 2 * D,
-                                host)) != GRM_OK)
-        return st;
-    const sasrec_attn_args a = attn_args(s, training, step);
-    if ((st = im->attn_fwd(s->att, s->lse, s->qp, s->kv, s->kv + D, &a, host)) != GRM_OK)
-        return st;
-    if ((st = im->linear_fwd(s->r1, s->att, s->w_out, s->b_out, rows, D, D, host)) != GRM_OK)
+    if ((st = attention_fwd(s, s->h0, rows, training, step)) != GRM_OK)
         return st;
     drop_inplace(s, s->r1, rows * D, step, SASREC_SITE_ATTN_OUT, p);
     for (int64_t i = 0; i < rows * D; i++)
@@ -699,17 +725,7 @@ static grm_status backward_sasrec(sasrec *s, float *dx, const float *dy, int64_t
 
     // r1 = qin + out_proj(att): d qin = d r1 (residual) + the query path below
     memcpy(s->g_qin, s->g_r1, (size_t)(rows * D) * sizeof *s->g_qin);
-    if ((st = im->linear_bwd(s->g_att, s->dw_out, s->db_out, s->g_r1, s->att, s->w_out, rows,
-                             D, D, 0, host)) != GRM_OK)
-        return st;
-    const sasrec_attn_args a = attn_args(s, 1, step);
-    if ((st = im->attn_bwd(s->g_qp, s->g_kv, s->g_kv + D, s->g_att, s->qp, s->kv, s->kv + D,
-                           s->att, s->lse, &a, host)) != GRM_OK)
-        return st;
-    if ((st = im->linear_bwd(s->g_qin, s->dw_in, s->db_in, s->g_qp, s->qin, s->w_in, rows, D,
-                             D, 1, host)) != GRM_OK
-        || (st = im->linear_bwd(s->g_h0, s->dw_in + D * D, s->db_in + D, s->g_kv, s->h0,
-                                s->w_in + D * D, rows, D, 2 * D, 0, host)) != GRM_OK)
+    if ((st = attention_bwd(s, s->g_qin, s->g_r1, s->qin, rows, 0)) != GRM_OK)
         return st;
     // qin = LN1(h0); h0 also fed keys and values (g_h0 so far)
     sasrec_ln_bwd(s->g_h0, s->dln1_g, s->dln1_b, s->g_qin, s->h0, s->mu1, s->rs1, s->ln1_g,
@@ -753,17 +769,7 @@ static grm_status backward_bert(sasrec *s, float *dx, const float *dy, int64_t r
                   rows, D, 0);
     memcpy(s->g_h0, s->g_r1, (size_t)(rows * D) * sizeof *s->g_h0);
     drop_inplace(s, s->g_r1, rows * D, step, SASREC_SITE_ATTN_OUT, p);
-    if ((st = im->linear_bwd(s->g_att, s->dw_out, s->db_out, s->g_r1, s->att, s->w_out, rows,
-                             D, D, 0, host)) != GRM_OK)
-        return st;
-    const sasrec_attn_args a = attn_args(s, 1, step);
-    if ((st = im->attn_bwd(s->g_qp, s->g_kv, s->g_kv + D, s->g_att, s->qp, s->kv, s->kv + D,
-                           s->att, s->lse, &a, host)) != GRM_OK)
-        return st;
-    if ((st = im->linear_bwd(s->g_h0, s->dw_in, s->db_in, s->g_qp, s->h0, s->w_in, rows, D,
-                             D, 1, host)) != GRM_OK
-        || (st = im->linear_bwd(s->g_h0, s->dw_in + D * D, s->db_in + D, s->g_kv, s->h0,
-                                s->w_in + D * D, rows, D, 2 * D, 1, host)) != GRM_OK)
+    if ((st = attention_bwd(s, s->g_h0, s->g_r1, s->h0, rows, 1)) != GRM_OK)
         return st;
 
     if (s->cfg.pos_emb) {
