@@ -22,6 +22,21 @@ grm_status head_weight_sum(const grm_host_api *host, const char *who, const floa
     return GRM_OK;
 }
 
+/* The start of every reference retrieval loss: the gradients d_pred, d_pos [B, D] and
+ * d_neg [nneg, D] (each may be NULL) zeroed, the sample weights summed into *wsum. */
+static grm_status ssm_ref_begin(const grm_host_api *host, float *d_pred, float *d_pos,
+                                float *d_neg, int64_t nneg, const float *weights, int64_t B,
+                                int64_t D, double *wsum)
+{
+    if (d_pred != NULL)
+        memset(d_pred, 0, (size_t)(B * D) * sizeof *d_pred);
+    if (d_pos != NULL)
+        memset(d_pos, 0, (size_t)(B * D) * sizeof *d_pos);
+    if (d_neg != NULL)
+        memset(d_neg, 0, (size_t)(nneg * D) * sizeof *d_neg);
+    return head_weight_sum(host, "dense-sampled-softmax", weights, B, wsum);
+}
+
 /* ---- binary cross-entropy with logits ---- */
 
 grm_status bce_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
@@ -76,14 +91,8 @@ grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
                         const float *weights, const double *logq, int32_t in_batch,
                         double temperature, int64_t B, int64_t R, int64_t D, double *work)
 {
-    if (d_pred != NULL)
-        memset(d_pred, 0, (size_t)(B * D) * sizeof *d_pred);
-    if (d_pos != NULL)
-        memset(d_pos, 0, (size_t)(B * D) * sizeof *d_pos);
-    if (d_neg != NULL)
-        memset(d_neg, 0, (size_t)(R * D) * sizeof *d_neg);
     double wsum;
-    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    grm_status wst = ssm_ref_begin(host, d_pred, d_pos, d_neg, R, weights, B, D, &wsum);
     if (wst != GRM_OK)
         return wst;
     const double inv_t = 1.0 / temperature;
@@ -165,14 +174,8 @@ grm_status ssm_bce_ref(const grm_host_api *host, double *loss, float *d_pred, fl
                        double *work)
 {
     (void)work;
-    if (d_pred != NULL)
-        memset(d_pred, 0, (size_t)(B * D) * sizeof *d_pred);
-    if (d_pos != NULL)
-        memset(d_pos, 0, (size_t)(B * D) * sizeof *d_pos);
-    if (d_neg != NULL)
-        memset(d_neg, 0, (size_t)(R * D) * sizeof *d_neg);
     double wsum;
-    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    grm_status wst = ssm_ref_begin(host, d_pred, d_pos, d_neg, R, weights, B, D, &wsum);
     if (wst != GRM_OK)
         return wst;
     const double inv_t = 1.0 / temperature;
@@ -259,14 +262,8 @@ grm_status ssm_share_loss_ref(const grm_host_api *host, double *loss, float *d_p
                               float *work)
 {
     (void)work;
-    if (d_pred != NULL)
-        memset(d_pred, 0, (size_t)(B * D) * sizeof *d_pred);
-    if (d_pos != NULL)
-        memset(d_pos, 0, (size_t)(B * D) * sizeof *d_pos);
-    if (d_neg != NULL)
-        memset(d_neg, 0, (size_t)(B * r * D) * sizeof *d_neg);
     double wsum;
-    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    grm_status wst = ssm_ref_begin(host, d_pred, d_pos, d_neg, B * r, weights, B, D, &wsum);
     if (wst != GRM_OK)
         return wst;
     const double inv_t = 1.0 / temperature;
