@@ -23,14 +23,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-
-def read(f, fmt):
-    size = struct.calcsize(fmt)
-    return struct.unpack(fmt, f.read(size))
-
-
-def tensor_f32(f, n, shape):
-    return torch.tensor(read(f, "<%df" % n), dtype=torch.float32).double().reshape(shape)
+from heads import read, tensor_f32   # tests/ref/heads.py, beside this file
 
 
 def main():
