@@ -738,6 +738,26 @@ static int64_t opt_len(const opt_case *c, int v)
     return (v == 2 ? c->R : c->B) * c->D;
 }
 
+/* Run tests/ref/SCRIPT IN OUT with python py and read what it wrote: float64 loss, float32
+ * d_pred [B, D], d_pos [B, D], d_neg [R, D]. 1: it ran and the file was complete. */
+static int run_torch_ref(const char *py, const char *script, const char *in, const char *out,
+                         int64_t B, int64_t R, int64_t D, double *loss, float *dp,
+                         float *dpos, float *dneg)
+{
+    char cmd[9000];
+    const char *src = harness_srcdir() != NULL ? harness_srcdir() : ".";
+    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/ref/%s' '%s' '%s'", py, src, script, in, out);
+    if (system(cmd) != 0)
+        return 0;
+    FILE *f = fopen(out, "rb");
+    const int ok = f != NULL && fread(loss, 8, 1, f) == 1
+                   && fread(dp, 4, (size_t)(B * D), f) == (size_t)(B * D)
+                   && fread(dpos, 4, (size_t)(B * D), f) == (size_t)(B * D)
+                   && fread(dneg, 4, (size_t)(R * D), f) == (size_t)(R * D);
+    if (f != NULL) fclose(f);
+    return ok;
+}
+
 /* 5 checks: run, loss, d_pred, d_pos, d_neg against tests/ref/heads.py. */
 static void test_opt_torch(const opt_case *c)
 {
@@ -754,7 +774,7 @@ static void test_opt_torch(const opt_case *c)
     float dp[64 * 8], dpos[64 * 8], dneg[256 * 8];
     double loss = 0;
     grm_status st = opt_loss(head, c, &d, &loss, dp, dpos, dneg);
-    char in[4200], out[4200], cmd[9000];
+    char in[4200], out[4200];
     const char *dir = harness_tmpdir("dense-heads");
     snprintf(in, sizeof in, "%s/in.bin", dir);
     snprintf(out, sizeof out, "%s/out.bin", dir);
@@ -773,17 +793,9 @@ static void test_opt_torch(const opt_case *c)
              && fwrite(d.w, 4, (size_t)B, f) == (size_t)B
              && fwrite(d.cat_ids, 8, 12, f) == 12 && fwrite(d.cat_counts, 8, 12, f) == 12;
     if (f != NULL) fclose(f);
-    const char *src = harness_srcdir() != NULL ? harness_srcdir() : ".";
-    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/ref/heads.py' '%s' '%s'", py, src, in, out);
-    ok = ok && system(cmd) == 0;
     static float wdp[64 * 8], wdpos[64 * 8], wdneg[256 * 8];
     double wloss = 0;
-    f = ok ? fopen(out, "rb") : NULL;
-    ok = f != NULL && fread(&wloss, 8, 1, f) == 1
-         && fread(wdp, 4, (size_t)(B * D), f) == (size_t)(B * D)
-         && fread(wdpos, 4, (size_t)(B * D), f) == (size_t)(B * D)
-         && fread(wdneg, 4, (size_t)(R * D), f) == (size_t)(R * D);
-    if (f != NULL) fclose(f);
+    ok = ok && run_torch_ref(py, "heads.py", in, out, B, R, D, &wloss, wdp, wdpos, wdneg);
     tap_ok(ok && st == GRM_OK, "%s: head and tests/ref/heads.py ran (%s)", c->name,
            st == GRM_OK ? "ok" : grm_last_error());
     char what[160];
@@ -1113,7 +1125,7 @@ static void test_bce_torch(const bce_case *c)
     static float dp[64 * 8], dpos[64 * 8], dneg[256 * 8];
     double loss = 0;
     grm_status st = opt_loss(head, &o, &d, &loss, dp, dpos, dneg);
-    char in[4200], out[4200], cmd[9000];
+    char in[4200], out[4200];
     const char *dir = harness_tmpdir("dense-heads-bce");
     snprintf(in, sizeof in, "%s/in.bin", dir);
     snprintf(out, sizeof out, "%s/out.bin", dir);
@@ -1129,17 +1141,9 @@ static void test_bce_torch(const bce_case *c)
              && fwrite(d.nid, 8, (size_t)R, f) == (size_t)R
              && fwrite(d.w, 4, (size_t)B, f) == (size_t)B;
     if (f != NULL) fclose(f);
-    const char *src = harness_srcdir() != NULL ? harness_srcdir() : ".";
-    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/ref/heads_bce.py' '%s' '%s'", py, src, in, out);
-    ok = ok && system(cmd) == 0;
     static float wdp[64 * 8], wdpos[64 * 8], wdneg[256 * 8];
     double wloss = 0;
-    f = ok ? fopen(out, "rb") : NULL;
-    ok = f != NULL && fread(&wloss, 8, 1, f) == 1
-         && fread(wdp, 4, (size_t)(B * D), f) == (size_t)(B * D)
-         && fread(wdpos, 4, (size_t)(B * D), f) == (size_t)(B * D)
-         && fread(wdneg, 4, (size_t)(R * D), f) == (size_t)(R * D);
-    if (f != NULL) fclose(f);
+    ok = ok && run_torch_ref(py, "heads_bce.py", in, out, B, R, D, &wloss, wdp, wdpos, wdneg);
     tap_ok(ok && st == GRM_OK, "%s: head and tests/ref/heads_bce.py ran (%s)", c->name,
            st == GRM_OK ? "ok" : grm_last_error());
     char what[160];
