@@ -288,9 +288,9 @@ grm_status sasrec_create(const grm_host_api *host, const sasrec_config *cfg, int
     if (cfg->final_norm)
         fill(s->ln3_g, D, 1.0f);
 
-    s->fwd_per_row = 10 * D + 2 * F + s->H + 6 + (cfg->final_norm || s->bert ? D : 0)
-                     + (cfg->final_norm ? 2 : 0);
-    s->bwd_per_row = 11 * D + F;
+    s->fwd_per_row = 8 * D + 2 * F + s->H + 4 + (s->ln0_g != NULL ? D + 2 : 0)
+                     + (cfg->final_norm || s->bert ? D : 0) + (cfg->final_norm ? 2 : 0);
+    s->bwd_per_row = 10 * D + F;
     *out = s;
     return GRM_OK;
 
@@ -345,9 +345,11 @@ static void bind_fwd(sasrec *s)
     const int64_t c = s->fwd_cap, D = s->D, F = s->F;
     float *p = s->fwd;
 #define TAKE(field, n) do { s->field = p; p += c * (n); } while (0)
-    TAKE(e, D);
-    TAKE(mu0, 1);
-    TAKE(rs0, 1);
+    if (s->ln0_g != NULL) {     // bert with pos_emb: the embedding LayerNorm's input
+        TAKE(e, D);
+        TAKE(mu0, 1);
+        TAKE(rs0, 1);
+    }
     TAKE(h0, D);
     TAKE(qin, D);
     TAKE(mu1, 1);
