@@ -4,8 +4,9 @@
 #   losses FILE               "step loss" per logged training step of such a file
 #   same_curve F1 F2 TOL      the same logged steps, every loss within relative TOL (uses
 #                             the caller's $tmp directory; prints the largest difference)
-#   ini_events TSV            INI: [reader] of a `grmhost generate` file and the transform
-#                             that makes one time-ordered item and ts sequence per user
+#   ini_reader_events TSV     INI: [reader] of a `grmhost generate` file (user, item, ts)
+#   ini_events TSV            INI: that [reader] and the transform that makes one
+#                             time-ordered item and ts sequence per user
 #   ini_rows CSV              INI: [reader] of user,item,click rows, then [feature.user] and
 #                             [feature.item] of dim 8 (the last section: lines may follow)
 #   ini_history               INI: [feature.history] (last 10 items) and [feature.user], dim 16
@@ -13,6 +14,8 @@
 #                             within 1e-7 relative (uses the caller's $tmp directory)
 #   ini_mlp_softmax           INI: [dense.0] an MLP 32,16 and [head] sampled softmax over 64
 #                             negatives (the last section: lines may follow)
+#   ini_retrieval_dynamic TSV INI: ini_events TSV, ini_history, [embedding] emb-dynamic and
+#                             ini_mlp_softmax (the last section: lines may follow)
 #   dist_data                 $tmp/ev.tsv (`grmhost generate`, 300 users, 200 items, seed 9)
 #                             and $tmp/rows.csv (user,item,click with click = item % 3 == 0)
 #   ini_dist_ranking COMM DIR [ACC] [LR]   INI: a ranking run on rows.csv (emb-dynamic,
@@ -55,7 +58,7 @@ same_metrics() {   # the logloss is summed per batch in float, and the batches m
           if (d > 1e-7 * m + 1e-12) { print "# " $1 ": " $2 " vs " $3; bad = 1 } }
         END { print "# " c " metrics compared"; exit bad || c != n }'
 }
-ini_events() {
+ini_reader_events() {
     cat <<EOI
 [reader]
 plugin = reader-text
@@ -63,6 +66,11 @@ path = $1
 format = tsv
 header = true
 columns = user:i64,item:i64,ts:i64
+EOI
+}
+ini_events() {
+    ini_reader_events "$1"
+    cat <<EOI
 [transform.sequences]
 plugin = transform-basic
 sequence_by = user
@@ -106,6 +114,15 @@ dims = 32,16
 plugin = dense-sampled-softmax
 negatives = 64
 EOI
+}
+ini_retrieval_dynamic() {
+    ini_events "$1"
+    ini_history
+    cat <<EOI
+[embedding]
+plugin = emb-dynamic
+EOI
+    ini_mlp_softmax
 }
 dist_data() {
     "$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || return 1

@@ -19,13 +19,7 @@ echo "1..8"
 "$g" generate --users 300 --items 200 --clusters 6 --seed 11 --out "$tmp/ev.tsv" || exit 1
 retr_ini() {   # $1: sparse_async, $2: extra [train] lines (in-batch negatives are per
     # rank, so they are off for the comparison of rank counts)
-    ini_events "$tmp/ev.tsv"
-    ini_history
-    cat <<EOI
-[embedding]
-plugin = emb-dynamic
-EOI
-    ini_mlp_softmax
+    ini_retrieval_dynamic "$tmp/ev.tsv"
     cat <<EOI
 in_batch = false
 [optimizer.sparse]

@@ -19,13 +19,7 @@ echo "1..10"
 
 "$g" generate --users 300 --items 200 --clusters 6 --seed 9 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 checkpoint dir
-    ini_events "$tmp/ev.tsv"
-    ini_history
-    cat <<EOI
-[embedding]
-plugin = emb-dynamic
-EOI
-    ini_mlp_softmax
+    ini_retrieval_dynamic "$tmp/ev.tsv"
     cat <<EOI
 in_batch = false
 [train]

@@ -21,13 +21,7 @@ echo "1..10"
 awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 3 == 0) }' "$tmp/ev.tsv" >"$tmp/rows.csv"
 
 retr_ini() {   # $1 prefetch
-    ini_events "$tmp/ev.tsv"
-    ini_history
-    cat <<EOI
-[embedding]
-plugin = emb-dynamic
-EOI
-    ini_mlp_softmax
+    ini_retrieval_dynamic "$tmp/ev.tsv"
     cat <<EOI
 [train]
 time_column = ts

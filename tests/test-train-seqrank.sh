@@ -36,6 +36,25 @@ source = user
 dim = 8
 EOI
 }
+mmoe_two_tasks() {   # $1: the block's index; ends inside [train] (lines may follow)
+    cat <<EOI
+[dense.$1]
+plugin = dense-mmoe
+experts = 3
+tasks = 2
+expert_dims = 32
+tower_dims = 16,1
+[optimizer.sparse]
+lr = 0.01
+[optimizer.dense]
+lr = 0.003
+[train]
+task = ranking
+label_columns = click,buy
+batch_size = 128
+epochs = 20
+EOI
+}
 hstu_mmoe() {   # $1: extra [train] lines
     reader
     cat <<EOI
@@ -53,22 +72,10 @@ dv = 16
 rab_pos = true
 rab_time = false
 max_len = 12
-[dense.1]
-plugin = dense-mmoe
-experts = 3
-tasks = 2
-expert_dims = 32
-tower_dims = 16,1
-[optimizer.sparse]
-lr = 0.01
-[optimizer.dense]
-lr = 0.003
-[train]
-task = ranking
-label_columns = click,buy
+EOI
+    mmoe_two_tasks 1
+    cat <<EOI
 sequence_blocks = 1
-batch_size = 128
-epochs = 20
 log_every = 1
 ${1:-}
 EOI
@@ -91,22 +98,8 @@ ok $? "throughput counts the tokens of the lists"
 [feature.item]
 source = item
 dim = 16
-[dense.0]
-plugin = dense-mmoe
-experts = 3
-tasks = 2
-expert_dims = 32
-tower_dims = 16,1
-[optimizer.sparse]
-lr = 0.01
-[optimizer.dense]
-lr = 0.003
-[train]
-task = ranking
-label_columns = click,buy
-batch_size = 128
-epochs = 20
 EOI
+    mmoe_two_tasks 0
 } >"$tmp/pool.ini"
 "$g" train --fresh --quiet --metrics-out "$tmp/pool.jsonl" "$tmp/pool.ini" >/dev/null 2>&1
 pc=$(metric "$tmp/pool.jsonl" test auc.click)
@@ -165,13 +158,8 @@ ok $? "the data thread (prefetch = 3) gives the losses of prefetch = 0 bitwise"
 # as the label, and timestamps beside the tokens (time_column) for HSTU's time bias
 "$g" generate --users 300 --items 200 --clusters 6 --seed 5 --out "$tmp/ev.tsv" || exit 1
 hist_ini() {   # $1: time_column line
+    ini_reader_events "$tmp/ev.tsv"
     cat <<EOI
-[reader]
-plugin = reader-text
-path = $tmp/ev.tsv
-format = tsv
-header = true
-columns = user:i64,item:i64,ts:i64
 [transform.hist]
 plugin = transform-basic
 copy = item:odd

@@ -123,18 +123,7 @@ echo "# step 40: resumed $a, uninterrupted $b"
 ok $? "a run resumed at step 20 with accumulate = 2 reaches the uninterrupted step-40 loss"
 
 # 11-12. tile pooling: the last 5 items side by side
-cat >"$tmp/tile.ini" <<EOI
-[reader]
-plugin = reader-text
-path = $tmp/ev.tsv
-format = tsv
-header = true
-columns = user:i64,item:i64,ts:i64
-[transform.sequences]
-plugin = transform-basic
-sequence_by = user
-sequence_order = ts
-sequence_columns = item,ts
+{ ini_events "$tmp/ev.tsv"; cat <<EOI
 [feature.recent]
 source = item
 table = item
@@ -151,6 +140,7 @@ batch_size = 128
 epochs = 4
 log_every = 10
 EOI
+} >"$tmp/tile.ini"
 "$g" check "$tmp/tile.ini" 2>&1 | grep -q "recent     column item     table item     dim 16, tile of the last 5"
 rc=$?
 "$g" train --fresh --quiet --metrics-out "$tmp/tile.jsonl" "$tmp/tile.ini" >/dev/null \
