@@ -68,6 +68,9 @@ const grm_host_api *grm__host_api(void);
 struct grm__config;
 void grm__host_set_config(const struct grm__config *cfg);
 void grm__host_set_comm(grm_comm_handle *comm);
+/* The backend host->backend returns (NULL to clear). */
+struct grm_backend;
+void grm__host_set_backend(const struct grm_backend *backend);
 
 /* ---- plugin loading (core/loader.c) ---- */
 

@@ -1,10 +1,18 @@
 /* core/host.c - the grm_host_api table handed to every plugin (STYLE.md §5.7). */
 #include "grm_core.h"
 
+#include <grm/backend.h>
+
 #include <stdio.h>
 
 static const grm__config *host_config;
 static grm_comm_handle *host_comm;
+static const grm_backend *host_backend;
+
+static const grm_backend *host_get_backend(void)
+{
+    return host_backend;
+}
 
 static void host_log(int32_t level, const char *who, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -39,6 +47,7 @@ static grm_host_api host_api = {
     .scratch = grm__scratch,
     .config_get = host_config_get,
     .comm = NULL,
+    .backend = host_get_backend,
 };
 
 const grm_host_api *grm__host_api(void)
@@ -56,4 +65,9 @@ void grm__host_set_comm(grm_comm_handle *comm)
 {
     host_comm = comm;
     host_api.comm = comm;
+}
+
+void grm__host_set_backend(const grm_backend *backend)
+{
+    host_backend = backend;
 }

@@ -4,7 +4,10 @@ libgrmcore_la_SOURCES = \
 	%reldir%/grm_core.h %reldir%/error.c %reldir%/log.c %reldir%/pool.c %reldir%/host.c \
 	%reldir%/loader.c %reldir%/config.c %reldir%/params.c \
 	%reldir%/pipeline.h %reldir%/pipeline.c %reldir%/data.c %reldir%/metrics.c \
-	%reldir%/train.c %reldir%/gen.h %reldir%/gen.c \
+	%reldir%/train.h %reldir%/train.c %reldir%/batch.c %reldir%/plan.c \
+	%reldir%/stream.c %reldir%/prefetch.c %reldir%/sparse_step.c %reldir%/dense_stack.c \
+	%reldir%/eval.c %reldir%/checkpoint.h %reldir%/checkpoint.c %reldir%/report.c %reldir%/backend.h \
+	%reldir%/backend.c %reldir%/backend_ref.c %reldir%/gen.h %reldir%/gen.c \
 	%reldir%/grmcol.h %reldir%/grmcol.c %reldir%/convert.c %reldir%/launch.c
 libgrmcore_la_SOURCES += %reldir%/sparse.h %reldir%/sparse.c
 libgrmcore_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(UV_CFLAGS) $(ZSTD_CFLAGS) $(BLAS_CFLAGS) \

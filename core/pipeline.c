@@ -1,6 +1,7 @@
 /* core/pipeline.c - from a pipeline INI to a validated, wired set of stages
  * (DESIGN.md §4). The host's own sections are declared with the same grm_param_decl
  * tables plugins use, so every key gets the same checks and did-you-mean. */
+#include "backend.h"
 #include "pipeline.h"
 
 #include <ctype.h>
@@ -13,6 +14,7 @@ typedef struct pipeline_cfg {
     const char *name;
     grm_str_list plugin_dirs;
     int64_t threads;
+    const char *device;
 } pipeline_cfg;
 
 static const grm_param_decl pipeline_params[] = {
@@ -22,6 +24,9 @@ static const grm_param_decl pipeline_params[] = {
       GRM_PARAM_ANY, NULL, "extra directories searched for plugins, before the defaults" },
     { "threads", GRM_PARAM_INT, 0, offsetof(pipeline_cfg, threads), "0", GRM_PARAM_RANGE(0, 1024),
       NULL, "worker threads for the host pool (0: one per online CPU)" },
+    { "device", GRM_PARAM_STRING, 0, offsetof(pipeline_cfg, device), "cpu", GRM_PARAM_ANY,
+      NULL, "compute backend: cpu (threaded and BLAS paths), ref (the plain reference "
+      "loops, single-threaded), cuda:N (GPU N)" },
     { NULL },
 };
 
@@ -349,6 +354,44 @@ static grm_status plan_tables(grm__pipeline *p)
     return GRM_OK;
 }
 
+/* [pipeline] device names a backend, and every compute plugin (store, dense blocks, head,
+ * optimizers) declares that it runs on its device (grm_plugin_info.devices; 0: the CPU).
+ * Readers, transforms, checkpoints and comm run on the host and are not asked. */
+static grm_status check_device(const grm__pipeline *p, const grm__stage *s, grm_device dev,
+                               const char *name, int line)
+{
+    const grm_plugin_info *info = s->plugin->info;
+    const int32_t devices = info->devices ? info->devices : GRM_DEVICES_CPU;
+    if (devices & (int32_t)GRM__DEVICE_BIT(dev.type)) return GRM_OK;
+    return grm_errorf(GRM_EINVAL, "%s:%d: [pipeline] device = %s: [%s] plugin = %s does not "
+                      "run on %s (it runs on %s%s%s); use device = cpu, or a plugin built for "
+                      "%s", p->cfg->path, line, p->set.device, s->label, info->name, name,
+                      devices & GRM_DEVICES_CPU ? "cpu" : "",
+                      (devices & GRM_DEVICES_CPU) && (devices & GRM_DEVICES_CUDA) ? " and " : "",
+                      devices & GRM_DEVICES_CUDA ? "cuda" : "", name);
+}
+
+static grm_status check_devices(const grm__pipeline *p)
+{
+    const grm__section *sec = grm__config_section(p->cfg, "pipeline");
+    const grm__kv *kv = sec ? grm__section_kv(sec, "device") : NULL;
+    const int line = kv ? kv->line : 0;
+    grm_device dev;
+    char name[16];
+    grm_status st = grm__device_parse(p->set.device, &dev, name, sizeof name);
+    if (st != GRM_OK) {
+        grm_error_prefix("%s:%d: [pipeline] ", p->cfg->path, line);
+        return st;
+    }
+    if ((st = check_device(p, &p->emb, dev, name, line)) != GRM_OK) return st;
+    for (int32_t i = 0; i < p->ndense; i++)
+        if ((st = check_device(p, &p->dense[i], dev, name, line)) != GRM_OK) return st;
+    if ((st = check_device(p, &p->head, dev, name, line)) != GRM_OK
+        || (st = check_device(p, &p->opt_sparse, dev, name, line)) != GRM_OK)
+        return st;
+    return check_device(p, &p->opt_dense, dev, name, line);
+}
+
 grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
 {
     grm_status st;
@@ -398,6 +441,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.name = pc->name;
     p->set.plugin_dirs = pc->plugin_dirs;
     p->set.threads = pc->threads;
+    p->set.device = pc->device;
     if ((st = grm__registry_create(&p->reg)) != GRM_OK) goto fail;
     for (int64_t i = 0; i < pc->plugin_dirs.n; i++) {
         if ((st = grm__registry_load_dir(p->reg, pc->plugin_dirs.v[i])) != GRM_OK) {
@@ -674,6 +718,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         || (st = stage_setup(p, &p->comm, "distributed", GRM_KIND_COMM, "comm-single", NULL))
                != GRM_OK)
         goto fail;
+    if ((st = check_devices(p)) != GRM_OK) goto fail;
     if ((st = plan_tables(p)) != GRM_OK) {
         grm_error_prefix("%s: ", path);
         goto fail;
@@ -802,7 +847,8 @@ static void print_plan(FILE *f, const grm__pipeline *p)
 
 void grm__pipeline_print(FILE *f, const grm__pipeline *p)
 {
-    fprintf(f, "pipeline '%s' (%s): ok\n", p->set.name, p->cfg->path);
+    fprintf(f, "pipeline '%s' (%s): ok, device %s\n", p->set.name, p->cfg->path,
+            p->set.device);
     fprintf(f, "\nread -> transform -> lookup -> dense -> head -> loss -> backward -> "
                "optimizers -> checkpoint\n\n");
     print_stage(f, "[reader]", &p->reader);

@@ -52,6 +52,7 @@ typedef struct grm__settings {
     const char *name;
     grm_str_list plugin_dirs;
     int64_t threads;
+    const char *device;            /* cpu, ref or cuda:N (core/backend.h) */
     /* [train] */
     int32_t task;                  /* GRM__TASK_* */
     grm_str_list label_columns;    /* ranking: one task per column */

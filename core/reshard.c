@@ -1,6 +1,7 @@
 /* core/reshard.c - `grmhost reshard`: a checkpoint of N ranks rewritten for M ranks; see
  * reshard.h for the layouts it understands and the order of its writes. The whole step is held
  * in memory (the N source files plus the M targets' rows), one copy of each row. */
+#include "checkpoint.h"
 #include "reshard.h"
 #include "dist.h"
 #include "pipeline.h"
@@ -151,28 +152,8 @@ static grm_status pathf(char *buf, size_t cap, const char *fmt, ...)
     return GRM_OK;
 }
 
-static int is_step_name(const char *name, const char *ext, int64_t *step)
-{
-    long long s;
-    int end = 0;
-    if (sscanf(name, "step-%lld.%n", &s, &end) != 1 || end == 0) return 0;
-    if (strcmp(name + end, ext) != 0 || s < 0) return 0;
-    *step = s;
-    return 1;
-}
 
-static int is_rank_dir(const char *name, int *r, int *n)
-{
-    int end = 0;
-    if (sscanf(name, "rank-%d-of-%d%n", r, n, &end) != 2 || name[end] != '\0') return 0;
-    return *n >= 1 && *r >= 0 && *r < *n;
-}
 
-static void rank_dir(char *buf, size_t cap, const char *dir, int32_t r, int32_t n)
-{
-    if (n == 1) snprintf(buf, cap, "%s", dir);
-    else snprintf(buf, cap, "%s/rank-%d-of-%d", dir, (int)r, (int)n);
-}
 
 /* The step-S.ext checkpoints of dir: the newest (-1: none), and the file of step `want` into
  * path [cap] ("" when absent). A missing dir holds none. */
@@ -190,7 +171,7 @@ static grm_status scan_dir(const char *dir, const char *ext, int64_t want, int64
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         int64_t s;
-        if (!is_step_name(e->d_name, ext, &s)) continue;
+        if (!grm__ckpt_is_step_name(e->d_name, ext, &s)) continue;
         if (s > *newest) *newest = s;
         if (path && s == want) snprintf(path, cap, "%s/%s", dir, e->d_name);
     }
@@ -212,8 +193,8 @@ static grm_status find_world(const char *dir, const char *ext, int32_t from, int
     while ((e = readdir(d)) != NULL) {
         int r, n;
         int64_t s;
-        if (is_step_name(e->d_name, ext, &s)) top = 1;
-        if (!is_rank_dir(e->d_name, &r, &n)) continue;
+        if (grm__ckpt_is_step_name(e->d_name, ext, &s)) top = 1;
+        if (!grm__ckpt_is_rank_dir(e->d_name, &r, &n)) continue;
         int k = 0;
         while (k < nseen && seen[k] != n) k++;
         if (k == nseen && nseen < 16) seen[nseen++] = n;
@@ -247,13 +228,6 @@ static grm_status find_world(const char *dir, const char *ext, int32_t from, int
     return GRM_OK;
 }
 
-static grm_status make_dir(const char *dir)
-{
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return grm_errorf(GRM_EIO, "%s: cannot create the directory: %s", dir,
-                          strerror(errno));
-    return GRM_OK;
-}
 
 /* ---- ownership (core/dist.h) ---- */
 
@@ -325,7 +299,7 @@ static grm_status load_sources(rs_job *j, const char *stem, int64_t expect_step)
     for (int32_t r = 0; r < j->N; r++) {
         rs_file *f = &j->src[r];
         char rd[PATH_CAP], meta[1024];
-        rank_dir(rd, sizeof rd, j->dir, r, j->N);
+        grm__ckpt_rank_dir(rd, sizeof rd, j->dir, r, j->N);
         if ((st = pathf(f->path, sizeof f->path, "%s/%s.%s", rd, stem, j->ext)) != GRM_OK)
             return st;
         if (expect_step >= 0) {   /* the name as train wrote it, whatever its width */
@@ -685,8 +659,8 @@ static grm_status reshard_set(rs_job *j, const char *stem, int64_t expect_step)
     for (int32_t m = 0; m < j->M; m++) {
         rs_out *o = &j->dst[m];
         char rd[PATH_CAP], meta[1024];
-        rank_dir(rd, sizeof rd, j->dir, m, j->M);
-        if (j->M > 1 && (st = make_dir(rd)) != GRM_OK) return st;
+        grm__ckpt_rank_dir(rd, sizeof rd, j->dir, m, j->M);
+        if (j->M > 1 && (st = grm__ckpt_make_dirs(rd)) != GRM_OK) return st;
         if ((st = pathf(o->path, sizeof o->path, "%s/%s", rd, strrchr(f0->path, '/') + 1))
             != GRM_OK || (st = pathf(o->stage, sizeof o->stage, "%s.reshard", o->path))
             != GRM_OK)
@@ -738,11 +712,11 @@ static grm_status move_aside(const char *dir, const char *ext, int32_t N, char *
     snprintf(aside, cap, "%s/resharded-from-%d", dir, (int)N);
     for (int k = 2; stat(aside, &sb) == 0; k++)
         snprintf(aside, cap, "%s/resharded-from-%d-%d", dir, (int)N, k);
-    if ((st = make_dir(aside)) != GRM_OK) return st;
+    if ((st = grm__ckpt_make_dirs(aside)) != GRM_OK) return st;
     char from[PATH_CAP], to[PATH_CAP];
     if (N > 1) {
         for (int32_t r = 0; r < N; r++) {
-            rank_dir(from, sizeof from, dir, r, N);
+            grm__ckpt_rank_dir(from, sizeof from, dir, r, N);
             if ((st = pathf(to, sizeof to, "%s/rank-%d-of-%d", aside, (int)r, (int)N))
                 != GRM_OK)
                 return st;
@@ -781,7 +755,7 @@ static grm_status pick_step(rs_job *j, int64_t want)
     for (int32_t r = 0; r < j->N; r++) {
         char rd[PATH_CAP];
         int64_t newest;
-        rank_dir(rd, sizeof rd, j->dir, r, j->N);
+        grm__ckpt_rank_dir(rd, sizeof rd, j->dir, r, j->N);
         if ((st = scan_dir(rd, j->ext, -1, &newest, NULL, 0)) != GRM_OK) return st;
         if (newest > hi) {
             hi = newest;
@@ -798,7 +772,7 @@ static grm_status pick_step(rs_job *j, int64_t want)
                           "holds a step-S.%s file; train first", j->dir, (int)j->N, j->ext);
     if (hi != lo) {
         char rd[PATH_CAP];
-        rank_dir(rd, sizeof rd, j->dir, rhi, j->N);
+        grm__ckpt_rank_dir(rd, sizeof rd, j->dir, rhi, j->N);
         if (lo < 0)
             grm__log(GRM_LOG_WARN, WHO, "%s: newest step %lld, but another rank has no "
                      "checkpoint at all", rd, (long long)hi);
@@ -818,7 +792,7 @@ static grm_status check_target(const rs_job *j, int force)
         char rd[PATH_CAP];
         int64_t newest;
         grm_status st;
-        rank_dir(rd, sizeof rd, j->dir, m, j->M);
+        grm__ckpt_rank_dir(rd, sizeof rd, j->dir, m, j->M);
         if ((st = scan_dir(rd, j->ext, -1, &newest, NULL, 0)) != GRM_OK) return st;
         if (newest < 0) continue;
         if (!force)
@@ -885,7 +859,7 @@ grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
                  (long long)j.step, (int)j.N, j.N == 1 ? "" : "s", (int)j.M,
                  j.M == 1 ? "" : "s");
     char stem[64];
-    snprintf(stem, sizeof stem, "step-%010lld", (long long)j.step);
+    grm__ckpt_step_stem(stem, sizeof stem, j.step);
     if ((st = reshard_set(&j, stem, j.step)) != GRM_OK) goto out;
     if ((st = publish(&j)) != GRM_OK) goto out;
     fprintf(out, "%s: step %lld resharded from %d rank%s to %d rank%s\n", j.dir,
@@ -899,7 +873,7 @@ grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
     int nbest = 0;
     for (int32_t r = 0; r < j.N; r++) {
         char rd[PATH_CAP], bp[PATH_CAP + 64];
-        rank_dir(rd, sizeof rd, j.dir, r, j.N);
+        grm__ckpt_rank_dir(rd, sizeof rd, j.dir, r, j.N);
         snprintf(bp, sizeof bp, "%s/best.%s", rd, j.ext);
         nbest += access(bp, R_OK) == 0;
     }
@@ -936,7 +910,7 @@ int grm__reshard_nests(int64_t sparse_group, int32_t N, int32_t M)
 
 void grm__reshard_source_dir(char *buf, size_t cap, const char *dir, int32_t rank, int32_t N)
 {
-    rank_dir(buf, cap, dir, rank % N, N);
+    grm__ckpt_rank_dir(buf, cap, dir, rank % N, N);
 }
 
 grm_status grm__reshard_source(const char *dir, const char *ext, int32_t rank, int32_t N,

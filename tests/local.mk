@@ -9,7 +9,7 @@ TESTS += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.s
 	tests/test-train-ranking.sh tests/test-train-sequence.sh tests/test-train-sparse.sh \
 	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-stream.sh tests/test-train-prefetch.sh \
 	tests/test-pipelines-hstu.sh \
-	tests/test-train-seqrank.sh tests/test-train-async.sh
+	tests/test-train-seqrank.sh tests/test-train-async.sh tests/test-train-device.sh
 EXTRA_DIST += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh \
 	tests/test-train-ranking.sh tests/test-train-sequence.sh tests/test-train-sparse.sh \
 	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-stream.sh tests/test-train-prefetch.sh \
@@ -49,3 +49,9 @@ EXTRA_DIST += tests/test-dist.sh bench/bench_dist.sh
 # grmhost reshard (checkpoints across world sizes) and crash safety of checkpoints (issue 5).
 TESTS += tests/test-reshard.sh tests/test-train-crash.sh
 EXTRA_DIST += tests/test-reshard.sh tests/test-train-crash.sh
+
+# grm/backend.h: the cpu backend against the ref backend, op by op.
+check_PROGRAMS += tests/test-backend
+TESTS += tests/test-backend
+tests_test_backend_SOURCES = tests/test-backend.c
+tests_test_backend_LDADD = $(GRM_TEST_LIBS)

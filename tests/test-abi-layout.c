@@ -19,7 +19,7 @@
 int main(void)
 {
     if (sizeof(void *) != 8 || sizeof(long) != 8) tap_skip_all("layout table is for LP64");
-    tap_plan(167);
+    tap_plan(173);
     SZ(grm_device, 8);
     SZ(grm_tensor, 56);
     OF(grm_tensor, dtype, 8);
@@ -72,7 +72,7 @@ int main(void)
     OF(grm_param_decl, max, 40);
     OF(grm_param_decl, choices, 48);
     OF(grm_param_decl, help, 56);
-    SZ(grm_host_api, 88);
+    SZ(grm_host_api, 96);
     OF(grm_host_api, abi_major, 4);
     OF(grm_host_api, abi_minor, 6);
     OF(grm_host_api, log, 8);
@@ -85,10 +85,16 @@ int main(void)
     OF(grm_host_api, scratch, 64);
     OF(grm_host_api, config_get, 72);
     OF(grm_host_api, comm, 80);
+    OF(grm_host_api, backend, 88);
+    SZ(grm_backend, 24);
+    OF(grm_backend, device, 16);
+    SZ(grm_backend_iface, 112);
+    OF(grm_backend_iface, gemm, 104);
     SZ(grm_plugin_info, 64);
     OF(grm_plugin_info, abi_minor, 2);
     OF(grm_plugin_info, struct_size, 4);
     OF(grm_plugin_info, kind, 8);
+    OF(grm_plugin_info, devices, 12);
     OF(grm_plugin_info, name, 16);
     OF(grm_plugin_info, version, 24);
     OF(grm_plugin_info, description, 32);
@@ -185,7 +191,7 @@ int main(void)
     OF(grm_comm_ops, broadcast, 64);
     OF(grm_comm_ops, barrier, 72);
     SZ(grm_comm_handle, 16);
-    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 3, "this table pins ABI 1.3 (is %d.%d)",
+    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 4, "this table pins ABI 1.4 (is %d.%d)",
            GRM_ABI_MAJOR, GRM_ABI_MINOR);
     tap_ok(GRM_DTYPE_F32 == 1 && GRM_DTYPE_U8 == 6 && GRM_COL_LIST_F32 == 5
                && GRM_KIND_COMM == 7 && GRM_PARAM_STR_LIST == 7 && GRM_EINTERNAL == 10

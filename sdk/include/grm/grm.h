@@ -15,5 +15,6 @@
 #include <grm/opt.h>
 #include <grm/ckpt.h>
 #include <grm/comm.h>
+#include <grm/backend.h>
 
 #endif /* GRM_GRM_H */

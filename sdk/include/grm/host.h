@@ -38,6 +38,7 @@ typedef enum grm_log_level {
 typedef grm_status (*grm_range_fn)(void *ctx, int64_t begin, int64_t end);
 
 struct grm_comm_handle;
+struct grm_backend;
 
 /* The host API. Every member is provided by grmhost (required). */
 typedef struct grm_host_api {
@@ -82,6 +83,11 @@ typedef struct grm_host_api {
 
     /* The job's communicator (world of one when no comm plugin is configured). */
     struct grm_comm_handle *comm;
+
+    /* since 1.4: the pipeline's compute backend ([pipeline] device; grm/backend.h), or NULL
+     * outside a run. Plugins run their hot ops through it or pick their implementation by
+     * its name and device in create. Test it with GRM_HAS_OP(grm_host_api, host, backend). */
+    const struct grm_backend *(*backend)(void);
 } grm_host_api;
 
 #ifdef __cplusplus

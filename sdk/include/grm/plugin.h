@@ -11,6 +11,7 @@
 
 #include <grm/host.h>
 #include <grm/param.h>
+#include <grm/tensor.h>
 #include <grm/version.h>
 
 #ifdef __cplusplus
@@ -34,7 +35,9 @@ typedef struct grm_plugin_info {
     uint16_t abi_minor;          /* GRM_ABI_MINOR the plugin was built against */
     uint32_t struct_size;        /* sizeof(grm_plugin_info) the plugin was built with */
     int32_t kind;                /* grm_kind */
-    int32_t reserved;            /* zero */
+    int32_t devices;             /* since 1.4: bitmask of GRM_DEVICES_* the plugin runs on; 0
+                                  * (every plugin before 1.4, where this was a zero reserved
+                                  * field) means the CPU only */
     const char *name;            /* "<kind>-<name>", equal to the .so basename */
     const char *version;         /* the plugin's own version, "1.0.0" */
     const char *description;     /* one line, citing the paper section it implements */
@@ -42,6 +45,12 @@ typedef struct grm_plugin_info {
     const grm_param_decl *params;/* declared INI keys, ending with a NULL name; or NULL */
     size_t config_size;          /* bytes of the config struct the params fill (0: none) */
 } grm_plugin_info;
+
+/* Bits of grm_plugin_info.devices: 1 << grm_device_type. The host refuses a pipeline whose
+ * [pipeline] device a compute plugin (embedding store, dense block, head, optimizer) does not
+ * list. `ref` and `cpu` are both CPU devices. */
+#define GRM_DEVICES_CPU (1 << GRM_DEVICE_CPU)
+#define GRM_DEVICES_CUDA (1 << GRM_DEVICE_CUDA)
 
 /* Fills the three header fields of a grm_plugin_info; always use it. */
 #define GRM_PLUGIN_INFO_HEADER                                                     \

@@ -16,14 +16,17 @@ extern "C" {
 #define GRM_ABI_MAJOR 1
 /* Minor: bumped when an op or field is appended. A host accepts plugins of its own
  * minor or older; it refuses a plugin built for a newer minor. */
-#define GRM_ABI_MINOR 3
+#define GRM_ABI_MINOR 4
 
 /* History of the ABI (append-only within a major):
  *   1.0  the seven kinds, the host API, declared parameters.
  *   1.1  grm_reader_ops.stats and grm_emb_ops.stats appended (optional counters).
  *   1.2  grm_dense_ctx.times appended (token timestamps of jagged sequences).
  *   1.3  grm_emb_ops.flags appended (GRM_EMB_ANY_ID: the store takes any int64 key, so
- *        the host may merge tables into one key space). */
+ *        the host may merge tables into one key space).
+ *   1.4  grm_plugin_info.devices (the former reserved field: 0 means the CPU only) and
+ *        grm_host_api.backend appended (grm/backend.h: the pipeline's compute backend,
+ *        [pipeline] device). */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"

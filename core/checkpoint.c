@@ -1,0 +1,544 @@
+/* core/checkpoint.c - the trainer's checkpoints: their names (step-S.ext, best.ext,
+ * rank-R-of-N directories; core/reshard.c uses the same definitions), what a checkpoint
+ * holds (the store's tensors, every dense parameter and its optimizer state, trainer.state),
+ * save with pruning, load, resume on the same or another world size (MTGRBoost §5.2's modulo
+ * scheme), and early stopping's best model. */
+#include "train.h"
+#include "checkpoint.h"
+#include "reshard.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- checkpoints ---- */
+
+/* ---- names (shared with core/reshard.c through core/checkpoint.h) ---- */
+
+int grm__ckpt_is_step_name(const char *name, const char *ext, int64_t *step)
+{
+    long long s;
+    int end = 0;
+    if (sscanf(name, "step-%lld.%n", &s, &end) != 1 || end == 0) return 0;
+    if (strcmp(name + end, ext) != 0 || s < 0) return 0;
+    *step = s;
+    return 1;
+}
+
+void grm__ckpt_step_stem(char *buf, size_t cap, int64_t step)
+{
+    snprintf(buf, cap, "step-%010lld", (long long)step);
+}
+
+int grm__ckpt_is_rank_dir(const char *name, int *r, int *n)
+{
+    int end = 0;
+    if (sscanf(name, "rank-%d-of-%d%n", r, n, &end) != 2 || name[end] != '\0') return 0;
+    return *n >= 1 && *r >= 0 && *r < *n;
+}
+
+void grm__ckpt_rank_dir(char *buf, size_t cap, const char *dir, int32_t r, int32_t n)
+{
+    if (n == 1) snprintf(buf, cap, "%s", dir);
+    else snprintf(buf, cap, "%s/rank-%d-of-%d", dir, (int)r, (int)n);
+}
+
+grm_status grm__ckpt_make_dirs(const char *dir)
+{
+    char buf[4096];
+    size_t n = strlen(dir);
+    if (n >= sizeof buf)
+        return grm_errorf(GRM_EINVAL, "%s: checkpoint directory path is too long", dir);
+    memcpy(buf, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return grm_errorf(GRM_EIO, "%s: cannot create checkpoint directory: %s", buf,
+                              strerror(errno));
+        buf[i] = c;
+    }
+    return GRM_OK;
+}
+
+typedef struct ckpt_list {
+    grm_named_tensor *v;
+    char **names;
+    int64_t n, cap;
+} ckpt_list;
+
+static grm_status ckl_add(ckpt_list *l, const char *prefix, const char *name, grm_tensor t)
+{
+    if (l->n == l->cap) {
+        int64_t cap = l->cap ? l->cap * 2 : 64;
+        grm_named_tensor *nv = realloc(l->v, (size_t)cap * sizeof *nv);
+        char **nn = realloc(l->names, (size_t)cap * sizeof *nn);
+        if (nv) l->v = nv;
+        if (nn) l->names = nn;
+        if (!nv || !nn) return grm_errorf(GRM_ENOMEM, "out of memory");
+        l->cap = cap;
+    }
+    size_t len = strlen(prefix) + strlen(name) + 1;
+    char *full = malloc(len);
+    if (!full) return grm_errorf(GRM_ENOMEM, "out of memory");
+    snprintf(full, len, "%s%s", prefix, name);
+    l->names[l->n] = full;
+    l->v[l->n] = (grm_named_tensor){ full, t };
+    l->n++;
+    return GRM_OK;
+}
+
+static void ckl_free(ckpt_list *l)
+{
+    for (int64_t i = 0; i < l->n; i++) free(l->names[i]);
+    free(l->names);
+    free(l->v);
+}
+
+static grm_tensor tensor1(void *data, int32_t dtype, int64_t n)
+{
+    return (grm_tensor){ .data = data, .dtype = dtype, .ndim = 1, .shape = { n, 1, 1, 1 },
+                         .device = CPU };
+}
+
+static grm_status collect_state(grm__trainer *t, ckpt_list *l, int64_t *steps_buf)
+{
+    grm__pipeline *p = t->p;
+    grm_status st;
+    for (int32_t k = 0;; k++) {
+        grm_named_tensor nt;
+        st = t->sp.eops->tensors(p->emb.inst, k, &nt);
+        if (st == GRM_ENOTFOUND) break;
+        if (st != GRM_OK) return st;
+        if ((st = ckl_add(l, "emb.", nt.name, nt.tensor)) != GRM_OK) return st;
+    }
+    for (int32_t i = 0; i < t->dn.nparams; i++) {
+        grm__dparam *dp = &t->dn.params[i];
+        if ((st = ckl_add(l, "", dp->name, dp->shape)) != GRM_OK) return st;
+        if (t->dn.state_floats
+            && (st = ckl_add(l, "optim.", dp->name,
+                             tensor1(dp->state, GRM_DTYPE_F32, t->dn.state_floats * dp->numel)))
+                   != GRM_OK)
+            return st;
+        steps_buf[i] = dp->steps;
+    }
+    if ((st = ckl_add(l, "", "trainer.param_steps",
+                      tensor1(steps_buf, GRM_DTYPE_I64, t->dn.nparams))) != GRM_OK)
+        return st;
+    /* step, seed, examples, batch size, then the early-stopping state */
+    t->ck.state[0] = t->step;
+    t->ck.state[1] = p->set.seed;
+    t->ck.state[2] = t->plan.nex_all;
+    t->ck.state[3] = p->set.batch_size;
+    t->ck.state[4] = t->ck.best_step;
+    memcpy(&t->ck.state[5], &t->ck.best_score, sizeof(double));
+    t->ck.state[6] = t->ck.bad_evals;
+    return ckl_add(l, "", "trainer.state", tensor1(t->ck.state, GRM_DTYPE_I64, 7));
+}
+
+
+/* One pass over dir's step-N.ext checkpoints: the newest and the oldest (paths of cap
+ * bytes, empty when none) and how many there are. A missing dir holds none. */
+static grm_status scan_ckpts(const char *dir, const char *ext, char *newest, char *oldest,
+                             size_t cap, int64_t *count)
+{
+    DIR *d = opendir(dir);
+    int64_t hi = -1, lo = INT64_MAX, n = 0;
+    newest[0] = oldest[0] = '\0';
+    *count = 0;
+    if (!d) {
+        if (errno == ENOENT) return GRM_OK;
+        return grm_errorf(GRM_EIO, "%s: cannot read checkpoint directory: %s", dir,
+                          strerror(errno));
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t s;
+        if (!grm__ckpt_is_step_name(e->d_name, ext, &s)) continue;
+        n++;
+        if (s > hi) {
+            hi = s;
+            snprintf(newest, cap, "%s/%s", dir, e->d_name);
+        }
+        if (s < lo) {
+            lo = s;
+            snprintf(oldest, cap, "%s/%s", dir, e->d_name);
+        }
+    }
+    closedir(d);
+    *count = n;
+    return GRM_OK;
+}
+
+/* Newest checkpoint in dir into path [cap] (empty when none). */
+static grm_status newest_ckpt(const char *dir, const char *ext, char *path, size_t cap)
+{
+    char oldest[4096];
+    int64_t n;
+    return scan_ckpts(dir, ext, path, oldest, cap < sizeof oldest ? cap : sizeof oldest, &n);
+}
+
+/* Delete the oldest checkpoints until at most keep remain. */
+static void prune_ckpts(const char *dir, const char *ext, int64_t keep)
+{
+    char newest[4096], oldest[4096];
+    int64_t n;
+    while (scan_ckpts(dir, ext, newest, oldest, sizeof oldest, &n) == GRM_OK && n > keep
+           && oldest[0] && unlink(oldest) == 0)
+        ;
+}
+
+
+/* Write a checkpoint named `file` in the checkpoint directory (NULL: step-N.ext, with
+ * pruning of the oldest). */
+static grm_status save_ckpt_as(grm__trainer *t, const char *file)
+{
+    grm__pipeline *p = t->p;
+    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    const char *dir = t->ck.dir;
+    char path[4096 + 96], meta[1024];
+    ckpt_list l = { 0 };
+    grm_status st;
+    if (!dir[0]) return GRM_OK;
+    if ((st = grm__ckpt_make_dirs(dir)) != GRM_OK) return st;
+    int64_t *steps_buf = calloc((size_t)t->dn.nparams + 1, sizeof *steps_buf);
+    if (!steps_buf) return grm_errorf(GRM_ENOMEM, "out of memory");
+    if ((st = collect_state(t, &l, steps_buf)) != GRM_OK) goto out;
+    char stem[32];
+    grm__ckpt_step_stem(stem, sizeof stem, t->step);
+    snprintf(path, sizeof path, "%s/%s.%s", dir, file ? file : stem,
+             kops->extension(p->ckpt.inst));
+    /* the manifest of the shard: world size, the sharding function (core/dist.h
+     * grm__dist_owner_of) and its replica group, the step */
+    const int64_t grp = p->set.sparse_group > 0 ? p->set.sparse_group : t->nranks;
+    snprintf(meta, sizeof meta, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
+             "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,\"rank\":%d,\"seed\":%lld,"
+             "\"sharding\":\"fmix64(key) %% group + rank / group * group\","
+             "\"sparse_group\":%lld}",
+             GRM_VERSION_STRING, p->set.name, (long long)t->step, t->nranks, t->rank,
+             (long long)p->set.seed, (long long)grp);
+    if ((st = kops->save(p->ckpt.inst, path, l.v, l.n, meta)) != GRM_OK) goto out;
+    if (!file) prune_ckpts(dir, kops->extension(p->ckpt.inst), p->set.ckpt_keep);
+    if (!t->opts->quiet) grm__log(GRM_LOG_INFO, "grmhost", "checkpoint %s", path);
+out:
+    ckl_free(&l);
+    free(steps_buf);
+    return st;
+}
+
+typedef struct load_ctx {
+    grm__trainer *t;
+    int64_t loaded;
+    int64_t state[7];
+    int have_state;
+    int64_t *param_steps;
+    const char *path;
+} load_ctx;
+
+static grm_status load_visit(void *user, const grm_named_tensor *nt)
+{
+    load_ctx *c = user;
+    grm__trainer *t = c->t;
+    const char *name = nt->name;
+    int64_t numel = 1;
+    for (int32_t d = 0; d < nt->tensor.ndim; d++) numel *= nt->tensor.shape[d];
+    if (strncmp(name, "emb.", 4) == 0) {
+        grm_named_tensor inner = { name + 4, nt->tensor };
+        grm_status st = t->sp.eops->load(t->p->emb.inst, &inner);
+        if (st != GRM_OK) {
+            grm_error_prefix("%s: tensor '%s': ", c->path, name);
+            return st;
+        }
+        c->loaded++;
+        return GRM_OK;
+    }
+    if (strcmp(name, "trainer.state") == 0 && (numel == 4 || numel == 7)
+        && nt->tensor.dtype == GRM_DTYPE_I64) {
+        memcpy(c->state, nt->tensor.data, (size_t)numel * sizeof(int64_t));
+        c->have_state = 1;
+        return GRM_OK;
+    }
+    if (strcmp(name, "trainer.param_steps") == 0 && nt->tensor.dtype == GRM_DTYPE_I64) {
+        if (numel != t->dn.nparams)
+            return grm_errorf(GRM_EFORMAT, "%s: holds %lld dense parameters, this pipeline has "
+                              "%d; it was written by a different model", c->path,
+                              (long long)numel, t->dn.nparams);
+        memcpy(c->param_steps, nt->tensor.data, (size_t)numel * sizeof(int64_t));
+        return GRM_OK;
+    }
+    int optim = strncmp(name, "optim.", 6) == 0;
+    const char *pname = optim ? name + 6 : name;
+    for (int32_t i = 0; i < t->dn.nparams; i++) {
+        grm__dparam *dp = &t->dn.params[i];
+        if (strcmp(dp->name, pname) != 0) continue;
+        int64_t want = optim ? t->dn.state_floats * dp->numel : dp->numel;
+        if (numel != want || nt->tensor.dtype != GRM_DTYPE_F32)
+            return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' has %lld elements, this pipeline "
+                              "expects %lld; it was written by a different model", c->path,
+                              name, (long long)numel, (long long)want);
+        memcpy(optim ? dp->state : dp->value, nt->tensor.data, (size_t)want * sizeof(float));
+        c->loaded++;
+        return GRM_OK;
+    }
+    return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' belongs to no part of this pipeline; it was "
+                      "written by a different model (start over with --fresh)", c->path, name);
+}
+
+/* Load checkpoint `path`: this rank's own, or (owned_only) one written by rank r mod N of N
+ * ranks, of which only the rows this rank owns are kept (the modulo scheme, reshard.h). */
+static grm_status load_ckpt_as(grm__trainer *t, const char *path, int owned_only)
+{
+    const grm_ckpt_ops *kops = t->p->ckpt.plugin->info->ops;
+    load_ctx c = { .t = t, .path = path };
+    c.param_steps = calloc((size_t)t->dn.nparams + 1, sizeof *c.param_steps);
+    if (!c.param_steps) return grm_errorf(GRM_ENOMEM, "out of memory");
+    int64_t kept = 0, dropped = 0;
+    grm_status st = owned_only
+        ? grm__reshard_load_owned(t->p, kops, t->p->ckpt.inst, path, t->rank, t->nranks,
+                                  load_visit, &c, &kept, &dropped)
+        : kops->load(t->p->ckpt.inst, path, load_visit, &c);
+    if (st == GRM_OK && owned_only)
+        grm__log(GRM_LOG_INFO, "grmhost", "%s: kept the %lld keyed rows this rank owns, "
+                 "left %lld to the other ranks", path, (long long)kept, (long long)dropped);
+    if (st == GRM_OK && !c.have_state)
+        st = grm_errorf(GRM_EFORMAT, "%s: has no trainer.state tensor; not a grmhost training "
+                        "checkpoint", path);
+    int64_t expect = t->dn.nparams * (t->dn.state_floats ? 2 : 1);
+    if (st == GRM_OK && c.loaded < expect)
+        st = grm_errorf(GRM_EFORMAT, "%s: restores %lld tensors, fewer than the %lld dense "
+                        "tensors of this pipeline", path, (long long)c.loaded,
+                        (long long)expect);
+    if (st == GRM_OK) {
+        t->step = c.state[0];
+        t->ck.best_step = c.state[4];
+        memcpy(&t->ck.best_score, &c.state[5], sizeof(double));
+        t->ck.bad_evals = c.state[6];
+        for (int32_t i = 0; i < t->dn.nparams; i++) t->dn.params[i].steps = c.param_steps[i];
+        if (c.state[2] != t->plan.nex_all || c.state[3] != t->p->set.batch_size)
+            grm__log(GRM_LOG_WARN, "grmhost", "%s: written with %lld examples and batch size "
+                     "%lld, now %lld and %lld: the example order differs from the original run",
+                     path, (long long)c.state[2], (long long)c.state[3],
+                     (long long)t->plan.nex_all, (long long)t->p->set.batch_size);
+    }
+    free(c.param_steps);
+    return st;
+}
+
+grm_status grm__ckpt_load(grm__trainer *t, const char *path)
+{
+    return load_ckpt_as(t, path, 0);
+}
+
+/* The step of checkpoint file `path` (its name step-S.ext), or -1. */
+static int64_t step_of(const char *path, const char *ext)
+{
+    const char *base = strrchr(path, '/');
+    int64_t s;
+    return path[0] && grm__ckpt_is_step_name(base ? base + 1 : path, ext, &s) ? s : -1;
+}
+
+/* Resume from the newest checkpoint: this job's own, or, when [checkpoint] dir holds a newer
+ * step written by N other ranks, that one. N -> M = kN is read directly by MTGRBoost §5.2's
+ * modulo scheme (reshard.h: rank r reads rank r mod N's file and keeps its own rows); other
+ * world sizes are refused with `grmhost reshard` as the fix. Every rank decides alike: the
+ * steps compared are the minimum (the step every rank has) and maximum over the ranks. */
+grm_status grm__ckpt_resume(grm__trainer *t)
+{
+    const grm__pipeline *p = t->p;
+    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    const char *ext = kops->extension(p->ckpt.inst);
+    const grm_comm_handle *c = &p->comm_handle;
+    const int32_t N = t->ck.other, M = t->nranks;
+    char path[4096], src[4096];
+    grm_status st = newest_ckpt(t->ck.dir, ext, path, sizeof path);
+    if (st != GRM_OK) return st;
+    int64_t own = step_of(path, ext), other = -1, other_max = -1;
+    if (N) {
+        if ((st = grm__reshard_source(p->set.ckpt_dir, ext, t->rank, N, -1, &other, NULL, 0))
+            != GRM_OK)
+            return st;
+        int64_t lo[2] = { own, other }, hi = other;
+        if (M > 1 && ((st = c->ops->allreduce(c->inst, lo, 2, GRM_DTYPE_I64, GRM_REDUCE_MIN))
+                      != GRM_OK
+                      || (st = c->ops->allreduce(c->inst, &hi, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX))
+                      != GRM_OK))
+            return st;
+        own = lo[0];
+        other = lo[1];
+        other_max = hi;
+    }
+    if (other_max > own) {   /* the other world size holds the newest step */
+        if (!grm__reshard_nests(p->set.sparse_group, N, M))
+            return grm_errorf(GRM_EINVAL, "%s: checkpoints there were written by %d rank%s and "
+                              "this job has %d; resuming on another world size needs `grmhost "
+                              "reshard FILE.ini -n %d` first (it moves the old ones aside), or "
+                              "run with %d ranks or a multiple of %d, or pass --fresh",
+                              p->set.ckpt_dir, N, N > 1 ? "s" : "", M, M, N, N);
+        int64_t have;
+        if (other >= 0
+            && (st = grm__reshard_source(p->set.ckpt_dir, ext, t->rank, N, other, &have, src,
+                                         sizeof src)) != GRM_OK)
+            return st;
+        if (other < 0 || !src[0])
+            return grm_errorf(GRM_ENOTFOUND, "%s: rank %d of the %d that wrote checkpoints "
+                              "there has no step-%lld file, the newest step all of them wrote; "
+                              "restore it, or rewrite another step with `grmhost reshard "
+                              "FILE.ini -n %d --step S`", p->set.ckpt_dir, (int)(t->rank % N),
+                              N, (long long)other, M);
+        if ((st = load_ckpt_as(t, src, 1)) != GRM_OK) {
+            grm_error_suffix("; `grmhost reshard FILE.ini -n %d` rewrites the checkpoints for "
+                             "this job instead, or pass --fresh", M);
+            return st;
+        }
+        grm__log(GRM_LOG_INFO, "grmhost", "resuming %d ranks from step %lld of the %d-rank "
+                 "checkpoints in %s: rank r reads rank r mod %d's file only (MTGRBoost §5.2); "
+                 "they stay where they are", M, (long long)t->step, N, p->set.ckpt_dir, N);
+        return GRM_OK;
+    }
+    if (!path[0]) return GRM_OK;
+    if (N)
+        grm__log(GRM_LOG_WARN, "grmhost", "%s also holds checkpoints of %d rank%s, none newer "
+                 "than this job's step %lld; they are ignored", p->set.ckpt_dir, N,
+                 N > 1 ? "s" : "", (long long)own);
+    if ((st = grm__ckpt_load(t, path)) != GRM_OK) {
+        grm_error_suffix("; to resume from the checkpoint before it, move this one away, or "
+                         "pass --fresh to start over");
+        return st;
+    }
+    grm__log(GRM_LOG_INFO, "grmhost", "resuming from %s at step %lld (use --fresh to start "
+             "over)", path, (long long)t->step);
+    return GRM_OK;
+}
+
+/* Restore early stopping's best model: this rank's best.ext, or, when this job resumed from
+ * N other ranks before it saved a best of its own, rank r mod N's (modulo scheme). */
+grm_status grm__ckpt_load_best(grm__trainer *t, char *path, size_t cap)
+{
+    const grm__pipeline *p = t->p;
+    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    const char *ext = kops->extension(p->ckpt.inst);
+    snprintf(path, cap, "%s/best.%s", t->ck.dir, ext);
+    const int32_t N = t->ck.other;
+    if (access(path, R_OK) == 0 || !N || !grm__reshard_nests(p->set.sparse_group, N, t->nranks))
+        return grm__ckpt_load(t, path);
+    char src[4096];
+    grm__reshard_source_dir(src, sizeof src, p->set.ckpt_dir, t->rank, N);
+    snprintf(path, cap, "%s/best.%s", src, ext);
+    return load_ckpt_as(t, path, 1);
+}
+
+grm_status grm__ckpt_save(grm__trainer *t)
+{
+    double t0 = now_s();
+    grm_status st = grm__async_flush(t);
+    if (st == GRM_OK) st = save_ckpt_as(t, NULL);
+    t->rep.t_ckpt += now_s() - t0;
+    return st;
+}
+
+/* Early stopping: record a validation score; keep the model when it is the best so far.
+ * Sets *stop when the patience is exhausted. */
+grm_status grm__ckpt_track_best(grm__trainer *t, double score, int *stop)
+{
+    int64_t patience = t->p->set.early_stop;
+    *stop = 0;
+    if (patience <= 0) return GRM_OK;
+    if (t->ck.best_step == 0 || score > t->ck.best_score) {
+        t->ck.best_score = score;
+        t->ck.best_step = t->step;
+        t->ck.bad_evals = 0;
+        return save_ckpt_as(t, "best");
+    }
+    if (++t->ck.bad_evals >= patience) {
+        grm__log(GRM_LOG_INFO, "grmhost", "early stop at step %lld: no better validation "
+                 "score in %lld runs (best %.4f at step %lld)", (long long)t->step,
+                 (long long)t->ck.bad_evals, t->ck.best_score, (long long)t->ck.best_step);
+        *stop = 1;
+    }
+    return GRM_OK;
+}
+
+/* ---- entry points ---- */
+
+/* This rank's checkpoint directory: [checkpoint] dir itself on one rank, dir/rank-R-of-N
+ * with several (each rank writes the rows it owns and its copy of the dense state). A
+ * directory written by another world size is refused, with `grmhost reshard` as the fix
+ * (core/reshard.c rewrites it for this world size and moves the old files aside). */
+/* A save killed midway (kill -9, power loss) leaves its "<name>.tmp.<pid>" behind; resume
+ * never reads one, but they would pile up. Only names of this trainer's checkpoints. */
+void grm__ckpt_remove_stale(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if ((strncmp(e->d_name, "step-", 5) != 0 && strncmp(e->d_name, "best.", 5) != 0)
+            || !strstr(e->d_name, ".tmp."))
+            continue;
+        char path[4096 + 256];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0)
+            grm__log(GRM_LOG_INFO, "grmhost", "removed %s, left by an interrupted save", path);
+    }
+    closedir(d);
+}
+
+grm_status grm__ckpt_dir_of(grm__trainer *t)
+{
+    const char *dir = t->p->set.ckpt_dir;
+    t->ck.dir[0] = 0;
+    t->ck.other = 0;
+    if (!dir[0]) return GRM_OK;
+    grm__ckpt_rank_dir(t->ck.dir, sizeof t->ck.dir, dir, t->rank, t->nranks);
+    if (t->opts->fresh) return GRM_OK;
+    DIR *d = opendir(dir);
+    if (!d) return GRM_OK;
+    struct dirent *e;
+    int other = 0, top = 0, several = 0;
+    while ((e = readdir(d)) != NULL) {
+        int r, n;
+        if (grm__ckpt_is_rank_dir(e->d_name, &r, &n) && n != t->nranks) {
+            several |= other && other != n;
+            other = n;
+        }
+        if (strncmp(e->d_name, "step-", 5) == 0 && t->nranks > 1) top = 1;
+    }
+    closedir(d);
+    if (several || (other && top))
+        return grm_errorf(GRM_EINVAL, "%s: holds checkpoints of several other world sizes; "
+                          "keep one (`grmhost reshard FILE.ini -n %d --from N` rewrites one "
+                          "for this job), or pass --fresh", dir, t->nranks);
+    t->ck.other = other ? other : top;
+    return GRM_OK;
+}
+
+/* eval --checkpoint DIR|FILE: a file as it is; a directory's newest step-S checkpoint, with
+ * several ranks each rank's own DIR/rank-R-of-N. */
+grm_status grm__ckpt_eval_path(grm__trainer *t, const char *given, char *path, size_t cap)
+{
+    const grm_ckpt_ops *kops = t->p->ckpt.plugin->info->ops;
+    const char *ext = kops->extension(t->p->ckpt.inst);
+    struct stat sb;
+    if (stat(given, &sb) != 0) return grm_errorf(GRM_EIO, "%s: %s", given, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(path, cap, "%s", given);
+        return GRM_OK;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", given);
+    if (t->nranks > 1) {
+        grm__ckpt_rank_dir(dir, sizeof dir, given, t->rank, t->nranks);
+        if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return grm_errorf(GRM_ENOTFOUND, "%s: no %s here: %d ranks evaluate the "
+                              "checkpoints %d ranks wrote (or `grmhost reshard` them)", given,
+                              dir + strlen(given) + 1, t->nranks, t->nranks);
+    }
+    grm_status st = newest_ckpt(dir, ext, path, cap);
+    if (st == GRM_OK && !path[0])
+        st = grm_errorf(GRM_ENOTFOUND, "%s: no step-*.%s checkpoint in this directory", dir, ext);
+    return st;
+}

@@ -1,0 +1,416 @@
+/* core/eval.c - evaluation. Retrieval: leave-one-out, every evaluated user's held-out item
+ * ranked against the whole catalog (history excluded, ties by id), HR@K, NDCG@K and MRR
+ * beside the most-popular baseline. Ranking: AUC, GAUC (MTGRBoost §6.1) and logloss per task
+ * beside the constant prior. Sharded over the ranks; the lookups are collective. */
+#include "route.h"
+#include "train.h"
+
+#include <cblas.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- evaluation: leave-one-out, full ranking over the catalog ---- */
+
+typedef struct rank_ctx {
+    grm__trainer *t;
+    int64_t b;
+    int split;                 /* 0 valid, 1 test */
+    int popularity;            /* score by training popularity instead of the model */
+    grm__rank_acc *acc;        /* [b] per-row results merged afterwards */
+    int64_t *ranks;            /* [b] */
+} rank_ctx;
+
+static int64_t catalog_index(const grm__dataset *ds, int64_t id)
+{
+    int64_t lo = 0, hi = ds->ncatalog - 1;
+    while (lo <= hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (ds->catalog_ids[mid] == id) return mid;
+        if (ds->catalog_ids[mid] < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
+{
+    rank_ctx *c = vctx;
+    grm__trainer *t = c->t;
+    const grm__dataset *ds = t->ds;
+    int64_t C = ds->ncatalog;
+    for (int64_t k = lo; k < hi; k++) {
+        int64_t u = t->eb.users[k], end = t->eb.hist_end[k];
+        int64_t target = ds->items[end];
+        float *sc = t->ev.scores + k * C;
+        if (c->popularity)
+            for (int64_t j = 0; j < C; j++) sc[j] = (float)ds->catalog_counts[j];
+        /* items already in the user's history are not candidates */
+        for (int64_t j = ds->offsets[u]; j < end; j++) {
+            int64_t ci = catalog_index(ds, ds->items[j]);
+            if (ci >= 0 && ds->items[j] != target) sc[ci] = -FLT_MAX;
+        }
+        int64_t ti = catalog_index(ds, target);
+        float ts = sc[ti];
+        int64_t rank = 0;
+        for (int64_t j = 0; j < C; j++)
+            rank += sc[j] > ts || (sc[j] == ts && j < ti);
+        c->ranks[k] = rank;
+    }
+    return GRM_OK;
+}
+
+/* Evaluation is sharded over the ranks: rank r scores its contiguous share [*lo, *hi) of
+ * n items (users or rows) in *nb batches of at most EB, the same *nb on every rank because
+ * the lookups are collective (a rank past its share looks up nothing). With input =
+ * sharded, n counts this rank's own items, all of them its share, and *nb is the most
+ * any rank needs. */
+static grm_status eval_share(const grm__trainer *t, int64_t n, int64_t EB, int64_t *lo, int64_t *hi,
+                             int64_t *nb)
+{
+    if (t->sharded) {
+        const grm_comm_handle *c = &t->p->comm_handle;
+        *lo = 0;
+        *hi = n;
+        *nb = (n + EB - 1) / EB;
+        grm_status st = c->ops->allreduce(c->inst, nb, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+        if (st != GRM_OK) grm_error_prefix("evaluation: agreeing on the batches: ");
+        return st;
+    }
+    const int64_t N = t->nranks, per = (n + N - 1) / N;
+    *lo = n * t->rank / N;
+    *hi = n * (t->rank + 1) / N;
+    *nb = (per + EB - 1) / EB;
+    return GRM_OK;
+}
+
+/* Every rank's `bytes` bytes at `mine`, in rank order, into all [nranks * bytes]. */
+static grm_status gather_bytes(grm__trainer *t, void *all, const void *mine, size_t bytes)
+{
+    grm_status st = grm__gather_bytes(&t->p->comm_handle, all, mine, bytes);
+    if (st != GRM_OK) grm_error_prefix("evaluation: gathering the ranks' results: ");
+    return st;
+}
+
+/* The ranks' accumulators summed in rank order, on every rank. */
+static grm_status merge_accs(grm__trainer *t, grm__rank_acc *acc)
+{
+    if (t->nranks == 1) return GRM_OK;
+    grm__rank_acc *all = calloc((size_t)t->nranks, sizeof *all);
+    if (!all) return grm_errorf(GRM_ENOMEM, "out of memory");
+    grm_status st = gather_bytes(t, all, acc, sizeof *acc);
+    if (st == GRM_OK) {
+        grm__rank_acc sum = all[0];
+        for (int32_t r = 1; r < t->nranks; r++) grm__rank_acc_merge(&sum, &all[r]);
+        *acc = sum;
+    }
+    free(all);
+    return st;
+}
+
+/* Rank the split's targets for the evaluated users (this rank's share); the results of all
+ * ranks into acc (and pop). */
+static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__rank_acc *pop)
+{
+    grm__pipeline *p = t->p;
+    grm__dataset *ds = t->ds;
+    grm_status st;
+    int64_t C = ds->ncatalog, EB = p->set.eval_batch;
+    int32_t D = p->tables[t->item_table].dim, L = p->ndense + 1;
+    grm__rank_acc_init(acc, &p->set.topk);
+    if (pop) grm__rank_acc_init(pop, &p->set.topk);
+    st = grm__sparse_plan_encode(p->plan, t->item_table, t->ev.cat_keys, ds->catalog_ids, C);
+    if (st == GRM_OK && t->sp.dist)
+        st = grm__dist_lookup(t->sp.dist, t->item_phys, t->ev.cat_keys, NULL, C, 0, t->ev.cat_rows, 0);
+    else if (st == GRM_OK)
+        st = t->sp.eops->lookup(p->emb.inst, t->ev.cat_rows, t->item_phys, t->ev.cat_keys, C, 0);
+    if (st != GRM_OK) return st;
+    int64_t *ranks = xalloc((size_t)EB * sizeof *ranks);
+    if (!ranks) return GRM_ENOMEM;
+    int64_t ne = 0, lo, hi, nb;
+    for (int64_t u = 0; u < ds->nusers; u++) ne += ds->has_eval[u];
+    if ((st = eval_share(t, ne, EB, &lo, &hi, &nb)) != GRM_OK) {
+        grm__free(CPU, ranks);
+        return st;
+    }
+    int64_t u0 = 0, seen = 0;   /* the next user, and evaluated users before it */
+    for (int64_t ib = 0; ib < nb; ib++) {
+        int64_t b = 0;
+        for (; u0 < ds->nusers && b < EB && seen < hi; u0++) {
+            if (!ds->has_eval[u0]) continue;
+            if (seen++ < lo) continue;
+            t->eb.users[b] = u0;
+            t->eb.hist_end[b] = ds->train_end[u0] + split;
+            b++;
+        }
+        t->eb.b = b;
+        if ((st = grm__batch_assemble_ids(t, &t->eb, 0)) != GRM_OK
+            || (st = grm__embed_batch(t, &t->eb, 0)) != GRM_OK)
+            break;
+        if (b == 0) continue;   /* past this rank's share: the collective lookup only */
+        if ((st = grm__dense_forward(t, &t->eb, 0, t->step)) != GRM_OK) break;
+        const float *q = t->dn.acts[L];   /* [b, D] queries */
+        if (t->seqmode) {   /* a sequence's query is its last token's output */
+            const int64_t *off = t->eb.foff[p->seq_feature];
+            for (int64_t k = 0; k < b; k++) {
+                if (off[k + 1] > off[k])
+                    memcpy(t->ev.queries + k * D, t->dn.acts[L] + (off[k + 1] - 1) * D,
+                           (size_t)D * sizeof(float));
+                else
+                    memset(t->ev.queries + k * D, 0, (size_t)D * sizeof(float));
+            }
+            q = t->ev.queries;
+        }
+        st = t->be.iface->gemm(t->be.context, 0, 1, b, C, D, 1.0f, q, D, t->ev.cat_rows, D, 0.0f,
+                               t->ev.scores, C, NULL);
+        if (st != GRM_OK) break;
+        rank_ctx rc = { .t = t, .b = b, .split = split, .ranks = ranks };
+        if ((st = grm__parallel_for(b, 8, rank_range, &rc)) != GRM_OK) break;
+        for (int64_t k = 0; k < b; k++) grm__rank_acc_add(acc, ranks[k]);
+        if (pop) {
+            rc.popularity = 1;
+            if ((st = grm__parallel_for(b, 8, rank_range, &rc)) != GRM_OK) break;
+            for (int64_t k = 0; k < b; k++) grm__rank_acc_add(pop, ranks[k]);
+        }
+        grm__scratch_reset();
+    }
+    grm__free(CPU, ranks);
+    if (st == GRM_OK) st = merge_accs(t, acc);
+    if (st == GRM_OK && pop) st = merge_accs(t, pop);
+    return st;
+}
+
+static void emit_ranks(grm__trainer *t, const char *split, const char *prefix,
+                       const grm__rank_acc *a)
+{
+    char name[64];
+    double n = a->n ? (double)a->n : 1.0;
+    for (int32_t i = 0; i < a->nk; i++) {
+        snprintf(name, sizeof name, "%shr@%lld", prefix, (long long)a->k[i]);
+        grm__metrics_emit(t->rep.metrics, t->step, split, name, a->hr[i] / n);
+        snprintf(name, sizeof name, "%sndcg@%lld", prefix, (long long)a->k[i]);
+        grm__metrics_emit(t->rep.metrics, t->step, split, name, a->ndcg[i] / n);
+    }
+    snprintf(name, sizeof name, "%smrr", prefix);
+    grm__metrics_emit(t->rep.metrics, t->step, split, name, a->mrr / n);
+    if (!prefix[0]) grm__metrics_emit(t->rep.metrics, t->step, split, "users", (double)a->n);
+}
+
+static int64_t pick_k(const grm__rank_acc *a, int64_t want, int32_t *idx)
+{
+    for (int32_t i = 0; i < a->nk; i++)
+        if (a->k[i] == want) {
+            *idx = i;
+            return want;
+        }
+    *idx = a->nk - 1;
+    return a->k[a->nk - 1];
+}
+
+/* Replace *n rows of scores and labels [*n, T] and groups [*n] with every rank's rows, in
+ * rank order (input = sharded: each rank scored its own rows). */
+static grm_status gather_rows(grm__trainer *t, int64_t *n, float **scores, float **labels,
+                              int64_t **groups, int32_t T)
+{
+    const grm_comm_handle *c = &t->p->comm_handle;
+    void *s2 = NULL, *l2 = NULL, *g2 = NULL;
+    int64_t total = 0;
+    grm_status st = grm__gatherv(c, *scores, *n * T, sizeof(float), &s2, &total);
+    if (st == GRM_OK) st = grm__gatherv(c, *labels, *n * T, sizeof(float), &l2, &total);
+    if (st == GRM_OK) st = grm__gatherv(c, *groups, *n, sizeof(int64_t), &g2, &total);
+    if (st != GRM_OK) {
+        free(s2);
+        free(l2);
+        free(g2);
+        grm_error_prefix("evaluation: gathering the ranks' rows: ");
+        return st;
+    }
+    grm__free(CPU, *scores);
+    grm__free(CPU, *labels);
+    grm__free(CPU, *groups);
+    *scores = s2;
+    *labels = l2;
+    *groups = g2;
+    *n = total;
+    return GRM_OK;
+}
+
+/* Ranking evaluation of split (1 valid, 2 test): AUC, GAUC (grouped by user_column,
+ * MTGRBoost §6.1) and logloss per task, beside the logloss of predicting the training
+ * positive rate for every row (the constant baseline; its AUC is 0.5). */
+static grm_status run_eval_ranking(grm__trainer *t, int split, double *score)
+{
+    grm__pipeline *p = t->p;
+    grm__dataset *ds = t->ds;
+    const char *name = split == 1 ? "valid" : "test";
+    int32_t T = ds->ntasks, L = p->ndense + 1;
+    int64_t n = ds->nsplit[split], EB = p->set.eval_batch;
+    const int64_t *rows = ds->split_rows[split];
+    grm_status st = GRM_OK;
+    if (n == 0 && !t->sharded) return GRM_OK;   /* sharded: the others may have rows */
+    const int64_t n1 = n ? n : 1;
+    float *scores = xalloc((size_t)(n1 * T) * sizeof(float));
+    float *labels = xalloc((size_t)(n1 * T) * sizeof(float));
+    float *col_s = NULL, *col_y = NULL;
+    int64_t *groups = xalloc((size_t)n1 * sizeof(int64_t));
+    if (!scores || !labels || !groups) {
+        st = GRM_ENOMEM;
+        goto out;
+    }
+    double logloss = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t r = rows[i];
+        memcpy(labels + i * T, ds->labels + r * T, (size_t)T * sizeof(float));
+        groups[i] = ds->groups ? ds->groups[r] : 0;
+    }
+    memset(scores, 0, (size_t)(n * T) * sizeof(float));
+    int64_t lo, hi, nb;
+    if ((st = eval_share(t, n, EB, &lo, &hi, &nb)) != GRM_OK) goto out;
+    for (int64_t ib = 0; ib < nb; ib++) {   /* this rank's share of the rows */
+        int64_t r0 = lo + ib * EB, b = hi - r0 < EB ? hi - r0 : EB;
+        if (b < 0) b = 0;
+        for (int64_t k = 0; k < b; k++) t->eb.users[k] = rows[r0 + k];
+        t->eb.b = b;
+        t->eb.streamed = 0;
+        if ((st = grm__batch_assemble_ids(t, &t->eb, 0)) != GRM_OK
+            || (st = grm__embed_batch(t, &t->eb, 0)) != GRM_OK)
+            goto out;
+        if (b == 0) continue;   /* the collective lookup only */
+        if ((st = grm__dense_forward(t, &t->eb, 0, t->step)) != GRM_OK) goto out;
+        grm_loss_io io = { .struct_size = sizeof io, .ntasks = T, .rows = b, .dim = T,
+                           .pred = t->dn.acts[L], .labels = labels + r0 * T,
+                           .scores = scores + r0 * T };
+        if ((st = t->dn.hops->loss(p->head.inst, &io)) != GRM_OK) goto out;
+        logloss += io.loss * (double)b;
+        grm__scratch_reset();
+    }
+    if (t->nranks > 1) {
+        const grm_comm_handle *c = &p->comm_handle;
+        double *lls = calloc((size_t)t->nranks, sizeof *lls);
+        if (!lls) {
+            st = grm_errorf(GRM_ENOMEM, "out of memory");
+            goto out;
+        }
+        if (t->sharded)   /* every rank's own rows, in rank order */
+            st = gather_rows(t, &n, &scores, &labels, &groups, T);
+        else              /* every rank's scores (zeros elsewhere: the sum is exact) */
+            st = c->ops->allreduce(c->inst, scores, n * T, GRM_DTYPE_F32, GRM_REDUCE_SUM);
+        if (st == GRM_OK) st = gather_bytes(t, lls, &logloss, sizeof logloss);
+        logloss = 0;
+        for (int32_t r = 0; r < t->nranks; r++) logloss += lls[r];
+        free(lls);
+        if (st != GRM_OK) goto out;
+    }
+    if (n == 0) goto out;
+    col_s = xalloc((size_t)n * sizeof(float));
+    col_y = xalloc((size_t)n * sizeof(float));
+    if (!col_s || !col_y) {
+        st = GRM_ENOMEM;
+        goto out;
+    }
+    for (int32_t k = 0; k < T; k++) {
+        char metric[128];
+        const char *task = p->set.label_columns.v[k];
+        const char *sep = T > 1 ? "." : "";
+        double prior = ds->prior[k], pl = 0;
+        for (int64_t i = 0; i < n; i++) {
+            col_s[i] = scores[i * T + k];
+            col_y[i] = labels[i * T + k];
+            double y = col_y[i], q = prior < 1e-7 ? 1e-7 : prior > 1 - 1e-7 ? 1 - 1e-7 : prior;
+            pl -= y * log(q) + (1 - y) * log(1 - q);
+        }
+        double auc = grm__auc(col_s, col_y, n);
+        if (k == 0 && score) *score = auc;
+        snprintf(metric, sizeof metric, "auc%s%s", sep, T > 1 ? task : "");
+        grm__metrics_emit(t->rep.metrics, t->step, name, metric, auc);
+        double gauc = NAN;
+        if (ds->groups) {
+            gauc = grm__gauc(col_s, col_y, groups, n);
+            snprintf(metric, sizeof metric, "gauc%s%s", sep, T > 1 ? task : "");
+            grm__metrics_emit(t->rep.metrics, t->step, name, metric, gauc);
+        }
+        snprintf(metric, sizeof metric, "prior_logloss%s%s", sep, T > 1 ? task : "");
+        grm__metrics_emit(t->rep.metrics, t->step, name, metric, pl / (double)n);
+        if (!t->opts->quiet)
+            grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s%s%s: auc %.4f gauc %.4f over %lld "
+                     "rows; constant-prior logloss %.4f", (long long)t->step, name,
+                     T > 1 ? " " : "", T > 1 ? task : "", auc, gauc, (long long)n,
+                     pl / (double)n);
+    }
+    /* the head reports the loss summed over tasks and averaged over rows */
+    grm__metrics_emit(t->rep.metrics, t->step, name, "logloss", logloss / (double)n);
+    grm__metrics_emit(t->rep.metrics, t->step, name, "rows", (double)n);
+    if (!t->opts->quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s: logloss %.4f (summed over %d tasks)",
+                 (long long)t->step, name, logloss / (double)n, T);
+out:
+    grm__free(CPU, scores);
+    grm__free(CPU, labels);
+    grm__free(CPU, col_s);
+    grm__free(CPU, col_y);
+    grm__free(CPU, groups);
+    return st;
+}
+
+static grm_status run_eval_timed(grm__trainer *t, int split, int with_pop, double *score)
+{
+    if (t->ranking) return run_eval_ranking(t, split + 1, score);
+    grm__rank_acc acc, pop;
+    const char *name = split ? "test" : "valid";
+    grm_status st = evaluate(t, split, &acc, with_pop ? &pop : NULL);
+    if (st != GRM_OK) return st;
+    emit_ranks(t, name, "", &acc);
+    if (with_pop) emit_ranks(t, name, "mostpop_", &pop);
+    int32_t ki;
+    int64_t k = pick_k(&acc, t->p->set.select_k, &ki);
+    double n = acc.n ? (double)acc.n : 1.0;
+    if (score) *score = acc.ndcg[ki] / n;
+    if (!t->opts->quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s: hr@%lld %.4f ndcg@%lld %.4f over %lld "
+                 "users%s", (long long)t->step, name, (long long)k, acc.hr[ki] / n,
+                 (long long)k, acc.ndcg[ki] / n, (long long)acc.n, "");
+    if (with_pop && !t->opts->quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s: most-popular baseline hr@%lld %.4f "
+                 "ndcg@%lld %.4f", (long long)t->step, name, (long long)k, pop.hr[ki] / n,
+                 (long long)k, pop.ndcg[ki] / n);
+    return GRM_OK;
+}
+
+grm_status grm__run_eval(grm__trainer *t, int split, int with_pop, double *score)
+{
+    double t0 = now_s();
+    grm_status st = grm__async_flush(t);
+    if (st == GRM_OK && t->src.stream && !t->src.full) {   /* the held-out rows read so far */
+        if ((st = grm__stream_snapshot(t)) == GRM_OK && !t->src.full && !t->opts->quiet)
+            grm__log(GRM_LOG_INFO, "grmhost", "step %lld: input = stream: the first pass is "
+                     "not read through, so validation and test cover the held-out rows read "
+                     "so far", (long long)t->step);
+    }
+    if (st == GRM_OK) st = run_eval_timed(t, split, with_pop, score);
+    t->rep.t_eval += now_s() - t0;
+    return st;
+}
+
+/* The catalog's keys and rows, the scores of an evaluation batch, a sequence model's
+ * last-token queries. */
+grm_status grm__eval_setup(grm__trainer *t)
+{
+    const grm__pipeline *p = t->p;
+    const grm__dataset *ds = t->ds;
+    const grm__settings *s = &p->set;
+    const int32_t D = t->ranking ? (int32_t)ds->ntasks : p->tables[t->item_table].dim;
+    t->ev.cat_keys = xalloc((size_t)(ds->ncatalog ? ds->ncatalog : 1) * sizeof(int64_t));
+    t->ev.queries = xalloc((size_t)(t->B * D) * sizeof(float));
+    t->ev.cat_rows = xalloc((size_t)(ds->ncatalog * D) * sizeof(float));
+    t->ev.scores = xalloc((size_t)(s->eval_batch * ds->ncatalog) * sizeof(float));
+    if (!t->ev.cat_keys || !t->ev.queries || !t->ev.cat_rows || !t->ev.scores) return GRM_ENOMEM;
+    return GRM_OK;
+}
+
+void grm__eval_teardown(grm__trainer *t)
+{
+    void *bufs[] = { t->ev.cat_keys, t->ev.cat_rows, t->ev.scores, t->ev.queries };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
+    memset(&t->ev, 0, sizeof t->ev);
+}

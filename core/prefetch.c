@@ -1,0 +1,150 @@
+/* core/prefetch.c - the data thread: with [train] prefetch = N it assembles batches
+ * (core/batch.c) into a ring of N + 1 slots ahead of the trainer (MTGRBoost §3 prefetch;
+ * TurboGR's pipelined stages), so the data work overlaps the compute of the batches before.
+ * --batches-in-memory gives it a slot for every batch of the run (the benchmark peer). */
+#include "train.h"
+
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the data thread ---- */
+
+static void *pf_main(void *arg)
+{
+    grm__trainer *t = arg;
+    grm__prefetcher *pf = &t->pf;
+    grm__pool_inline_thread();   /* the pool belongs to the trainer thread */
+    /* Lowest priority (SCHED_IDLE): the data thread runs on cores the compute leaves idle
+     * (the trainer's serial parts, its waits) instead of preempting a pool worker, which
+     * stalls the whole fork-join; starved, it still runs as soon as the trainer waits for
+     * it. With every core in the pool (the default) that keeps prefetch from ever costing
+     * compute time, at the price of less of the data work hidden; with a spare core it
+     * runs there. bench/bench_pipeline.sh measures both (nice 19 still cost 4% here). A
+     * system that refuses it keeps the default priority. */
+    struct sched_param sp = { 0 };
+    pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
+    pthread_mutex_lock(&pf->lock);
+    for (;;) {
+        while (!pf->stop && pf->next <= pf->last && pf->next > pf->released + pf->nslots)
+            pthread_cond_wait(&pf->cond, &pf->lock);
+        if (pf->stop || pf->next > pf->last) break;
+        int64_t g = pf->next;
+        grm__batch *bt = &pf->ring[(g - 1) % pf->nslots];
+        pthread_mutex_unlock(&pf->lock);
+        double t0 = now_s();
+        bt->st = grm__batch_assemble_train(t, bt, g);
+        if (bt->st != GRM_OK) snprintf(bt->err, sizeof bt->err, "%s", grm_last_error());
+        double dt = now_s() - t0;
+        pthread_mutex_lock(&pf->lock);
+        pf->busy_s += dt;
+        pf->ready = g;
+        pf->next = bt->st == GRM_OK ? g + 1 : pf->last + 1;   /* a failure ends the thread */
+        pthread_cond_broadcast(&pf->cond);
+    }
+    pthread_mutex_unlock(&pf->lock);
+    return NULL;
+}
+
+/* Start assembling batches first .. last ahead (prefetch > 0; otherwise nothing to do). */
+grm_status grm__prefetch_start(grm__trainer *t, int64_t first, int64_t last)
+{
+    grm__prefetcher *pf = &t->pf;
+    grm_status st;
+    const int all = t->opts->batches_in_memory;
+    if ((t->p->set.prefetch <= 0 && !all) || first > last) return GRM_OK;
+    if (all && last - first + 1 > INT32_MAX - 1)
+        return grm_errorf(GRM_EINVAL, "--batches-in-memory: %lld batches are too many; "
+                          "bound the run with --max-steps", (long long)(last - first + 1));
+    if (!pf->ring) {
+        /* --batches-in-memory: a slot for every batch of the run */
+        pf->nslots = all ? (int32_t)(last - first + 1) : (int32_t)t->p->set.prefetch + 1;
+        pf->ring = calloc((size_t)pf->nslots, sizeof *pf->ring);
+        if (!pf->ring) return grm_errorf(GRM_ENOMEM, "out of memory");
+        for (int32_t k = 0; k < pf->nslots; k++)
+            if ((st = grm__batch_init(t, &pf->ring[k])) != GRM_OK) return st;
+        pthread_mutex_init(&pf->lock, NULL);
+        pthread_cond_init(&pf->cond, NULL);
+    }
+    pf->stop = 0;
+    pf->next = first;
+    pf->last = last;
+    pf->ready = pf->released = first - 1;
+    int rc = pthread_create(&pf->thread, NULL, pf_main, t);
+    if (rc != 0)
+        return grm_errorf(GRM_EINTERNAL, "data thread: pthread_create: %s", strerror(rc));
+    pf->running = 1;
+    if (all) {   /* the benchmark peer: every batch assembled before the first step */
+        double t0 = now_s();
+        pthread_mutex_lock(&pf->lock);
+        while (pf->ready < last && pf->next <= pf->last) pthread_cond_wait(&pf->cond, &pf->lock);
+        pthread_mutex_unlock(&pf->lock);
+        if (!t->opts->quiet)
+            grm__log(GRM_LOG_INFO, "grmhost", "--batches-in-memory: %lld batches assembled "
+                     "before step 1 in %.2fs", (long long)(last - first + 1), now_s() - t0);
+        t->rep.t_plan = 0;   /* not part of the loop: the data thread is done */
+        pf->busy_s = 0;
+    }
+    return GRM_OK;
+}
+
+void grm__prefetch_stop(grm__trainer *t)
+{
+    grm__prefetcher *pf = &t->pf;
+    if (!pf->running) return;
+    pthread_mutex_lock(&pf->lock);
+    pf->stop = 1;
+    pthread_cond_broadcast(&pf->cond);
+    pthread_mutex_unlock(&pf->lock);
+    pthread_join(pf->thread, NULL);
+    pf->running = 0;
+    t->rep.t_batch += pf->busy_s;   /* assembly time, spent on the data thread */
+    pf->busy_s = 0;
+}
+
+/* Batch g, assembled: from the ring (waiting for the data thread if it is behind), or built
+ * here into the evaluation batch when nothing prefetches. */
+grm_status grm__prefetch_take(grm__trainer *t, int64_t g, grm__batch **out)
+{
+    grm__prefetcher *pf = &t->pf;
+    if (!pf->running) {
+        double t0 = now_s();
+        grm_status st = grm__batch_assemble_train(t, &t->eb, g);
+        t->rep.t_batch += now_s() - t0;
+        *out = &t->eb;
+        return st;
+    }
+    if (g != pf->released + 1)
+        return grm_errorf(GRM_EINTERNAL, "data thread: batch %lld asked for out of order "
+                          "(next is %lld)", (long long)g, (long long)pf->released + 1);
+    double t0 = now_s();
+    pthread_mutex_lock(&pf->lock);
+    while (pf->ready < g && pf->running) pthread_cond_wait(&pf->cond, &pf->lock);
+    pthread_mutex_unlock(&pf->lock);
+    t->rep.t_wait += now_s() - t0;
+    grm__batch *bt = &pf->ring[(g - 1) % pf->nslots];
+    if (bt->st != GRM_OK) return grm_errorf(bt->st, "%s", bt->err);
+    *out = bt;
+    return GRM_OK;
+}
+
+/* The trainer is done with batch g: its slot may take batch g + nslots. */
+void grm__prefetch_release(grm__trainer *t, int64_t g)
+{
+    grm__prefetcher *pf = &t->pf;
+    if (!pf->running) return;
+    pthread_mutex_lock(&pf->lock);
+    pf->released = g;
+    pthread_cond_broadcast(&pf->cond);
+    pthread_mutex_unlock(&pf->lock);
+}
+
+/* The ring's batches freed (the thread stopped first). */
+void grm__prefetch_fini(grm__trainer *t)
+{
+    grm__prefetch_stop(t);
+    for (int32_t k = 0; t->pf.ring && k < t->pf.nslots; k++) grm__batch_fini(t, &t->pf.ring[k]);
+    free(t->pf.ring);
+    t->pf.ring = NULL;
+}

@@ -1,0 +1,110 @@
+/* grm/backend.h - a compute backend: where tensors live and what runs the hot ops
+ * (DESIGN.md §6), in the style of ggml-backend's {iface, context}.
+ *
+ * A backend owns one device (grm_tensor.device names it): it allocates, copies and
+ * synchronises memory there and runs the operators every training step spends its sparse
+ * time in (RecIS Table 1: gather, scatter-add, pooling; FusedRec §3: segment unique) and the
+ * GEMM of the dense blocks. The host picks one per pipeline ([pipeline] device = cpu | ref |
+ * cuda:N) and hands it to plugins through host->backend (grm/host.h). Two backends run on
+ * the CPU: `ref`, the plain loops that are the specification (STYLE.md §9), and `cpu`, the
+ * threaded, hash-partitioned and BLAS paths; `cuda` wraps kernels/ (built with nvcc). Every
+ * implementation of an op has the one signature below, and the results of `cpu` and `cuda`
+ * are tested against `ref`.
+ *
+ * All pointers an op takes live on the backend's device. `stream` is a cudaStream_t on CUDA
+ * and NULL on the CPU. Ops are reentrant: an op's scratch memory comes from a `work` handle
+ * (work_create), one per calling thread. */
+#ifndef GRM_BACKEND_H
+#define GRM_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grm/status.h>
+#include <grm/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Pooling modes of segment_reduce. Stored in int32_t. */
+typedef enum grm_pool_mode {
+    GRM_POOL_SUM = 0,
+    GRM_POOL_MEAN = 1           /* an empty segment pools to zeros */
+} grm_pool_mode;
+
+/* A backend's operations. Every member is required unless marked optional. */
+typedef struct grm_backend_iface {
+    uint32_t struct_size;       /* sizeof(grm_backend_iface) */
+
+    /* "ref", "cpu", "cuda". Static. */
+    const char *(*name)(void *ctx);
+
+    /* `bytes` on the device, aligned to `align` (a power of two; 0 = 64). NULL on failure
+     * (with the error set). Owned: release with free. */
+    void *(*alloc)(void *ctx, size_t bytes, size_t align);
+    /* Release memory from alloc; NULL is accepted. */
+    void (*free)(void *ctx, void *ptr);
+    /* Copy `bytes` from src on src_dev to dst on dst_dev (one of them is the backend's
+     * device, the other may be the CPU). Ordered on `stream`. */
+    grm_status (*copy)(void *ctx, void *dst, grm_device dst_dev, const void *src,
+                       grm_device src_dev, size_t bytes, void *stream);
+    /* Wait until everything queued on `stream` is done. */
+    grm_status (*synchronize)(void *ctx, void *stream);
+
+    /* Scratch for one calling thread's ops (*work owned: work_destroy); NULL is a valid
+     * handle for backends that need none. */
+    grm_status (*work_create)(void *ctx, void **work);
+    void (*work_destroy)(void *ctx, void *work);
+
+    /* out[j, :] = rows[idx[j], :] for j < n.   out [n, D]; rows [nrows, D]; idx [n].
+     * GRM_EINVAL naming the first index outside [0, nrows). */
+    grm_status (*gather)(void *ctx, float *out, const float *rows, const int64_t *idx,
+                         int64_t n, int64_t nrows, int64_t D, void *stream);
+
+    /* rows[idx[j], :] += src[j, :] for j < n, duplicates summed in increasing j (so every
+     * backend gives the sequential loop's bits on the CPU).   rows [nrows, D] in/out. */
+    grm_status (*scatter_add)(void *ctx, float *rows, const float *src, const int64_t *idx,
+                              int64_t n, int64_t nrows, int64_t D, void *work, void *stream);
+
+    /* out[b, :] = sum or mean over j in [offsets[b], offsets[b+1]) of rows[idx[j], :]
+     * (idx NULL: rows[j, :]), in increasing j.   out [B, D]; offsets [B+1]; mode
+     * grm_pool_mode. */
+    grm_status (*segment_reduce)(void *ctx, float *out, const float *rows, const int64_t *idx,
+                                 const int64_t *offsets, int64_t B, int64_t nrows, int64_t D,
+                                 int32_t mode, void *stream);
+
+    /* Backward of segment_reduce to the gathered layout: grad_in[j, :] = grad_out[b, :]
+     * (sum) or grad_out[b, :] / len_b (mean) for j in segment b.   grad_in [offsets[B], D]. */
+    grm_status (*segment_reduce_bwd)(void *ctx, float *grad_in, const float *grad_out,
+                                     const int64_t *offsets, int64_t B, int64_t D,
+                                     int32_t mode, void *stream);
+
+    /* Segment unique (FusedRec §3): the distinct ids of each of F segments of ids [n]
+     * (segment f is ids[offsets[f] .. offsets[f+1])), equal ids of different segments kept
+     * apart, in first-occurrence order: uniq_ids [n] (the first *nuniq used), uniq_feat [n]
+     * (optional) their segment, counts [F] (optional) per segment, inverse [n] with
+     * uniq_ids[inverse[j]] == ids[j]. */
+    grm_status (*segment_unique)(void *ctx, int64_t *uniq_ids, int32_t *uniq_feat,
+                                 int64_t *counts, int64_t *inverse, int64_t *nuniq,
+                                 const int64_t *ids, const int64_t *offsets, int64_t n,
+                                 int32_t F, void *work, void *stream);
+
+    /* C [M, N] = alpha op(A) op(B) + beta C, row-major; op transposes when trans_* is 1.
+     * lda, ldb, ldc are row strides in elements. */
+    grm_status (*gemm)(void *ctx, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N,
+                       int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                       int64_t ldb, float beta, float *C, int64_t ldc, void *stream);
+} grm_backend_iface;
+
+/* A backend instance. Owned by the host; plugins borrow it for the run. */
+typedef struct grm_backend {
+    const grm_backend_iface *iface;   /* static */
+    void *context;                    /* the backend's state; passed as `ctx` to every op */
+    grm_device device;                /* where its memory lives */
+} grm_backend;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GRM_BACKEND_H */
