@@ -16,18 +16,17 @@ typedef struct adagrad {
 } adagrad;
 
 static const grm_param_decl adagrad_params[] = {
-    { "lr", GRM_PARAM_DOUBLE, 0, offsetof(adagrad_config, lr), "0.01",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "learning rate (> 0)" },
-    { "lr_decay", GRM_PARAM_DOUBLE, 0, offsetof(adagrad_config, lr_decay), "0",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "step t uses lr / (1 + (t - 1) lr_decay)" },
-    { "weight_decay", GRM_PARAM_DOUBLE, 0, offsetof(adagrad_config, weight_decay), "0",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "L2 penalty added to the gradient" },
-    { "initial_accumulator_value", GRM_PARAM_DOUBLE, 0,
-      offsetof(adagrad_config, initial_accumulator_value), "0", GRM_PARAM_RANGE(0, 1e6),
-      NULL, "sum of squared gradients before the first update" },
-    { "eps", GRM_PARAM_DOUBLE, 0, offsetof(adagrad_config, eps), "1e-10",
-      GRM_PARAM_RANGE(0, 1), NULL, "added to sqrt(sum) in the denominator" },
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_DOUBLE(adagrad_config, lr, "0.01", GRM_PARAM_RANGE(0, 1e3),
+                          "learning rate (> 0)"),
+    GRM_PARAM_DECL_DOUBLE(adagrad_config, lr_decay, "0", GRM_PARAM_RANGE(0, 1e3),
+                          "step t uses lr / (1 + (t - 1) lr_decay)"),
+    GRM_PARAM_DECL_DOUBLE(adagrad_config, weight_decay, "0", GRM_PARAM_RANGE(0, 1e3),
+                          "L2 penalty added to the gradient"),
+    GRM_PARAM_DECL_DOUBLE(adagrad_config, initial_accumulator_value, "0", GRM_PARAM_RANGE(0, 1e6),
+                          "sum of squared gradients before the first update"),
+    GRM_PARAM_DECL_DOUBLE(adagrad_config, eps, "1e-10", GRM_PARAM_RANGE(0, 1),
+                          "added to sqrt(sum) in the denominator"),
+    GRM_PARAM_DECL_END
 };
 
 /* GRM_OK when v is finite and >= 0; the error names the parameter otherwise. */
@@ -149,12 +148,4 @@ static const grm_plugin_info adagrad_info = {
     .config_size = sizeof(adagrad_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &adagrad_info, NULL };
-    adagrad_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(adagrad_host, &adagrad_info);

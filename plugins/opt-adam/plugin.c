@@ -14,19 +14,18 @@ typedef struct adam {
 } adam;
 
 static const grm_param_decl adam_params[] = {
-    { "lr", GRM_PARAM_DOUBLE, 0, offsetof(adam_config, lr), "1e-3",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "learning rate (> 0)" },
-    { "beta1", GRM_PARAM_DOUBLE, 0, offsetof(adam_config, beta1), "0.9",
-      GRM_PARAM_RANGE(0, 1), NULL, "first-moment decay, in [0, 1)" },
-    { "beta2", GRM_PARAM_DOUBLE, 0, offsetof(adam_config, beta2), "0.999",
-      GRM_PARAM_RANGE(0, 1), NULL, "second-moment decay, in [0, 1)" },
-    { "eps", GRM_PARAM_DOUBLE, 0, offsetof(adam_config, eps), "1e-8",
-      GRM_PARAM_RANGE(0, 1), NULL, "added to sqrt(v_hat) in the denominator" },
-    { "weight_decay", GRM_PARAM_DOUBLE, 0, offsetof(adam_config, weight_decay), "0",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "L2 penalty (adam) or decoupled decay (adamw)" },
-    { "variant", GRM_PARAM_ENUM, 0, offsetof(adam_config, variant), "adam",
-      GRM_PARAM_ANY, "adam|adamw", "adam: decay through the gradient; adamw: decoupled" },
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_DOUBLE(adam_config, lr, "1e-3", GRM_PARAM_RANGE(0, 1e3), "learning rate (> 0)"),
+    GRM_PARAM_DECL_DOUBLE(adam_config, beta1, "0.9", GRM_PARAM_RANGE(0, 1),
+                          "first-moment decay, in [0, 1)"),
+    GRM_PARAM_DECL_DOUBLE(adam_config, beta2, "0.999", GRM_PARAM_RANGE(0, 1),
+                          "second-moment decay, in [0, 1)"),
+    GRM_PARAM_DECL_DOUBLE(adam_config, eps, "1e-8", GRM_PARAM_RANGE(0, 1),
+                          "added to sqrt(v_hat) in the denominator"),
+    GRM_PARAM_DECL_DOUBLE(adam_config, weight_decay, "0", GRM_PARAM_RANGE(0, 1e3),
+                          "L2 penalty (adam) or decoupled decay (adamw)"),
+    GRM_PARAM_DECL_ENUM(adam_config, variant, "adam", "adam|adamw",
+                        "adam: decay through the gradient; adamw: decoupled"),
+    GRM_PARAM_DECL_END
 };
 
 static grm_status adam_create(const void *config, void **inst)
@@ -133,12 +132,4 @@ static const grm_plugin_info adam_info = {
     .config_size = sizeof(adam_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &adam_info, NULL };
-    adam_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(adam_host, &adam_info);

@@ -14,15 +14,13 @@ typedef struct sgd {
 } sgd;
 
 static const grm_param_decl sgd_params[] = {
-    { "lr", GRM_PARAM_DOUBLE, 0, offsetof(sgd_config, lr), "0.01",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "learning rate (> 0)" },
-    { "momentum", GRM_PARAM_DOUBLE, 0, offsetof(sgd_config, momentum), "0",
-      GRM_PARAM_RANGE(0, 1), NULL, "momentum factor; 0 keeps no state" },
-    { "nesterov", GRM_PARAM_BOOL, 0, offsetof(sgd_config, nesterov), "false",
-      GRM_PARAM_ANY, NULL, "Nesterov momentum (needs momentum > 0)" },
-    { "weight_decay", GRM_PARAM_DOUBLE, 0, offsetof(sgd_config, weight_decay), "0",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "L2 penalty added to the gradient" },
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_DOUBLE(sgd_config, lr, "0.01", GRM_PARAM_RANGE(0, 1e3), "learning rate (> 0)"),
+    GRM_PARAM_DECL_DOUBLE(sgd_config, momentum, "0", GRM_PARAM_RANGE(0, 1),
+                          "momentum factor; 0 keeps no state"),
+    GRM_PARAM_DECL_BOOL(sgd_config, nesterov, "false", "Nesterov momentum (needs momentum > 0)"),
+    GRM_PARAM_DECL_DOUBLE(sgd_config, weight_decay, "0", GRM_PARAM_RANGE(0, 1e3),
+                          "L2 penalty added to the gradient"),
+    GRM_PARAM_DECL_END
 };
 
 static grm_status sgd_create(const void *config, void **inst)
@@ -124,12 +122,4 @@ static const grm_plugin_info sgd_info = {
     .config_size = sizeof(sgd_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &sgd_info, NULL };
-    sgd_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(sgd_host, &sgd_info);
