@@ -26,6 +26,13 @@ EXTRA_DIST += tests/test-headers.sh
 tests_test_alloc_failure_SOURCES = tests/test-alloc-failure.c
 tests_test_alloc_failure_LDADD = $(GRM_TEST_LIBS)
 
+# grm/param.h and grm/plugin.h registration macros build the same tables and entry as
+# hand-written ones (their compile-time type checks are in tests/test-headers.sh).
+check_PROGRAMS += tests/test-param-macros
+TESTS += tests/test-param-macros
+tests_test_param_macros_SOURCES = tests/test-param-macros.c
+tests_test_param_macros_LDADD = $(GRM_TEST_LIBS)
+
 # core/sparse.c: table merging, segment unique, ids partition, pooling operators.
 check_PROGRAMS += tests/test-sparse
 TESTS += tests/test-sparse

@@ -14,6 +14,7 @@
 #include <grm/emb.h>
 #include <grm/rng.h>
 
+#include "emb-fakes.h"
 #include "harness.h"
 #include "tap.h"
 
@@ -21,48 +22,12 @@
 #define NID 2000
 #define NTHREADS 4
 
-/* ---- fake optimizer: row -= 0.5 * grad; state = (updates, last row step) ---- */
-
-static int32_t fake_state_floats(void *inst)
-{
-    (void)inst;
-    return 2;
-}
-
-static grm_status fake_step(void *inst, float *param, float *state, const float *grad,
-                            int64_t n, int64_t step)
-{
-    (void)inst, (void)param, (void)state, (void)grad, (void)n, (void)step;
-    return GRM_OK;
-}
-
-static grm_status fake_row_step(void *inst, float *row, float *state, const float *grad,
-                                int32_t dim, int64_t step)
-{
-    (void)inst;
-    for (int32_t j = 0; j < dim; j++) {
-        row[j] -= 0.5f * grad[j];
-        state[j] += 1.0f;
-        state[dim + j] = (float)step;
-    }
-    return GRM_OK;
-}
-
-static const grm_opt_ops fake_ops = {
-    .struct_size = sizeof(grm_opt_ops),
-    .state_floats = fake_state_floats,
-    .step = fake_step,
-    .row_step = fake_row_step,
-};
-
 /* Table 0 "acc": zeros, updated. Table 1 "ro": uniform, looked up only. */
 static const grm_emb_table_spec specs[] = {
     { "acc", 0, D, GRM_EMB_INIT_ZEROS, 0.0, 3 },
     { "ro", 0, D, GRM_EMB_INIT_UNIFORM, 0.25, 3 },
 };
 
-static const grm_emb_ops *ops;
-static const grm_plugin_info *info;
 static _Atomic int64_t global_step;
 
 typedef struct worker {
@@ -181,8 +146,9 @@ static grm_status pool_range(void *ctx, int64_t begin, int64_t end)
 static void *make_store(const char *const *kv, int nkv)
 {
     const void *cfg = NULL;
-    static int dummy;
-    grm_optimizer opt = { &fake_ops, &dummy };
+    // the fake optimizer of tests/emb-fakes.c: row -= 0.5 * grad; state = (updates, step)
+    static fake_opt fake = { .S = 2 };
+    grm_optimizer opt = { &fake_ops, &fake };
     void *s = NULL;
     if (harness_config_try(info, &cfg, kv, nkv) != GRM_OK
         || ops->create(cfg, specs, 2, &opt, &s) != GRM_OK) {
@@ -190,15 +156,6 @@ static void *make_store(const char *const *kv, int nkv)
         exit(1);
     }
     return s;
-}
-
-static grm_named_tensor find_tensor(void *s, const char *name)
-{
-    grm_named_tensor t;
-    for (int32_t i = 0; ops->tensors(s, i, &t) == GRM_OK; i++)
-        if (strcmp(t.name, name) == 0) return t;
-    memset(&t, 0, sizeof(t));
-    return t;
 }
 
 /* Merge the tallies and compare with the acc table's export. */

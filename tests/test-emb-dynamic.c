@@ -13,71 +13,11 @@
 #include <grm/rng.h>
 
 #include "../plugins/emb-dynamic/emb_dynamic.h"
+#include "emb-fakes.h"
 #include "harness.h"
 #include "tap.h"
 
-/* ---- a fake optimizer: row -= 0.5 * grad; state = (updates, last row step) ---- */
-
-#define FAKE_LOG_MAX 64
-
-typedef struct fake_opt {
-    int32_t S;
-    int64_t calls;
-    float *rows[FAKE_LOG_MAX];
-    int64_t steps[FAKE_LOG_MAX];
-} fake_opt;
-
-static int32_t fake_state_floats(void *inst)
-{
-    return ((fake_opt *)inst)->S;
-}
-
-static grm_status fake_step(void *inst, float *param, float *state, const float *grad,
-                            int64_t n, int64_t step)
-{
-    (void)inst, (void)param, (void)state, (void)grad, (void)n, (void)step;
-    return GRM_OK;
-}
-
-static grm_status fake_row_step(void *inst, float *row, float *state, const float *grad,
-                                int32_t dim, int64_t step)
-{
-    fake_opt *o = inst;
-    for (int32_t j = 0; j < dim; j++) row[j] -= 0.5f * grad[j];
-    if (o->S >= 2) {
-        for (int32_t j = 0; j < dim; j++) {
-            state[j] += 1.0f;
-            state[dim + j] = (float)step;
-        }
-    }
-    const int64_t k = __atomic_fetch_add(&o->calls, 1, __ATOMIC_RELAXED);
-    if (k < FAKE_LOG_MAX) {
-        o->rows[k] = row;
-        o->steps[k] = step;
-    }
-    return GRM_OK;
-}
-
-static const grm_opt_ops fake_ops = {
-    .struct_size = sizeof(grm_opt_ops),
-    .state_floats = fake_state_floats,
-    .step = fake_step,
-    .row_step = fake_row_step,
-};
-
 /* ---- helpers ---- */
-
-static const grm_emb_ops *ops;
-static const grm_plugin_info *info;
-
-static int has(const char *needle)
-{
-    const char *msg = harness_host()->last_error();
-    if (strstr(msg, needle) != NULL) return 1;
-    tap_diag("message: %s", msg);
-    tap_diag("wanted:  %s", needle);
-    return 0;
-}
 
 /* Create a store from "k=v" strings (NULL-terminated); NULL and the status on failure. */
 static void *try_store(const grm_emb_table_spec *specs, int32_t n, fake_opt *o,
@@ -106,15 +46,6 @@ static void *make_store(const grm_emb_table_spec *specs, int32_t n, fake_opt *o,
         exit(1);
     }
     return s;
-}
-
-static grm_named_tensor find_tensor(void *s, const char *name)
-{
-    grm_named_tensor t;
-    for (int32_t i = 0; ops->tensors(s, i, &t) == GRM_OK; i++)
-        if (strcmp(t.name, name) == 0) return t;
-    memset(&t, 0, sizeof(t));
-    return t;
 }
 
 static grm_emb_stats stats_of(void *s, int32_t table)

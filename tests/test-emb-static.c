@@ -1,7 +1,7 @@
 /* tests/test-emb-static.c - emb-static driven through its ops table, and the row
- * initializer of grm/rng.h it relies on. The optimizer is a fake defined here (row -= 0.5 *
- * grad; state counts updates and records the step), so every expected value is computed
- * by hand in this file. Reference values of grm/rng.h were computed independently in
+ * initializer of grm/rng.h it relies on. The optimizer is tests/emb-fakes.c's fake (row -=
+ * 0.5 * grad; state counts updates and records the step), so every expected value is
+ * computed by hand in this file. Reference values of grm/rng.h were computed independently in
  * Python (splitmix64, fmix64, FNV-1a and grm_row_init transcribed from their definitions). */
 #include <math.h>
 #include <stdint.h>
@@ -11,86 +11,11 @@
 #include <grm/emb.h>
 #include <grm/rng.h>
 
+#include "emb-fakes.h"
 #include "harness.h"
 #include "tap.h"
 
-/* ---- a fake optimizer with S = 2 state floats per element ---- */
-
-#define FAKE_LOG_MAX 64
-
-typedef struct fake_opt {
-    int32_t S;
-    int64_t calls;
-    float *rows[FAKE_LOG_MAX];    /* row pointer of each call (serial tests only) */
-    float *states[FAKE_LOG_MAX];
-    int64_t steps[FAKE_LOG_MAX];
-} fake_opt;
-
-static int32_t fake_state_floats(void *inst)
-{
-    return ((fake_opt *)inst)->S;
-}
-
-static grm_status fake_step(void *inst, float *param, float *state, const float *grad,
-                            int64_t n, int64_t step)
-{
-    (void)inst, (void)param, (void)state, (void)grad, (void)n, (void)step;
-    return GRM_OK;
-}
-
-/* row -= 0.5 * grad; state[0 .. dim) counts updates, state[dim .. 2 dim) = step. */
-static grm_status fake_row_step(void *inst, float *row, float *state, const float *grad,
-                                int32_t dim, int64_t step)
-{
-    fake_opt *o = inst;
-    for (int32_t j = 0; j < dim; j++) row[j] -= 0.5f * grad[j];
-    if (o->S >= 2) {
-        for (int32_t j = 0; j < dim; j++) {
-            state[j] += 1.0f;
-            state[dim + j] = (float)step;
-        }
-    }
-    const int64_t k = __atomic_fetch_add(&o->calls, 1, __ATOMIC_RELAXED);
-    if (k < FAKE_LOG_MAX) {
-        o->rows[k] = row;
-        o->states[k] = state;
-        o->steps[k] = step;
-    }
-    return GRM_OK;
-}
-
-static const grm_opt_ops fake_ops = {
-    .struct_size = sizeof(grm_opt_ops),
-    .create = NULL,
-    .destroy = NULL,
-    .state_floats = fake_state_floats,
-    .step = fake_step,
-    .row_step = fake_row_step,
-};
-
 /* ---- helpers ---- */
-
-static const grm_emb_ops *ops;
-static const grm_plugin_info *info;
-
-static int has(const char *needle)
-{
-    const char *msg = harness_host()->last_error();
-    if (strstr(msg, needle) != NULL) return 1;
-    tap_diag("message: %s", msg);
-    tap_diag("wanted:  %s", needle);
-    return 0;
-}
-
-/* The tensor of store s named `name`, or a zeroed tensor. */
-static grm_named_tensor find_tensor(void *s, const char *name)
-{
-    grm_named_tensor t;
-    for (int32_t i = 0; ops->tensors(s, i, &t) == GRM_OK; i++)
-        if (strcmp(t.name, name) == 0) return t;
-    memset(&t, 0, sizeof(t));
-    return t;
-}
 
 static size_t tensor_bytes(const grm_named_tensor *t)
 {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/test-headers.sh - every public header compiles alone, as C11 (-pedantic, every
 # warning an error) and as C++ (its extern "C" guards), and includes nothing but the
-# standard library and other grm headers (STYLE.md §4). TAP output.
+# standard library and other grm headers (STYLE.md §4); and the registration macros of
+# grm/param.h and grm/plugin.h refuse mistyped fields and host variables. TAP output.
 set -u
 : "${GRM_TOP_SRCDIR:?run through make check}"
 inc="$GRM_TOP_SRCDIR/sdk/include"
@@ -9,7 +10,7 @@ cc=${CC:-cc}
 cxx=${CXX:-c++}
 headers=$(cd "$inc/grm" && ls *.h)
 count=$(echo "$headers" | wc -w)
-echo "1..$((count * 3))"
+echo "1..$((count * 3 + 3))"
 n=0
 have_cxx=1
 command -v "$cxx" >/dev/null 2>&1 || have_cxx=0
@@ -38,4 +39,38 @@ for h in $headers; do
         echo "# $bad"; echo "not ok $n - grm/$h includes only standard and grm headers"
     fi
 done
+
+# The registration macros check types at compile time: each snippet must fail to compile
+# with the macro's own message ($1: description, $2: expected message, stdin: the code).
+must_not_compile() {
+    n=$((n + 1))
+    out="${TMPDIR:-/tmp}/hdr.$$"
+    if $cc -std=c11 -pedantic -Wall -Wextra -I"$inc" -fsyntax-only -x c - >"$out" 2>&1; then
+        echo "not ok $n - $1 (it compiled)"
+    elif grep -q "$2" "$out"; then
+        echo "ok $n - $1"
+    else
+        sed 's/^/# /' "$out"; echo "not ok $n - $1 (no '$2' in the compiler's message)"
+    fi
+}
+must_not_compile "GRM_PARAM_DECL_INT refuses an int32_t field (the host writes int64_t)" \
+    "c.n must have type int64_t" <<'EOC'
+#include <grm/grm.h>
+typedef struct c { int32_t n; } c;
+const grm_param_decl t[] = { GRM_PARAM_DECL_INT(c, n, "1", GRM_PARAM_ANY, "n"),
+                             GRM_PARAM_DECL_END };
+EOC
+must_not_compile "GRM_PARAM_DECL_STRING refuses a char array field" \
+    "c.s must have type const char" <<'EOC'
+#include <grm/grm.h>
+typedef struct c { char s[8]; } c;
+const grm_param_decl t[] = { GRM_PARAM_DECL_STRING(c, s, NULL, "s"), GRM_PARAM_DECL_END };
+EOC
+must_not_compile "GRM_PLUGIN_DEFINE refuses a host variable of another type" \
+    "h must be a static const grm_host_api" <<'EOC'
+#include <grm/grm.h>
+static const void *h;
+static const grm_plugin_info i = { GRM_PLUGIN_INFO_HEADER, .kind = GRM_KIND_OPT };
+GRM_PLUGIN_DEFINE(h, &i);
+EOC
 rm -f "${TMPDIR:-/tmp}/hdr.$$"

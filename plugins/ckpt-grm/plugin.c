@@ -93,10 +93,9 @@ static grm_status cg_meta_op(void *inst, const char *path, char *buf, size_t cap
 }
 
 static const grm_param_decl cg_params[] = {
-    { .name = "level", .type = GRM_PARAM_INT, .offset = offsetof(cg_config, level),
-      .def = "3", .min = 1, .max = 19,
-      .help = "zstd compression level of tensor payloads (1 fastest, 19 smallest)" },
-    { .name = NULL }
+    GRM_PARAM_DECL_INT(cg_config, level, "3", GRM_PARAM_RANGE(1, 19),
+                       "zstd compression level of tensor payloads (1 fastest, 19 smallest)"),
+    GRM_PARAM_DECL_END
 };
 
 static const grm_ckpt_ops cg_ops = {
@@ -120,11 +119,4 @@ static const grm_plugin_info cg_info = {
     .config_size = sizeof(cg_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &cg_info, NULL };
-    cg_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(cg_host, &cg_info);

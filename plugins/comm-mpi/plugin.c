@@ -15,14 +15,14 @@ static const grm_host_api *cm_host;
 #define CM_WHO "comm-mpi"
 
 static const grm_param_decl cm_params[] = {
-    { .name = "max_count", .type = GRM_PARAM_INT, .offset = offsetof(cm_config, max_count),
-      .def = "2147483647", .min = 1, .max = INT_MAX,
-      .help = "most elements per MPI call (MPI counts are int); longer collectives are split" },
-    { .name = "check_counts", .type = GRM_PARAM_BOOL,
-      .offset = offsetof(cm_config, check_counts), .def = "false", .min = 1, .max = 0,
-      .help = "alltoallv first exchanges counts and fails on every rank if a peer sends a "
-              "different number of elements than this rank expects (one extra collective)" },
-    { .name = NULL }
+    GRM_PARAM_DECL_INT(cm_config, max_count, "2147483647", GRM_PARAM_RANGE(1, INT_MAX),
+                       "most elements per MPI call (MPI counts are int); longer collectives are "
+                       "split"),
+    GRM_PARAM_DECL_BOOL(cm_config, check_counts, "false",
+                        "alltoallv first exchanges counts and fails on every rank if a peer "
+                        "sends a different number of elements than this rank expects (one extra "
+                        "collective)"),
+    GRM_PARAM_DECL_END
 };
 
 static grm_status cm_create(const void *config, void **inst)
@@ -136,11 +136,4 @@ static const grm_plugin_info cm_info = {
     .config_size = sizeof(cm_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &cm_info, NULL };
-    cm_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(cm_host, &cm_info);

@@ -14,10 +14,9 @@ static const grm_host_api *cn_host;
 #define CN_WHO "comm-nccl"
 
 static const grm_param_decl cn_params[] = {
-    { .name = "device", .type = GRM_PARAM_INT, .offset = offsetof(cn_config, device),
-      .def = "-1", .min = -1, .max = 1024,
-      .help = "CUDA device of this rank; -1: the node-local rank modulo the device count" },
-    { .name = NULL }
+    GRM_PARAM_DECL_INT(cn_config, device, "-1", GRM_PARAM_RANGE(-1, 1024),
+                       "CUDA device of this rank; -1: the node-local rank modulo the device count"),
+    GRM_PARAM_DECL_END
 };
 
 static grm_status cn_create(const void *config, void **inst)
@@ -135,11 +134,4 @@ static const grm_plugin_info cn_info = {
     .config_size = sizeof(cn_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &cn_info, NULL };
-    cn_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(cn_host, &cn_info);

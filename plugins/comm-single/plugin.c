@@ -172,11 +172,4 @@ static const grm_plugin_info cs_info = {
     .config_size = 0,
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &cs_info, NULL };
-    cs_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(cs_host, &cs_info);

@@ -35,36 +35,34 @@ static grm_status check_matrix(const char *who, const char *what, const grm_tens
 }
 
 static const grm_param_decl hstu_params_decl[] = {
-    { "num_heads", GRM_PARAM_INT, 0, offsetof(hstu_config, num_heads), "2",
-      GRM_PARAM_RANGE(1, HSTU_DIM_MAX), NULL, "attention heads H" },
-    { "dqk", GRM_PARAM_INT, 0, offsetof(hstu_config, dqk), "32",
-      GRM_PARAM_RANGE(1, HSTU_DIM_MAX), NULL, "query/key features per head" },
-    { "dv", GRM_PARAM_INT, 0, offsetof(hstu_config, dv), "32",
-      GRM_PARAM_RANGE(1, HSTU_DIM_MAX), NULL, "value (and U) features per head" },
-    { "rab_pos", GRM_PARAM_BOOL, 0, offsetof(hstu_config, rab_pos), "true",
-      GRM_PARAM_ANY, NULL, "learned bias per relative position min(i - j, max_len - 1), "
-      "per head" },
-    { "rab_time", GRM_PARAM_BOOL, 0, offsetof(hstu_config, rab_time), "true",
-      GRM_PARAM_ANY, NULL, "learned bias per time bucket floor(ln max(|t_i - t_j|, 1) / "
-      "0.301), per head (absent when the data has no timestamps)" },
-    { "max_len", GRM_PARAM_INT, 0, offsetof(hstu_config, max_len), "256",
-      GRM_PARAM_RANGE(1, HSTU_DIM_MAX), NULL, "position buckets; attention is scaled by "
-      "1 / max_len with attn_norm = max_len" },
-    { "time_buckets", GRM_PARAM_INT, 0, offsetof(hstu_config, time_buckets), "32",
-      GRM_PARAM_RANGE(1, HSTU_TIME_BUCKETS_MAX), NULL, "time-difference buckets" },
-    { "dropout", GRM_PARAM_DOUBLE, 0, offsetof(hstu_config, dropout), "0",
-      GRM_PARAM_RANGE(0, 0.99), NULL, "inverted dropout rate on the f2 input (training)" },
-    { "input_dropout", GRM_PARAM_DOUBLE, 0, offsetof(hstu_config, input_dropout), "0",
-      GRM_PARAM_RANGE(0, 0.99), NULL, "inverted dropout rate on the block input x, residual "
-      "included (the reference's embedding dropout; training)" },
-    { "input_norm", GRM_PARAM_BOOL, 0, offsetof(hstu_config, input_norm), "true",
-      GRM_PARAM_ANY, NULL, "layer norm (no affine) on the input before f1" },
-    { "attn_norm", GRM_PARAM_ENUM, 0, offsetof(hstu_config, attn_norm), "max_len",
-      GRM_PARAM_ANY, "max_len|length",
-      "scale SiLU attention by 1 / max_len or by 1 / the sequence's length" },
-    { "impl", GRM_PARAM_ENUM, 0, offsetof(hstu_config, impl), "cpu",
-      GRM_PARAM_ANY, "cpu|ref", "kernels: tiled OpenBLAS on the thread pool, or plain loops" },
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_INT(hstu_config, num_heads, "2", GRM_PARAM_RANGE(1, HSTU_DIM_MAX),
+                       "attention heads H"),
+    GRM_PARAM_DECL_INT(hstu_config, dqk, "32", GRM_PARAM_RANGE(1, HSTU_DIM_MAX),
+                       "query/key features per head"),
+    GRM_PARAM_DECL_INT(hstu_config, dv, "32", GRM_PARAM_RANGE(1, HSTU_DIM_MAX),
+                       "value (and U) features per head"),
+    GRM_PARAM_DECL_BOOL(hstu_config, rab_pos, "true",
+                        "learned bias per relative position min(i - j, max_len - 1), per head"),
+    GRM_PARAM_DECL_BOOL(hstu_config, rab_time, "true",
+                        "learned bias per time bucket floor(ln max(|t_i - t_j|, 1) / 0.301), per "
+                        "head (absent when the data has no timestamps)"),
+    GRM_PARAM_DECL_INT(hstu_config, max_len, "256", GRM_PARAM_RANGE(1, HSTU_DIM_MAX),
+                       "position buckets; attention is scaled by 1 / max_len with "
+                       "attn_norm = max_len"),
+    GRM_PARAM_DECL_INT(hstu_config, time_buckets, "32", GRM_PARAM_RANGE(1, HSTU_TIME_BUCKETS_MAX),
+                       "time-difference buckets"),
+    GRM_PARAM_DECL_DOUBLE(hstu_config, dropout, "0", GRM_PARAM_RANGE(0, 0.99),
+                          "inverted dropout rate on the f2 input (training)"),
+    GRM_PARAM_DECL_DOUBLE(hstu_config, input_dropout, "0", GRM_PARAM_RANGE(0, 0.99),
+                          "inverted dropout rate on the block input x, residual included (the "
+                          "reference's embedding dropout; training)"),
+    GRM_PARAM_DECL_BOOL(hstu_config, input_norm, "true",
+                        "layer norm (no affine) on the input before f1"),
+    GRM_PARAM_DECL_ENUM(hstu_config, attn_norm, "max_len", "max_len|length",
+                        "scale SiLU attention by 1 / max_len or by 1 / the sequence's length"),
+    GRM_PARAM_DECL_ENUM(hstu_config, impl, "cpu", "cpu|ref",
+                        "kernels: tiled OpenBLAS on the thread pool, or plain loops"),
+    GRM_PARAM_DECL_END
 };
 
 static grm_status hstu_op_create(const void *config, int64_t in_dim, uint64_t seed,
@@ -145,12 +143,4 @@ static const grm_plugin_info hstu_info = {
     .config_size = sizeof(hstu_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &hstu_info, NULL };
-    hstu_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(hstu_host, &hstu_info);

@@ -38,20 +38,18 @@ static grm_status check_matrix(const char *who, const char *what, const grm_tens
 /* ---- dense-mlp ---- */
 
 static const grm_param_decl mlp_params_decl[] = {
-    { "dims", GRM_PARAM_INT_LIST, 1, offsetof(mlp_config, dims), NULL,
-      GRM_PARAM_RANGE(1, 1 << 24), NULL,
-      "output size of each layer, e.g. 256,64" },
-    { "activation", GRM_PARAM_ENUM, 0, offsetof(mlp_config, activation), "relu",
-      GRM_PARAM_ANY, "relu|silu|tanh|none", "activation after every layer but the last" },
-    { "final_activation", GRM_PARAM_ENUM, 0, offsetof(mlp_config, final_activation), "none",
-      GRM_PARAM_ANY, "relu|silu|tanh|none", "activation after the last layer" },
-    { "dropout", GRM_PARAM_DOUBLE, 0, offsetof(mlp_config, dropout), "0",
-      GRM_PARAM_RANGE(0, 0.99), NULL, "inverted dropout rate on hidden activations (training)" },
-    { "l2norm", GRM_PARAM_BOOL, 0, offsetof(mlp_config, l2norm), "false",
-      GRM_PARAM_ANY, NULL, "L2-normalize each output row" },
-    { "impl", GRM_PARAM_ENUM, 0, offsetof(mlp_config, impl), "blas",
-      GRM_PARAM_ANY, "blas|ref", "linear-layer implementation: OpenBLAS or plain loops" },
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_INT_LIST(mlp_config, dims, GRM_PARAM_REQUIRED, GRM_PARAM_RANGE(1, 1 << 24),
+                            "output size of each layer, e.g. 256,64"),
+    GRM_PARAM_DECL_ENUM(mlp_config, activation, "relu", "relu|silu|tanh|none",
+                        "activation after every layer but the last"),
+    GRM_PARAM_DECL_ENUM(mlp_config, final_activation, "none", "relu|silu|tanh|none",
+                        "activation after the last layer"),
+    GRM_PARAM_DECL_DOUBLE(mlp_config, dropout, "0", GRM_PARAM_RANGE(0, 0.99),
+                          "inverted dropout rate on hidden activations (training)"),
+    GRM_PARAM_DECL_BOOL(mlp_config, l2norm, "false", "L2-normalize each output row"),
+    GRM_PARAM_DECL_ENUM(mlp_config, impl, "blas", "blas|ref",
+                        "linear-layer implementation: OpenBLAS or plain loops"),
+    GRM_PARAM_DECL_END
 };
 
 static grm_status mlp_op_create(const void *config, int64_t in_dim, uint64_t seed,
@@ -167,7 +165,7 @@ static double head_flops(void *inst, int64_t rows, int32_t backward)
 /* ---- dense-bce ---- */
 
 static const grm_param_decl bce_params_decl[] = {
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_END
 };
 
 static grm_status bce_op_create(const void *config, int64_t in_dim, uint64_t seed,
@@ -254,39 +252,36 @@ static const grm_plugin_info bce_info = {
 /* ---- dense-sampled-softmax ---- */
 
 static const grm_param_decl ssm_params_decl[] = {
-    { "negatives", GRM_PARAM_INT, 0, offsetof(ssm_config, negatives), "128",
-      GRM_PARAM_RANGE(0, 1 << 20), NULL, "sampled negatives per step, shared by the batch" },
-    { "sampler", GRM_PARAM_ENUM, 0, offsetof(ssm_config, sampler), "uniform",
-      GRM_PARAM_ANY, "uniform|popularity",
-      "draw items uniformly or with probability proportional to count^alpha" },
-    { "alpha", GRM_PARAM_DOUBLE, 0, offsetof(ssm_config, alpha), "1.0",
-      GRM_PARAM_RANGE(0, 2), NULL, "popularity exponent of the popularity sampler" },
-    { "temperature", GRM_PARAM_DOUBLE, 0, offsetof(ssm_config, temperature), "1.0",
-      GRM_PARAM_RANGE(1e-6, 1e6), NULL, "logits are divided by the temperature" },
-    { "in_batch", GRM_PARAM_BOOL, 0, offsetof(ssm_config, in_batch), "true",
-      GRM_PARAM_ANY, NULL, "other rows' positives are negatives too" },
-    { "logq", GRM_PARAM_BOOL, 0, offsetof(ssm_config, logq), "false",
-      GRM_PARAM_ANY, NULL, "subtract log Q (expected count) from sampled-negative logits" },
-    { "impl", GRM_PARAM_ENUM, 0, offsetof(ssm_config, impl), "blas",
-      GRM_PARAM_ANY, "blas|ref", "loss implementation: OpenBLAS GEMMs or plain loops" },
-    { "l2norm", GRM_PARAM_BOOL, 0, offsetof(ssm_config, l2norm), "false",
-      GRM_PARAM_ANY, NULL, "L2-normalize query and item rows (cosine logits; use a small "
-      "temperature such as 0.05)" },
-    { "share_k", GRM_PARAM_INT, 0, offsetof(ssm_config, share_k), "0",
-      GRM_PARAM_RANGE(0, 1 << 16), NULL, "0: negatives shared by the batch; k >= 1: each "
-      "row owns nneg/rows negatives, shared in shuffled groups of k (TurboGR eq. 2)" },
-    { "neg_fp16", GRM_PARAM_BOOL, 0, offsetof(ssm_config, neg_fp16), "false",
-      GRM_PARAM_ANY, NULL, "store negatives in FP16 and read them back as fp32 "
-      "(TurboGR §4.3.2)" },
-    { "loss", GRM_PARAM_ENUM, 0, offsetof(ssm_config, loss), "softmax",
-      GRM_PARAM_ANY, "softmax|bce", "softmax: cross-entropy of the positive against the "
-      "negatives; bce: -log sigmoid(s+) - sum log sigmoid(-s-) per row (SASRec, Kang & "
-      "McAuley 2018 §III-E); bce needs in_batch = false, logq = false, share_k 0 or 1" },
-    { "row_negatives", GRM_PARAM_INT, 0, offsetof(ssm_config, row_negatives), "0",
-      GRM_PARAM_RANGE(0, 1 << 20), NULL, "with share_k >= 1: 0: each row owns nneg/rows "
-      "negatives (must divide); r >= 1: each row owns r, nneg >= rows r, the rest unused "
-      "(set negatives = batch_size x max_seq_len x r for token rows)" },
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_INT(ssm_config, negatives, "128", GRM_PARAM_RANGE(0, 1 << 20),
+                       "sampled negatives per step, shared by the batch"),
+    GRM_PARAM_DECL_ENUM(ssm_config, sampler, "uniform", "uniform|popularity",
+                        "draw items uniformly or with probability proportional to count^alpha"),
+    GRM_PARAM_DECL_DOUBLE(ssm_config, alpha, "1.0", GRM_PARAM_RANGE(0, 2),
+                          "popularity exponent of the popularity sampler"),
+    GRM_PARAM_DECL_DOUBLE(ssm_config, temperature, "1.0", GRM_PARAM_RANGE(1e-6, 1e6),
+                          "logits are divided by the temperature"),
+    GRM_PARAM_DECL_BOOL(ssm_config, in_batch, "true", "other rows' positives are negatives too"),
+    GRM_PARAM_DECL_BOOL(ssm_config, logq, "false",
+                        "subtract log Q (expected count) from sampled-negative logits"),
+    GRM_PARAM_DECL_ENUM(ssm_config, impl, "blas", "blas|ref",
+                        "loss implementation: OpenBLAS GEMMs or plain loops"),
+    GRM_PARAM_DECL_BOOL(ssm_config, l2norm, "false",
+                        "L2-normalize query and item rows (cosine logits; use a small "
+                        "temperature such as 0.05)"),
+    GRM_PARAM_DECL_INT(ssm_config, share_k, "0", GRM_PARAM_RANGE(0, 1 << 16),
+                       "0: negatives shared by the batch; k >= 1: each row owns nneg/rows "
+                       "negatives, shared in shuffled groups of k (TurboGR eq. 2)"),
+    GRM_PARAM_DECL_BOOL(ssm_config, neg_fp16, "false",
+                        "store negatives in FP16 and read them back as fp32 (TurboGR §4.3.2)"),
+    GRM_PARAM_DECL_ENUM(ssm_config, loss, "softmax", "softmax|bce",
+                        "softmax: cross-entropy of the positive against the negatives; bce: -log "
+                        "sigmoid(s+) - sum log sigmoid(-s-) per row (SASRec, Kang & McAuley 2018 "
+                        "§III-E); bce needs in_batch = false, logq = false, share_k 0 or 1"),
+    GRM_PARAM_DECL_INT(ssm_config, row_negatives, "0", GRM_PARAM_RANGE(0, 1 << 20),
+                       "with share_k >= 1: 0: each row owns nneg/rows negatives (must divide); "
+                       "r >= 1: each row owns r, nneg >= rows r, the rest unused (set "
+                       "negatives = batch_size x max_seq_len x r for token rows)"),
+    GRM_PARAM_DECL_END
 };
 
 static grm_status ssm_op_create(const void *config, int64_t in_dim, uint64_t seed,
@@ -377,12 +372,4 @@ static const grm_plugin_info ssm_info = {
     .config_size = sizeof(ssm_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &mlp_info, &bce_info, &ssm_info, NULL };
-    mlp_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(mlp_host, &mlp_info, &bce_info, &ssm_info);

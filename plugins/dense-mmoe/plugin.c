@@ -35,25 +35,24 @@ static grm_status check_matrix(const char *who, const char *what, const grm_tens
 }
 
 static const grm_param_decl mmoe_params_decl[] = {
-    { "experts", GRM_PARAM_INT, 0, offsetof(mmoe_config, experts), "4",
-      GRM_PARAM_RANGE(1, MMOE_MAX_EXPERTS), NULL, "number of expert MLPs E" },
-    { "tasks", GRM_PARAM_INT, 0, offsetof(mmoe_config, tasks), "2",
-      GRM_PARAM_RANGE(1, MMOE_MAX_TASKS), NULL,
-      "number of tasks T: one gate and one tower each, y is [N, T] logits" },
-    { "expert_dims", GRM_PARAM_INT_LIST, 1, offsetof(mmoe_config, expert_dims), NULL,
-      GRM_PARAM_RANGE(1, 1 << 24), NULL, "output size of each expert layer, e.g. 64,32" },
-    { "tower_dims", GRM_PARAM_INT_LIST, 0, offsetof(mmoe_config, tower_dims), "16,1",
-      GRM_PARAM_RANGE(1, 1 << 24), NULL,
-      "output size of each task-tower layer; the last must be 1 (the task logit)" },
-    { "top_k", GRM_PARAM_INT, 0, offsetof(mmoe_config, top_k), "0",
-      GRM_PARAM_RANGE(0, MMOE_MAX_EXPERTS), NULL,
-      "experts each gate mixes (largest gate logits, ties to the lower index); 0 = all" },
-    { "activation", GRM_PARAM_ENUM, 0, offsetof(mmoe_config, activation), "relu",
-      GRM_PARAM_ANY, "relu|silu",
-      "after every expert layer and every tower layer but the last" },
-    { "impl", GRM_PARAM_ENUM, 0, offsetof(mmoe_config, impl), "blas",
-      GRM_PARAM_ANY, "blas|ref", "linear-layer implementation: OpenBLAS or plain loops" },
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_INT(mmoe_config, experts, "4", GRM_PARAM_RANGE(1, MMOE_MAX_EXPERTS),
+                       "number of expert MLPs E"),
+    GRM_PARAM_DECL_INT(mmoe_config, tasks, "2", GRM_PARAM_RANGE(1, MMOE_MAX_TASKS),
+                       "number of tasks T: one gate and one tower each, y is [N, T] logits"),
+    GRM_PARAM_DECL_INT_LIST(mmoe_config, expert_dims, GRM_PARAM_REQUIRED,
+                            GRM_PARAM_RANGE(1, 1 << 24),
+                            "output size of each expert layer, e.g. 64,32"),
+    GRM_PARAM_DECL_INT_LIST(mmoe_config, tower_dims, "16,1", GRM_PARAM_RANGE(1, 1 << 24),
+                            "output size of each task-tower layer; the last must be 1 (the task "
+                            "logit)"),
+    GRM_PARAM_DECL_INT(mmoe_config, top_k, "0", GRM_PARAM_RANGE(0, MMOE_MAX_EXPERTS),
+                       "experts each gate mixes (largest gate logits, ties to the lower index); "
+                       "0 = all"),
+    GRM_PARAM_DECL_ENUM(mmoe_config, activation, "relu", "relu|silu",
+                        "after every expert layer and every tower layer but the last"),
+    GRM_PARAM_DECL_ENUM(mmoe_config, impl, "blas", "blas|ref",
+                        "linear-layer implementation: OpenBLAS or plain loops"),
+    GRM_PARAM_DECL_END
 };
 
 static grm_status mmoe_op_create(const void *config, int64_t in_dim, uint64_t seed,
@@ -134,12 +133,4 @@ static const grm_plugin_info mmoe_info = {
     .config_size = sizeof(mmoe_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &mmoe_info, NULL };
-    mmoe_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(mmoe_host, &mmoe_info);

@@ -36,47 +36,42 @@ static grm_status check_matrix(const char *who, const char *what, const grm_tens
 }
 
 static const grm_param_decl sasrec_params_decl[] = {
-    { "style", GRM_PARAM_ENUM, 0, offsetof(sasrec_config, style), "sasrec", GRM_PARAM_ANY,
-      "sasrec|bert",
-      "sasrec: Kang & McAuley's block (LayerNorm before each sub-layer); bert: the post-norm "
-      "block of the S3-Rec/ICLRec code behind the published full-ranking SASRec tables" },
-    { "num_heads", GRM_PARAM_INT, 0, offsetof(sasrec_config, num_heads), "1",
-      GRM_PARAM_RANGE(1, 1 << 16), NULL,
-      "attention heads; must divide the model dim (head dim = D / num_heads)" },
-    { "ffn_dim", GRM_PARAM_INT, 0, offsetof(sasrec_config, ffn_dim), "0",
-      GRM_PARAM_RANGE(0, 1 << 24), NULL, "hidden size of the feed-forward network; 0: D (sasrec) or 4 D (bert)" },
-    { "activation", GRM_PARAM_ENUM, 0, offsetof(sasrec_config, activation), "auto",
-      GRM_PARAM_ANY, "auto|relu|gelu",
-      "FFN activation; auto: relu for style sasrec, gelu (erf form) for style bert" },
-    { "dropout", GRM_PARAM_DOUBLE, 0, offsetof(sasrec_config, dropout), "0.2",
-      GRM_PARAM_RANGE(0, 0.99), NULL,
-      "dropout rate of every site (embedding, attention probabilities, attention output "
-      "(bert), after each FFN layer (sasrec) or the second (bert)), training only" },
-    { "pos_emb", GRM_PARAM_BOOL, 0, offsetof(sasrec_config, pos_emb), "false",
-      GRM_PARAM_ANY, NULL,
-      "first block: learned position embedding added to x * sqrt(D) (sasrec) or to x and "
-      "LayerNorm-ed (bert), then embedding dropout" },
-    { "max_len", GRM_PARAM_INT, 0, offsetof(sasrec_config, max_len), "50",
-      GRM_PARAM_RANGE(1, 1 << 24), NULL,
-      "positions of the position embedding (longest sequence with pos_emb)" },
-    { "pos_align", GRM_PARAM_ENUM, 0, offsetof(sasrec_config, pos_align), "right",
-      GRM_PARAM_ANY, "right|left",
-      "right: newest token at position max_len-1 (reference); left: oldest at 0" },
-    { "final_norm", GRM_PARAM_BOOL, 0, offsetof(sasrec_config, final_norm), "false",
-      GRM_PARAM_ANY, NULL,
-      "last block of style sasrec: a LayerNorm on the output (reference last_layernorm)" },
-    { "ln_eps", GRM_PARAM_DOUBLE, 0, offsetof(sasrec_config, ln_eps), "1e-8",
-      GRM_PARAM_RANGE(1e-12, 1), NULL,
-      "LayerNorm epsilon (pmixer reference: 1e-8; S3-Rec code: 1e-12)" },
-    { "init", GRM_PARAM_ENUM, 0, offsetof(sasrec_config, init), "xavier_normal",
-      GRM_PARAM_ANY, "xavier_normal|xavier_uniform|normal",
-      "initializer of every weight matrix and the position embedding (normal: N(0, "
-      "init_std^2), the S3-Rec code's)" },
-    { "init_std", GRM_PARAM_DOUBLE, 0, offsetof(sasrec_config, init_std), "0.02",
-      GRM_PARAM_RANGE(1e-6, 10), NULL, "standard deviation of init = normal" },
-    { "impl", GRM_PARAM_ENUM, 0, offsetof(sasrec_config, impl), "blas",
-      GRM_PARAM_ANY, "blas|ref", "implementation: OpenBLAS + thread pool, or plain loops" },
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_ENUM(sasrec_config, style, "sasrec", "sasrec|bert",
+                        "sasrec: Kang & McAuley's block (LayerNorm before each sub-layer); bert: "
+                        "the post-norm block of the S3-Rec/ICLRec code behind the published "
+                        "full-ranking SASRec tables"),
+    GRM_PARAM_DECL_INT(sasrec_config, num_heads, "1", GRM_PARAM_RANGE(1, 1 << 16),
+                       "attention heads; must divide the model dim (head dim = D / num_heads)"),
+    GRM_PARAM_DECL_INT(sasrec_config, ffn_dim, "0", GRM_PARAM_RANGE(0, 1 << 24),
+                       "hidden size of the feed-forward network; 0: D (sasrec) or 4 D (bert)"),
+    GRM_PARAM_DECL_ENUM(sasrec_config, activation, "auto", "auto|relu|gelu",
+                        "FFN activation; auto: relu for style sasrec, gelu (erf form) for style "
+                        "bert"),
+    GRM_PARAM_DECL_DOUBLE(sasrec_config, dropout, "0.2", GRM_PARAM_RANGE(0, 0.99),
+                          "dropout rate of every site (embedding, attention probabilities, "
+                          "attention output (bert), after each FFN layer (sasrec) or the second "
+                          "(bert)), training only"),
+    GRM_PARAM_DECL_BOOL(sasrec_config, pos_emb, "false",
+                        "first block: learned position embedding added to "
+                        "x * sqrt(D) (sasrec) or to x and LayerNorm-ed (bert), then embedding "
+                        "dropout"),
+    GRM_PARAM_DECL_INT(sasrec_config, max_len, "50", GRM_PARAM_RANGE(1, 1 << 24),
+                       "positions of the position embedding (longest sequence with pos_emb)"),
+    GRM_PARAM_DECL_ENUM(sasrec_config, pos_align, "right", "right|left",
+                        "right: newest token at position max_len-1 (reference); left: oldest at 0"),
+    GRM_PARAM_DECL_BOOL(sasrec_config, final_norm, "false",
+                        "last block of style sasrec: a LayerNorm on the output (reference "
+                        "last_layernorm)"),
+    GRM_PARAM_DECL_DOUBLE(sasrec_config, ln_eps, "1e-8", GRM_PARAM_RANGE(1e-12, 1),
+                          "LayerNorm epsilon (pmixer reference: 1e-8; S3-Rec code: 1e-12)"),
+    GRM_PARAM_DECL_ENUM(sasrec_config, init, "xavier_normal", "xavier_normal|xavier_uniform|normal",
+                        "initializer of every weight matrix and the position embedding (normal: "
+                        "N(0, init_std^2), the S3-Rec code's)"),
+    GRM_PARAM_DECL_DOUBLE(sasrec_config, init_std, "0.02", GRM_PARAM_RANGE(1e-6, 10),
+                          "standard deviation of init = normal"),
+    GRM_PARAM_DECL_ENUM(sasrec_config, impl, "blas", "blas|ref",
+                        "implementation: OpenBLAS + thread pool, or plain loops"),
+    GRM_PARAM_DECL_END
 };
 
 static grm_status sasrec_op_create(const void *config, int64_t in_dim, uint64_t seed,
@@ -162,12 +157,4 @@ static const grm_plugin_info sasrec_info = {
     .config_size = sizeof(sasrec_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &sasrec_info, NULL };
-    sasrec_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(sasrec_host, &sasrec_info);

@@ -8,9 +8,10 @@ EXTRA_DIST += %reldir%/README.md
 
 check_PROGRAMS += tests/test-emb-dynamic tests/test-emb-dynamic-stress
 TESTS += tests/test-emb-dynamic tests/test-emb-dynamic-stress
-tests_test_emb_dynamic_SOURCES = tests/test-emb-dynamic.c
+tests_test_emb_dynamic_SOURCES = tests/test-emb-dynamic.c tests/emb-fakes.h tests/emb-fakes.c
 tests_test_emb_dynamic_LDADD = $(GRM_TEST_LIBS) -lm
-tests_test_emb_dynamic_stress_SOURCES = tests/test-emb-dynamic-stress.c
+tests_test_emb_dynamic_stress_SOURCES = tests/test-emb-dynamic-stress.c tests/emb-fakes.h \
+	tests/emb-fakes.c
 tests_test_emb_dynamic_stress_LDADD = $(GRM_TEST_LIBS) -lm -lpthread
 
 # bench/bench_emb.py drives this C driver (emb-dynamic vs emb-static); make bench builds it.

@@ -389,36 +389,29 @@ static grm_status ed_stats(void *inst, int32_t table, grm_emb_stats *out)
 /* ---- descriptor ---- */
 
 static const grm_param_decl ed_params[] = {
-    { .name = "evict", .type = GRM_PARAM_ENUM, .offset = offsetof(ed_config, evict),
-      .def = "none", .min = 1, .max = 0, .choices = "none|lru|lfu",
-      .help = "which rows go when a table passes max_rows: none, least recently or least "
-              "frequently used" },
-    { .name = "max_rows", .type = GRM_PARAM_INT, .offset = offsetof(ed_config, max_rows),
-      .def = "0", .min = 0, .max = 0x1p62,
-      .help = "live-row budget per table (0 = none); needs evict = lru or lfu" },
-    { .name = "ttl_steps", .type = GRM_PARAM_INT, .offset = offsetof(ed_config, ttl_steps),
-      .def = "0", .min = 0, .max = 0x1p62,
-      .help = "evict rows not looked up or updated for this many steps (0 = never)" },
-    { .name = "fp16_cold", .type = GRM_PARAM_BOOL, .offset = offsetof(ed_config, fp16_cold),
-      .def = "false", .min = 1, .max = 0,
-      .help = "store rows with fewer than hot_threshold accesses in FP16 (MTGRBoost 5.2)" },
-    { .name = "hot_threshold", .type = GRM_PARAM_INT,
-      .offset = offsetof(ed_config, hot_threshold), .def = "8", .min = 1, .max = 0x1p62,
-      .help = "accesses (training lookups) at which an FP16 row becomes an FP32 row" },
-    { .name = "initial_rows", .type = GRM_PARAM_INT,
-      .offset = offsetof(ed_config, initial_rows), .def = "-1", .min = -1, .max = 0x1p40,
-      .help = "rows the key structure holds before its first growth; -1: the table's rows "
-              "hint, at most 1048576" },
-    { .name = "chunk_rows", .type = GRM_PARAM_INT, .offset = offsetof(ed_config, chunk_rows),
-      .def = "65536", .min = 64, .max = 16777216,
-      .help = "rows per embedding chunk, a power of two (smaller tables use smaller chunks)" },
-    { .name = "probe_lanes", .type = GRM_PARAM_INT,
-      .offset = offsetof(ed_config, probe_lanes), .def = "4", .min = 1, .max = 32,
-      .help = "thread groups of grouped parallel probing (eq. 5), a power of two" },
-    { .name = "impl", .type = GRM_PARAM_ENUM, .offset = offsetof(ed_config, impl),
-      .def = "cpu", .min = 1, .max = 0, .choices = "cpu|ref",
-      .help = "threaded batches with F16C (cpu) or one-thread plain loops (ref)" },
-    { .name = NULL }
+    GRM_PARAM_DECL_ENUM(ed_config, evict, "none", "none|lru|lfu",
+                        "which rows go when a table passes max_rows: none, least recently or "
+                        "least frequently used"),
+    GRM_PARAM_DECL_INT(ed_config, max_rows, "0", GRM_PARAM_RANGE(0, 0x1p62),
+                       "live-row budget per table (0 = none); needs evict = lru or lfu"),
+    GRM_PARAM_DECL_INT(ed_config, ttl_steps, "0", GRM_PARAM_RANGE(0, 0x1p62),
+                       "evict rows not looked up or updated for this many steps (0 = never)"),
+    GRM_PARAM_DECL_BOOL(ed_config, fp16_cold, "false",
+                        "store rows with fewer than hot_threshold accesses in FP16 (MTGRBoost "
+                        "5.2)"),
+    GRM_PARAM_DECL_INT(ed_config, hot_threshold, "8", GRM_PARAM_RANGE(1, 0x1p62),
+                       "accesses (training lookups) at which an FP16 row becomes an FP32 row"),
+    GRM_PARAM_DECL_INT(ed_config, initial_rows, "-1", GRM_PARAM_RANGE(-1, 0x1p40),
+                       "rows the key structure holds before its first growth; -1: the table's "
+                       "rows hint, at most 1048576"),
+    GRM_PARAM_DECL_INT(ed_config, chunk_rows, "65536", GRM_PARAM_RANGE(64, 16777216),
+                       "rows per embedding chunk, a power of two (smaller tables use smaller "
+                       "chunks)"),
+    GRM_PARAM_DECL_INT(ed_config, probe_lanes, "4", GRM_PARAM_RANGE(1, 32),
+                       "thread groups of grouped parallel probing (eq. 5), a power of two"),
+    GRM_PARAM_DECL_ENUM(ed_config, impl, "cpu", "cpu|ref",
+                        "threaded batches with F16C (cpu) or one-thread plain loops (ref)"),
+    GRM_PARAM_DECL_END
 };
 
 static const grm_emb_ops ed_ops = {
@@ -445,11 +438,4 @@ static const grm_plugin_info ed_info = {
     .config_size = sizeof(ed_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &ed_info, NULL };
-    ed_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(ed_host, &ed_info);

@@ -8,5 +8,5 @@ EXTRA_DIST += %reldir%/README.md
 
 check_PROGRAMS += tests/test-emb-static
 TESTS += tests/test-emb-static
-tests_test_emb_static_SOURCES = tests/test-emb-static.c
+tests_test_emb_static_SOURCES = tests/test-emb-static.c tests/emb-fakes.h tests/emb-fakes.c
 tests_test_emb_static_LDADD = $(GRM_TEST_LIBS) -lm

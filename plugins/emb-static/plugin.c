@@ -430,19 +430,15 @@ static grm_status es_stats(void *inst, int32_t table, grm_emb_stats *out)
 /* ---- descriptor ---- */
 
 static const grm_param_decl es_params[] = {
-    { .name = "on_out_of_range", .type = GRM_PARAM_ENUM,
-      .offset = offsetof(es_config, on_out_of_range), .def = "error", .min = 1, .max = 0,
-      .choices = "error|modulo",
-      .help = "an id outside [0, rows): fail with an error, or wrap it modulo rows" },
-    { .name = "impl", .type = GRM_PARAM_ENUM, .offset = offsetof(es_config, impl),
-      .def = "cpu", .min = 1, .max = 0, .choices = "cpu|ref",
-      .help = "lookup/update code: threaded (cpu) or the plain-loop reference (ref)" },
-    { .name = "update", .type = GRM_PARAM_ENUM, .offset = offsetof(es_config, update),
-      .def = "sparse", .min = 1, .max = 0, .choices = "sparse|dense",
-      .help = "sparse: only the updated ids' rows step (TF-style, per-row step counts); "
-              "dense: every row steps each update, untouched ones with a zero gradient "
-              "(torch's dense Adam on an nn.Embedding; O(rows * dim) per step)" },
-    { .name = NULL }
+    GRM_PARAM_DECL_ENUM(es_config, on_out_of_range, "error", "error|modulo",
+                        "an id outside [0, rows): fail with an error, or wrap it modulo rows"),
+    GRM_PARAM_DECL_ENUM(es_config, impl, "cpu", "cpu|ref",
+                        "lookup/update code: threaded (cpu) or the plain-loop reference (ref)"),
+    GRM_PARAM_DECL_ENUM(es_config, update, "sparse", "sparse|dense",
+                        "sparse: only the updated ids' rows step (TF-style, per-row step "
+                        "counts); dense: every row steps each update, untouched ones with a zero "
+                        "gradient (torch's dense Adam on an nn.Embedding; O(rows * dim) per step)"),
+    GRM_PARAM_DECL_END
 };
 
 static const grm_emb_ops es_ops = {
@@ -467,11 +463,4 @@ static const grm_plugin_info es_info = {
     .config_size = sizeof(es_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &es_info, NULL };
-    es_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(es_host, &es_info);

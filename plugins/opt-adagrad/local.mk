@@ -1,7 +1,8 @@
 # opt-adagrad: see %reldir%/README.md
 plugin_LTLIBRARIES += %reldir%/opt-adagrad.la
 %canon_reldir%_opt_adagrad_la_SOURCES = %reldir%/plugin.c %reldir%/adagrad.h \
-	%reldir%/adagrad_ref.c
+	%reldir%/adagrad_ref.c $(OPT_GLUE_SOURCES)
+%canon_reldir%_opt_adagrad_la_CPPFLAGS = $(AM_CPPFLAGS) $(OPT_GLUE_CPPFLAGS)
 %canon_reldir%_opt_adagrad_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 %canon_reldir%_opt_adagrad_la_LIBADD = -lm
 EXTRA_DIST += %reldir%/README.md tests/ref/opt_adagrad.py

@@ -1,54 +1,44 @@
-/* plugins/opt-adagrad/plugin.c - glue of opt-adagrad.so: entry point, descriptor,
- * parameter and ops tables, argument checks. The update itself is adagrad_update_ref
- * (adagrad_ref.c); torch.optim.Adagrad semantics, per-row step counts for rows. */
+/* plugins/opt-adagrad/plugin.c - opt-adagrad.so: its parameters, their checks and its
+ * update rule (adagrad_coef_at, adagrad_update_ref, adagrad_ref.c; torch.optim.Adagrad
+ * semantics); the ops table, create and the step calls, per-row step counts included, are
+ * the glue every optimizer shares (plugins/opt-common/opt_glue.c). */
 #include <math.h>
 #include <stddef.h>
-#include <stdlib.h>
 
 #include <grm/grm.h>
 
 #include "adagrad.h"
-
-static const grm_host_api *adagrad_host;   /* the only mutable global */
-
-typedef struct adagrad {
-    adagrad_config cfg;     /* copy of the config */
-} adagrad;
+#include "opt_glue.h"
 
 static const grm_param_decl adagrad_params[] = {
-    { "lr", GRM_PARAM_DOUBLE, 0, offsetof(adagrad_config, lr), "0.01",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "learning rate (> 0)" },
-    { "lr_decay", GRM_PARAM_DOUBLE, 0, offsetof(adagrad_config, lr_decay), "0",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "step t uses lr / (1 + (t - 1) lr_decay)" },
-    { "weight_decay", GRM_PARAM_DOUBLE, 0, offsetof(adagrad_config, weight_decay), "0",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "L2 penalty added to the gradient" },
-    { "initial_accumulator_value", GRM_PARAM_DOUBLE, 0,
-      offsetof(adagrad_config, initial_accumulator_value), "0", GRM_PARAM_RANGE(0, 1e6),
-      NULL, "sum of squared gradients before the first update" },
-    { "eps", GRM_PARAM_DOUBLE, 0, offsetof(adagrad_config, eps), "1e-10",
-      GRM_PARAM_RANGE(0, 1), NULL, "added to sqrt(sum) in the denominator" },
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_DOUBLE(adagrad_config, lr, "0.01", GRM_PARAM_RANGE(0, 1e3),
+                          "learning rate (> 0)"),
+    GRM_PARAM_DECL_DOUBLE(adagrad_config, lr_decay, "0", GRM_PARAM_RANGE(0, 1e3),
+                          "step t uses lr / (1 + (t - 1) lr_decay)"),
+    GRM_PARAM_DECL_DOUBLE(adagrad_config, weight_decay, "0", GRM_PARAM_RANGE(0, 1e3),
+                          "L2 penalty added to the gradient"),
+    GRM_PARAM_DECL_DOUBLE(adagrad_config, initial_accumulator_value, "0", GRM_PARAM_RANGE(0, 1e6),
+                          "sum of squared gradients before the first update"),
+    GRM_PARAM_DECL_DOUBLE(adagrad_config, eps, "1e-10", GRM_PARAM_RANGE(0, 1),
+                          "added to sqrt(sum) in the denominator"),
+    GRM_PARAM_DECL_END
 };
 
 /* GRM_OK when v is finite and >= 0; the error names the parameter otherwise. */
 static grm_status adagrad_check_nonneg(const char *name, double v)
 {
     if (!(v >= 0 && isfinite(v)))
-        return adagrad_host->errorf(GRM_EINVAL, "opt-adagrad: %s: %g must be a finite "
-                                    "number >= 0", name, v);
+        return opt_host->errorf(GRM_EINVAL, "opt-adagrad: %s: %g must be a finite number "
+                                ">= 0", name, v);
     return GRM_OK;
 }
 
-static grm_status adagrad_create(const void *config, void **inst)
+static grm_status adagrad_check(const void *config)
 {
-    if (config == NULL || inst == NULL)
-        return adagrad_host->errorf(GRM_EINVAL, "opt-adagrad: create: config and inst must "
-                                    "not be NULL");
     const adagrad_config *cfg = config;
-    *inst = NULL;
     if (!(cfg->lr > 0 && isfinite(cfg->lr)))
-        return adagrad_host->errorf(GRM_EINVAL, "opt-adagrad: lr: %g must be a finite "
-                                    "number > 0", cfg->lr);
+        return opt_host->errorf(GRM_EINVAL, "opt-adagrad: lr: %g must be a finite number > 0",
+                                cfg->lr);
     grm_status st = adagrad_check_nonneg("lr_decay", cfg->lr_decay);
     if (st == GRM_OK)
         st = adagrad_check_nonneg("weight_decay", cfg->weight_decay);
@@ -62,80 +52,26 @@ static grm_status adagrad_create(const void *config, void **inst)
     // torch accepts this pair, but then an element whose gradients so far are all zero
     // computes 0 / 0 and its parameter becomes NaN
     if (cfg->eps == 0 && cfg->initial_accumulator_value == 0)
-        return adagrad_host->errorf(GRM_EINVAL, "opt-adagrad: eps: 0 together with "
-                                    "initial_accumulator_value 0 divides 0 by 0 on a zero "
-                                    "gradient; set eps > 0 (default 1e-10) or "
-                                    "initial_accumulator_value > 0");
-    adagrad *a = malloc(sizeof *a);
-    if (a == NULL)
-        return adagrad_host->errorf(GRM_ENOMEM, "opt-adagrad: create: out of memory");
-    a->cfg = *cfg;
-    *inst = a;
+        return opt_host->errorf(GRM_EINVAL, "opt-adagrad: eps: 0 together with "
+                                "initial_accumulator_value 0 divides 0 by 0 on a zero "
+                                "gradient; set eps > 0 (default 1e-10) or "
+                                "initial_accumulator_value > 0");
     return GRM_OK;
 }
 
-static void adagrad_destroy(void *inst)
+static int32_t adagrad_state_floats(const void *config)
 {
-    free(inst);
-}
-
-static int32_t adagrad_state_floats(void *inst)
-{
-    (void)inst;
+    (void)config;
     return 1;   // the running sum of squared gradients
 }
 
-static grm_status adagrad_check(const char *op, const float *param, const float *state,
-                                const float *grad, int64_t n, int64_t step)
+/* state [n]: the running sum of squares of this tensor (or row). */
+static void adagrad_update(const void *config, float *param, float *state, const float *grad,
+                           int64_t n, int64_t step)
 {
-    if (n < 0)
-        return adagrad_host->errorf(GRM_EINVAL, "opt-adagrad: %s: %lld elements is negative",
-                                    op, (long long)n);
-    if (step < 1)
-        return adagrad_host->errorf(GRM_EINVAL, "opt-adagrad: %s: step %lld must be >= 1 "
-                                    "(1 for the first update)", op, (long long)step);
-    if (n > 0 && (param == NULL || state == NULL || grad == NULL))
-        return adagrad_host->errorf(GRM_EINVAL, "opt-adagrad: %s: param, state and grad "
-                                    "must not be NULL", op);
-    return GRM_OK;
-}
-
-/* param [n], state [n] sum of squares, grad [n]; step counts this tensor's updates. */
-static grm_status adagrad_step(void *inst, float *param, float *state, const float *grad,
-                               int64_t n, int64_t step)
-{
-    const adagrad *a = inst;
-    grm_status st = adagrad_check("step", param, state, grad, n, step);
-    if (st != GRM_OK || n == 0)
-        return st;
-    const adagrad_coef c = adagrad_coef_at(&a->cfg, step);
+    const adagrad_coef c = adagrad_coef_at(config, step);
     adagrad_update_ref(param, state, grad, n, &c);
-    return GRM_OK;
 }
-
-/* row [dim], state [dim] this row's sum of squares, grad [dim]; step counts this row's
- * updates, so lr_decay and the initial accumulator follow the row, not the trainer (only
- * the rows a batch touches are updated, MTGRBoost §5.2). */
-static grm_status adagrad_row_step(void *inst, float *row, float *state, const float *grad,
-                                   int32_t dim, int64_t step)
-{
-    const adagrad *a = inst;
-    grm_status st = adagrad_check("row_step", row, state, grad, dim, step);
-    if (st != GRM_OK || dim == 0)
-        return st;
-    const adagrad_coef c = adagrad_coef_at(&a->cfg, step);
-    adagrad_update_ref(row, state, grad, dim, &c);
-    return GRM_OK;
-}
-
-static const grm_opt_ops adagrad_ops = {
-    .struct_size = sizeof(grm_opt_ops),
-    .create = adagrad_create,
-    .destroy = adagrad_destroy,
-    .state_floats = adagrad_state_floats,
-    .step = adagrad_step,
-    .row_step = adagrad_row_step,
-};
 
 static const grm_plugin_info adagrad_info = {
     GRM_PLUGIN_INFO_HEADER,
@@ -144,17 +80,16 @@ static const grm_plugin_info adagrad_info = {
     .version = "1.0.0",
     .description = "Adagrad (Duchi et al. 2011; torch.optim.Adagrad semantics), dense and "
                    "sparse-row steps with per-row step counts",
-    .ops = &adagrad_ops,
+    .ops = &opt_glue_ops,
     .params = adagrad_params,
     .config_size = sizeof(adagrad_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
+const opt_rule opt_rule_this = {
+    .info = &adagrad_info,
+    .check = adagrad_check,
+    .state_floats = adagrad_state_floats,
+    .update = adagrad_update,
+};
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &adagrad_info, NULL };
-    adagrad_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(opt_host, &adagrad_info);

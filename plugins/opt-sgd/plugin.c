@@ -1,116 +1,52 @@
-/* plugins/opt-sgd/plugin.c - glue of opt-sgd.so: entry point, descriptor, parameter and
- * ops tables, argument checks. The update itself is sgd_update_ref (sgd_ref.c). */
+/* plugins/opt-sgd/plugin.c - opt-sgd.so: its parameters, their checks and its update rule
+ * (sgd_update_ref, sgd_ref.c); the ops table, create and the step calls are the glue every
+ * optimizer shares (plugins/opt-common/opt_glue.c). */
 #include <stddef.h>
-#include <stdlib.h>
 
 #include <grm/grm.h>
 
+#include "opt_glue.h"
 #include "sgd.h"
 
-static const grm_host_api *sgd_host;   /* the only mutable global */
-
-typedef struct sgd {
-    sgd_config cfg;     /* copy of the config */
-} sgd;
-
 static const grm_param_decl sgd_params[] = {
-    { "lr", GRM_PARAM_DOUBLE, 0, offsetof(sgd_config, lr), "0.01",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "learning rate (> 0)" },
-    { "momentum", GRM_PARAM_DOUBLE, 0, offsetof(sgd_config, momentum), "0",
-      GRM_PARAM_RANGE(0, 1), NULL, "momentum factor; 0 keeps no state" },
-    { "nesterov", GRM_PARAM_BOOL, 0, offsetof(sgd_config, nesterov), "false",
-      GRM_PARAM_ANY, NULL, "Nesterov momentum (needs momentum > 0)" },
-    { "weight_decay", GRM_PARAM_DOUBLE, 0, offsetof(sgd_config, weight_decay), "0",
-      GRM_PARAM_RANGE(0, 1e3), NULL, "L2 penalty added to the gradient" },
-    { NULL, 0, 0, 0, NULL, 0, 0, NULL, NULL }
+    GRM_PARAM_DECL_DOUBLE(sgd_config, lr, "0.01", GRM_PARAM_RANGE(0, 1e3), "learning rate (> 0)"),
+    GRM_PARAM_DECL_DOUBLE(sgd_config, momentum, "0", GRM_PARAM_RANGE(0, 1),
+                          "momentum factor; 0 keeps no state"),
+    GRM_PARAM_DECL_BOOL(sgd_config, nesterov, "false", "Nesterov momentum (needs momentum > 0)"),
+    GRM_PARAM_DECL_DOUBLE(sgd_config, weight_decay, "0", GRM_PARAM_RANGE(0, 1e3),
+                          "L2 penalty added to the gradient"),
+    GRM_PARAM_DECL_END
 };
 
-static grm_status sgd_create(const void *config, void **inst)
+static grm_status sgd_check(const void *config)
 {
-    if (config == NULL || inst == NULL)
-        return sgd_host->errorf(GRM_EINVAL, "opt-sgd: create: config and inst must not be "
-                                "NULL");
     const sgd_config *cfg = config;
-    *inst = NULL;
     if (!(cfg->lr > 0))
-        return sgd_host->errorf(GRM_EINVAL, "opt-sgd: lr: %g must be > 0", cfg->lr);
+        return opt_host->errorf(GRM_EINVAL, "opt-sgd: lr: %g must be > 0", cfg->lr);
     if (!(cfg->momentum >= 0 && cfg->momentum <= 1))
-        return sgd_host->errorf(GRM_EINVAL, "opt-sgd: momentum: %g out of range [0, 1]",
+        return opt_host->errorf(GRM_EINVAL, "opt-sgd: momentum: %g out of range [0, 1]",
                                 cfg->momentum);
     if (!(cfg->weight_decay >= 0))
-        return sgd_host->errorf(GRM_EINVAL, "opt-sgd: weight_decay: %g must be >= 0",
+        return opt_host->errorf(GRM_EINVAL, "opt-sgd: weight_decay: %g must be >= 0",
                                 cfg->weight_decay);
     if (cfg->nesterov && !(cfg->momentum > 0))
-        return sgd_host->errorf(GRM_EINVAL, "opt-sgd: nesterov: Nesterov momentum needs "
+        return opt_host->errorf(GRM_EINVAL, "opt-sgd: nesterov: Nesterov momentum needs "
                                 "momentum > 0; set momentum (e.g. 0.9) or nesterov = false");
-    sgd *s = malloc(sizeof *s);
-    if (s == NULL)
-        return sgd_host->errorf(GRM_ENOMEM, "opt-sgd: create: out of memory");
-    s->cfg = *cfg;
-    *inst = s;
     return GRM_OK;
 }
 
-static void sgd_destroy(void *inst)
+static int32_t sgd_state_floats(const void *config)
 {
-    free(inst);
+    const sgd_config *cfg = config;
+    return cfg->momentum > 0 ? 1 : 0;   // the momentum buffer
 }
 
-static int32_t sgd_state_floats(void *inst)
+/* state [n]: the momentum buffer when momentum > 0, else NULL. */
+static void sgd_update(const void *config, float *param, float *state, const float *grad,
+                       int64_t n, int64_t step)
 {
-    const sgd *s = inst;
-    return s->cfg.momentum > 0 ? 1 : 0;   // the momentum buffer
+    sgd_update_ref(param, state, grad, n, config, step == 1);
 }
-
-static grm_status sgd_check(const char *op, const float *param, const float *state,
-                            const float *grad, int64_t n, int64_t step, int stateful)
-{
-    if (n < 0)
-        return sgd_host->errorf(GRM_EINVAL, "opt-sgd: %s: %lld elements is negative", op,
-                                (long long)n);
-    if (step < 1)
-        return sgd_host->errorf(GRM_EINVAL, "opt-sgd: %s: step %lld must be >= 1 (1 for "
-                                "the first update)", op, (long long)step);
-    if (n > 0 && (param == NULL || grad == NULL || (stateful && state == NULL)))
-        return sgd_host->errorf(GRM_EINVAL, "opt-sgd: %s: param, grad%s must not be NULL",
-                                op, stateful ? " and state (momentum > 0)" : "");
-    return GRM_OK;
-}
-
-/* state [n] momentum buffer when momentum > 0, else unused. */
-static grm_status sgd_step(void *inst, float *param, float *state, const float *grad,
-                           int64_t n, int64_t step)
-{
-    const sgd *s = inst;
-    const int stateful = s->cfg.momentum > 0;
-    grm_status st = sgd_check("step", param, state, grad, n, step, stateful);
-    if (st != GRM_OK || n == 0)
-        return st;
-    sgd_update_ref(param, stateful ? state : NULL, grad, n, &s->cfg, step == 1);
-    return GRM_OK;
-}
-
-/* state [dim] momentum buffer of this row when momentum > 0; step counts its updates. */
-static grm_status sgd_row_step(void *inst, float *row, float *state, const float *grad,
-                               int32_t dim, int64_t step)
-{
-    const sgd *s = inst;
-    const int stateful = s->cfg.momentum > 0;
-    grm_status st = sgd_check("row_step", row, state, grad, dim, step, stateful);
-    if (st != GRM_OK || dim == 0)
-        return st;
-    sgd_update_ref(row, stateful ? state : NULL, grad, dim, &s->cfg, step == 1);
-    return GRM_OK;
-}
-
-static const grm_opt_ops sgd_ops = {
-    .struct_size = sizeof(grm_opt_ops),
-    .create = sgd_create,
-    .destroy = sgd_destroy,
-    .state_floats = sgd_state_floats,
-    .step = sgd_step,
-    .row_step = sgd_row_step,
-};
 
 static const grm_plugin_info sgd_info = {
     GRM_PLUGIN_INFO_HEADER,
@@ -119,17 +55,16 @@ static const grm_plugin_info sgd_info = {
     .version = "1.0.0",
     .description = "SGD with optional momentum, Nesterov momentum and L2 weight decay "
                    "(torch.optim.SGD semantics)",
-    .ops = &sgd_ops,
+    .ops = &opt_glue_ops,
     .params = sgd_params,
     .config_size = sizeof(sgd_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
+const opt_rule opt_rule_this = {
+    .info = &sgd_info,
+    .check = sgd_check,
+    .state_floats = sgd_state_floats,
+    .update = sgd_update,
+};
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &sgd_info, NULL };
-    sgd_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(opt_host, &sgd_info);

@@ -12,19 +12,19 @@ static const grm_host_api *colr_host;   /* the only mutable global (STYLE.md §5
 static const grm_device colr_cpu = { GRM_DEVICE_CPU, 0 };
 
 static const grm_param_decl colr_params[] = {
-    { "path", GRM_PARAM_STRING, 1, offsetof(colr_config, path), NULL, GRM_PARAM_ANY, NULL,
-      "a grmcol file, a directory (every *.grmcol in it) or a glob; files are read in "
-      "sorted order" },
-    { "columns", GRM_PARAM_STR_LIST, 0, offsetof(colr_config, columns), NULL, GRM_PARAM_ANY,
-      NULL, "columns to read, in this order (only their chunks are read and decompressed); "
-      "empty: all" },
-    { "prefetch", GRM_PARAM_INT, 0, offsetof(colr_config, prefetch), "4",
-      GRM_PARAM_RANGE(0, 256), NULL, "row groups decoded ahead on libuv's thread pool "
-      "(UV_THREADPOOL_SIZE threads); 0 decodes in the calling thread" },
-    { "on_bad_chunk", GRM_PARAM_ENUM, 0, offsetof(colr_config, on_bad_chunk), "fail",
-      GRM_PARAM_ANY, "fail|skip", "a damaged chunk or file stops reading with file, row "
-      "group and column (fail), or is skipped, logged and counted in bad_rows (skip)" },
-    { NULL, 0, 0, 0, NULL, GRM_PARAM_ANY, NULL, NULL },
+    GRM_PARAM_DECL_STRING(colr_config, path, GRM_PARAM_REQUIRED,
+                          "a grmcol file, a directory (every *.grmcol in it) or a glob; files "
+                          "are read in sorted order"),
+    GRM_PARAM_DECL_STR_LIST(colr_config, columns, NULL,
+                            "columns to read, in this order (only their chunks are read and "
+                            "decompressed); empty: all"),
+    GRM_PARAM_DECL_INT(colr_config, prefetch, "4", GRM_PARAM_RANGE(0, 256),
+                       "row groups decoded ahead on libuv's thread pool (UV_THREADPOOL_SIZE "
+                       "threads); 0 decodes in the calling thread"),
+    GRM_PARAM_DECL_ENUM(colr_config, on_bad_chunk, "fail", "fail|skip",
+                        "a damaged chunk or file stops reading with file, row group and column "
+                        "(fail), or is skipped, logged and counted in bad_rows (skip)"),
+    GRM_PARAM_DECL_END
 };
 
 static void colr_close(void *inst)
@@ -196,12 +196,4 @@ static const grm_plugin_info colr_info = {
 
 // grm/plugin.h declares only the entry's type; this prototype keeps
 // -Wmissing-prototypes quiet.
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &colr_info, NULL };
-    colr_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(colr_host, &colr_info);

@@ -11,22 +11,22 @@ static const grm_host_api *text_host;   /* the only mutable global (STYLE.md §5
 static const grm_device text_cpu = { GRM_DEVICE_CPU, 0 };
 
 static const grm_param_decl text_params[] = {
-    { "path", GRM_PARAM_STRING, 1, offsetof(text_config, path), NULL, GRM_PARAM_ANY, NULL,
-      "input file; a name ending in .zst is decompressed while reading" },
-    { "format", GRM_PARAM_ENUM, 0, offsetof(text_config, format), "tsv", GRM_PARAM_ANY,
-      "tsv|csv|ssv|movielens",
-      "field separator: tab, comma, runs of spaces, or '::' (MovieLens ratings.dat)" },
-    { "columns", GRM_PARAM_STR_LIST, 1, offsetof(text_config, columns), NULL, GRM_PARAM_ANY,
-      NULL, "name:type per field (i64 f32 str list_i64 list_f32; a list is last and takes "
-      "the rest; '_' skips a field), e.g. user:i64,item:i64,rating:f32,ts:i64" },
-    { "header", GRM_PARAM_BOOL, 0, offsetof(text_config, header), "false", GRM_PARAM_ANY,
-      NULL, "skip the first line of the file" },
-    { "on_bad_row", GRM_PARAM_ENUM, 0, offsetof(text_config, on_bad_row), "fail",
-      GRM_PARAM_ANY, "fail|skip",
-      "a malformed row stops reading with its file:line (fail) or is counted and skipped" },
-    { "chunk_rows", GRM_PARAM_INT, 0, offsetof(text_config, chunk_rows), "65536",
-      GRM_PARAM_RANGE(1, 16777216), NULL, "rows per chunk" },
-    { NULL, 0, 0, 0, NULL, GRM_PARAM_ANY, NULL, NULL },
+    GRM_PARAM_DECL_STRING(text_config, path, GRM_PARAM_REQUIRED,
+                          "input file; a name ending in .zst is decompressed while reading"),
+    GRM_PARAM_DECL_ENUM(text_config, format, "tsv", "tsv|csv|ssv|movielens",
+                        "field separator: tab, comma, runs of spaces, or '::' (MovieLens "
+                        "ratings.dat)"),
+    GRM_PARAM_DECL_STR_LIST(text_config, columns, GRM_PARAM_REQUIRED,
+                            "name:type per field (i64 f32 str list_i64 list_f32; a list is last "
+                            "and takes the rest; '_' skips a field), e.g. "
+                            "user:i64,item:i64,rating:f32,ts:i64"),
+    GRM_PARAM_DECL_BOOL(text_config, header, "false", "skip the first line of the file"),
+    GRM_PARAM_DECL_ENUM(text_config, on_bad_row, "fail", "fail|skip",
+                        "a malformed row stops reading with its file:line (fail) or is counted "
+                        "and skipped"),
+    GRM_PARAM_DECL_INT(text_config, chunk_rows, "65536", GRM_PARAM_RANGE(1, 16777216),
+                       "rows per chunk"),
+    GRM_PARAM_DECL_END
 };
 
 static void text_close(void *inst)
@@ -133,12 +133,4 @@ static const grm_plugin_info text_info = {
 
 // grm/plugin.h declares only the entry's type; this prototype keeps
 // -Wmissing-prototypes quiet.
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &text_info, NULL };
-    text_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(text_host, &text_info);

@@ -16,67 +16,63 @@ static const grm_host_api *basic_host;   /* the only mutable global (STYLE.md §
 static const grm_device basic_cpu = { GRM_DEVICE_CPU, 0 };
 
 static const grm_param_decl basic_params[] = {
-    { "hash", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, hash), NULL, GRM_PARAM_ANY, NULL,
-      "str, i64 or list_i64 columns replaced by the XXH3-64 hash (masked to >= 0) of each "
-      "value's bytes" },
-    { "hash_buckets", GRM_PARAM_INT, 0, offsetof(basic_config, hash_buckets), "0",
-      GRM_PARAM_RANGE(0, (double)INT64_MAX), NULL,
-      "reduce hashes modulo this many buckets; 0 keeps the full 63-bit hash" },
-    { "mod", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, mod), NULL, GRM_PARAM_ANY, NULL,
-      "column:N entries: i64 or list_i64 column x replaced by ((x % N) + N) % N, N > 0" },
-    { "bucketize", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, bucketize), NULL,
-      GRM_PARAM_ANY, NULL,
-      "column:b1/b2/... entries: i64 or f32 column (or list) x replaced by the bucket index "
-      "(number of ascending boundaries <= x), e.g. rating:4 or age:18/25/35" },
-    { "keep", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, keep), NULL, GRM_PARAM_ANY, NULL,
-      "output only these columns, in this order (default: all)" },
-    { "sequence_by", GRM_PARAM_STRING, 0, offsetof(basic_config, sequence_by), NULL,
-      GRM_PARAM_ANY, NULL,
-      "i64 key column; when set, rows are gathered into one row of lists per key" },
-    { "sequence_order", GRM_PARAM_STRING, 0, offsetof(basic_config, sequence_order), NULL,
-      GRM_PARAM_ANY, NULL,
-      "i64 column ordering a key's events (ties keep input order); empty: input order" },
-    { "sequence_columns", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, sequence_columns),
-      NULL, GRM_PARAM_ANY, NULL,
-      "i64 or f32 columns gathered into list_i64 or list_f32 columns per key, e.g. item,ts" },
-    { "min_length", GRM_PARAM_INT, 0, offsetof(basic_config, min_length), "1",
-      GRM_PARAM_RANGE(1, (double)INT64_MAX), NULL,
-      "keys with fewer events are dropped (and counted in the log)" },
-    { "max_length", GRM_PARAM_INT, 0, offsetof(basic_config, max_length), "0",
-      GRM_PARAM_RANGE(0, (double)INT64_MAX), NULL,
-      "keep only the most recent N events of a key; 0: unlimited" },
-    { "cross", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, cross), NULL, GRM_PARAM_ANY, NULL,
-      "a*b:out[:N] entries: new i64 column out = XXH3-64 of the ids of a and b (after their "
-      "hash/bucketize/mod), masked to >= 0, % N; a list crossed with a scalar gives a list" },
-    { "truncate", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, truncate), NULL,
-      GRM_PARAM_ANY, NULL,
-      "column:N[:recent|first] entries: keep at most N values per row of a list column, the "
-      "last N (recent, default) or the first N" },
-    { "pad", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, pad), NULL, GRM_PARAM_ANY, NULL,
-      "column:N[:value] entries: pad rows of a list column shorter than N at the back with "
-      "value (default 0), after truncate" },
-    { "copy", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, copy), NULL, GRM_PARAM_ANY, NULL,
-      "src:dst entries: new column dst (after the inputs) starts as a copy of input column "
-      "src, then takes its own transforms, e.g. rating:top with bucketize = rating:4, top:5" },
-    { "history_by", GRM_PARAM_STRING, 0, offsetof(basic_config, history_by), NULL,
-      GRM_PARAM_ANY, NULL,
-      "i64 key column; when set, every row gets lists of its key's most recent events "
-      "(history_columns) and all rows are emitted at flush" },
-    { "history_order", GRM_PARAM_STRING, 0, offsetof(basic_config, history_order), NULL,
-      GRM_PARAM_ANY, NULL,
-      "i64 column ordering a key's events (ties keep input order); empty: input order" },
-    { "history_columns", GRM_PARAM_STR_LIST, 0, offsetof(basic_config, history_columns), NULL,
-      GRM_PARAM_ANY, NULL,
-      "src:dst entries: new list_i64 / list_f32 column dst = the values of i64 / f32 column "
-      "src over the key's recent events, oldest first, e.g. item:hist_item" },
-    { "history_length", GRM_PARAM_INT, 0, offsetof(basic_config, history_length), "0",
-      GRM_PARAM_RANGE(0, (double)INT64_MAX), NULL,
-      "most events per history list (required > 0 with history_by)" },
-    { "history_self", GRM_PARAM_BOOL, 0, offsetof(basic_config, history_self), "true",
-      GRM_PARAM_ANY, NULL,
-      "true: a row's own event is the last of its history lists; false: earlier events only "
-      "(lists may be empty)" },
-    { NULL, 0, 0, 0, NULL, GRM_PARAM_ANY, NULL, NULL },
+    GRM_PARAM_DECL_STR_LIST(basic_config, hash, NULL,
+                            "str, i64 or list_i64 columns replaced by the XXH3-64 hash (masked "
+                            "to >= 0) of each value's bytes"),
+    GRM_PARAM_DECL_INT(basic_config, hash_buckets, "0", GRM_PARAM_RANGE(0, (double)INT64_MAX),
+                       "reduce hashes modulo this many buckets; 0 keeps the full 63-bit hash"),
+    GRM_PARAM_DECL_STR_LIST(basic_config, mod, NULL,
+                            "column:N entries: i64 or list_i64 column x replaced by "
+                            "((x % N) + N) % N, N > 0"),
+    GRM_PARAM_DECL_STR_LIST(basic_config, bucketize, NULL,
+                            "column:b1/b2/... entries: i64 or f32 column (or list) x replaced by "
+                            "the bucket index (number of ascending boundaries <= x), e.g. "
+                            "rating:4 or age:18/25/35"),
+    GRM_PARAM_DECL_STR_LIST(basic_config, keep, NULL,
+                            "output only these columns, in this order (default: all)"),
+    GRM_PARAM_DECL_STRING(basic_config, sequence_by, NULL,
+                          "i64 key column; when set, rows are gathered into one row of lists per "
+                          "key"),
+    GRM_PARAM_DECL_STRING(basic_config, sequence_order, NULL,
+                          "i64 column ordering a key's events (ties keep input order); empty: "
+                          "input order"),
+    GRM_PARAM_DECL_STR_LIST(basic_config, sequence_columns, NULL,
+                            "i64 or f32 columns gathered into list_i64 or list_f32 columns per "
+                            "key, e.g. item,ts"),
+    GRM_PARAM_DECL_INT(basic_config, min_length, "1", GRM_PARAM_RANGE(1, (double)INT64_MAX),
+                       "keys with fewer events are dropped (and counted in the log)"),
+    GRM_PARAM_DECL_INT(basic_config, max_length, "0", GRM_PARAM_RANGE(0, (double)INT64_MAX),
+                       "keep only the most recent N events of a key; 0: unlimited"),
+    GRM_PARAM_DECL_STR_LIST(basic_config, cross, NULL,
+                            "a*b:out[:N] entries: new i64 column out = XXH3-64 of the ids of a "
+                            "and b (after their hash/bucketize/mod), masked to >= 0, % N; a list "
+                            "crossed with a scalar gives a list"),
+    GRM_PARAM_DECL_STR_LIST(basic_config, truncate, NULL,
+                            "column:N[:recent|first] entries: keep at most N values per row of a "
+                            "list column, the last N (recent, default) or the first N"),
+    GRM_PARAM_DECL_STR_LIST(basic_config, pad, NULL,
+                            "column:N[:value] entries: pad rows of a list column shorter than N "
+                            "at the back with value (default 0), after truncate"),
+    GRM_PARAM_DECL_STR_LIST(basic_config, copy, NULL,
+                            "src:dst entries: new column dst (after the inputs) starts as a copy "
+                            "of input column src, then takes its own transforms, e.g. rating:top "
+                            "with bucketize = rating:4, top:5"),
+    GRM_PARAM_DECL_STRING(basic_config, history_by, NULL,
+                          "i64 key column; when set, every row gets lists of its key's most "
+                          "recent events (history_columns) and all rows are emitted at flush"),
+    GRM_PARAM_DECL_STRING(basic_config, history_order, NULL,
+                          "i64 column ordering a key's events (ties keep input order); empty: "
+                          "input order"),
+    GRM_PARAM_DECL_STR_LIST(basic_config, history_columns, NULL,
+                            "src:dst entries: new list_i64 / list_f32 column dst = the values of "
+                            "i64 / f32 column src over the key's recent events, oldest first, "
+                            "e.g. item:hist_item"),
+    GRM_PARAM_DECL_INT(basic_config, history_length, "0", GRM_PARAM_RANGE(0, (double)INT64_MAX),
+                       "most events per history list (required > 0 with history_by)"),
+    GRM_PARAM_DECL_BOOL(basic_config, history_self, "true",
+                        "true: a row's own event is the last of its history lists; false: "
+                        "earlier events only (lists may be empty)"),
+    GRM_PARAM_DECL_END
 };
 
 /* ---- helpers for create ---- */
@@ -992,12 +988,4 @@ static const grm_plugin_info basic_info = {
 
 // grm/plugin.h declares only the entry's type; this prototype keeps
 // -Wmissing-prototypes quiet.
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *
-grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &basic_info, NULL };
-    basic_host = host;
-    return list;
-}
+GRM_PLUGIN_DEFINE(basic_host, &basic_info);

@@ -14,17 +14,20 @@
 
 static const grm_host_api *flt_host;   /* the only mutable global a plugin may have */
 
+/* The config the host fills from the INI section; each field is one declared key. */
 typedef struct flt_config {
     const char *column;
     double min;
 } flt_config;
 
+/* One GRM_PARAM_DECL_<TYPE>(config type, field = INI key, default, [range | choices,] help)
+ * per key (grm/param.h); the field's C type is checked against the parameter type. */
 static const grm_param_decl flt_params[] = {
-    { "column", GRM_PARAM_STRING, 1, offsetof(flt_config, column), NULL, GRM_PARAM_ANY, NULL,
-      "I64 or F32 column tested against min" },
-    { "min", GRM_PARAM_DOUBLE, 0, offsetof(flt_config, min), "0", GRM_PARAM_ANY, NULL,
-      "rows whose column is below this are dropped" },
-    { NULL },
+    GRM_PARAM_DECL_STRING(flt_config, column, GRM_PARAM_REQUIRED,
+                          "I64 or F32 column tested against min"),
+    GRM_PARAM_DECL_DOUBLE(flt_config, min, "0", GRM_PARAM_ANY,
+                          "rows whose column is below this are dropped"),
+    GRM_PARAM_DECL_END
 };
 
 typedef struct flt {
@@ -187,10 +190,6 @@ static const grm_plugin_info flt_info = {
     .config_size = sizeof(flt_config),
 };
 
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
-GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host)
-{
-    static const grm_plugin_info *const list[] = { &flt_info, NULL };
-    flt_host = host;
-    return list;
-}
+/* Defines the exported grm_plugin_entry: it keeps the host pointer in flt_host and returns
+ * { &flt_info, NULL } (grm/plugin.h). */
+GRM_PLUGIN_DEFINE(flt_host, &flt_info);

@@ -54,7 +54,7 @@ typedef struct grm_plugin_info {
 
 /* Fills the three header fields of a grm_plugin_info; always use it. */
 #define GRM_PLUGIN_INFO_HEADER                                                     \
-    .abi_major = GRM_ABI_MAJOR, .abi_minor = GRM_ABI_MINOR,                        \
+    .abi_major = GRM_ABI_MAJOR, .abi_minor = GRM_ABI_MINOR,                                    \
     .struct_size = (uint32_t)sizeof(grm_plugin_info)
 
 /* Marks the entry function, the only symbol a plugin exports. */
@@ -74,6 +74,35 @@ typedef const grm_plugin_info *const *(*grm_plugin_entry_fn)(const grm_host_api 
 /* The entry every plugin defines (declared here so plugins compile cleanly with
  * -Wmissing-prototypes). The host never links it: it finds it with dlsym. */
 GRM_PLUGIN_EXPORT const grm_plugin_info *const *grm_plugin_entry(const grm_host_api *host);
+
+/* Defines grm_plugin_entry (source-level only; the symbol, its type and what it returns
+ * are exactly those above). Write it once, at file scope after the descriptors:
+ *
+ *     static const grm_host_api *sgd_host;      top of the file: the only mutable global
+ *     ...                                       functions using sgd_host, ops, params
+ *     static const grm_plugin_info sgd_info = { GRM_PLUGIN_INFO_HEADER, ... };
+ *     GRM_PLUGIN_DEFINE(sgd_host, &sgd_info);
+ *
+ *   host_var  the plugin's `static const grm_host_api *` variable; the entry stores the
+ *             host's table there (static for the process's life) on every call. It stays
+ *             a plain declaration at the top of the file because C needs it declared
+ *             before the functions that use it, and the entry after the descriptors.
+ *   ...       the descriptors' addresses, `&info` or `&a_info, &b_info` (static const
+ *             grm_plugin_info); the entry returns them in this order, NULL-terminated.
+ *
+ * The entry it defines is pure, as STYLE.md §5.2 asks: it keeps the host pointer and
+ * returns a static list; it allocates, starts and prints nothing. A wrong host_var type is
+ * a compile error. */
+#define GRM_PLUGIN_DEFINE(host_var, ...)                                                       \
+    GRM_PLUGIN_EXPORT const grm_plugin_info *const *                                           \
+    grm_plugin_entry(const grm_host_api *host)                                                 \
+    {                                                                                          \
+        static const grm_plugin_info *const grm__list[] = { __VA_ARGS__, NULL };               \
+        host_var = host;                                                                       \
+        return grm__list;                                                                      \
+    }                                                                                          \
+    _Static_assert(_Generic(host_var, const grm_host_api *: 1, default: 0),                    \
+                   "GRM_PLUGIN_DEFINE: " #host_var " must be a static const grm_host_api *")
 
 #ifdef __cplusplus
 }
