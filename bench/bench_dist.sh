@@ -138,7 +138,7 @@ for n in 1 2 4; do
         { ini_events "$tmp/big.tsv"
           printf '[feature.history]\nsource = item\ntable = item\ndim = 16\nwindow = 10\n'
           printf '[dense.0]\nplugin = dense-mlp\ndims = 16,16\n'
-          printf '[head]\nplugin = dense-sampled-softmax\nnegatives = 64\n'
+          printf '[head]\nplugin = head-sampled-softmax\nnegatives = 64\n'
           printf '[train]\ntime_column = ts\nsteps = 1\neval_every = 1000000\ninput = %s\n' $input
           [ $n -gt 1 ] && printf '[distributed]\nplugin = comm-mpi\n'; } >"$tmp/r.ini"
         train_on $n "$tmp/r.ini" "$tmp/r.jsonl" || continue

@@ -52,7 +52,7 @@ window = 3
 plugin = dense-mlp
 dims = 256,64
 [head]
-plugin = dense-sampled-softmax
+plugin = head-sampled-softmax
 negatives = 512
 in_batch = true
 [train]

@@ -17,31 +17,30 @@ static const char *cpu_name(void *ctx)
     return "cpu";
 }
 
-static void *cpu_alloc(void *ctx, size_t bytes, size_t align)
+void *grm__backend_host_alloc(void *ctx, size_t bytes, size_t align)
 {
     (void)ctx;
     return grm__alloc(HOST, bytes ? bytes : 1, align ? align : 64);
 }
 
-static void cpu_free(void *ctx, void *ptr)
+void grm__backend_host_free(void *ctx, void *ptr)
 {
     (void)ctx;
     grm__free(HOST, ptr);
 }
 
-/* Shared by both CPU backends: host memory is all there is. */
-static grm_status host_copy(void *ctx, void *dst, grm_device dst_dev, const void *src,
+grm_status grm__backend_host_copy(void *ctx, void *dst, grm_device dst_dev, const void *src,
                             grm_device src_dev, size_t bytes, void *stream)
 {
     (void)ctx;
     (void)stream;
     if (dst_dev.type != GRM_DEVICE_CPU || src_dev.type != GRM_DEVICE_CPU)
-        return grm_errorf(GRM_ENOTSUP, "backend copy: a CPU backend copies host memory only");
+        return grm_errorf(GRM_ENOTSUP, "backend copy: the CPU backends copy host memory only");
     if (bytes) memmove(dst, src, bytes);
     return GRM_OK;
 }
 
-static grm_status host_sync(void *ctx, void *stream)
+grm_status grm__backend_host_sync(void *ctx, void *stream)
 {
     (void)ctx;
     (void)stream;
@@ -130,10 +129,10 @@ static grm_status cpu_gemm(void *ctx, int32_t trans_a, int32_t trans_b, int64_t 
 const grm_backend_iface grm__backend_cpu_iface = {
     .struct_size = sizeof(grm_backend_iface),
     .name = cpu_name,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .copy = host_copy,
-    .synchronize = host_sync,
+    .alloc = grm__backend_host_alloc,
+    .free = grm__backend_host_free,
+    .copy = grm__backend_host_copy,
+    .synchronize = grm__backend_host_sync,
     .work_create = cpu_work_create,
     .work_destroy = cpu_work_destroy,
     .gather = cpu_gather,

@@ -22,6 +22,13 @@ grm_status grm__device_parse(const char *spec, grm_device *device, char *name, s
 grm_status grm__backend_open(const char *spec, grm_backend *out);
 void grm__backend_close(grm_backend *b);
 
+/* Host memory, shared by the two CPU backends: grm__alloc / grm__free, memmove, no-op sync. */
+void *grm__backend_host_alloc(void *ctx, size_t bytes, size_t align);
+void grm__backend_host_free(void *ctx, void *ptr);
+grm_status grm__backend_host_copy(void *ctx, void *dst, grm_device dst_dev, const void *src,
+                                  grm_device src_dev, size_t bytes, void *stream);
+grm_status grm__backend_host_sync(void *ctx, void *stream);
+
 /* The bit of grm_plugin_info.devices for device type `type`. */
 #define GRM__DEVICE_BIT(type) (1u << (uint32_t)(type))
 

@@ -7,42 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HOST ((grm_device){ GRM_DEVICE_CPU, 0 })
-
 static const char *ref_name(void *ctx)
 {
     (void)ctx;
     return "ref";
-}
-
-static void *ref_alloc(void *ctx, size_t bytes, size_t align)
-{
-    (void)ctx;
-    return grm__alloc(HOST, bytes ? bytes : 1, align ? align : 64);
-}
-
-static void ref_free(void *ctx, void *ptr)
-{
-    (void)ctx;
-    grm__free(HOST, ptr);
-}
-
-static grm_status ref_copy(void *ctx, void *dst, grm_device dst_dev, const void *src,
-                           grm_device src_dev, size_t bytes, void *stream)
-{
-    (void)ctx;
-    (void)stream;
-    if (dst_dev.type != GRM_DEVICE_CPU || src_dev.type != GRM_DEVICE_CPU)
-        return grm_errorf(GRM_ENOTSUP, "backend copy: the ref backend copies host memory only");
-    if (bytes) memmove(dst, src, bytes);
-    return GRM_OK;
-}
-
-static grm_status ref_sync(void *ctx, void *stream)
-{
-    (void)ctx;
-    (void)stream;
-    return GRM_OK;
 }
 
 static grm_status ref_work_create(void *ctx, void **work)
@@ -207,10 +175,10 @@ static grm_status ref_gemm(void *ctx, int32_t trans_a, int32_t trans_b, int64_t 
 const grm_backend_iface grm__backend_ref_iface = {
     .struct_size = sizeof(grm_backend_iface),
     .name = ref_name,
-    .alloc = ref_alloc,
-    .free = ref_free,
-    .copy = ref_copy,
-    .synchronize = ref_sync,
+    .alloc = grm__backend_host_alloc,
+    .free = grm__backend_host_free,
+    .copy = grm__backend_host_copy,
+    .synchronize = grm__backend_host_sync,
     .work_create = ref_work_create,
     .work_destroy = ref_work_destroy,
     .gather = ref_gather,

@@ -19,7 +19,8 @@ void grm__batch_fini(const grm__trainer *t, grm__batch *bt)
         void *wb[] = { w->ids, w->segoff, w->counts, w->inv, w->keys, w->ufeat };
         for (size_t i = 0; i < sizeof wb / sizeof *wb; i++) grm__free(CPU, wb[i]);
     }
-    void *bufs[] = { bt->ex, bt->users, bt->gids, bt->hist_end, bt->labels, bt->pos_ids, bt->tok_src,
+    void *bufs[] = { bt->ex, bt->users, bt->gids, bt->hist_end, bt->labels, bt->pos_ids,
+                     bt->tok_src,
                      bt->tok_times, bt->neg_ids, bt->neg_slot, bt->imap };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
     grm__free(CPU, bt->kjt_off);
@@ -86,7 +87,8 @@ grm_status grm__batch_init(grm__trainer *t, grm__batch *bt)
         bt->imap = xalloc((size_t)bt->mcap * sizeof(int64_t));
         if (!bt->imap) goto oom;
     }
-    if (!bt->ex || !bt->src || !bt->users || !bt->gids || !bt->hist_end || !bt->labels || !bt->pos_ids
+    if (!bt->ex || !bt->src || !bt->users || !bt->gids || !bt->hist_end || !bt->labels
+        || !bt->pos_ids
         || !bt->tok_src || !bt->tok_times || !bt->neg_ids || !bt->neg_slot)
         goto oom;
     return GRM_OK;
@@ -224,7 +226,8 @@ grm_status grm__batch_assemble_ids(const grm__trainer *t, grm__batch *bt, int ta
 
 /* Negatives ids [nneg] of the item id space into the batch: each finds its unique row in
  * the item table through imap, or becomes a new unique key; bt->neg_slot names the rows. */
-grm_status grm__batch_merge_negatives(const grm__trainer *t, grm__batch *bt, const int64_t *ids, int64_t nneg)
+grm_status grm__batch_merge_negatives(const grm__trainer *t, grm__batch *bt, const int64_t *ids,
+                                      int64_t nneg)
 {
     const grm__pipeline *p = t->p;
     grm__batch_tab *w = &bt->tab[t->item_phys];

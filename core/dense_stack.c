@@ -1,4 +1,4 @@
-/* core/dense_stack.c - the dense blocks ([dense.N] in order) and the head: their creation
+/* core/dense_stack.c - the dense blocks ([dense.N] in order) and the head (core/head.c): their creation
  * from the input width, the activations between them, forward and backward over samples or
  * jagged tokens (a sequence model; the first sequence_blocks of a ranking token list), their
  * named parameters with the dense optimizer's state, and the data-parallel allreduce of the
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Does block i (ndense: the head) run on the jagged tokens? */
+/* Does block i run on the jagged tokens? */
 static int on_tokens(const grm__trainer *t, int32_t i)
 {
     return t->seqmode || (t->seqrank && i < t->dn.S);
@@ -32,7 +32,8 @@ static grm_dense_ctx dense_ctx(const grm__trainer *t, const grm__batch *bt, int3
 /* Block i's input x and output y as the stack lays them out: [rows, dims] on tokens or
  * samples; with seqrank block S - 1 writes the token buffer tacts instead of block S's
  * input, which holds one row per sample (pool_forward filled its pooled columns). */
-static void block_io(const grm__trainer *t, const grm__batch *bt, int32_t i, int grad, grm_tensor *x,
+static void block_io(const grm__trainer *t, const grm__batch *bt, int32_t i, int grad,
+                     grm_tensor *x,
                      grm_tensor *y)
 {
     const int64_t rows = on_tokens(t, i) ? bt->foff[t->p->seq_feature][bt->b] : bt->rows;
@@ -66,12 +67,12 @@ static void last_tokens(grm__trainer *t, const grm__batch *bt, int backward)
     }
 }
 
-/* The stack and the head's forward on the batch. */
+/* The stack's forward on the batch: acts[ndense] is what the head reads. */
 grm_status grm__dense_forward(grm__trainer *t, const grm__batch *bt, int training, int64_t step)
 {
     grm__pipeline *p = t->p;
-    for (int32_t i = 0; i <= p->ndense; i++) {
-        grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
+    for (int32_t i = 0; i < p->ndense; i++) {
+        grm__stage *stg = &p->dense[i];
         const grm_dense_ops *ops = stg->plugin->info->ops;
         grm_dense_ctx ctx = dense_ctx(t, bt, i, training, step);
         grm_tensor x, y;
@@ -95,7 +96,8 @@ grm_status grm__dense_allreduce(grm__trainer *t, double *loss, int64_t *samples,
     grm_status st;
     int64_t at = 0;
     for (int32_t i = 0; i < t->dn.nparams; i++) {
-        memcpy(t->dn.gbuf + at, t->dn.params[i].grad, (size_t)t->dn.params[i].numel * sizeof(float));
+        memcpy(t->dn.gbuf + at, t->dn.params[i].grad,
+               (size_t)t->dn.params[i].numel * sizeof(float));
         at += t->dn.params[i].numel;
     }
     t->dn.gbuf[at] = (float)*loss;   /* the weighted loss travels with the gradients */
@@ -105,7 +107,8 @@ grm_status grm__dense_allreduce(grm__trainer *t, double *loss, int64_t *samples,
     double l = t->dn.gbuf[at];
     at = 0;
     for (int32_t i = 0; i < t->dn.nparams; i++) {
-        memcpy(t->dn.params[i].grad, t->dn.gbuf + at, (size_t)t->dn.params[i].numel * sizeof(float));
+        memcpy(t->dn.params[i].grad, t->dn.gbuf + at,
+               (size_t)t->dn.params[i].numel * sizeof(float));
         at += t->dn.params[i].numel;
     }
     int64_t n[2] = { *samples, *tokens };
@@ -147,9 +150,9 @@ grm_status grm__dense_setup(grm__trainer *t)
     grm__dataset *ds = t->ds;
     grm_status st;
     const grm__settings *s = &p->set;
-    t->dn.dims = calloc((size_t)p->ndense + 2, sizeof *t->dn.dims);
-    t->dn.acts = calloc((size_t)p->ndense + 2, sizeof *t->dn.acts);
-    t->dn.dacts = calloc((size_t)p->ndense + 2, sizeof *t->dn.dacts);
+    t->dn.dims = calloc((size_t)p->ndense + 1, sizeof *t->dn.dims);
+    t->dn.acts = calloc((size_t)p->ndense + 1, sizeof *t->dn.acts);
+    t->dn.dacts = calloc((size_t)p->ndense + 1, sizeof *t->dn.dacts);
     if (!t->dn.dims || !t->dn.acts || !t->dn.dacts) return grm_errorf(GRM_ENOMEM, "out of memory");
     for (int32_t i = 0; i < p->nfeatures; i++)
         if (!t->seqrank || i != p->seq_feature) t->dn.din += p->features[i].width;
@@ -168,31 +171,23 @@ grm_status grm__dense_setup(grm__trainer *t)
             t->dn.dims[i + 1] += t->dn.din;
         }
     }
-    t->dn.hops = p->head.plugin->info->ops;
-    if ((st = t->dn.hops->create(p->head.config.data, t->dn.dims[p->ndense], (uint64_t)s->seed,
-                              &p->head.inst)) != GRM_OK) {
-        grm_error_prefix("[head] %s: ", p->head.plugin->info->name);
-        return st;
-    }
-    t->dn.dims[p->ndense + 1] = t->dn.hops->out_dim(p->head.inst);
     /* retrieval: queries live in the item table's space; ranking: one logit per task */
+    const int64_t out = t->dn.dims[p->ndense];
     int32_t D = t->ranking ? (int32_t)ds->ntasks : p->tables[t->item_table].dim;
-    if (t->dn.dims[p->ndense + 1] != D) {
+    if (out != D) {
         if (t->ranking)
             return grm_errorf(GRM_EINVAL, "%s: the dense stack ends in %lld features but "
                               "[train] label_columns names %d tasks; make the last [dense.N] "
-                              "output %d", p->cfg->path, (long long)t->dn.dims[p->ndense + 1], D,
-                              D);
+                              "output %d", p->cfg->path, (long long)out, D, D);
         return grm_errorf(GRM_EINVAL, "%s: the dense stack ends in %lld features but item "
                           "table '%s' has dim %d; make the last [dense.N] output %d",
-                          p->cfg->path, (long long)t->dn.dims[p->ndense + 1], s->item_table, D, D);
+                          p->cfg->path, (long long)out, s->item_table, D, D);
     }
-    int32_t want_kind = t->ranking ? GRM_LOSS_BCE : GRM_LOSS_RETRIEVAL;
-    if (t->dn.hops->loss_kind(p->head.inst) != want_kind)
-        return grm_errorf(GRM_EINVAL, "%s: [head] %s is not a %s head; use %s", p->cfg->path,
-                          p->head.plugin->info->name, t->ranking ? "ranking" : "retrieval",
-                          t->ranking ? "dense-bce" : "dense-sampled-softmax");
-    for (int32_t i = 0; i < p->ndense + 2; i++) {
+    if ((st = grm__head_create(&t->dn.head, &p->head, out, (uint64_t)s->seed)) != GRM_OK
+        || (st = grm__head_check(p, &p->head, t->ranking, grm__head_task(&t->dn.head)))
+               != GRM_OK)
+        return st;
+    for (int32_t i = 0; i <= p->ndense; i++) {
         t->dn.acts[i] = xalloc((size_t)(t->RB * t->dn.dims[i]) * sizeof(float));
         t->dn.dacts[i] = xalloc((size_t)(t->RB * t->dn.dims[i]) * sizeof(float));
         if (!t->dn.acts[i] || !t->dn.dacts[i]) return GRM_ENOMEM;
@@ -210,30 +205,24 @@ grm_status grm__dense_setup(grm__trainer *t)
         int64_t *tmp = xalloc((size_t)cap * sizeof *tmp);
         grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
         if (!tmp) return GRM_ENOMEM;
-        st = t->dn.hops->negatives(p->head.inst, tmp, &n, cap, &cat, 1);
+        st = grm__head_negatives(&t->dn.head, tmp, &n, cap, &cat, 1);
         grm__free(CPU, tmp);
-        if (st != GRM_OK) {
-            grm_error_prefix("[head] %s negatives: ", p->head.plugin->info->name);
-            return st;
-        }
+        if (st != GRM_OK) return st;
         t->R = n;
     }
-    t->dn.pos_rows = xalloc((size_t)(t->RB * D) * sizeof(float));
-    t->dn.d_pos = xalloc((size_t)(t->RB * D) * sizeof(float));
-    t->dn.neg_rows = xalloc((size_t)((t->R ? t->R : 1) * D) * sizeof(float));
-    t->dn.d_neg = xalloc((size_t)((t->R ? t->R : 1) * D) * sizeof(float));
-    if (!t->dn.pos_rows || !t->dn.d_pos || !t->dn.neg_rows || !t->dn.d_neg) return GRM_ENOMEM;
+    if ((st = grm__head_reserve(&t->dn.head, t->RB, t->R, D)) != GRM_OK) return st;
     /* dense parameters and their optimizer state */
     t->dn.state_floats = t->dn.dops->state_floats(t->dn.dopt);
     for (int32_t pass = 0; pass < 2; pass++) {
         int32_t n = 0;
-        for (int32_t i = 0; i <= p->ndense; i++) {
+        for (int32_t i = 0; i <= p->ndense; i++) {   /* the blocks, then the head */
             grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
             const grm_dense_ops *ops = stg->plugin->info->ops;
             for (int32_t k = 0;; k++) {
                 grm_named_tensor v;
                 grm_tensor g;
-                st = ops->params(stg->inst, k, &v, &g);
+                st = i < p->ndense ? ops->params(stg->inst, k, &v, &g)
+                                   : grm__head_params(&t->dn.head, k, &v, &g);
                 if (st == GRM_ENOTFOUND) break;
                 if (st != GRM_OK) return st;
                 if (pass == 1) {
@@ -275,17 +264,15 @@ void grm__dense_teardown(grm__trainer *t)
         if (p->dense[i].inst) ops->destroy(p->dense[i].inst);
         p->dense[i].inst = NULL;
     }
-    if (p->head.inst) dn->hops->destroy(p->head.inst);
-    p->head.inst = NULL;
-    for (int32_t i = 0; dn->acts && i < p->ndense + 2; i++) {
+    grm__head_destroy(&dn->head);
+    for (int32_t i = 0; dn->acts && i <= p->ndense; i++) {
         grm__free(CPU, dn->acts[i]);
         grm__free(CPU, dn->dacts[i]);
     }
     free(dn->acts);
     free(dn->dacts);
     free(dn->dims);
-    void *bufs[] = { dn->gbuf, dn->pos_rows, dn->d_pos, dn->neg_rows, dn->d_neg, dn->tacts,
-                     dn->dtacts };
+    void *bufs[] = { dn->gbuf, dn->tacts, dn->dtacts };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
     for (int32_t i = 0; dn->params && i < dn->nparams; i++) {
         free(dn->params[i].name);
@@ -298,12 +285,13 @@ void grm__dense_teardown(grm__trainer *t)
     dn->nparams = 0;
 }
 
-/* Backward through the head and the stack (parameter gradients accumulate in the blocks). */
+/* Backward through the stack from dacts[ndense], the head's d_pred (parameter gradients
+ * accumulate in the blocks). */
 grm_status grm__dense_backward(grm__trainer *t, const grm__batch *bt)
 {
     grm__pipeline *p = t->p;
-    for (int32_t i = p->ndense; i >= 0; i--) {
-        grm__stage *stg = i < p->ndense ? &p->dense[i] : &p->head;
+    for (int32_t i = p->ndense - 1; i >= 0; i--) {
+        grm__stage *stg = &p->dense[i];
         const grm_dense_ops *ops = stg->plugin->info->ops;
         grm_dense_ctx ctx = dense_ctx(t, bt, i, 1, bt->g);
         grm_tensor dx, dy;

@@ -117,12 +117,13 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
     grm__dataset *ds = t->ds;
     grm_status st;
     int64_t C = ds->ncatalog, EB = p->set.eval_batch;
-    int32_t D = p->tables[t->item_table].dim, L = p->ndense + 1;
+    int32_t D = p->tables[t->item_table].dim, L = p->ndense;
     grm__rank_acc_init(acc, &p->set.topk);
     if (pop) grm__rank_acc_init(pop, &p->set.topk);
     st = grm__sparse_plan_encode(p->plan, t->item_table, t->ev.cat_keys, ds->catalog_ids, C);
     if (st == GRM_OK && t->sp.dist)
-        st = grm__dist_lookup(t->sp.dist, t->item_phys, t->ev.cat_keys, NULL, C, 0, t->ev.cat_rows, 0);
+        st = grm__dist_lookup(t->sp.dist, t->item_phys, t->ev.cat_keys, NULL, C, 0, t->ev.cat_rows,
+                              0);
     else if (st == GRM_OK)
         st = t->sp.eops->lookup(p->emb.inst, t->ev.cat_rows, t->item_phys, t->ev.cat_keys, C, 0);
     if (st != GRM_OK) return st;
@@ -244,7 +245,7 @@ static grm_status run_eval_ranking(grm__trainer *t, int split, double *score)
     grm__pipeline *p = t->p;
     grm__dataset *ds = t->ds;
     const char *name = split == 1 ? "valid" : "test";
-    int32_t T = ds->ntasks, L = p->ndense + 1;
+    int32_t T = ds->ntasks, L = p->ndense;
     int64_t n = ds->nsplit[split], EB = p->set.eval_batch;
     const int64_t *rows = ds->split_rows[split];
     grm_status st = GRM_OK;
@@ -280,8 +281,8 @@ static grm_status run_eval_ranking(grm__trainer *t, int split, double *score)
         if ((st = grm__dense_forward(t, &t->eb, 0, t->step)) != GRM_OK) goto out;
         grm_loss_io io = { .struct_size = sizeof io, .ntasks = T, .rows = b, .dim = T,
                            .pred = t->dn.acts[L], .labels = labels + r0 * T,
-                           .scores = scores + r0 * T };
-        if ((st = t->dn.hops->loss(p->head.inst, &io)) != GRM_OK) goto out;
+                           .scores = scores + r0 * T, .batch = &t->eb.view, .step = t->step };
+        if ((st = grm__head_loss(&t->dn.head, &io, &t->be, t->sp.work)) != GRM_OK) goto out;
         logloss += io.loss * (double)b;
         grm__scratch_reset();
     }

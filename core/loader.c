@@ -26,12 +26,12 @@ struct grm__registry {
 #define INFO_MIN_SIZE (offsetof(grm_plugin_info, config_size) + sizeof(size_t))
 
 static const char *const kind_names[] = {
-    NULL, "reader", "transform", "emb", "dense", "opt", "ckpt", "comm",
+    NULL, "reader", "transform", "emb", "dense", "opt", "ckpt", "comm", "head",
 };
 
 const char *grm__kind_name(int32_t kind)
 {
-    return kind >= GRM_KIND_READER && kind <= GRM_KIND_COMM ? kind_names[kind] : NULL;
+    return kind >= GRM_KIND_READER && kind <= GRM_KIND_HEAD ? kind_names[kind] : NULL;
 }
 
 #define OPS_END(type, last) (offsetof(type, last) + sizeof(((type *)0)->last))
@@ -46,6 +46,7 @@ size_t grm__kind_ops_min_size(int32_t kind)
     case GRM_KIND_OPT: return OPS_END(grm_opt_ops, row_step);
     case GRM_KIND_CKPT: return OPS_END(grm_ckpt_ops, meta);
     case GRM_KIND_COMM: return OPS_END(grm_comm_ops, barrier);
+    case GRM_KIND_HEAD: return OPS_END(grm_head_ops, flops);
     }
     return 0;
 }
@@ -76,8 +77,11 @@ static const size_t req_comm[] = {
     REQ(grm_comm_ops, size), REQ(grm_comm_ops, allreduce), REQ(grm_comm_ops, allgather),
     REQ(grm_comm_ops, alltoallv), REQ(grm_comm_ops, broadcast), REQ(grm_comm_ops, barrier),
     (size_t)-1 };
+static const size_t req_head[] = {
+    REQ(grm_head_ops, create), REQ(grm_head_ops, destroy), REQ(grm_head_ops, task),
+    REQ(grm_head_ops, loss), (size_t)-1 };
 static const size_t *const required_ops[] = {
-    NULL, req_reader, req_transform, req_emb, req_dense, req_opt, req_ckpt, req_comm,
+    NULL, req_reader, req_transform, req_emb, req_dense, req_opt, req_ckpt, req_comm, req_head,
 };
 
 grm_status grm__registry_create(grm__registry **out)

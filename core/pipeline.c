@@ -2,6 +2,7 @@
  * (DESIGN.md §4). The host's own sections are declared with the same grm_param_decl
  * tables plugins use, so every key gets the same checks and did-you-mean. */
 #include "backend.h"
+#include "head.h"
 #include "pipeline.h"
 
 #include <ctype.h>
@@ -268,6 +269,21 @@ static grm_status stage_setup(grm__pipeline *p, grm__stage *st, const char *sect
     for (int i = 0; host_keys && host_keys[i] && ns < 15; i++) skip[ns++] = host_keys[i];
     skip[ns] = NULL;
     return grm__params_fill(st->plugin->info, sec, p->cfg->path, skip, &st->config);
+}
+
+/* [head] names a head plugin (ABI 1.5), or a dense block with the loss ops, as heads were
+ * before it: the kind stage_setup asks the registry for. */
+static int32_t head_kind(const grm__pipeline *p, int ranking)
+{
+    const grm__section *sec = grm__config_section(p->cfg, "head");
+    const grm__kv *kv = sec ? grm__section_kv(sec, "plugin") : NULL;
+    const char *name = kv ? kv->value : ranking ? "head-bce" : "head-sampled-softmax";
+    for (int32_t i = 0; i < grm__registry_count(p->reg); i++) {
+        const grm__plugin *pl = grm__registry_at(p->reg, i);
+        if (strcmp(pl->info->name, name) == 0 && pl->info->kind == GRM_KIND_DENSE)
+            return GRM_KIND_DENSE;
+    }
+    return GRM_KIND_HEAD;
 }
 
 static int cmp_dense(const void *a, const void *b)
@@ -711,8 +727,8 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
                              NULL)) != GRM_OK
         || (st = stage_setup(p, &p->opt_dense, "optimizer.dense", GRM_KIND_OPT, "opt-adam",
                              NULL)) != GRM_OK
-        || (st = stage_setup(p, &p->head, "head", GRM_KIND_DENSE,
-                             ranking ? "dense-bce" : "dense-sampled-softmax", NULL)) != GRM_OK
+        || (st = stage_setup(p, &p->head, "head", head_kind(p, ranking),
+                             ranking ? "head-bce" : "head-sampled-softmax", NULL)) != GRM_OK
         || (st = stage_setup(p, &p->ckpt, "checkpoint", GRM_KIND_CKPT, "ckpt-grm", ckpt_keys))
                != GRM_OK
         || (st = stage_setup(p, &p->comm, "distributed", GRM_KIND_COMM, "comm-single", NULL))
@@ -756,18 +772,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
             goto fail;
         }
     }
-    {
-        const grm_dense_ops *hops = p->head.plugin->info->ops;
-        if (!GRM_HAS_OP(grm_dense_ops, hops, loss) || !GRM_HAS_OP(grm_dense_ops, hops, loss_kind)
-            || (!ranking && !GRM_HAS_OP(grm_dense_ops, hops, negatives))) {
-            st = grm_errorf(GRM_EINVAL, "%s: [head] plugin = %s is not a %s head (it lacks "
-                            "the loss, loss_kind%s op); use %s", path,
-                            p->head.plugin->info->name, ranking ? "ranking" : "retrieval",
-                            ranking ? "" : " or negatives",
-                            ranking ? "dense-bce" : "dense-sampled-softmax");
-            goto fail;
-        }
-    }
+    if ((st = grm__head_check(p, &p->head, ranking, -1)) != GRM_OK) goto fail;
     *out = p;
     return GRM_OK;
 fail:

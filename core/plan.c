@@ -60,7 +60,8 @@ static void ensure_perm(grm__trainer *t, int64_t epoch)
     t->plan.bstart[0] = 0;
     if (st->batching == GRM__BATCH_FIXED) {
         t->plan.nb = (n + t->plan.bsz - 1) / t->plan.bsz;
-        for (int64_t i = 0; i <= t->plan.nb; i++) t->plan.bstart[i] = i * t->plan.bsz < n ? i * t->plan.bsz : n;
+        for (int64_t i = 0; i <= t->plan.nb; i++)
+            t->plan.bstart[i] = i * t->plan.bsz < n ? i * t->plan.bsz : n;
         t->rep.t_plan += now_s() - t0;
         return;
     }
@@ -296,7 +297,8 @@ grm_status grm__plan_setup(grm__trainer *t)
     if (t->seqmode) {
         int64_t w = p->features[p->seq_feature].window;
         t->RB = (s->batch_size > s->eval_batch ? s->batch_size : s->eval_batch) * w;
-        if (t->plan.target_tokens && t->RB < t->plan.target_tokens + w) t->RB = t->plan.target_tokens + w;
+        if (t->plan.target_tokens && t->RB < t->plan.target_tokens + w)
+            t->RB = t->plan.target_tokens + w;
     }
     return GRM_OK;
 }

@@ -71,7 +71,8 @@ static grm_status report_balance(grm__trainer *t, int64_t samples)
     grm__metrics_emit(t->rep.metrics, t->step, "train", "tokens", (double)t->rep.step_tokens);
     int64_t spread = 0;
     if (t->nranks > 1) {
-        int64_t mm[4] = { t->rep.my_tokens, -t->rep.my_tokens, t->rep.my_samples, -t->rep.my_samples };
+        int64_t mm[4] = { t->rep.my_tokens, -t->rep.my_tokens, t->rep.my_samples,
+                          -t->rep.my_samples };
         grm_status st = c->ops->allreduce(c->inst, mm, 4, GRM_DTYPE_I64, GRM_REDUCE_MAX);
         if (st != GRM_OK) return st;
         spread = mm[0] + mm[1];
@@ -99,7 +100,8 @@ void grm__report_profile(const grm__trainer *t, double loop_s, int64_t steps)
           !t->src.stream ? "reader, transforms, split (before step 1)"
           : ahead ? "reader, transforms, split of the stream (on the data thread)"
                   : "reader, transforms, split of the stream" },
-        { "balance", t->rep.t_plan, !ahead, "epoch order and batch cuts (Algorithm 1 with tokens)" },
+        { "balance", t->rep.t_plan, !ahead,
+          "epoch order and batch cuts (Algorithm 1 with tokens)" },
         { "batch", t->rep.t_batch - sread, !ahead,
           ahead ? "samples, ids, targets, segment unique, keys (on the data thread)"
                 : "samples, ids, targets, segment unique, keys" },
@@ -107,7 +109,8 @@ void grm__report_profile(const grm__trainer *t, double loop_s, int64_t steps)
         { "lookup", t->rep.t_lookup, 1, "negatives merged, store lookup, pooling" },
         { "dense fwd", t->rep.t_fwd, 1, "dense blocks and head forward, loss" },
         { "dense bwd", t->rep.t_bwd, 1, "dense backward, row gradient sums" },
-        { "optimizer", t->rep.t_opt, 1, t->sp.async ? "dense optimizer (sparse rows: on their thread)"
+        { "optimizer", t->rep.t_opt, 1,
+          t->sp.async ? "dense optimizer (sparse rows: on their thread)"
                                              : "dense optimizer, sparse row updates" },
         { "sparse wait", t->rep.t_async, 1, "the trainer waiting for the semi-async sparse "
                                         "update thread (sparse_async)" },
@@ -144,7 +147,8 @@ void grm__report_profile(const grm__trainer *t, double loop_s, int64_t steps)
         fprintf(stderr, "  (* on the data thread, %lld batches ahead, beside the loop)\n"
                 "  data work hidden behind compute: %.1f%% (%.3f s of %s, %.3f s waited); "
                 "%s\n", (long long)t->p->set.prefetch, 100.0 * hidden, work,
-                t->src.stream ? "reading and batch assembly" : "batch assembly", t->rep.t_wait, when);
+                t->src.stream ? "reading and batch assembly" : "batch assembly", t->rep.t_wait,
+                when);
     } else if (t->src.stream) {
         fprintf(stderr, "  data work hidden behind compute: 0%% ([train] prefetch = 0: the "
                 "stream is read and batches assembled on the trainer thread); %s\n", when);
@@ -155,7 +159,8 @@ void grm__report_profile(const grm__trainer *t, double loop_s, int64_t steps)
     }
 }
 
-void grm__report_progress(grm__trainer *t, double loss, double sps, double elapsed, int tty, int final)
+void grm__report_progress(grm__trainer *t, double loss, double sps, double elapsed, int tty,
+                          int final)
 {
     char line[256];
     if (!t->steps_per_epoch) {   /* input = stream: the input's end decides, no ETA */

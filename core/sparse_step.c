@@ -66,7 +66,8 @@ static grm_status pool_forward(grm__trainer *t, const grm__batch *bt)
                                                                          : GRM_POOL_SUM);
         if (st != GRM_OK) return st;
         for (int64_t k = 0; k < b; k++)
-            memcpy(x + k * stride + col, t->sp.ptmp + k * f->width, (size_t)f->width * sizeof(float));
+            memcpy(x + k * stride + col, t->sp.ptmp + k * f->width,
+                   (size_t)f->width * sizeof(float));
         col += f->width;
     }
     return GRM_OK;
@@ -93,7 +94,8 @@ grm_status grm__pool_backward(grm__trainer *t, const grm__batch *bt)
         int32_t T = phys_of(p, i);
         if (t->seqrank && i == p->seq_feature) continue;
         for (int64_t k = 0; k < b; k++)
-            memcpy(t->sp.ptmp + k * f->width, dx + k * stride + col, (size_t)f->width * sizeof(float));
+            memcpy(t->sp.ptmp + k * f->width, dx + k * stride + col,
+                   (size_t)f->width * sizeof(float));
         col += f->width;
         if (f->pooling == GRM__POOL_TILE)
             st = grm__sparse_tile_bwd(t->sp.gin, t->sp.ptmp, bt->foff[i], b, f->window, f->dim,
@@ -134,7 +136,8 @@ grm_status grm__update_table(grm__trainer *t, int32_t T, const int64_t *keys, co
                                int64_t n, int64_t step, int routed)
 {
     grm__pipeline *p = t->p;
-    grm_status st = t->sp.dist ? grm__dist_update(t->sp.dist, T, routed ? NULL : keys, grads, n, step)
+    grm_status st = t->sp.dist
+                        ? grm__dist_update(t->sp.dist, T, routed ? NULL : keys, grads, n, step)
                             : t->sp.eops->update(p->emb.inst, T, keys, grads, n, step);
     if (st != GRM_OK) grm_error_prefix("[embedding] %s update: ", p->emb.plugin->info->name);
     return st;
@@ -332,7 +335,8 @@ grm_status grm__sparse_buffers(grm__trainer *t)
         if (!t->sp.pend) return grm_errorf(GRM_ENOMEM, "out of memory");
         for (int32_t T = 0; T < p->nphys; T++) {
             t->sp.pend[T].keys = xalloc((size_t)t->sp.ws[T].cap * sizeof(int64_t));
-            t->sp.pend[T].grads = xalloc((size_t)(t->sp.ws[T].cap * t->sp.ws[T].dim) * sizeof(float));
+            t->sp.pend[T].grads =
+                xalloc((size_t)(t->sp.ws[T].cap * t->sp.ws[T].dim) * sizeof(float));
             if (!t->sp.pend[T].keys || !t->sp.pend[T].grads) return GRM_ENOMEM;
         }
     }

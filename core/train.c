@@ -109,71 +109,40 @@ static void teardown(grm__trainer *t)
 
 /* ---- one step ---- */
 
-/* The head's loss on the batch: BCE on the labels (ranking), or the retrieval loss of the
- * queries against the targets' and the negatives' rows of the item table, gathered from the
- * step's working set; their gradients go back into it (summed per unique key). `weight`
- * scales every gradient (the loss is linear in it). */
+/* The head's loss on the batch (core/head.c): the stack's output against the labels
+ * (ranking), or against the targets and negatives among the item table's unique rows of the
+ * batch (retrieval; the head gathers them and adds their gradients into the working set).
+ * Every gradient is scaled by `weight`, the batch's share of the step's rows. */
 static grm_status head_loss(grm__trainer *t, grm__batch *bt, float weight, double *loss)
 {
     grm__pipeline *p = t->p;
-    const int32_t L = p->ndense + 1, T = t->ds->ntasks;
-    const int32_t D = t->ranking ? 0 : p->tables[t->item_table].dim;
-    const int64_t rows = bt->rows, nneg = bt->nneg;
+    const int32_t L = p->ndense, T = t->ds->ntasks;
+    const int32_t D = t->ranking ? T : p->tables[t->item_table].dim;
     grm__dense_stack *dn = &t->dn;
-    grm__table_ws *iw = t->ranking ? NULL : &t->sp.ws[t->item_phys];
-    const int64_t inu = t->ranking ? 0 : bt->tab[t->item_phys].nu;
-    grm_status st;
-    grm_loss_io io;
-    memset(dn->dacts[L], 0, (size_t)(rows * dn->dims[L]) * sizeof(float));
+    memset(dn->dacts[L], 0, (size_t)(bt->rows * dn->dims[L]) * sizeof(float));
+    grm_loss_io io = { .struct_size = sizeof io, .ntasks = T, .rows = t->ranking ? bt->b : bt->rows,
+                       .dim = D, .pred = dn->acts[L], .d_pred = dn->dacts[L],
+                       .batch = &bt->view, .step = bt->g, .grad_scale = weight };
     if (t->ranking) {
-        io = (grm_loss_io){ .struct_size = sizeof io, .ntasks = T, .rows = bt->b, .dim = T,
-                            .pred = dn->acts[L], .d_pred = dn->dacts[L], .labels = bt->labels };
+        io.labels = bt->labels;
     } else {
-        /* positives and negatives are rows of the item table, gathered from the step set */
-        if ((st = be_gather(t, dn->pos_rows, iw->rows, pos_slots(t, bt), rows, inu, D))
-                != GRM_OK
-            || (st = be_gather(t, dn->neg_rows, iw->rows, bt->neg_slot, nneg, inu, D))
-                   != GRM_OK)
-            return st;
-        memset(dn->d_pos, 0, (size_t)(rows * D) * sizeof(float));
-        memset(dn->d_neg, 0, (size_t)((nneg ? nneg : 1) * D) * sizeof(float));
-        io = (grm_loss_io){ .struct_size = sizeof io, .rows = rows, .dim = D,
-                            .pred = dn->acts[L], .d_pred = dn->dacts[L], .pos = dn->pos_rows,
-                            .d_pos = dn->d_pos, .pos_ids = bt->pos_ids, .neg = dn->neg_rows,
-                            .d_neg = dn->d_neg, .neg_ids = bt->neg_ids, .nneg = nneg };
+        grm__table_ws *iw = &t->sp.ws[t->item_phys];
+        io.pos_ids = bt->pos_ids;
+        io.neg_ids = bt->neg_ids;
+        io.nneg = bt->nneg;
+        io.item_rows = iw->rows;
+        io.d_item_rows = iw->grads;
+        io.nitems = bt->tab[t->item_phys].nu;
+        io.pos_slots = pos_slots(t, bt);
+        io.neg_slots = bt->neg_slot;
     }
-    if ((st = dn->hops->loss(p->head.inst, &io)) != GRM_OK) {
-        grm_error_prefix("[head] %s loss: ", p->head.plugin->info->name);
-        return st;
-    }
+    grm_status st = grm__head_loss(&dn->head, &io, &t->be, t->sp.work);
+    if (st != GRM_OK) return st;
     if (!isfinite(io.loss))
         return grm_errorf(GRM_EINVAL, "step %lld: loss is %g; lower the learning rates or "
                           "check the data", (long long)t->step + 1, io.loss);
-    if (weight != 1.0f) {   /* the loss is linear in these: weight them once, here */
-        cblas_sscal((int)(rows * dn->dims[L]), weight, dn->dacts[L], 1);
-        if (!t->ranking) {
-            cblas_sscal((int)(rows * D), weight, dn->d_pos, 1);
-            if (nneg > 0) cblas_sscal((int)(nneg * D), weight, dn->d_neg, 1);
-        }
-    }
     *loss = io.loss;
     return GRM_OK;
-}
-
-/* The rows' gradients of the targets and negatives into the item table's working set:
- * summed per unique key (duplicates of a step meet in one row). */
-static grm_status head_rows_backward(grm__trainer *t, const grm__batch *bt)
-{
-    if (t->ranking) return GRM_OK;
-    const int32_t D = t->p->tables[t->item_table].dim;
-    grm__table_ws *iw = &t->sp.ws[t->item_phys];
-    const int64_t inu = bt->tab[t->item_phys].nu;
-    grm_status st = be_scatter_add(t, iw->grads, t->dn.d_pos, pos_slots(t, bt), bt->rows,
-                                            inu, D, t->sp.work);
-    if (st == GRM_OK)
-        st = be_scatter_add(t, iw->grads, t->dn.d_neg, bt->neg_slot, bt->nneg, inu, D,
-                                     t->sp.work);
-    return st;
 }
 
 /* The head's negatives for batch g, drawn just before it computes (a head keeps the state of
@@ -187,7 +156,7 @@ static grm_status draw_negatives(grm__trainer *t, grm__batch *bt)
     int64_t *neg = grm__scratch((size_t)(t->R ? t->R : 1) * sizeof *neg, 64), nneg = 0;
     grm_status st;
     if (!neg) return GRM_ENOMEM;
-    if ((st = t->dn.hops->negatives(p->head.inst, neg, &nneg, t->R, &cat, nseed)) != GRM_OK)
+    if ((st = grm__head_negatives(&t->dn.head, neg, &nneg, t->R, &cat, nseed)) != GRM_OK)
         return st;
     return grm__batch_merge_negatives(t, bt, neg, nneg);
 }
@@ -214,9 +183,7 @@ static grm_status run_batch(grm__trainer *t, grm__batch *bt, float weight, doubl
         || (st = head_loss(t, bt, weight, loss_out)) != GRM_OK)
         return st;
     double t1 = now_s();
-    if ((st = grm__dense_backward(t, bt)) != GRM_OK
-        || (st = head_rows_backward(t, bt)) != GRM_OK
-        || (st = grm__pool_backward(t, bt)) != GRM_OK)
+    if ((st = grm__dense_backward(t, bt)) != GRM_OK || (st = grm__pool_backward(t, bt)) != GRM_OK)
         return st;
     t->rep.t_fwd += t1 - t0;
     t->rep.t_bwd += now_s() - t1;
@@ -307,7 +274,8 @@ static void on_signal(uv_signal_t *h, int signum)
     t->stop = signum;
 }
 
-static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, grm__trainer *t, int training)
+static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, grm__trainer *t,
+                          int training)
 {
     grm_status st;
     memset(t, 0, sizeof *t);
@@ -497,6 +465,7 @@ out:
         uv_run(&t.loop, UV_RUN_DEFAULT);
         uv_loop_close(&t.loop);
     }
+    grm__prefetch_stop(&t);   /* the data thread reads t.ds until it stops */
     grm__dataset_destroy(t.ds);
     teardown(&t);
     return st;
@@ -516,6 +485,7 @@ grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
     if ((st = grm__run_eval(&t, 1, 1, NULL)) != GRM_OK) goto out;
     if (t.rank == 0) grm__report_summary(&t, stdout);
 out:
+    grm__prefetch_stop(&t);   /* the data thread reads t.ds until it stops */
     grm__dataset_destroy(t.ds);
     teardown(&t);
     return st;

@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "dist.h"
+#include "head.h"
 #include "pipeline.h"
 
 #include <pthread.h>
@@ -251,7 +252,7 @@ typedef struct grm__dparam {
 } grm__dparam;
 
 typedef struct grm__dense_stack {
-    const grm_dense_ops *hops;
+    grm__head head;           /* [head] (core/head.c) */
     const grm_opt_ops *dops;
     void *dopt;
     int64_t din;              /* sum of feature widths */
@@ -261,10 +262,9 @@ typedef struct grm__dense_stack {
     int32_t S;
     int64_t tok_dim;          /* features of block S - 1's token output */
     float *tacts, *dtacts;    /* [RB, tok_dim] that output and its gradient */
-    float **acts;             /* [ndense + 2]: x, block outputs, head output; [B, dim_i] */
+    float **acts;             /* [ndense + 1]: x, block outputs (the head's input); [B, dim_i] */
     float **dacts;            /* same shapes */
-    int64_t *dims;            /* [ndense + 2] */
-    float *pos_rows, *neg_rows, *d_pos, *d_neg;
+    int64_t *dims;            /* [ndense + 1] */
     grm__dparam *params;
     int32_t nparams;
     int32_t state_floats;
@@ -484,10 +484,10 @@ grm_status grm__async_flush(grm__trainer *t);
 
 grm_status grm__dense_setup(grm__trainer *t);
 void grm__dense_teardown(grm__trainer *t);
-/* The stack and the head's forward on the batch. */
+/* The stack's forward on the batch: acts[ndense] is the head's input. */
 grm_status grm__dense_forward(grm__trainer *t, const grm__batch *bt, int training,
                               int64_t step);
-/* Backward through the head and the stack (parameter gradients accumulate in the blocks). */
+/* Backward through the stack from the head's d_pred (parameter gradients accumulate). */
 grm_status grm__dense_backward(grm__trainer *t, const grm__batch *bt);
 /* Zero every parameter gradient before a step. */
 void grm__dense_zero_grads(grm__trainer *t);

@@ -39,7 +39,10 @@ void dc_fill(float *v, int64_t n, uint64_t *s, float scale)
 void *dc_make(const grm_plugin_info *info, const void *cfg, int64_t in_dim, uint64_t seed)
 {
     void *inst = NULL;
-    if (((const grm_dense_ops *)info->ops)->create(cfg, in_dim, seed, &inst) != GRM_OK) {
+    grm_status st = info->kind == GRM_KIND_HEAD
+                        ? ((const grm_head_ops *)info->ops)->create(cfg, in_dim, seed, &inst)
+                        : ((const grm_dense_ops *)info->ops)->create(cfg, in_dim, seed, &inst);
+    if (st != GRM_OK) {
         printf("Bail out! %s create: %s\n", info->name, grm_last_error());
         exit(1);
     }

@@ -15,7 +15,9 @@ EXTRA_DIST += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml1
 	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-stream.sh tests/test-train-prefetch.sh \
 	tests/test-pipelines-hstu.sh \
 	tests/test-train-seqrank.sh tests/test-train-async.sh sdk/examples/transform-filter/filter.c \
-	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/README.md
+	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/README.md \
+	sdk/examples/head-hinge/hinge.c sdk/examples/head-hinge/Makefile \
+	sdk/examples/head-hinge/README.md
 
 # The public ABI: struct layouts pinned, every header self-contained.
 check_PROGRAMS += tests/test-abi-layout tests/test-alloc-failure

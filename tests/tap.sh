@@ -111,7 +111,7 @@ ini_mlp_softmax() {
 plugin = dense-mlp
 dims = 32,16
 [head]
-plugin = dense-sampled-softmax
+plugin = head-sampled-softmax
 negatives = 64
 EOI
 }

@@ -161,7 +161,7 @@ int main(void)
             "columns = user:i64,item:i64,ts:i64\n[transform.s]\nplugin = transform-basic\n"
             "sequence_by = user\nsequence_order = ts\nsequence_columns = item\n"
             "[feature.h]\nsource = item\ndim = 4\n[feature.u]\nsource = user\ndim = 4\n"
-            "[dense.0]\nplugin = dense-mlp\ndims = 8,4\n[head]\nplugin = dense-sampled-softmax\n"
+            "[dense.0]\nplugin = dense-mlp\ndims = 8,4\n[head]\nplugin = head-sampled-softmax\n"
             "negatives = 4\n[train]\nbatch_size = 8\nsteps = 3\neval_batch = 4\ntopk = 2\n"
             "[checkpoint]\ndir = %s/ck\n", data_path, dir);
     fclose(f);

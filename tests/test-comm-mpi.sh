@@ -140,7 +140,7 @@ dim = 8
 plugin = dense-mlp
 dims = 16,8
 [head]
-plugin = dense-sampled-softmax
+plugin = head-sampled-softmax
 negatives = 8
 [optimizer.sparse]
 lr = 0.01

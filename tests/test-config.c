@@ -158,7 +158,7 @@ int main(void)
         tap_ok(st == GRM_OK && p->ndense == 1 && p->ntables == 1
                && !strcmp(p->set.item_table, "hist")
                && !strcmp(p->emb.plugin->info->name, "emb-static")
-               && !strcmp(p->head.plugin->info->name, "dense-sampled-softmax"),
+               && !strcmp(p->head.plugin->info->name, "head-sampled-softmax"),
                "a minimal pipeline loads with default store, head, optimizers");
         grm__pipeline_destroy(p);
     }

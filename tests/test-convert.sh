@@ -110,7 +110,7 @@ dim = 8
 plugin = dense-mlp
 dims = 16,8
 [head]
-plugin = dense-sampled-softmax
+plugin = head-sampled-softmax
 negatives = 16
 [train]
 batch_size = 32

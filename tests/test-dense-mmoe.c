@@ -3,7 +3,7 @@
  * lower expert index, no gradient to an unselected expert), central finite differences of
  * every parameter and input gradient (k = E and k < E), blas vs ref, flops, empty batch,
  * errors with status and message, and the PyTorch fixture of tests/ref/mmoe.py (block +
- * dense-bce: loss, y, dx and every parameter gradient, k = E and k < E). */
+ * head-bce: loss, y, dx and every parameter gradient, k = E and k < E). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -398,9 +398,9 @@ static void test_torch(int topk, const char *act)
     float *got_y = calloc((size_t)(B * T), 4), *got_dy = calloc((size_t)(B * T), 4);
     float *got_dx = calloc((size_t)(B * I), 4), *got_dt = calloc((size_t)np, 4);
     grm_status st = fwd(m, got_y, x, B, I, T);
-    // the head: dense-bce turns y into the loss and dy
-    const grm_plugin_info *binfo = harness_plugin("dense-bce");
-    const grm_dense_ops *bops = binfo->ops;
+    // the head: head-bce turns y into the loss and dy
+    const grm_plugin_info *binfo = harness_plugin("head-bce");
+    const grm_head_ops *bops = binfo->ops;
     void *head = NULL;
     st |= bops->create(NULL, T, 1, &head);
     grm_loss_io io;
@@ -415,7 +415,7 @@ static void test_torch(int topk, const char *act)
     st |= bops->loss(head, &io);
     st |= bwd(m, got_dx, got_dy, B, I, T);
     dc_gather(ops, m, 1, got_dt);
-    tap_ok(st == GRM_OK, "dense-mmoe + dense-bce run on the fixture (%s)",
+    tap_ok(st == GRM_OK, "dense-mmoe + head-bce run on the fixture (%s)",
            st == GRM_OK ? "ok" : grm_last_error());
     const float want_loss = (float)loss, got_loss = (float)io.loss;
     char what[160];

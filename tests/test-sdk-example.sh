@@ -1,10 +1,11 @@
 #!/bin/sh
 # tests/test-sdk-example.sh - install grm into a DESTDIR, build the out-of-tree example
-# plugin (sdk/examples/transform-filter) against that install with pkg-config alone, and
-# train a pipeline that uses it with the installed grmhost. TAP output.
+# plugins (sdk/examples/transform-filter, a transform; sdk/examples/head-hinge, a head)
+# against that install with pkg-config alone, and train pipelines that use them with the
+# installed grmhost. TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
-echo "1..6"
+echo "1..9"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-sdk-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 dest=$tmp/dest
@@ -28,9 +29,11 @@ mkdir -p "$tmp/ex"
 ${MAKE:-make} -s -C "$GRM_TOP_SRCDIR/sdk/examples/transform-filter" OUT="$tmp/ex" \
     >"$tmp/build.log" 2>&1
 rc=$?
+${MAKE:-make} -s -C "$GRM_TOP_SRCDIR/sdk/examples/head-hinge" OUT="$tmp/ex" \
+    >>"$tmp/build.log" 2>&1 || rc=1
 [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/build.log"
 grep -q -- "-I$dest" "$tmp/build.log" 2>/dev/null; :
-ok $rc "the example builds with pkg-config --cflags --libs grm-sdk only"
+ok $rc "the examples (a transform, a head) build with pkg-config --cflags --libs grm-sdk only"
 unset PKG_CONFIG_LIBDIR PKG_CONFIG_SYSROOT_DIR
 
 export GRM_PLUGIN_PATH="$plugdir:$tmp/ex"
@@ -62,7 +65,7 @@ dim = 16
 plugin = dense-mlp
 dims = 32,16
 [head]
-plugin = dense-sampled-softmax
+plugin = head-sampled-softmax
 negatives = 32
 [train]
 batch_size = 64
@@ -88,3 +91,44 @@ echo "# items with filter: ${items_with:-?}, without: ${items_without:-?}"
 test -n "$items_with" && test -n "$items_without" && test "$items_with" -le 100 \
     && test "$items_without" -gt 100
 ok $? "the filter removed the rows below its threshold (catalog shrinks to <= 100 items)"
+
+# the out-of-tree head trains a ranking pipeline: clicks are a function of the item
+awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 2) }' "$tmp/data.tsv" >"$tmp/rows.csv"
+"$bin" plugins head-hinge >"$tmp/hinge.out" 2>&1
+grep -q "head-hinge.*head" "$tmp/hinge.out" && grep -q "margin" "$tmp/hinge.out"
+ok $? "the installed grmhost lists head-hinge as a head plugin with its margin"
+cat >"$tmp/hinge.ini" <<EOI
+[pipeline]
+name = sdk-head
+[reader]
+plugin = reader-text
+path = $tmp/rows.csv
+format = csv
+columns = user:i64,item:i64,click:i64
+[feature.user]
+source = user
+dim = 8
+[feature.item]
+source = item
+dim = 8
+[dense.0]
+plugin = dense-mlp
+dims = 16,1
+[head]
+plugin = head-hinge
+margin = 1.0
+[train]
+task = ranking
+label_columns = click
+batch_size = 64
+epochs = 4
+EOI
+"$bin" train --fresh --metrics-out "$tmp/hinge.jsonl" "$tmp/hinge.ini" >"$tmp/hinge.tout" \
+    2>"$tmp/hinge.err"
+rc=$?
+[ $rc -ne 0 ] && sed 's/^/# /' "$tmp/hinge.err" | tail -5
+ok $rc "the installed grmhost trains a ranking pipeline whose head is the out-of-tree head-hinge"
+auc=$(metric "$tmp/hinge.jsonl" test auc)
+echo "# head-hinge: test auc ${auc:-?}"
+awk -v a="${auc:-0}" 'BEGIN { exit !(a > 0.9) }'
+ok $? "head-hinge learns the item-defined clicks (test AUC ${auc:-?} > 0.9)"

@@ -34,7 +34,7 @@ window = 20
 plugin = dense-sasrec
 num_heads = 2
 [head]
-plugin = dense-sampled-softmax
+plugin = head-sampled-softmax
 negatives = 64
 [train]
 batch_size = 32

@@ -43,7 +43,7 @@ EOI
 "$g" train --fresh --metrics-out "$tmp/two.jsonl" "$tmp/two.ini" >"$tmp/two.out" 2>"$tmp/two.err"
 rc=$?
 [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/two.err" | tail -5
-ok $rc "a two-task ranking pipeline trains with the default head dense-bce"
+ok $rc "a two-task ranking pipeline trains with the default head head-bce"
 a1=$(metric "$tmp/two.jsonl" test auc.click); a2=$(metric "$tmp/two.jsonl" test auc.buy)
 ll=$(metric "$tmp/two.jsonl" test logloss)
 p1=$(metric "$tmp/two.jsonl" test prior_logloss.click); p2=$(metric "$tmp/two.jsonl" test prior_logloss.buy)

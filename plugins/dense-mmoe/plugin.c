@@ -127,7 +127,7 @@ static const grm_plugin_info mmoe_info = {
     .name = "dense-mmoe",
     .version = "1.0.0",
     .description = "multi-gate mixture of experts with top-k gates and per-task towers "
-                   "(MTGRBoost §2 eq. 4; Ma et al. 2018); y [N, tasks] logits for dense-bce",
+                   "(MTGRBoost §2 eq. 4; Ma et al. 2018); y [N, tasks] logits for head-bce",
     .ops = &mmoe_ops,
     .params = mmoe_params_decl,
     .config_size = sizeof(mmoe_config),

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tests/ref/dense_mlp.py - PyTorch (CPU, float64) reference for dense-mlp (2 linear
-layers, relu between, no final activation) followed by dense-sampled-softmax (fixed
+layers, relu between, no final activation) followed by head-sampled-softmax (fixed
 shared negatives, in-batch negatives on, temperature, sample weights, masking of
 negatives equal to a row's positive). Checked by tests/test-dense-mlp.c.
 

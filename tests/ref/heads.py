@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""tests/ref/heads.py - PyTorch (CPU, float64) reference for dense-sampled-softmax, written
+"""tests/ref/heads.py - PyTorch (CPU, float64) reference for head-sampled-softmax, written
 from the papers and the README: sampled softmax with shared negatives (Jean et al. 2015),
 logQ correction log(R p_j) (Yi et al. 2019), in-batch negatives, optional L2 normalization
 of query and item rows (HSTU's cosine logits), and TurboGR §4.3.3 eq. 2 intra-batch logit
 sharing (each row owns r = R / B negatives; after a token-level shuffle, rows at shuffled
-positions [g k, (g+1) k) share their negatives). Checked by tests/test-dense-heads.c.
+positions [g k, (g+1) k) share their negatives). Checked by tests/test-heads.c.
 
 Usage: heads.py INPUT OUTPUT
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/ref/heads_bce.py - PyTorch (CPU, float64) reference for dense-sampled-softmax with
+"""tests/ref/heads_bce.py - PyTorch (CPU, float64) reference for head-sampled-softmax with
 loss = bce: SASRec's sampled binary cross-entropy (Kang & McAuley 2018, §III-E), written from
 the paper and the README, with torch.nn.functional.binary_cross_entropy_with_logits doing
 the arithmetic. For row b with query u_b the logits are u_b . pos_b / T (label 1) and
@@ -7,7 +7,7 @@ u_b . neg_j / T (label 0) for every negative j of the row: all R (r = 0, shared)
 j in [b r, (b+1) r) (r >= 1, own; slots past B r belong to no row). A negative whose id is
 the row's positive id is left out. loss_b is the sum of the row's BCE terms, the loss their
 mean weighted by the sample weights. Optional L2 normalization of query and item rows.
-Checked by tests/test-dense-heads.c.
+Checked by tests/test-heads.c.
 
 Usage: heads_bce.py INPUT OUTPUT
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tests/ref/mmoe.py - PyTorch (CPU, float64) reference for dense-mmoe followed by dense-bce,
+"""tests/ref/mmoe.py - PyTorch (CPU, float64) reference for dense-mmoe followed by head-bce,
 written from the papers: MTGRBoost §2 eq. 4 (y = sum over the top-k experts of
 g_i(H) Expert_i(H)) and Ma et al. 2018 (one softmax gate and one tower per task).
 

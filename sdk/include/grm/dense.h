@@ -2,9 +2,10 @@
  *
  * A dense block maps x [N, in_dim] to y [N, out_dim] (N = samples or tokens), caches
  * what its backward needs, and accumulates the gradients of its named parameters. The
- * host stacks blocks in [dense.N] order. A head is a dense block that also has the loss
- * op: it turns the last block's output into a loss and its gradient. Parameters live in
- * one block per instance (STYLE.md §8). */
+ * host stacks blocks in [dense.N] order. Parameters live in one block per instance
+ * (STYLE.md §8). Heads are a kind of their own since ABI 1.5 (grm/head.h); before it a head
+ * was a dense block with the loss, loss_kind and negatives ops below, which the host still
+ * runs. grm_loss_io and grm_catalog are shared by both. */
 #ifndef GRM_DENSE_H
 #define GRM_DENSE_H
 
@@ -63,6 +64,23 @@ typedef struct grm_loss_io {
     int64_t nneg;               /* R */
     double loss;                /* out: mean loss over the batch */
     float *scores;              /* [B, T] out for BCE (probabilities), or NULL */
+    /* since 1.5 (read them after checking struct_size): */
+    const grm_batch *batch;     /* the batch (its KJT, labels, targets), or NULL */
+    int64_t step;               /* the global step (0 in evaluation) */
+    /* Retrieval, for grm_head_ops heads: the item table's unique rows of the batch, which
+     * the head gathers itself. When item_rows is set, pos, neg, d_pos and d_neg are NULL:
+     * the target of row b is item_rows[pos_slots[b]], negative j is item_rows[neg_slots[j]],
+     * and the head adds each one's gradient into d_item_rows at the same slot (a row that
+     * is several targets and negatives receives their sum). */
+    const float *item_rows;     /* [nitems, D] */
+    float *d_item_rows;         /* [nitems, D] in/out: += the rows' gradients */
+    int64_t nitems;
+    const int64_t *pos_slots;   /* [B] */
+    const int64_t *neg_slots;   /* [R] */
+    /* Every gradient the head writes (d_pred, d_pos, d_neg, the rows added into
+     * d_item_rows) is multiplied by grad_scale (the batch's share of the step's rows when a
+     * step has several batches or ranks, MTGRBoost §5.1); 0 means 1. */
+    float grad_scale;
 } grm_loss_io;
 
 typedef struct grm_dense_ops {

@@ -12,6 +12,7 @@
 #include <grm/transform.h>
 #include <grm/emb.h>
 #include <grm/dense.h>
+#include <grm/head.h>
 #include <grm/opt.h>
 #include <grm/ckpt.h>
 #include <grm/comm.h>

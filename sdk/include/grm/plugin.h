@@ -26,7 +26,8 @@ typedef enum grm_kind {
     GRM_KIND_DENSE = 4,      /* grm_dense_ops, grm/dense.h */
     GRM_KIND_OPT = 5,        /* grm_opt_ops, grm/opt.h */
     GRM_KIND_CKPT = 6,       /* grm_ckpt_ops, grm/ckpt.h */
-    GRM_KIND_COMM = 7        /* grm_comm_ops, grm/comm.h */
+    GRM_KIND_COMM = 7,       /* grm_comm_ops, grm/comm.h */
+    GRM_KIND_HEAD = 8        /* grm_head_ops, grm/head.h (since 1.5) */
 } grm_kind;
 
 /* One plugin's descriptor. Static storage in the plugin. */

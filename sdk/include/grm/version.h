@@ -16,7 +16,7 @@ extern "C" {
 #define GRM_ABI_MAJOR 1
 /* Minor: bumped when an op or field is appended. A host accepts plugins of its own
  * minor or older; it refuses a plugin built for a newer minor. */
-#define GRM_ABI_MINOR 4
+#define GRM_ABI_MINOR 5
 
 /* History of the ABI (append-only within a major):
  *   1.0  the seven kinds, the host API, declared parameters.
@@ -26,7 +26,11 @@ extern "C" {
  *        the host may merge tables into one key space).
  *   1.4  grm_plugin_info.devices (the former reserved field: 0 means the CPU only) and
  *        grm_host_api.backend appended (grm/backend.h: the pipeline's compute backend,
- *        [pipeline] device). */
+ *        [pipeline] device).
+ *   1.5  GRM_KIND_HEAD and grm/head.h: heads are a kind of their own; grm_loss_io gains
+ *        batch, step and the item table's rows with their slots (the head gathers the
+ *        targets' and negatives' rows and sums their gradients itself). Dense-kind heads
+ *        of 1.0-1.4 still load and run. */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"

@@ -1,32 +1,35 @@
-/* plugins/dense-mlp/heads.c - the two heads of dense-mlp.so: dense-bce (multi-task
- * binary cross-entropy on logits) and dense-sampled-softmax (retrieval loss over sampled
+/* plugins/head-sampled-softmax/heads.c - the two heads of dense-mlp.so: head-bce (multi-task
+ * binary cross-entropy on logits) and head-sampled-softmax (retrieval loss over sampled
  * and in-batch negatives, with the negative sampler, optional L2 normalization, FP16
  * negatives (TurboGR §4.3.2), intra-batch logit sharing (TurboGR §4.3.3, eq. 2) and, with
  * loss = bce, SASRec's sampled binary cross-entropy (Kang & McAuley 2018, §III-E)). Both
  * pass rows through unchanged (out_dim = in_dim); the numerics are in heads_ref.c and
  * heads_cpu.c. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "mlp.h"
+#include "heads.h"
 
-/* The grm_loss_io fields this code reads exist (the struct is 1.0-sized or larger). */
+/* The grm_loss_io fields this code reads exist (the struct is 1.0-sized or larger; the
+ * fields of 1.5 are read by plugin.c after its own struct_size check). */
 static grm_status check_io(const grm_host_api *host, const char *who, const grm_loss_io *io)
 {
+    const size_t v10 = offsetof(grm_loss_io, batch);   /* sizeof the 1.0 grm_loss_io */
     if (io == NULL)
         return host->errorf(GRM_EINVAL, "%s: loss: io is NULL", who);
-    if (io->struct_size < sizeof(grm_loss_io))
+    if (io->struct_size < v10)
         return host->errorf(GRM_EINVAL, "%s: loss: io->struct_size %u is smaller than the "
                             "1.0 grm_loss_io (%zu); set it to sizeof(grm_loss_io)", who,
-                            (unsigned)io->struct_size, sizeof(grm_loss_io));
+                            (unsigned)io->struct_size, v10);
     if (io->rows < 0)
         return host->errorf(GRM_EINVAL, "%s: loss: io->rows %lld is negative", who,
                             (long long)io->rows);
     return GRM_OK;
 }
 
-/* ---- dense-bce ---- */
+/* ---- head-bce ---- */
 
 struct bce_head {
     const grm_host_api *host;
@@ -37,11 +40,11 @@ grm_status bce_create(const grm_host_api *host, int64_t in_dim, bce_head **out)
 {
     *out = NULL;
     if (in_dim < 1)
-        return host->errorf(GRM_EINVAL, "dense-bce: create: in_dim %lld must be >= 1",
+        return host->errorf(GRM_EINVAL, "head-bce: create: in_dim %lld must be >= 1",
                             (long long)in_dim);
     bce_head *h = calloc(1, sizeof *h);
     if (h == NULL)
-        return host->errorf(GRM_ENOMEM, "dense-bce: create: out of memory");
+        return host->errorf(GRM_ENOMEM, "head-bce: create: out of memory");
     h->host = host;
     h->dim = in_dim;
     *out = h;
@@ -60,25 +63,25 @@ int64_t bce_dim(const bce_head *h)
 
 grm_status bce_loss(bce_head *h, grm_loss_io *io)
 {
-    grm_status st = check_io(h->host, "dense-bce", io);
+    grm_status st = check_io(h->host, "head-bce", io);
     if (st != GRM_OK)
         return st;
     if (io->ntasks < 1 || io->dim != io->ntasks)
-        return h->host->errorf(GRM_EINVAL, "dense-bce: loss: io->dim %lld and io->ntasks %d "
+        return h->host->errorf(GRM_EINVAL, "head-bce: loss: io->dim %lld and io->ntasks %d "
                                "must be equal and >= 1 (pred is [B, T] logits)",
                                (long long)io->dim, (int)io->ntasks);
     if (io->dim != h->dim)
-        return h->host->errorf(GRM_EINVAL, "dense-bce: loss: pred has %lld columns, the "
+        return h->host->errorf(GRM_EINVAL, "head-bce: loss: pred has %lld columns, the "
                                "head was created for %lld", (long long)io->dim,
                                (long long)h->dim);
     if (io->rows > 0 && (io->pred == NULL || io->labels == NULL))
-        return h->host->errorf(GRM_EINVAL, "dense-bce: loss: io->%s is NULL; BCE needs "
+        return h->host->errorf(GRM_EINVAL, "head-bce: loss: io->%s is NULL; BCE needs "
                                "logits and labels", io->pred == NULL ? "pred" : "labels");
     return bce_loss_ref(h->host, &io->loss, io->d_pred, io->scores, io->pred, io->labels,
                         io->weights, io->rows, io->ntasks);
 }
 
-/* ---- dense-sampled-softmax ---- */
+/* ---- head-sampled-softmax ---- */
 
 struct ssm_head {
     const grm_host_api *host;
@@ -118,31 +121,31 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
     grm_status st;
     *out = NULL;
     if (in_dim < 1)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: create: in_dim %lld must be "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: create: in_dim %lld must be "
                             ">= 1", (long long)in_dim);
     if (!(cfg->temperature > 0))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: temperature: %g must be > 0",
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: temperature: %g must be > 0",
                             cfg->temperature);
     if (cfg->negatives < 0 || cfg->negatives > (1 << 20))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: negatives: %lld out of range "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: negatives: %lld out of range "
                             "0..%d", (long long)cfg->negatives, 1 << 20);
     if (!(cfg->alpha >= 0 && cfg->alpha <= 2))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: alpha: %g out of range "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: alpha: %g out of range "
                             "[0, 2]", cfg->alpha);
     if (cfg->share_k < 0 || cfg->share_k > (1 << 16))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: share_k: %lld out of range "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: share_k: %lld out of range "
                             "0..%d", (long long)cfg->share_k, 1 << 16);
     if (cfg->share_k > 0 && cfg->in_batch)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: share_k: logit sharing "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: share_k: logit sharing "
                             "(TurboGR eq. 2) has no in-batch term; set in_batch = false");
     if (cfg->loss != SSM_LOSS_SOFTMAX && cfg->loss != SSM_LOSS_BCE)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: %d is not softmax (0) "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: %d is not softmax (0) "
                             "or bce (1)", (int)cfg->loss);
     if (cfg->row_negatives < 0 || cfg->row_negatives > (1 << 20))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: row_negatives: %lld out of "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: row_negatives: %lld out of "
                             "range 0..%d", (long long)cfg->row_negatives, 1 << 20);
     if (cfg->row_negatives > 0 && cfg->share_k == 0)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: row_negatives: per-row "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: row_negatives: per-row "
                             "negatives need share_k >= 1 (with share_k = 0 every row uses "
                             "all negatives); set share_k = 1 or row_negatives = 0");
     if (cfg->loss == SSM_LOSS_BCE) {
@@ -150,21 +153,21 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
         // its own (share_k = 1) or all (share_k = 0) sampled negatives; the softmax-only
         // options have no meaning there
         if (cfg->in_batch)
-            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss = bce: in-batch "
+            return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss = bce: in-batch "
                                 "negatives are a softmax term; set in_batch = false");
         if (cfg->logq)
-            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss = bce: the logQ "
+            return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss = bce: the logQ "
                                 "correction estimates a softmax partition function; set "
                                 "logq = false");
         if (cfg->share_k > 1)
-            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss = bce: share_k = "
+            return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss = bce: share_k = "
                                 "%lld shares negatives in groups of a softmax (TurboGR eq. 2); "
                                 "use share_k = 1 (own negatives) or 0 (shared by the batch)",
                                 (long long)cfg->share_k);
     }
     ssm_head *h = calloc(1, sizeof *h);
     if (h == NULL)
-        return host->errorf(GRM_ENOMEM, "dense-sampled-softmax: create: out of memory");
+        return host->errorf(GRM_ENOMEM, "head-sampled-softmax: create: out of memory");
     h->host = host;
     h->cfg = *cfg;
     h->dim = in_dim;
@@ -179,7 +182,7 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
         h->drawn_ids = malloc(n * sizeof *h->drawn_ids);
         h->drawn_logq = malloc(n * sizeof *h->drawn_logq);
         if (h->drawn_idx == NULL || h->drawn_ids == NULL || h->drawn_logq == NULL) {
-            st = host->errorf(GRM_ENOMEM, "dense-sampled-softmax: create: cannot allocate "
+            st = host->errorf(GRM_ENOMEM, "head-sampled-softmax: create: cannot allocate "
                               "the draw buffers for %lld negatives",
                               (long long)cfg->negatives);
             goto fail;
@@ -223,7 +226,7 @@ static grm_status grow(ssm_head *h, void **buf, int64_t *cap, int64_t need, size
         return GRM_OK;
     void *p = malloc((size_t)need * elem);
     if (p == NULL)
-        return h->host->errorf(GRM_ENOMEM, "dense-sampled-softmax: loss: cannot allocate "
+        return h->host->errorf(GRM_ENOMEM, "head-sampled-softmax: loss: cannot allocate "
                                "%lld elements of %zu bytes of scratch", (long long)need, elem);
     free(*buf);
     *buf = p;
@@ -234,22 +237,22 @@ static grm_status grow(ssm_head *h, void **buf, int64_t *cap, int64_t need, size
 grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
 {
     const grm_host_api *host = h->host;
-    grm_status st = check_io(host, "dense-sampled-softmax", io);
+    grm_status st = check_io(host, "head-sampled-softmax", io);
     if (st != GRM_OK)
         return st;
     const int64_t B = io->rows, R = io->nneg, D = io->dim;
     if (D != h->dim)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: pred has %lld columns, "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: pred has %lld columns, "
                             "the head was created for %lld", (long long)D, (long long)h->dim);
     if (R < 0)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: io->nneg %lld is "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: io->nneg %lld is "
                             "negative", (long long)R);
     if (B > 0 && (io->pred == NULL || io->pos == NULL))
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: io->%s is NULL; the "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: io->%s is NULL; the "
                             "retrieval loss needs query and positive rows",
                             io->pred == NULL ? "pred" : "pos");
     if (R > 0 && io->neg == NULL)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: io->neg is NULL with "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: io->neg is NULL with "
                             "io->nneg = %lld", (long long)R);
     const double *logq = NULL;
     if (h->cfg.logq && R > 0) {
@@ -258,7 +261,7 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
         for (int64_t j = 0; same && j < R; j++)
             same = io->neg_ids[j] == h->drawn_ids[j];
         if (!same)
-            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: logq needs the "
+            return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: logq needs the "
                                 "negatives drawn by this head's negatives op, but io->neg_ids "
                                 "differ from the last draw; set logq = false to use other "
                                 "negatives");
@@ -270,14 +273,14 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
         // (tokens): row i owns neg [i r, (i+1) r), the slots past rows r are unused
         r = h->cfg.row_negatives;
         if (R < B * r)
-            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: io->nneg %lld is "
+            return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: io->nneg %lld is "
                                 "less than io->rows %lld x row_negatives %lld; raise "
                                 "negatives to at least the most rows of a step x "
                                 "row_negatives (batch_size x max_seq_len for tokens)",
                                 (long long)R, (long long)B, (long long)r);
     } else if (h->cfg.share_k > 0) {
         if ((B == 0 && R != 0) || (B > 0 && R % B != 0))
-            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: loss: io->nneg %lld is "
+            return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: io->nneg %lld is "
                                 "not a multiple of io->rows %lld; with share_k each row owns "
                                 "nneg / rows negatives (rows [i r, (i+1) r) of io->neg)",
                                 (long long)R, (long long)B);
@@ -376,18 +379,18 @@ static grm_status popularity_table(ssm_head *h, const grm_catalog *catalog)
         && h->cdf_counts == catalog->counts)
         return GRM_OK;
     if (catalog->counts == NULL)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: negatives: sampler = "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: negatives: sampler = "
                             "popularity needs catalog counts, but catalog->counts is NULL; "
                             "use sampler = uniform");
     double *cdf = malloc((size_t)catalog->n * sizeof *cdf);
     if (cdf == NULL)
-        return host->errorf(GRM_ENOMEM, "dense-sampled-softmax: negatives: cannot allocate "
+        return host->errorf(GRM_ENOMEM, "head-sampled-softmax: negatives: cannot allocate "
                             "the popularity table for %lld items", (long long)catalog->n);
     double acc = 0;
     for (int64_t i = 0; i < catalog->n; i++) {
         if (catalog->counts[i] < 0) {
             free(cdf);
-            return host->errorf(GRM_EINVAL, "dense-sampled-softmax: negatives: catalog "
+            return host->errorf(GRM_EINVAL, "head-sampled-softmax: negatives: catalog "
                                 "count %lld of item %lld (index %lld) is negative",
                                 (long long)catalog->counts[i], (long long)catalog->ids[i],
                                 (long long)i);
@@ -397,7 +400,7 @@ static grm_status popularity_table(ssm_head *h, const grm_catalog *catalog)
     }
     if (!(acc > 0) || !isfinite(acc)) {
         free(cdf);
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: negatives: the popularity "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: negatives: the popularity "
                             "weights of %lld items sum to %g; some count must be positive",
                             (long long)catalog->n, acc);
     }
@@ -414,7 +417,7 @@ grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
 {
     const grm_host_api *host = h->host;
     if (n == NULL)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: negatives: n is NULL");
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: negatives: n is NULL");
     *n = 0;
     const int64_t want = h->cfg.negatives < max ? h->cfg.negatives : max;
     if (want <= 0) {
@@ -422,9 +425,9 @@ grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
         return GRM_OK;
     }
     if (ids == NULL)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: negatives: ids is NULL");
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: negatives: ids is NULL");
     if (catalog == NULL || catalog->n <= 0 || catalog->ids == NULL)
-        return host->errorf(GRM_EINVAL, "dense-sampled-softmax: negatives: the catalog is "
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: negatives: the catalog is "
                             "empty; there are no items to draw negatives from");
     const double *cdf = NULL;
     if (h->cfg.sampler == SSM_SAMPLER_POPULARITY) {

@@ -1,6 +1,6 @@
-/* tests/test-dense-heads.c - the heads of dense-mlp.so. dense-bce: loss, gradient and
+/* tests/test-heads.c - the head plugins (ABI 1.5, grm/head.h). head-bce: loss, gradient and
  * scores against the textbook formula in double (large |z| included, sample weights).
- * dense-sampled-softmax: a hand-computed case, loss and all three gradients against
+ * head-sampled-softmax: a hand-computed case, loss and all three gradients against
  * central differences of a double reimplementation written here (in_batch on and off,
  * masked negatives, logQ), and the negative sampler: determinism, range, counts and
  * popularity frequencies (chi-square). Errors with status and message. The TurboGR options:
@@ -26,7 +26,7 @@ static grm_loss_io new_io(void)
     return io;
 }
 
-/* ---- dense-bce ---- */
+/* ---- head-bce ---- */
 
 /* The textbook BCE of one logit, naive but exact in double for |z| <= 700. */
 static double bce_naive(double z, double y)
@@ -36,22 +36,34 @@ static double bce_naive(double z, double y)
 
 static void test_bce(void)
 {
-    const grm_plugin_info *info = harness_plugin("dense-bce");
-    const grm_dense_ops *ops = info->ops;
-    tap_ok(info->kind == GRM_KIND_DENSE && ops->loss_kind != NULL && ops->loss != NULL,
-           "dense-bce is a dense head with loss_kind and loss");
+    const grm_plugin_info *info = harness_plugin("head-bce");
+    const grm_head_ops *ops = info->ops;
+    tap_ok(info->kind == GRM_KIND_HEAD && ops->task != NULL && ops->loss != NULL,
+           "head-bce is a head plugin with task and loss");
     void *h = dc_make(info, harness_config(info, NULL), 2, 1);
-    tap_ok(ops->loss_kind(h) == GRM_LOSS_BCE && ops->out_dim(h) == 2,
-           "dense-bce: loss kind BCE, out_dim = in_dim");
-    grm_named_tensor v;
-    grm_tensor g;
-    tap_ok(ops->params(h, 0, &v, &g) == GRM_ENOTFOUND, "dense-bce has no parameters");
-    float x[6] = { 1, -2, 3, 4, 5, -6 }, y[6] = { 0 }, dx[6] = { 0 };
-    grm_tensor tx = dc_mat(x, 3, 2), ty = dc_mat(y, 3, 2), tdx = dc_mat(dx, 3, 2);
-    grm_status st = ops->forward(h, &ty, &tx, NULL);
-    st |= ops->backward(h, &tdx, &ty, NULL);
-    tap_ok(st == GRM_OK && memcmp(x, y, sizeof x) == 0 && memcmp(x, dx, sizeof x) == 0,
-           "dense-bce forward copies x to y and backward dy to dx");
+    tap_ok(ops->task(h) == GRM_LOSS_BCE, "head-bce: task BCE");
+    tap_ok(ops->params == NULL && ops->negatives == NULL,
+           "head-bce has no parameters and draws no negatives (params, negatives NULL)");
+    // grad_scale multiplies d_pred: 0.25 gives a quarter of the unscaled gradient
+    {
+        const float z4[4] = { 0.5f, -1.0f, 2.0f, 0.0f }, y4[4] = { 1, 0, 0, 1 };
+        float d1[4], dq[4];
+        grm_loss_io io = new_io();
+        io.ntasks = 2;
+        io.rows = 2;
+        io.dim = 2;
+        io.pred = z4;
+        io.labels = y4;
+        io.d_pred = d1;
+        grm_status st = ops->loss(h, &io);
+        io.d_pred = dq;
+        io.grad_scale = 0.25f;
+        st |= ops->loss(h, &io);
+        int same = st == GRM_OK;
+        for (int i = 0; i < 4; i++) same &= dq[i] == d1[i] * 0.25f;
+        tap_ok(same, "head-bce: grad_scale 0.25 scales d_pred exactly");
+    }
+    grm_status st;
 
     // B = 3, T = 2, weights and large logits
     const float z[6] = { 0.0f, 2.0f, -3.0f, 100.0f, -100.0f, 0.5f };
@@ -81,7 +93,7 @@ static void test_bce(void)
     io.scores = sc;
     st = ops->loss(h, &io);
     const float got_l = (float)io.loss, want_l = (float)want;
-    tap_ok(st == GRM_OK, "dense-bce loss on a weighted batch with |z| = 100 succeeds");
+    tap_ok(st == GRM_OK, "head-bce loss on a weighted batch with |z| = 100 succeeds");
     tap_close_f32(&got_l, &want_l, 1, 1e-6, 0, "bce: weighted loss (sum over tasks, weighted "
                   "mean over rows)");
     tap_close_f32(d, want_d, 6, 1e-6, 1e-9, "bce: d_pred = w (sigmoid(z) - y) / sum(w)");
@@ -204,7 +216,7 @@ static double ssm_d_at(void *ctx)
 static void check_ssm(const grm_plugin_info *info, void *head, const ssm_case *c,
                       const char *what)
 {
-    const grm_dense_ops *ops = info->ops;
+    const grm_head_ops *ops = info->ops;
     enum { MAXN = 256 };
     float u[MAXN], pos[MAXN], neg[MAXN], w[16], du[MAXN], dpos[MAXN], dneg[MAXN];
     double ud[MAXN], posd[MAXN], negd[MAXN], wd[16];
@@ -255,7 +267,7 @@ static void check_ssm(const grm_plugin_info *info, void *head, const ssm_case *c
     tap_close_f32(dneg, fneg, c->R * c->D, 1e-4, 1e-6, buf);
 }
 
-static double ssm_loss_of(const grm_dense_ops *ops, void *head, const float *u,
+static double ssm_loss_of(const grm_head_ops *ops, void *head, const float *u,
                           const float *pos, const int64_t *pid, const float *neg,
                           const int64_t *nid, int64_t B, int64_t R, int64_t D, float *dneg)
 {
@@ -276,16 +288,13 @@ static double ssm_loss_of(const grm_dense_ops *ops, void *head, const float *u,
 
 static void test_ssm_loss(void)
 {
-    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
-    const grm_dense_ops *ops = info->ops;
-    tap_ok(info->kind == GRM_KIND_DENSE && ops->loss != NULL && ops->negatives != NULL,
-           "dense-sampled-softmax is a head with loss and negatives");
+    const grm_plugin_info *info = harness_plugin("head-sampled-softmax");
+    const grm_head_ops *ops = info->ops;
+    tap_ok(info->kind == GRM_KIND_HEAD && ops->loss != NULL && ops->negatives != NULL,
+           "head-sampled-softmax is a head plugin with loss and negatives");
     void *h1 = dc_make(info, harness_config(info, "in_batch=false", NULL), 1, 1);
-    grm_named_tensor v;
-    grm_tensor g;
-    tap_ok(ops->loss_kind(h1) == GRM_LOSS_RETRIEVAL && ops->out_dim(h1) == 1
-           && ops->params(h1, 0, &v, &g) == GRM_ENOTFOUND,
-           "loss kind RETRIEVAL, out_dim = in_dim, no parameters");
+    tap_ok(ops->task(h1) == GRM_LOSS_RETRIEVAL && ops->params == NULL,
+           "task RETRIEVAL, no parameters");
 
     // hand case: D = 1, u = 1, pos = 2, neg = 1: logits [2, 1],
     // loss = log(e^2 + e^1) - 2 = log(1 + e^-1); p_neg = sigmoid(-1)
@@ -398,8 +407,8 @@ static void test_ssm_loss(void)
 
 static void test_negatives(void)
 {
-    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
-    const grm_dense_ops *ops = info->ops;
+    const grm_plugin_info *info = harness_plugin("head-sampled-softmax");
+    const grm_head_ops *ops = info->ops;
     int64_t ids[10], counts[10];
     for (int i = 0; i < 10; i++) {
         ids[i] = 1000 + 7 * i;
@@ -539,8 +548,8 @@ static void test_negatives(void)
  * positives, weights, in-batch on and off, R = 0 and B = 1. */
 static void test_ssm_blas_vs_ref(void)
 {
-    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
-    const grm_dense_ops *ops = info->ops;
+    const grm_plugin_info *info = harness_plugin("head-sampled-softmax");
+    const grm_head_ops *ops = info->ops;
     static const int64_t shapes[][3] = { { 1, 0, 8 }, { 1, 5, 3 }, { 7, 13, 5 },
                                          { 64, 128, 32 }, { 33, 0, 16 } };
     int bad = 0;
@@ -633,7 +642,7 @@ typedef struct opt_data {
 
 static void *opt_head(const opt_case *c, const char *extra, const char *extra2)
 {
-    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
+    const grm_plugin_info *info = harness_plugin("head-sampled-softmax");
     char t[64], l[32], ib[32], k[32], lq[32], n[32], im[32];
     snprintf(t, sizeof t, "temperature=%.17g", c->temperature);
     snprintf(l, sizeof l, "l2norm=%s", c->l2norm ? "true" : "false");
@@ -652,7 +661,7 @@ static void *opt_head(const opt_case *c, const char *extra, const char *extra2)
     }
     (void)extra2;
     void *inst = NULL;
-    if (((const grm_dense_ops *)info->ops)->create(cfg, c->D, 77, &inst) != GRM_OK) {
+    if (((const grm_head_ops *)info->ops)->create(cfg, c->D, 77, &inst) != GRM_OK) {
         printf("Bail out! create: %s\n", grm_last_error());
         exit(1);
     }
@@ -661,7 +670,7 @@ static void *opt_head(const opt_case *c, const char *extra, const char *extra2)
 
 static void opt_fill(const opt_case *c, opt_data *d, void *head, uint64_t seed)
 {
-    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    const grm_head_ops *ops = harness_plugin("head-sampled-softmax")->ops;
     uint64_t s = seed;
     for (int i = 0; i < 12 * 8; i++) d->table[i] = harness_randf(&s);
     for (int i = 0; i < 12; i++) {
@@ -690,7 +699,7 @@ static void opt_fill(const opt_case *c, opt_data *d, void *head, uint64_t seed)
 static grm_status opt_loss(void *head, const opt_case *c, const opt_data *d, double *loss,
                            float *dp, float *dpos, float *dneg)
 {
-    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    const grm_head_ops *ops = harness_plugin("head-sampled-softmax")->ops;
     grm_loss_io io = new_io();
     io.rows = c->B;
     io.dim = c->D;
@@ -808,7 +817,7 @@ static void test_opt_torch(const opt_case *c)
     tap_close_f32(dpos, wdpos, B * D, 1e-4, 1e-5, what);
     snprintf(what, sizeof what, "torch %s: d_neg", c->name);
     tap_close_f32(dneg, wdneg, R * D, 1e-4, 1e-5, what);
-    ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)->destroy(head);
+    ((const grm_head_ops *)harness_plugin("head-sampled-softmax")->ops)->destroy(head);
 }
 
 /* Central differences of the ref implementation's loss (double dots of float inputs) with
@@ -838,7 +847,7 @@ static void test_opt_fd(const opt_case *c)
     st |= at.st;
     tap_ok(st == GRM_OK && t.bad == 0, "%s: d_pred, d_pos, d_neg vs central differences "
            "(worst rel err %.2g)", c->name, t.worst);
-    ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)->destroy(head);
+    ((const grm_head_ops *)harness_plugin("head-sampled-softmax")->ops)->destroy(head);
 }
 
 /* share_k = 1 is the per-row loss with the row's own r negatives, and share_k >= B the loss
@@ -897,7 +906,7 @@ static void test_share_limits(void)
                   "(share_k = 0, in_batch off)");
     tap_close_f32(dpa, dp0, 30, 1e-5, 1e-7, "share_k >= B: d_pred");
     tap_close_f32(dnega, dneg0, 60, 1e-5, 1e-7, "share_k >= B: d_neg");
-    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    const grm_head_ops *ops = harness_plugin("head-sampled-softmax")->ops;
     ops->destroy(h1);
     ops->destroy(hall);
     ops->destroy(h0);
@@ -920,7 +929,7 @@ static void test_share_impls(void)
            "ref %.7g", fa, fb);
     tap_close_f32(a[0], b[0], 61 * 8, 1e-4, 1e-5, "share_k = 3 blas vs ref: d_pred");
     tap_close_f32(a[2], b[2], 61 * 4 * 8, 1e-4, 1e-5, "share_k = 3 blas vs ref: d_neg");
-    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    const grm_head_ops *ops = harness_plugin("head-sampled-softmax")->ops;
     ops->destroy(hb);
     ops->destroy(hr);
 }
@@ -951,15 +960,15 @@ static void test_fp16(void)
     tap_ok(st == GRM_OK && l16 == l32 && memcmp(a[0], b[0], 9 * 8 * 4) == 0
            && memcmp(a[2], b[2], 20 * 8 * 4) == 0,
            "neg_fp16 on FP16-exact negatives (subnormal included) is bit-identical to fp32");
-    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    const grm_head_ops *ops = harness_plugin("head-sampled-softmax")->ops;
     ops->destroy(h32);
     ops->destroy(h16);
 }
 
 static void test_opt_errors(void)
 {
-    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
-    const grm_dense_ops *ops = info->ops;
+    const grm_plugin_info *info = harness_plugin("head-sampled-softmax");
+    const grm_head_ops *ops = info->ops;
     const void *cfg = NULL;
     void *inst = NULL;
     const char *ib[] = { "share_k=2" };
@@ -1015,10 +1024,10 @@ typedef struct bce_case {
     const char *impl;
 } bce_case;
 
-/* A dense-sampled-softmax head with loss = bce (or `loss`) and the case's options. */
+/* A head-sampled-softmax head with loss = bce (or `loss`) and the case's options. */
 static void *bce_head(const bce_case *c, const char *loss)
 {
-    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
+    const grm_plugin_info *info = harness_plugin("head-sampled-softmax");
     char t[64], l[32], k[32], rn[48], n[48], im[32], ls[32];
     snprintf(t, sizeof t, "temperature=%.17g", c->temperature);
     snprintf(l, sizeof l, "l2norm=%s", c->l2norm ? "true" : "false");
@@ -1031,7 +1040,7 @@ static void *bce_head(const bce_case *c, const char *loss)
     const void *cfg = NULL;
     void *inst = NULL;
     if (harness_config_try(info, &cfg, kvs, 8) != GRM_OK
-        || ((const grm_dense_ops *)info->ops)->create(cfg, c->D, 77, &inst) != GRM_OK) {
+        || ((const grm_head_ops *)info->ops)->create(cfg, c->D, 77, &inst) != GRM_OK) {
         printf("Bail out! bce head %s: %s\n", c->name, grm_last_error());
         exit(1);
     }
@@ -1054,7 +1063,7 @@ static int64_t bce_r(const bce_case *c)
 
 static void bce_destroy(void *h)
 {
-    ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)->destroy(h);
+    ((const grm_head_ops *)harness_plugin("head-sampled-softmax")->ops)->destroy(h);
 }
 
 /* A case worked by hand: B = R = 1, D = 2, u = (1, 0.5), pos = (2, -1), neg = (-1, 2):
@@ -1087,7 +1096,7 @@ static void test_bce_hand(void)
         io.d_neg = dneg;
         io.neg_ids = nid;
         io.nneg = 1;
-        grm_status st = ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)
+        grm_status st = ((const grm_head_ops *)harness_plugin("head-sampled-softmax")->ops)
                             ->loss(h, &io);
         int ok = st == GRM_OK && fabs(io.loss - want) < 1e-6;
         for (int d = 0; d < 2; d++)
@@ -1097,7 +1106,7 @@ static void test_bce_hand(void)
                "d_neg", impls[i], io.loss, want);
         if (i == 1) {
             nid[0] = 5;                         // the negative is the positive: masked
-            st = ((const grm_dense_ops *)harness_plugin("dense-sampled-softmax")->ops)
+            st = ((const grm_head_ops *)harness_plugin("head-sampled-softmax")->ops)
                      ->loss(h, &io);
             tap_ok(st == GRM_OK && fabs(io.loss - log1p(exp(-1.5))) < 1e-6 && dneg[0] == 0.0f
                    && dneg[1] == 0.0f && fabsf(dp[0] - (float)(gp * 2)) < 1e-6f,
@@ -1223,7 +1232,7 @@ static void test_bce_varying_rows(void)
     const bce_case cb = { "vary blas", 1, R, D, 0, 1, 1, 1.0, "blas" };
     const bce_case cr = { "vary ref", 1, R, D, 0, 1, 1, 1.0, "ref" };
     void *hb = bce_head(&cb, "bce"), *hr = bce_head(&cr, "bce");
-    const grm_dense_ops *ops = harness_plugin("dense-sampled-softmax")->ops;
+    const grm_head_ops *ops = harness_plugin("head-sampled-softmax")->ops;
     const int64_t cap = R + 1;
     float *pred = malloc((size_t)(cap * D) * 4), *pos = malloc((size_t)(cap * D) * 4);
     float *neg = malloc((size_t)(R * D) * 4), *g[2][3];
@@ -1347,8 +1356,8 @@ static void test_bce_varying_rows(void)
 /* Refused combinations and counts: status and message. 7 checks. */
 static void test_bce_errors(void)
 {
-    const grm_plugin_info *info = harness_plugin("dense-sampled-softmax");
-    const grm_dense_ops *ops = info->ops;
+    const grm_plugin_info *info = harness_plugin("head-sampled-softmax");
+    const grm_head_ops *ops = info->ops;
     const struct {
         const char *kv[3];
         const char *sub, *what;
@@ -1413,14 +1422,81 @@ static void test_bce_loss(void)
     test_bce_errors();
 }
 
+/* ABI 1.5: a retrieval head handed the item table's unique rows and the slots of the targets
+ * and negatives (grm_loss_io.item_rows) gathers them and sums their gradients back itself.
+ * Against the same loss on rows gathered here and gradients summed here, in the host's old
+ * order (targets, then negatives, each in increasing order): equal bit for bit, with
+ * duplicate slots, a negative that is also a target, and grad_scale. */
+static void test_ssm_item_rows(void)
+{
+    const grm_plugin_info *info = harness_plugin("head-sampled-softmax");
+    const grm_head_ops *ops = info->ops;
+    enum { B = 4, D = 3, R = 3, N = 5 };
+    void *h = dc_make(info, harness_config(info, "in_batch=true", "temperature=0.5", NULL), D,
+                      1);
+    uint64_t rs = 7;
+    float items[N * D], pred[B * D];
+    for (int i = 0; i < N * D; i++) items[i] = harness_randf(&rs);
+    for (int i = 0; i < B * D; i++) pred[i] = harness_randf(&rs);
+    const int64_t pslot[B] = { 2, 0, 2, 4 }, nslot[R] = { 1, 4, 3 };
+    const int64_t pid[B] = { 102, 100, 102, 104 }, nid[R] = { 101, 104, 103 };
+    float pos[B * D], neg[R * D], dpos[B * D] = { 0 }, dneg[R * D] = { 0 };
+    for (int b = 0; b < B; b++) memcpy(pos + b * D, items + pslot[b] * D, sizeof(float) * D);
+    for (int j = 0; j < R; j++) memcpy(neg + j * D, items + nslot[j] * D, sizeof(float) * D);
+    float da[B * D] = { 0 }, db[B * D] = { 0 }, wa[N * D] = { 0 }, wb[N * D] = { 0 };
+    grm_loss_io io = new_io();
+    io.rows = B;
+    io.dim = D;
+    io.pred = pred;
+    io.d_pred = da;
+    io.pos = pos;
+    io.d_pos = dpos;
+    io.pos_ids = pid;
+    io.neg = neg;
+    io.d_neg = dneg;
+    io.neg_ids = nid;
+    io.nneg = R;
+    io.grad_scale = 0.5f;
+    grm_status st = ops->loss(h, &io);
+    const double la = io.loss;
+    for (int b = 0; b < B; b++)
+        for (int d = 0; d < D; d++) wa[pslot[b] * D + d] += dpos[b * D + d];
+    for (int j = 0; j < R; j++)
+        for (int d = 0; d < D; d++) wa[nslot[j] * D + d] += dneg[j * D + d];
+    io = new_io();
+    io.rows = B;
+    io.dim = D;
+    io.pred = pred;
+    io.d_pred = db;
+    io.pos_ids = pid;
+    io.neg_ids = nid;
+    io.nneg = R;
+    io.grad_scale = 0.5f;
+    io.item_rows = items;
+    io.d_item_rows = wb;
+    io.nitems = N;
+    io.pos_slots = pslot;
+    io.neg_slots = nslot;
+    st |= ops->loss(h, &io);
+    tap_ok(st == GRM_OK && io.loss == la && memcmp(da, db, sizeof da) == 0
+               && memcmp(wa, wb, sizeof wa) == 0,
+           "item_rows: loss, d_pred and the summed item-row gradients equal the gathered "
+           "path bit for bit (loss %.9f)", la);
+    const int64_t bad[B] = { 2, 0, 5, 4 };
+    io.pos_slots = bad;
+    dc_expect(ops->loss(h, &io), GRM_EINVAL, "outside", "item_rows with a slot past nitems");
+    ops->destroy(h);
+}
+
 int main(void)
 {
-    tap_plan(48 + 5 * 5 + 2 + 7 + 3 + 5 + 3 + 3 + 5 * 5 + 2 + 2 * 4 + 4 + 7);
+    tap_plan(48 + 5 * 5 + 2 + 7 + 3 + 5 + 3 + 3 + 5 * 5 + 2 + 2 * 4 + 4 + 7 + 2);
     test_bce();
     test_ssm_loss();
     test_negatives();
     test_ssm_blas_vs_ref();
     test_ssm_options();
     test_bce_loss();
+    test_ssm_item_rows();
     return tap_done();
 }

@@ -1,4 +1,4 @@
-/* plugins/dense-mlp/heads_ref.c - numerics of the two heads, plain loops in double:
+/* plugins/head-sampled-softmax/heads_ref.c - numerics of the two heads, plain loops in double:
  * binary cross-entropy with logits (multi-task, weighted), sampled softmax with
  * shared sampled negatives and in-batch negatives (Jean et al. 2015; Yi et al. 2019,
  * "Sampling-bias-corrected neural modeling", for the logQ correction), SASRec's sampled
@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "mlp.h"
+#include "heads.h"
 
 grm_status head_weight_sum(const grm_host_api *host, const char *who, const float *weights,
                            int64_t B, double *wsum)
@@ -34,7 +34,7 @@ static grm_status ssm_ref_begin(const grm_host_api *host, float *d_pred, float *
         memset(d_pos, 0, (size_t)(B * D) * sizeof *d_pos);
     if (d_neg != NULL)
         memset(d_neg, 0, (size_t)(nneg * D) * sizeof *d_neg);
-    return head_weight_sum(host, "dense-sampled-softmax", weights, B, wsum);
+    return head_weight_sum(host, "head-sampled-softmax", weights, B, wsum);
 }
 
 /* ---- binary cross-entropy with logits ---- */
@@ -44,7 +44,7 @@ grm_status bce_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
                         const float *weights, int64_t B, int64_t T)
 {
     double wsum;
-    grm_status wst = head_weight_sum(host, "dense-bce", weights, B, &wsum);
+    grm_status wst = head_weight_sum(host, "head-bce", weights, B, &wsum);
     if (wst != GRM_OK)
         return wst;
     double total = 0;

@@ -1,4 +1,4 @@
-/* plugins/dense-mlp/heads_cpu.c - the fast CPU paths of the sampled-softmax loss, with the
+/* plugins/head-sampled-softmax/heads_cpu.c - the fast CPU paths of the sampled-softmax loss, with the
  * same function types as ssm_loss_ref and ssm_share_loss_ref (heads_ref.c).
  *
  * ssm_loss_cpu: the logits as OpenBLAS GEMMs, in two phases on the host thread pool (the
@@ -21,7 +21,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "mlp.h"
+#include "heads.h"
 
 /* Rows and items per chunk of the two phases. */
 #define SSM_ROW_GRAIN 32
@@ -148,7 +148,7 @@ grm_status ssm_loss_cpu(const grm_host_api *host, double *loss, float *d_pred,
                         double temperature, int64_t B, int64_t R, int64_t D, double *work)
 {
     double wsum;
-    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    grm_status wst = head_weight_sum(host, "head-sampled-softmax", weights, B, &wsum);
     if (wst != GRM_OK)
         return wst;
     if (d_neg != NULL && R > 0 && B == 0) memset(d_neg, 0, (size_t)(R * D) * sizeof *d_neg);
@@ -283,7 +283,7 @@ grm_status ssm_share_loss_cpu(const grm_host_api *host, double *loss, float *d_p
                               float *work)
 {
     double wsum;
-    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    grm_status wst = head_weight_sum(host, "head-sampled-softmax", weights, B, &wsum);
     if (wst != GRM_OK)
         return wst;
     if (B == 0) {
@@ -433,7 +433,7 @@ grm_status ssm_bce_cpu(const grm_host_api *host, double *loss, float *d_pred, fl
                        double *work)
 {
     double wsum;
-    grm_status wst = head_weight_sum(host, "dense-sampled-softmax", weights, B, &wsum);
+    grm_status wst = head_weight_sum(host, "head-sampled-softmax", weights, B, &wsum);
     if (wst != GRM_OK)
         return wst;
     // slots no row owns (all of them when B = 0; past B r with own negatives) get zero

@@ -1,0 +1,155 @@
+/* plugins/head-sampled-softmax/plugin.c - glue of head-sampled-softmax.so (a head plugin,
+ * ABI 1.5, grm/head.h): the retrieval loss over sampled and in-batch negatives with optional
+ * logQ correction (Yi et al. 2019), intra-batch logit sharing (TurboGR §4.3.3 eq. 2), FP16
+ * negatives (TurboGR §4.3.2) or SASRec's sampled binary cross-entropy (loss = bce). The loss
+ * gathers the targets' and negatives' rows from the batch's unique item rows and sums their
+ * gradients back (head_rows.c); the numerics are heads.c, heads_ref.c and heads_cpu.c. */
+#include <stddef.h>
+#include <string.h>
+
+#include <grm/grm.h>
+
+#include "heads.h"
+
+static const grm_host_api *ssm_host;   /* the only mutable global */
+
+static const grm_param_decl ssm_params_decl[] = {
+    GRM_PARAM_DECL_INT(ssm_config, negatives, "128", GRM_PARAM_RANGE(0, 1 << 20),
+                       "sampled negatives per step, shared by the batch"),
+    GRM_PARAM_DECL_ENUM(ssm_config, sampler, "uniform", "uniform|popularity",
+                        "draw items uniformly or with probability proportional to count^alpha"),
+    GRM_PARAM_DECL_DOUBLE(ssm_config, alpha, "1.0", GRM_PARAM_RANGE(0, 2),
+                          "popularity exponent of the popularity sampler"),
+    GRM_PARAM_DECL_DOUBLE(ssm_config, temperature, "1.0", GRM_PARAM_RANGE(1e-6, 1e6),
+                          "logits are divided by the temperature"),
+    GRM_PARAM_DECL_BOOL(ssm_config, in_batch, "true", "other rows' positives are negatives too"),
+    GRM_PARAM_DECL_BOOL(ssm_config, logq, "false",
+                        "subtract log Q (expected count) from sampled-negative logits"),
+    GRM_PARAM_DECL_ENUM(ssm_config, impl, "blas", "blas|ref",
+                        "loss implementation: OpenBLAS GEMMs or plain loops"),
+    GRM_PARAM_DECL_BOOL(ssm_config, l2norm, "false",
+                        "L2-normalize query and item rows (cosine logits; use a small "
+                        "temperature such as 0.05)"),
+    GRM_PARAM_DECL_INT(ssm_config, share_k, "0", GRM_PARAM_RANGE(0, 1 << 16),
+                       "0: negatives shared by the batch; k >= 1: each row owns nneg/rows "
+                       "negatives, shared in shuffled groups of k (TurboGR eq. 2)"),
+    GRM_PARAM_DECL_BOOL(ssm_config, neg_fp16, "false",
+                        "store negatives in FP16 and read them back as fp32 (TurboGR §4.3.2)"),
+    GRM_PARAM_DECL_ENUM(ssm_config, loss, "softmax", "softmax|bce",
+                        "softmax: cross-entropy of the positive against the negatives; bce: -log "
+                        "sigmoid(s+) - sum log sigmoid(-s-) per row (SASRec, Kang & McAuley 2018 "
+                        "§III-E); bce needs in_batch = false, logq = false, share_k 0 or 1"),
+    GRM_PARAM_DECL_INT(ssm_config, row_negatives, "0", GRM_PARAM_RANGE(0, 1 << 20),
+                       "with share_k >= 1: 0: each row owns nneg/rows negatives (must divide); "
+                       "r >= 1: each row owns r, nneg >= rows r, the rest unused (set "
+                       "negatives = batch_size x max_seq_len x r for token rows)"),
+    GRM_PARAM_DECL_END
+};
+
+static grm_status ssm_op_create(const void *config, int64_t in_dim, uint64_t seed, void **inst)
+{
+    if (config == NULL || inst == NULL)
+        return ssm_host->errorf(GRM_EINVAL, "head-sampled-softmax: create: config and inst "
+                                "must not be NULL");
+    return ssm_create(ssm_host, config, in_dim, seed, (ssm_head **)inst);
+}
+
+static void ssm_op_destroy(void *inst)
+{
+    ssm_destroy(inst);
+}
+
+static int32_t ssm_op_task(void *inst)
+{
+    (void)inst;
+    return GRM_LOSS_RETRIEVAL;
+}
+
+/* v [n] *= s (s 0 or 1: unchanged). */
+static void scale(float *v, int64_t n, float s)
+{
+    if (v == NULL || s == 0.0f || s == 1.0f) return;
+    for (int64_t i = 0; i < n; i++) v[i] *= s;
+}
+
+/* The rows the host gathered (pos, neg: tests, and hosts before 1.5), or the item rows
+ * gathered here into step scratch and their gradients summed back after the loss. */
+static grm_status ssm_op_loss(void *inst, grm_loss_io *io)
+{
+    const int has_rows = io != NULL
+        && io->struct_size >= offsetof(grm_loss_io, grad_scale) + sizeof io->grad_scale
+        && io->item_rows != NULL;
+    if (!has_rows) {
+        grm_status st = ssm_loss(inst, io);
+        if (st == GRM_OK && io->struct_size >= offsetof(grm_loss_io, grad_scale)
+                                                   + sizeof io->grad_scale) {
+            scale(io->d_pred, io->rows * io->dim, io->grad_scale);
+            scale(io->d_pos, io->rows * io->dim, io->grad_scale);
+            scale(io->d_neg, io->nneg * io->dim, io->grad_scale);
+        }
+        return st;
+    }
+    const int64_t D = ssm_dim(inst), B = io->rows, R = io->nneg;
+    const int train = io->d_pred != NULL;
+    if (io->pos_slots == NULL || (R > 0 && io->neg_slots == NULL)
+        || (train && io->d_item_rows == NULL))
+        return ssm_host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: item_rows needs "
+                                "pos_slots, neg_slots%s", train ? " and d_item_rows" : "");
+    const size_t pb = (size_t)((B ? B : 1) * D) * sizeof(float);
+    const size_t nb = (size_t)((R ? R : 1) * D) * sizeof(float);
+    float *pos = ssm_host->scratch(pb, 64), *neg = ssm_host->scratch(nb, 64);
+    float *dpos = train ? ssm_host->scratch(pb, 64) : NULL;
+    float *dneg = train ? ssm_host->scratch(nb, 64) : NULL;
+    if (!pos || !neg || (train && (!dpos || !dneg)))
+        return ssm_host->errorf(GRM_ENOMEM, "head-sampled-softmax: loss: out of scratch "
+                                "memory for %lld rows and %lld negatives", (long long)B,
+                                (long long)R);
+    grm_status st = head_rows_gather(ssm_host, io, pos, neg, D);
+    if (st != GRM_OK) return st;
+    if (train) {
+        memset(dpos, 0, pb);
+        memset(dneg, 0, nb);
+    }
+    grm_loss_io in = *io;
+    in.pos = pos;
+    in.neg = neg;
+    in.d_pos = dpos;
+    in.d_neg = dneg;
+    if ((st = ssm_loss(inst, &in)) != GRM_OK) return st;
+    io->loss = in.loss;
+    if (!train) return GRM_OK;
+    scale(io->d_pred, B * D, io->grad_scale);
+    scale(dpos, B * D, io->grad_scale);
+    scale(dneg, R * D, io->grad_scale);
+    return head_rows_scatter(ssm_host, io, dpos, dneg, D);
+}
+
+static grm_status ssm_op_negatives(void *inst, int64_t *ids, int64_t *n, int64_t max,
+                                   const grm_catalog *catalog, uint64_t seed)
+{
+    return ssm_negatives(inst, ids, n, max, catalog, seed);
+}
+
+static const grm_head_ops ssm_ops = {
+    .struct_size = sizeof(grm_head_ops),
+    .create = ssm_op_create,
+    .destroy = ssm_op_destroy,
+    .task = ssm_op_task,
+    .loss = ssm_op_loss,
+    .negatives = ssm_op_negatives,
+};
+
+static const grm_plugin_info ssm_info = {
+    GRM_PLUGIN_INFO_HEADER,
+    .kind = GRM_KIND_HEAD,
+    .name = "head-sampled-softmax",
+    .version = "2.0.0",
+    .description = "retrieval head: sampled softmax over sampled and in-batch negatives "
+                   "with optional logQ correction (Yi et al. 2019), or SASRec's sampled "
+                   "binary cross-entropy (loss = bce)",
+    .ops = &ssm_ops,
+    .params = ssm_params_decl,
+    .config_size = sizeof(ssm_config),
+};
+
+GRM_PLUGIN_DEFINE(ssm_host, &ssm_info);
