@@ -93,7 +93,7 @@ static uint64_t rng_state = 0x5eed;
 
 static uint64_t rnd(void)
 {
-    return grm__sparse_hash64(++rng_state);
+    return grm_mix64(++rng_state);
 }
 
 static double rndu(void)   /* [0, 1) */

@@ -451,7 +451,7 @@ typedef struct su_ctx {
 
 static inline uint64_t su_hash(int64_t id, int64_t f)
 {
-    return grm__sparse_hash64((uint64_t)id ^ ((uint64_t)f * 0x9e3779b97f4a7c15ULL));
+    return grm_mix64((uint64_t)id ^ ((uint64_t)f * 0x9e3779b97f4a7c15ULL));
 }
 
 static void su_chunk(const su_ctx *c, int64_t chunk, int64_t *b, int64_t *e)
@@ -714,7 +714,7 @@ static grm_status ip_pass_a(void *ctx, int64_t c0, int64_t c1)
         int64_t *restrict h = c->hist + ch * c->R;
         memset(h, 0, (size_t)c->R * sizeof *h);
         for (int64_t j = b; j < e; j++) {
-            const uint32_t r = (uint32_t)fastmod_u64(grm__sparse_hash64((uint64_t)c->ids[j]),
+            const uint32_t r = (uint32_t)fastmod_u64(grm_mix64((uint64_t)c->ids[j]),
                                                      (uint64_t)c->R, c->M);
             c->dest[j] = r;
             h[r]++;

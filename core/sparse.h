@@ -20,20 +20,13 @@
 #include <stdio.h>
 
 #include <grm/grm.h>
+#include <grm/rng.h>
 
 /* ---- hashing ---- */
 
-/* MurmurHash3's 64-bit finaliser (fmix64), the mixing step MTGRBoost §4.1 uses; a bijection
- * on 64-bit values. Used for unique partitions and for destination ranks. */
-static inline uint64_t grm__sparse_hash64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
+/* Ids are hashed with grm_mix64 (grm/rng.h): MurmurHash3's 64-bit finaliser (fmix64), the
+ * mixing step MTGRBoost §4.1 uses, a bijection on 64-bit values. It picks unique partitions
+ * and destination ranks here and in core/dist.c, and the SDK gives plugins the same one. */
 
 /* ---- workspace ---- */
 

@@ -476,7 +476,7 @@ static void test_unique(void)
         int64_t last[3] = { -1, -1, -1 };
         char *seen = calloc((size_t)U + 1, 1);
         for (int64_t i = 0; i < U && okp; i++) {
-            const int32_t r = (int32_t)(grm__sparse_hash64((uint64_t)want.uid[i]) % 3);
+            const int32_t r = (int32_t)(grm_mix64((uint64_t)want.uid[i]) % 3);
             okp &= pos[i] >= start[r] && pos[i] < start[r] + rc[r] && pos[i] > last[r] &&
                    !seen[pos[i]] && sorted[pos[i]] == want.uid[i] && sfeat[pos[i]] == want.ufeat[i];
             if (okp) seen[pos[i]] = 1, last[r] = pos[i];
