@@ -59,15 +59,11 @@ template <> __device__ __forceinline__ __nv_bfloat16 grm_from_f32<__nv_bfloat16>
     return __float2bfloat16_rn(x);
 }
 
-// The size of a grm_dtype element, 0 for dtypes the row kernels do not take.
+// The element size of a dtype the row kernels take (f32, f16, bf16), 0 for the others.
 static inline size_t grm_cuda__row_esize(int32_t dtype)
 {
-    switch (dtype) {
-    case GRM_DTYPE_F32: return 4;
-    case GRM_DTYPE_F16: return 2;
-    case GRM_DTYPE_BF16: return 2;
-    default: return 0;
-    }
+    const int row = dtype == GRM_DTYPE_F32 || dtype == GRM_DTYPE_F16 || dtype == GRM_DTYPE_BF16;
+    return row ? grm_dtype_size(dtype) : 0;
 }
 
 // ---- grm/rng.h on the device: grm_mix64 and grm_row_seed are __host__ __device__ ----

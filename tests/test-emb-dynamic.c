@@ -770,7 +770,7 @@ static int exports_equal(void *a, void *b)
     int32_t i = 0, same = 1;
     for (; ops->tensors(a, i, &x) == GRM_OK; i++) {
         if (ops->tensors(b, i, &y) != GRM_OK) return 0;
-        size_t bytes = x.tensor.dtype == GRM_DTYPE_I64 ? 8 : 4;
+        size_t bytes = grm_dtype_size(x.tensor.dtype);
         for (int d = 0; d < x.tensor.ndim; d++) bytes *= (size_t)x.tensor.shape[d];
         int ok = strcmp(x.name, y.name) == 0 && x.tensor.ndim == y.tensor.ndim
                  && x.tensor.shape[0] == y.tensor.shape[0];
@@ -803,7 +803,7 @@ static void test_checkpoint(void)
     void *copies[8];
     int nt = 0;
     for (; nt < 8 && ops->tensors(a, nt, &t[nt]) == GRM_OK; nt++) {
-        size_t bytes = t[nt].tensor.dtype == GRM_DTYPE_I64 ? 8 : 4;
+        size_t bytes = grm_dtype_size(t[nt].tensor.dtype);
         for (int d = 0; d < t[nt].tensor.ndim; d++) bytes *= (size_t)t[nt].tensor.shape[d];
         copies[nt] = malloc(bytes + 1);
         memcpy(copies[nt], t[nt].tensor.data, bytes);

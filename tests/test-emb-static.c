@@ -94,7 +94,7 @@ static grm_named_tensor find_tensor(void *s, const char *name)
 
 static size_t tensor_bytes(const grm_named_tensor *t)
 {
-    size_t b = t->tensor.dtype == GRM_DTYPE_I64 ? 8 : 4;
+    size_t b = grm_dtype_size(t->tensor.dtype);
     for (int d = 0; d < t->tensor.ndim; d++) b *= (size_t)t->tensor.shape[d];
     return b;
 }
