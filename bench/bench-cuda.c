@@ -109,7 +109,7 @@ static void bench_rows(double copy_bw)
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 3; b++) {
             const int32_t D = dims[b], dt = dts[a];
-            const size_t es = dt == GRM_DTYPE_F32 ? 4 : 2, rb = (size_t)D * es;
+            const size_t es = grm_dtype_size(dt), rb = (size_t)D * es;
             rows_arg r = {dalloc((size_t)n * rb), dalloc((size_t)rows * rb),
                           dalloc((size_t)n * rb), d_idx, d_off, n, rows, S, D, dt, 0};
             static const char *names[] = {"gather", "scatter_add", "pool_sum"};

@@ -93,7 +93,7 @@ static uint64_t rng_state = 0x5eed;
 
 static uint64_t rnd(void)
 {
-    return grm__sparse_hash64(++rng_state);
+    return grm_mix64(++rng_state);
 }
 
 static double rndu(void)   /* [0, 1) */
@@ -318,9 +318,10 @@ int main(int argc, char **argv)
 
     /* ---- bucketize (64 boundaries) and mod: 1M values (RecIS: 100 columns x 10,000) ---- */
     {
-        float *vals = xmalloc((size_t)n * 4), bnd[64];
+        float *vals = xmalloc((size_t)n * 4);
+        double bnd[64];
         int64_t *res = xmalloc((size_t)n * 8);
-        for (int i = 0; i < 64; i++) bnd[i] = (float)i * 0.125f - 4.0f;
+        for (int i = 0; i < 64; i++) bnd[i] = (double)i * 0.125 - 4.0;
         for (int64_t j = 0; j < n; j++) vals[j] = (float)(rndu() * 10.0 - 5.0);
         dump("bucket_values", vals, (size_t)n * 4);
         dump("bucket_bounds", bnd, sizeof bnd);

@@ -19,7 +19,7 @@ return_inverse=True); ids partition = unique + destination rank (the same Murmur
 fmix64 % ranks, computed with int64 torch ops) + stable argsort + bincount; reduce =
 F.embedding_bag(mode sum/mean) with offsets (fused gather + reduce, as grm); sequence tile =
 the index arithmetic + gather + padding mask torch needs (no tile operator); bucketize =
-torch.bucketize; mod = torch.remainder.
+torch.bucketize(right=True); mod = torch.remainder.
 """
 import argparse
 import os
@@ -90,7 +90,7 @@ def main():
 
         ids = {d: load("ids_" + d, np.int64) for d in ("zipf", "uniform", "distinct")}
         offs = {k: load("off_" + k, np.int64) for k in ("easy", "hard")}
-        bvals, bnds = load("bucket_values", np.float32), load("bucket_bounds", np.float32)
+        bvals, bnds = load("bucket_values", np.float32), load("bucket_bounds", np.float64)
 
         tables = {}
 
@@ -136,7 +136,9 @@ def main():
                     return t[rows] * mask[:, :, None]
                 return median_ms(run, args.reps)
             if name == "bucketize":
-                return median_ms(lambda: torch.bucketize(bvals, bnds), args.reps)
+                # grm's rule: a value on a boundary goes up (grm/transform.h)
+                bnd32 = bnds.float()
+                return median_ms(lambda: torch.bucketize(bvals, bnd32, right=True), args.reps)
             if name == "mod":
                 return median_ms(lambda: torch.remainder(x, 1000003), args.reps)
             raise SystemExit(f"bench_sparse: no peer for case {name}")

@@ -3,6 +3,7 @@
  * reader-text plugin, loaded and configured as a pipeline's [reader] is, so there is one
  * parser; it only sniffs the first lines itself to infer a schema when none is given.
  * Format: share/doc/grmcol.md; RecIS §2.2.1 (columnar, compressed storage). */
+#include "cli.h"
 #include "grmcol.h"
 #include "grm_core.h"
 
@@ -48,20 +49,6 @@ static const char usage_inspect[] =
     "  -h, --help    this text\n";
 
 enum { OPT_COLUMNS = 256, OPT_FORMAT, OPT_HEADER, OPT_RPG, OPT_LEVEL, OPT_GROUPS };
-
-static int cv_fail(grm_status st)
-{
-    fprintf(stderr, "grmhost: %s\n", grm_last_error());
-    return st == GRM_EINVAL || st == GRM_EABI || st == GRM_ENOTFOUND ? 2 : 1;
-}
-
-static int cv_usage(const char *usage, const char *fmt, const char *arg)
-{
-    fprintf(stderr, "grmhost: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage);
-    return 2;
-}
 
 /* ---- schema inference: sniff the first lines ---- */
 
@@ -347,16 +334,6 @@ out:
     return st;
 }
 
-static int parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    const long long v = strtoll(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) return 0;
-    *out = v;
-    return 1;
-}
-
 int grm__convert_main(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -378,25 +355,25 @@ int grm__convert_main(int argc, char **argv)
         case OPT_FORMAT: o.format = optarg; break;
         case OPT_HEADER: o.header = 1; break;
         case OPT_RPG:
-            if (!parse_count(optarg, 1, 16777216, &o.rows_per_group))
-                return cv_usage(usage_convert, "--rows-per-group: '%s' is not in 1..16777216",
-                                optarg);
+            if (!grm__cli_parse_count(optarg, 1, 16777216, &o.rows_per_group))
+                return grm__cli_usage_error(usage_convert,
+                                            "--rows-per-group: '%s' is not in 1..16777216", optarg);
             break;
         case OPT_LEVEL:
-            if (!parse_count(optarg, 1, 19, &o.level))
-                return cv_usage(usage_convert, "--level: '%s' is not in 1..19", optarg);
+            if (!grm__cli_parse_count(optarg, 1, 19, &o.level))
+                return grm__cli_usage_error(usage_convert, "--level: '%s' is not in 1..19", optarg);
             break;
         case 'q': o.quiet = 1; break;
         case 'h': fputs(usage_convert, stdout); return 0;
-        default: fprintf(stderr, "\n%s", usage_convert); return 2;
+        default: return grm__cli_bad_option(usage_convert);
         }
     }
     if (argc - optind != 2)
-        return cv_usage(usage_convert, "%s", "expected an input file and an output file");
+        return grm__cli_usage_error(usage_convert, "expected an input file and an output file");
     o.in = argv[optind];
     o.out = argv[optind + 1];
     const grm_status st = convert_run(&o);
-    return st == GRM_OK ? 0 : cv_fail(st);
+    return st == GRM_OK ? 0 : grm__cli_fail(st);
 }
 
 /* ---- inspect ---- */
@@ -504,11 +481,11 @@ int grm__inspect_main(int argc, char **argv)
         switch (c) {
         case OPT_GROUPS: groups = 1; break;
         case 'h': fputs(usage_inspect, stdout); return 0;
-        default: fprintf(stderr, "\n%s", usage_inspect); return 2;
+        default: return grm__cli_bad_option(usage_inspect);
         }
     }
     if (argc - optind != 1)
-        return cv_usage(usage_inspect, "%s", "expected exactly one FILE.grmcol");
+        return grm__cli_usage_error(usage_inspect, "expected exactly one FILE.grmcol");
     const grm_status st = inspect_run(argv[optind], groups);
-    return st == GRM_OK ? 0 : cv_fail(st);
+    return st == GRM_OK ? 0 : grm__cli_fail(st);
 }

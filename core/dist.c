@@ -768,7 +768,7 @@ grm_status grm__dist_feature_served(const grm__dist *d, int32_t table, int64_t *
 int32_t grm__dist_owner_of(int64_t id, int32_t rank, int32_t group)
 {
     const int32_t base = rank / group * group;
-    return base + (int32_t)(grm__sparse_hash64((uint64_t)id) % (uint64_t)group);
+    return base + (int32_t)(grm_mix64((uint64_t)id) % (uint64_t)group);
 }
 
 int32_t grm__dist_owner(const grm__dist *d, int32_t rank, int64_t id)

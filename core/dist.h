@@ -7,7 +7,7 @@
  * Sharding. Rank r of a job of N ranks owns the rows of the ids with
  *   owner(id) = base(r) + fmix64(id) % I
  * where I is the group size (opts.group_size; 0 means I = N, one group, base 0) and base(r) =
- * (r / I) * I. fmix64 is grm__sparse_hash64, the function grm__sparse_ids_partition uses, so
+ * (r / I) * I. fmix64 is grm_mix64, the function grm__sparse_ids_partition uses, so
  * with I = N this is exactly core/sparse.h's partition. Each rank's `store` holds only the rows
  * it owns (an emb-dynamic store simply never sees the others).
  *

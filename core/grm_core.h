@@ -46,6 +46,9 @@ void *grm__alloc(grm_device device, size_t bytes, size_t align);
 void grm__free(grm_device device, void *ptr);
 /* Tests: make the n-th grm__alloc from now fail (0: never). */
 void grm__alloc_fail_at(int64_t n);
+/* Tests: host allocations made and not yet freed, so a test can check that an instance's
+ * destroy frees everything its create and ops allocated. */
+int64_t grm__alloc_live(void);
 /* Start the pool with `threads` workers (0: number of online CPUs). Idempotent. */
 grm_status grm__pool_init(int32_t threads);
 void grm__pool_fini(void);

@@ -124,11 +124,6 @@ grm_status grm__grmcol_write_buffer(const grm_field *fields, int32_t nfields,
                                     int64_t rows_per_group, int32_t level, void **buf,
                                     size_t *len, grm__grmcol_err *e);
 
-/* ---- grmhost commands built on it (core/convert.c) ---- */
-
-/* `grmhost convert ...` and `grmhost inspect ...`: argv[0] is the command name. Return
- * the exit code (0 ok, 1 failure, 2 usage or configuration error). */
-int grm__convert_main(int argc, char **argv);
-int grm__inspect_main(int argc, char **argv);
+/* grmhost's convert and inspect commands (core/convert.c) are declared in core/cli.h. */
 
 #endif /* GRM_GRMCOL_H */

@@ -2,14 +2,14 @@
  * `grmhost train` under Open MPI's mpirun (DESIGN.md §6: MPI launches the ranks; the
  * pipeline's [distributed] plugin = comm-mpi or comm-nccl joins them). A thin wrapper: it
  * builds the mpirun command line and execs it, so mpirun's exit status is the job's. */
+#include "cli.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-int grm__launch_main(int argc, char **argv);
 
 static const char usage_launch[] =
     "usage: grmhost launch -n N [-v] FILE.ini [train options]\n"
@@ -26,13 +26,6 @@ static const char usage_launch[] =
     "  -h, --help           this text\n"
     "environment:\n"
     "  GRM_MPIRUN           the mpirun to use (default: mpirun found in PATH)\n";
-
-static int launch_usage(const char *what, const char *arg)
-{
-    fprintf(stderr, "grmhost: launch: %s%s%s\n\n%s", what, arg ? " " : "", arg ? arg : "",
-            usage_launch);
-    return 2;
-}
 
 // The first executable `name` in PATH into out [PATH_MAX]; 0 if there is none.
 static int launch_which(const char *name, char *out)
@@ -52,7 +45,7 @@ static int launch_which(const char *name, char *out)
 
 int grm__launch_main(int argc, char **argv)
 {
-    long np = 0;
+    int64_t np = 0;
     int verbose = 0, nfwd = 0;
     char **fwd = calloc((size_t)argc + 1, sizeof(char *));  // train's arguments
     if (fwd == NULL) {
@@ -71,7 +64,7 @@ int grm__launch_main(int argc, char **argv)
         if (!strcmp(a, "-n") || !strcmp(a, "--np")) {
             if (i + 1 >= argc) {
                 free(fwd);
-                return launch_usage("-n needs a number of ranks", NULL);
+                return grm__cli_usage_error(usage_launch, "launch: -n needs a number of ranks");
             }
             val = argv[++i];
         } else if (!strncmp(a, "--np=", 5)) {
@@ -80,12 +73,10 @@ int grm__launch_main(int argc, char **argv)
             val = a + 2;
         }
         if (val != NULL) {
-            char *end;
-            errno = 0;
-            np = strtol(val, &end, 10);
-            if (errno || *end || end == val || np < 1 || np > 1000000) {
+            if (!grm__cli_parse_count(val, 1, 1000000, &np)) {
                 free(fwd);
-                return launch_usage("-n: expected a number of ranks >= 1, got", val);
+                return grm__cli_usage_error(usage_launch, "launch: -n: expected a number of "
+                                            "ranks >= 1, got %s", val);
             }
             continue;
         }
@@ -94,11 +85,11 @@ int grm__launch_main(int argc, char **argv)
     }
     if (np == 0) {
         free(fwd);
-        return launch_usage("expected -n N, the number of ranks", NULL);
+        return grm__cli_usage_error(usage_launch, "launch: expected -n N, the number of ranks");
     }
     if (nfwd == 0) {
         free(fwd);
-        return launch_usage("expected a pipeline FILE.ini", NULL);
+        return grm__cli_usage_error(usage_launch, "launch: expected a pipeline FILE.ini");
     }
 
     char mpirun[PATH_MAX], self[PATH_MAX];
@@ -130,7 +121,7 @@ int grm__launch_main(int argc, char **argv)
 
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     char npbuf[32];
-    snprintf(npbuf, sizeof npbuf, "%ld", np);
+    snprintf(npbuf, sizeof npbuf, "%lld", (long long)np);
     char **cmd = calloc((size_t)nfwd + 9, sizeof(char *));
     if (cmd == NULL) {
         fprintf(stderr, "grmhost: launch: out of memory\n");

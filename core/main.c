@@ -1,6 +1,7 @@
 /* core/main.c - grmhost, the command-line front end. The only place a status becomes an
  * exit code (0 ok, 1 failure, 2 usage or configuration error) and the only writer of
  * stdout (STYLE.md §6). */
+#include "cli.h"
 #include "gen.h"
 #include "grmcol.h"
 #include "pipeline.h"
@@ -135,30 +136,6 @@ static const char usage_reshard[] =
 enum { OPT_FRESH = 256, OPT_METRICS, OPT_CKPT, OPT_MAXSTEPS, OPT_OUT, OPT_USERS, OPT_ITEMS,
        OPT_CLUSTERS, OPT_SEED, OPT_PROFILE, OPT_FROM, OPT_STEP, OPT_FORCE, OPT_INMEM };
 
-static int fail(grm_status st)
-{
-    fprintf(stderr, "grmhost: %s\n", grm_last_error());
-    return st == GRM_EINVAL || st == GRM_EABI || st == GRM_ENOTFOUND ? 2 : 1;
-}
-
-static int usage_error(const char *usage, const char *fmt, const char *arg)
-{
-    fprintf(stderr, "grmhost: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n\n%s", usage);
-    return 2;
-}
-
-static int parse_i64(const char *s, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || *end || end == s || v < 0) return 0;
-    *out = v;
-    return 1;
-}
-
 static int cmd_run(int argc, char **argv, int eval)
 {
     static const struct option longopts[] = {
@@ -185,29 +162,29 @@ static int cmd_run(int argc, char **argv, int eval)
         case OPT_METRICS: o.metrics_out = optarg; break;
         case OPT_CKPT: o.checkpoint = optarg; break;
         case OPT_MAXSTEPS:
-            if (!parse_i64(optarg, &o.max_steps))
-                return usage_error(usage, "--max-steps: '%s' is not a count", optarg);
+            if (!grm__cli_parse_count(optarg, 0, INT64_MAX, &o.max_steps))
+                return grm__cli_usage_error(usage, "--max-steps: '%s' is not a count", optarg);
             break;
         case 'q': o.quiet = 1; break;
         case 'v': o.verbose = 1; break;
         case 'h': fputs(usage, stdout); return 0;
-        default: fprintf(stderr, "\n%s", usage); return 2;
+        default: return grm__cli_bad_option(usage);
         }
     }
     if (optind != argc - 1)
-        return usage_error(usage, "%s", optind >= argc ? "expected a pipeline FILE.ini"
-                                                        : "expected exactly one FILE.ini");
+        return grm__cli_usage_error(usage, "%s", optind >= argc ? "expected a pipeline FILE.ini"
+                                                                : "expected exactly one FILE.ini");
     if (eval && !o.checkpoint)
-        return usage_error(usage, "%s", "eval needs --checkpoint DIR|FILE");
+        return grm__cli_usage_error(usage, "eval needs --checkpoint DIR|FILE");
     if (o.quiet) grm__log_set_level(GRM_LOG_WARN);
     if (o.verbose) grm__log_set_level(GRM_LOG_DEBUG);
     grm__pipeline *p;
     grm_status st = grm__pipeline_load(argv[optind], &p);
-    if (st != GRM_OK) return fail(st);
+    if (st != GRM_OK) return grm__cli_fail(st);
     st = eval ? grm__eval(p, &o) : grm__train(p, &o);
     grm__pipeline_destroy(p);
     grm__pool_fini();
-    return st == GRM_OK ? 0 : fail(st);
+    return st == GRM_OK ? 0 : grm__cli_fail(st);
 }
 
 static int cmd_check(int argc, char **argv)
@@ -216,10 +193,10 @@ static int cmd_check(int argc, char **argv)
         fputs(usage_check, stdout);
         return 0;
     }
-    if (argc != 2) return usage_error(usage_check, "%s", "expected exactly one FILE.ini");
+    if (argc != 2) return grm__cli_usage_error(usage_check, "expected exactly one FILE.ini");
     grm__pipeline *p;
     grm_status st = grm__pipeline_load(argv[1], &p);
-    if (st != GRM_OK) return fail(st);
+    if (st != GRM_OK) return grm__cli_fail(st);
     grm__pipeline_print(stdout, p);
     grm__pipeline_destroy(p);
     return 0;
@@ -231,13 +208,13 @@ static int cmd_plugins(int argc, char **argv)
         fputs(usage_plugins, stdout);
         return 0;
     }
-    if (argc > 2) return usage_error(usage_plugins, "%s", "expected at most one NAME");
+    if (argc > 2) return grm__cli_usage_error(usage_plugins, "expected at most one NAME");
     grm__registry *reg;
     grm_status st = grm__registry_create(&reg);
     if (st == GRM_OK) st = grm__registry_load_default(reg);
     if (st != GRM_OK) {
         grm__registry_destroy(reg);
-        return fail(st);
+        return grm__cli_fail(st);
     }
     int rc = 0;
     if (argc == 1) {
@@ -256,7 +233,7 @@ static int cmd_plugins(int argc, char **argv)
         if (!info) {
             const grm__plugin *pl = grm__registry_find(reg, argv[1]);
             if (!pl) {
-                rc = fail(GRM_ENOTFOUND);
+                rc = grm__cli_fail(GRM_ENOTFOUND);
                 goto out;
             }
             info = pl->info;
@@ -291,8 +268,9 @@ static int cmd_generate(int argc, char **argv)
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int64_t v = 0;
-        if (c != 'h' && c != OPT_OUT && c != '?' && (!parse_i64(optarg, &v) || v == 0))
-            return usage_error(usage_generate, "'%s' is not a positive integer", optarg);
+        if (c != 'h' && c != OPT_OUT && c != '?'
+            && !grm__cli_parse_count(optarg, 1, INT64_MAX, &v))
+            return grm__cli_usage_error(usage_generate, "'%s' is not a positive integer", optarg);
         switch (c) {
         case OPT_OUT: out = optarg; break;
         case OPT_USERS: o.users = v; break;
@@ -300,11 +278,11 @@ static int cmd_generate(int argc, char **argv)
         case OPT_CLUSTERS: o.clusters = v; break;
         case OPT_SEED: o.seed = (uint64_t)v; break;
         case 'h': fputs(usage_generate, stdout); return 0;
-        default: fprintf(stderr, "\n%s", usage_generate); return 2;
+        default: return grm__cli_bad_option(usage_generate);
         }
     }
     if (optind != argc)
-        return usage_error(usage_generate, "unexpected argument '%s'", argv[optind]);
+        return grm__cli_usage_error(usage_generate, "unexpected argument '%s'", argv[optind]);
     if (o.clusters > o.items) o.clusters = o.items;
     FILE *f = stdout;
     char tmp[4096];
@@ -324,7 +302,7 @@ static int cmd_generate(int argc, char **argv)
             st = grm_errorf(GRM_EIO, "%s: rename failed: %s", out, strerror(errno));
         if (st != GRM_OK) remove(tmp);
     }
-    return st == GRM_OK ? 0 : fail(st);
+    return st == GRM_OK ? 0 : grm__cli_fail(st);
 }
 
 static int cmd_reshard(int argc, char **argv)
@@ -346,32 +324,32 @@ static int cmd_reshard(int argc, char **argv)
         switch (c) {
         case 'n':
         case OPT_FROM:
-            if (!parse_i64(optarg, &v) || v < 1 || v > 65536)
-                return usage_error(usage_reshard, "'%s' is not a rank count (1 .. 65536)",
-                                   optarg);
+            if (!grm__cli_parse_count(optarg, 1, 65536, &v))
+                return grm__cli_usage_error(usage_reshard,
+                                            "'%s' is not a rank count (1 .. 65536)", optarg);
             if (c == 'n') o.to = (int32_t)v;
             else o.from = (int32_t)v;
             break;
         case OPT_STEP:
-            if (!parse_i64(optarg, &o.step))
-                return usage_error(usage_reshard, "--step: '%s' is not a step", optarg);
+            if (!grm__cli_parse_count(optarg, 0, INT64_MAX, &o.step))
+                return grm__cli_usage_error(usage_reshard, "--step: '%s' is not a step", optarg);
             break;
         case OPT_FORCE: o.force = 1; break;
         case 'q': o.quiet = 1; break;
         case 'h': fputs(usage_reshard, stdout); return 0;
-        default: fprintf(stderr, "\n%s", usage_reshard); return 2;
+        default: return grm__cli_bad_option(usage_reshard);
         }
     }
     if (optind != argc - 1)
-        return usage_error(usage_reshard, "%s", optind >= argc ? "expected a pipeline FILE.ini"
-                                                              : "expected exactly one FILE.ini");
-    if (o.to == 0) return usage_error(usage_reshard, "%s", "-n M (the new rank count) is required");
+        return grm__cli_usage_error(usage_reshard, "%s",
+                                    optind >= argc ? "expected a pipeline FILE.ini"
+                                                   : "expected exactly one FILE.ini");
+    if (o.to == 0)
+        return grm__cli_usage_error(usage_reshard, "-n M (the new rank count) is required");
     if (o.quiet) grm__log_set_level(GRM_LOG_WARN);
     grm_status st = grm__reshard(argv[optind], &o, stdout);
-    return st == GRM_OK ? 0 : fail(st);
+    return st == GRM_OK ? 0 : grm__cli_fail(st);
 }
-
-int grm__launch_main(int argc, char **argv);   // core/launch.c
 
 int main(int argc, char **argv)
 {

@@ -15,13 +15,19 @@
 
 /* ---- allocation ---- */
 
-/* Tests make the Nth host allocation fail to walk every failure path (STYLE.md §8). */
-static atomic_llong alloc_count, alloc_fail_at;
+/* Tests make the Nth host allocation fail to walk every failure path (STYLE.md §8), and
+ * count the live ones to check that destroy frees what create allocated. */
+static atomic_llong alloc_count, alloc_fail_at, alloc_live;
 
 void grm__alloc_fail_at(int64_t n)
 {
     atomic_store(&alloc_count, 0);
     atomic_store(&alloc_fail_at, n);
+}
+
+int64_t grm__alloc_live(void)
+{
+    return atomic_load(&alloc_live);
 }
 
 void *grm__alloc(grm_device device, size_t bytes, size_t align)
@@ -49,12 +55,14 @@ void *grm__alloc(grm_device device, size_t bytes, size_t align)
         grm_errorf(GRM_ENOMEM, "alloc: out of memory allocating %zu bytes", bytes);
         return NULL;
     }
+    atomic_fetch_add(&alloc_live, 1);
     return p;
 }
 
 void grm__free(grm_device device, void *ptr)
 {
     (void)device;
+    if (ptr != NULL) atomic_fetch_sub(&alloc_live, 1);
     free(ptr);
 }
 

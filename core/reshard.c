@@ -44,17 +44,6 @@ typedef struct rs_out {
     int staged;
 } rs_out;
 
-static size_t dtype_size(int32_t dtype)
-{
-    switch (dtype) {
-    case GRM_DTYPE_F32: case GRM_DTYPE_I32: return 4;
-    case GRM_DTYPE_F16: case GRM_DTYPE_BF16: return 2;
-    case GRM_DTYPE_I64: return 8;
-    case GRM_DTYPE_U8: return 1;
-    default: return 0;
-    }
-}
-
 static int64_t numel_of(const grm_tensor *t)
 {
     int64_t n = 1;
@@ -65,7 +54,7 @@ static int64_t numel_of(const grm_tensor *t)
 static grm_status file_visit(void *user, const grm_named_tensor *nt)
 {
     rs_file *f = user;
-    const size_t es = dtype_size(nt->tensor.dtype);
+    const size_t es = grm_dtype_size(nt->tensor.dtype);
     if (!es)
         return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' has unknown dtype %d", f->path,
                           nt->name, (int)nt->tensor.dtype);
@@ -371,7 +360,7 @@ static grm_status check_replicated(const rs_job *j)
             if (!same_shape(&x->t, &y->t) || memcmp(x->t.data, y->t.data, x->bytes) != 0) {
                 int64_t ndiff = 0, n = 0;
                 if (same_shape(&x->t, &y->t)) {
-                    const size_t es = dtype_size(x->t.dtype);
+                    const size_t es = grm_dtype_size(x->t.dtype);
                     n = numel_of(&x->t);
                     for (int64_t k = 0; k < n; k++)
                         ndiff += memcmp((const char *)x->t.data + (size_t)k * es,
@@ -411,7 +400,7 @@ static int cmp_key(const void *a, const void *b)
 /* Bytes of one row of a per-row tensor (all dims but the first). */
 static size_t row_bytes(const grm_tensor *t)
 {
-    size_t b = dtype_size(t->dtype);
+    size_t b = grm_dtype_size(t->dtype);
     for (int32_t d = 1; d < t->ndim; d++) b *= (size_t)t->shape[d];
     return b;
 }

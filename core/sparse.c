@@ -451,7 +451,7 @@ typedef struct su_ctx {
 
 static inline uint64_t su_hash(int64_t id, int64_t f)
 {
-    return grm__sparse_hash64((uint64_t)id ^ ((uint64_t)f * 0x9e3779b97f4a7c15ULL));
+    return grm_mix64((uint64_t)id ^ ((uint64_t)f * 0x9e3779b97f4a7c15ULL));
 }
 
 static void su_chunk(const su_ctx *c, int64_t chunk, int64_t *b, int64_t *e)
@@ -714,7 +714,7 @@ static grm_status ip_pass_a(void *ctx, int64_t c0, int64_t c1)
         int64_t *restrict h = c->hist + ch * c->R;
         memset(h, 0, (size_t)c->R * sizeof *h);
         for (int64_t j = b; j < e; j++) {
-            const uint32_t r = (uint32_t)fastmod_u64(grm__sparse_hash64((uint64_t)c->ids[j]),
+            const uint32_t r = (uint32_t)fastmod_u64(grm_mix64((uint64_t)c->ids[j]),
                                                      (uint64_t)c->R, c->M);
             c->dest[j] = r;
             h[r]++;
@@ -1283,41 +1283,22 @@ grm_status grm__sparse_tile_bwd(float *grad_in, const float *grad_out, const int
 typedef struct bk_ctx {
     int64_t *out;
     const float *values;
-    const float *bnd;
+    const double *bnd;
     int64_t nb;
 } bk_ctx;
 
-/* Blocks of 256 values descend the boundary array together, one level at a time: the level
- * loop has a trip count that depends only on nb, so the inner loop over values is a plain
- * vectorisable loop (gathers) with no data-dependent branch. */
+/* grm_bucketize (grm/transform.h) is the rule and the loop; here it is compiled per ISA and
+ * spread over the pool. */
 SPARSE_HOT
 static grm_status bucketize_range(void *ctx, int64_t b, int64_t e)
 {
     const bk_ctx *c = ctx;
-    const float *restrict bnd = c->bnd;
-    int32_t base[256];
-    for (int64_t s = b; s < e; s += 256) {
-        const int64_t m = e - s < 256 ? e - s : 256;
-        const float *restrict v = c->values + s;
-        int64_t *restrict out = c->out + s;
-        if (c->nb == 0) {
-            for (int64_t j = 0; j < m; j++) out[j] = 0;
-            continue;
-        }
-        for (int64_t j = 0; j < m; j++) base[j] = 0;
-        /* Invariant: the answer lies in [base, base + len]; bnd[base + half] decides. */
-        for (int64_t len = c->nb; len > 1; len -= len / 2) {
-            const int32_t half = (int32_t)(len / 2);
-            for (int64_t j = 0; j < m; j++)
-                base[j] += !(bnd[base[j] + half] >= v[j]) ? half : 0;
-        }
-        for (int64_t j = 0; j < m; j++) out[j] = base[j] + !(bnd[base[j]] >= v[j]);
-    }
+    grm_bucketize(c->out + b, c->values + b, GRM_DTYPE_F32, e - b, c->bnd, c->nb);
     return GRM_OK;
 }
 
 grm_status grm__sparse_bucketize(int64_t *out, const float *values, int64_t n,
-                                 const float *boundaries, int64_t nb)
+                                 const double *boundaries, int64_t nb)
 {
     if (nb < 0 || nb >= INT32_MAX)
         return grm_errorf(GRM_EINVAL, "bucketize: %lld boundaries; allowed 0 .. %d",
@@ -1326,7 +1307,7 @@ grm_status grm__sparse_bucketize(int64_t *out, const float *values, int64_t n,
         if (isnan(boundaries[i]) || (i > 0 && boundaries[i] < boundaries[i - 1]))
             return grm_errorf(GRM_EINVAL, "bucketize: boundaries must be sorted and not NaN: "
                               "boundary %lld is %g after %g", (long long)i,
-                              (double)boundaries[i], i > 0 ? (double)boundaries[i - 1] : 0.0);
+                              boundaries[i], i > 0 ? boundaries[i - 1] : 0.0);
     }
     bk_ctx c = { .out = out, .values = values, .bnd = boundaries, .nb = nb };
     return grm__parallel_for(n, 16384, bucketize_range, &c);

@@ -20,20 +20,13 @@
 #include <stdio.h>
 
 #include <grm/grm.h>
+#include <grm/rng.h>
 
 /* ---- hashing ---- */
 
-/* MurmurHash3's 64-bit finaliser (fmix64), the mixing step MTGRBoost §4.1 uses; a bijection
- * on 64-bit values. Used for unique partitions and for destination ranks. */
-static inline uint64_t grm__sparse_hash64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
+/* Ids are hashed with grm_mix64 (grm/rng.h): MurmurHash3's 64-bit finaliser (fmix64), the
+ * mixing step MTGRBoost §4.1 uses, a bijection on 64-bit values. It picks unique partitions
+ * and destination ranks here and in core/dist.c, and the SDK gives plugins the same one. */
 
 /* ---- workspace ---- */
 
@@ -225,12 +218,13 @@ grm_status grm__sparse_tile_bwd(float *grad_in, const float *grad_out, const int
 
 /* ---- feature transforms (RecIS Table 1: bucketize, mod) ---- */
 
-/* out[j] = the number of boundaries b with !(b >= v[j]): the index of the first boundary
- * >= v, as torch.bucketize(right=False) (NaN goes past the last boundary, as torch).
+/* out[j] = the number of boundaries b <= values[j] (a value on a boundary goes to the bucket
+ * above it; NaN past the last boundary): grm_bucketize of grm/transform.h, which says why,
+ * checked and run on the pool.
  *   out [n] out; values [n]; boundaries [nb] sorted non-decreasing (nb may be 0).
- * Branch-free fixed-depth binary search. Returns GRM_EINVAL (boundaries not sorted or NaN). */
+ * Returns GRM_EINVAL (boundaries not sorted or NaN). */
 grm_status grm__sparse_bucketize(int64_t *out, const float *values, int64_t n,
-                                 const float *boundaries, int64_t nb);
+                                 const double *boundaries, int64_t nb);
 
 /* out[j] = ids[j] mod m in [0, m) (floored, as torch.remainder / Python %), m >= 1.
  * Division by a precomputed reciprocal (no hardware divide). out may alias ids.

@@ -1,6 +1,6 @@
 // kernels/cuda_common.cuh - what every kernels/*.cu shares: the error capture behind
 // grm_cuda_last_error(), GRM_CUDA_CHECK, the dtype load/store helpers used by the row
-// kernels, and the 64-bit mixers of grm/rng.h ported as __device__ functions.
+// kernels, and grm/rng.h, whose grm_mix64 and grm_row_seed the kernels call on the device.
 #ifndef GRM_CUDA_COMMON_CUH
 #define GRM_CUDA_COMMON_CUH
 
@@ -8,6 +8,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+
+#include <grm/rng.h>
 
 #include "grm_cuda.h"
 
@@ -57,34 +59,14 @@ template <> __device__ __forceinline__ __nv_bfloat16 grm_from_f32<__nv_bfloat16>
     return __float2bfloat16_rn(x);
 }
 
-// The size of a grm_dtype element, 0 for dtypes the row kernels do not take.
+// The element size of a dtype the row kernels take (f32, f16, bf16), 0 for the others.
 static inline size_t grm_cuda__row_esize(int32_t dtype)
 {
-    switch (dtype) {
-    case GRM_DTYPE_F32: return 4;
-    case GRM_DTYPE_F16: return 2;
-    case GRM_DTYPE_BF16: return 2;
-    default: return 0;
-    }
+    const int row = dtype == GRM_DTYPE_F32 || dtype == GRM_DTYPE_F16 || dtype == GRM_DTYPE_BF16;
+    return row ? grm_dtype_size(dtype) : 0;
 }
 
-// ---- grm/rng.h on the device (bit-exact for the integer parts) ----
-
-__device__ __forceinline__ uint64_t grm_dev_mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xFF51AFD7ED558CCDull;
-    x ^= x >> 33;
-    x *= 0xC4CEB9FE1A85EC53ull;
-    x ^= x >> 33;
-    return x;
-}
-
-__device__ __forceinline__ uint64_t grm_dev_row_seed(uint64_t seed, uint64_t table_hash,
-                                                     int64_t id)
-{
-    return grm_dev_mix64(seed ^ grm_dev_mix64(table_hash ^ grm_dev_mix64((uint64_t)id)));
-}
+// ---- grm/rng.h on the device: grm_mix64 and grm_row_seed are __host__ __device__ ----
 
 // Output number j (0-based) of the SplitMix64 stream that starts at `state`: the state
 // after j + 1 steps is state + (j + 1) * gamma, so any element can be computed on its own,

@@ -87,7 +87,7 @@ __global__ void probe_kernel(dev_table t, int64_t *__restrict__ rows_out,
     for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / kG; i < n;
          i += ngroups_grid) {
         const int64_t key = keys[i];
-        const uint64_t h = grm_dev_mix64((uint64_t)key);
+        const uint64_t h = grm_mix64((uint64_t)key);
         const uint64_t mask = t.nb - 1, step = bucket_step(key, t.nb);
         uint64_t b = h & mask;
         int64_t row = -1;
@@ -145,7 +145,7 @@ __global__ void probe_kernel(dev_table t, int64_t *__restrict__ rows_out,
         }
         if (OP == OP_FIND_OR_INSERT && fresh) {
             float *p = row_ptr(t, row);
-            const uint64_t rs = grm_dev_row_seed(t.seed, t.table_hash, key);
+            const uint64_t rs = grm_row_seed(t.seed, t.table_hash, key);
             for (int32_t j = lane; j < t.dim; j += kG)
                 p[j] = grm_dev_row_init_elem(j, t.init, t.scale, rs);
         }
@@ -168,7 +168,7 @@ __global__ void rehash_kernel(int64_t *__restrict__ nkeys, long long *__restrict
         if (row < 0) continue;
         const int64_t key = okeys[s];
         const uint64_t mask = nnb - 1, step = bucket_step(key, nnb);
-        uint64_t b = grm_dev_mix64((uint64_t)key) & mask;
+        uint64_t b = grm_mix64((uint64_t)key) & mask;
         for (;;) {
             bool done = false;
             for (int l = 0; l < kG && !done; l++) {

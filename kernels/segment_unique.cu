@@ -60,7 +60,7 @@ __global__ void feature_of_kernel(int32_t *__restrict__ feat, const int64_t *__r
 
 __device__ __forceinline__ uint64_t key_hash(int64_t id, int32_t f)
 {
-    return grm_dev_mix64((uint64_t)id ^ grm_dev_mix64((uint64_t)f + 1));
+    return grm_mix64((uint64_t)id ^ grm_mix64((uint64_t)f + 1));
 }
 
 __global__ void insert_kernel(unsigned long long *__restrict__ slots, int64_t *__restrict__ hslot,
@@ -221,7 +221,7 @@ __global__ void dest_kernel(uint32_t *__restrict__ keys, int64_t *__restrict__ i
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        keys[i] = (uint32_t)(grm_dev_mix64((uint64_t)ids[i]) % nranks);
+        keys[i] = (uint32_t)(grm_mix64((uint64_t)ids[i]) % nranks);
         iota[i] = i;
     }
 }

@@ -40,12 +40,6 @@ static const int32_t dtypes[] = { GRM_DTYPE_F32, GRM_DTYPE_F16, GRM_DTYPE_BF16, 
                                   GRM_DTYPE_I64, GRM_DTYPE_U8 };
 static const char *const dnames[] = { "?", "f32", "f16", "bf16", "i32", "i64", "u8" };
 
-static inline size_t esize(int32_t dt)
-{
-    return dt == GRM_DTYPE_I64 ? 8 : dt == GRM_DTYPE_U8 ? 1 : dt == GRM_DTYPE_F32 ? 4
-         : dt == GRM_DTYPE_I32 ? 4 : 2;
-}
-
 // f16 of an exactly representable normal value or zero.
 static inline uint16_t enc_f16(double v)
 {
@@ -121,7 +115,7 @@ static inline int check_allreduce(void *c, int32_t dt, int64_t n, const char *ta
     int ok = 1;
     for (int32_t op = GRM_REDUCE_SUM; op <= GRM_REDUCE_MIN; op++) {
         for (int64_t i = 0; i < n; i++) put(buf, dt, i, val(dt, me, i));
-        const size_t bytes = (size_t)n * esize(dt);
+        const size_t bytes = (size_t)n * grm_dtype_size(dt);
         if (ops->allreduce(c, mv.dev(1, buf, bytes), n, dt, op) != GRM_OK) {
             tap_diag("%s: %s", tag, harness_host()->last_error());
             return 0;
@@ -159,7 +153,7 @@ static inline int check_allgather(void *c, int32_t dt, int64_t n, int in_place,
                                    const char *tag)
 {
     char send[16 * 8], recv[(4 * 16 + 1) * 8];
-    const size_t row = (size_t)n * esize(dt), rbytes = (size_t)(R * n + 1) * esize(dt);
+    const size_t row = (size_t)n * grm_dtype_size(dt), rbytes = (size_t)(R * n + 1) * grm_dtype_size(dt);
     for (int64_t i = 0; i < R * n + 1; i++) put(recv, dt, i, 99);
     char *const src = in_place ? recv + (size_t)me * row : send;
     for (int64_t j = 0; j < n; j++) put(src, dt, j, code(dt, me, 0, j));
@@ -208,7 +202,7 @@ static inline int check_alltoallv(void *c, int32_t dt, int64_t k, const char *ta
     for (int32_t p = 0; p < R; p++) {
         for (int64_t j = 0; j < sc[p]; j++) put(send, dt, sd[p] + j, code(dt, me, p, j));
     }
-    const size_t bytes = 64 * esize(dt);
+    const size_t bytes = 64 * grm_dtype_size(dt);
     if (ops->alltoallv(c, mv.dev(1, recv, bytes), rc, rd, mv.dev(0, send, bytes), sc, sd, dt)
         != GRM_OK) {
         tap_diag("%s: %s", tag, harness_host()->last_error());
@@ -237,7 +231,7 @@ static inline int check_broadcast(void *c, int64_t n, const char *tag)
             const int32_t dt = bdt[d];
             for (int64_t j = 0; j < n; j++) put(buf, dt, j, me == root ? code(dt, root, 1, j)
                                                                        : 5);
-            const size_t bytes = (size_t)n * esize(dt);
+            const size_t bytes = (size_t)n * grm_dtype_size(dt);
             if (ops->broadcast(c, mv.dev(1, buf, bytes), n, dt, root) != GRM_OK) {
                 tap_diag("%s: %s", tag, harness_host()->last_error());
                 return 0;

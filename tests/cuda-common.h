@@ -127,12 +127,7 @@ static inline uint16_t tc_f32_to_f16(float f)
     return (uint16_t)(sign | h);
 }
 
-/* Element size of a row dtype, and conversions of element i of a host buffer. */
-static inline size_t tc_esize(int32_t dtype)
-{
-    return dtype == GRM_DTYPE_F32 ? 4 : 2;
-}
-
+/* Conversions of element i of a host buffer of a row dtype. */
 static inline float tc_get(const void *buf, int32_t dtype, int64_t i)
 {
     if (dtype == GRM_DTYPE_F32) return ((const float *)buf)[i];

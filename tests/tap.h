@@ -1,4 +1,19 @@
-/* tests/tap.h - a tiny TAP producer for grm's C tests (STYLE.md §11). Header-only. */
+/* tests/tap.h - a tiny TAP producer for grm's C tests (STYLE.md §11). Header-only.
+ *
+ * What a result means, the same here and in tests/tap.sh (the shell helper):
+ *   - one line per check, numbered 1, 2, ... by the helper (tap_n_ here), in the form
+ *     "ok N - DESCRIPTION" or "not ok N - DESCRIPTION"; DESCRIPTION is one line and carries
+ *     no '#' of its own (the driver reads "# ..." as a directive);
+ *   - "ok" means the check ran and held: tap_ok's condition is non-zero (C's truth); in
+ *     the shell, ok's exit status is 0 (the shell's truth, and a non-number is not ok).
+ *     Every tap_ok condition must be able to be false: no tap_ok(1, ...) as a filler;
+ *   - a value the check needs but cannot find (a missing file, fixture or record) counts
+ *     as not ok (tap_ok(0, ...) for each check that cannot run), never as ok or skipped;
+ *   - a check that cannot run because an optional dependency is absent (GPU, MPI, torch, a
+ *     data set, a tool) is "ok N - DESCRIPTION # SKIP REASON" (tap_skip here, skip in the
+ *     shell), and a program with nothing to run prints "1..0 # SKIP REASON" and exits 0
+ *     (tap_skip_all here, skip_all in the shell); a skip never stands in for a failure;
+ *   - the plan "1..N" counts every line, skipped ones included. */
 #ifndef GRM_TAP_H
 #define GRM_TAP_H
 

@@ -1,5 +1,24 @@
-# tests/tap.sh - shared TAP helpers for the shell tests, sourced after `set -u`:
+# tests/tap.sh - shared TAP helpers for the shell tests, sourced after `set -u`.
+#
+# What a result means, the same here and in tests/tap.h (the C helper):
+#   - one line per check, numbered 1, 2, ... by the helper (tap_n here), in the form
+#     "ok N - DESCRIPTION" or "not ok N - DESCRIPTION"; DESCRIPTION is one line and carries
+#     no '#' of its own (the driver reads "# ..." as a directive);
+#   - "ok" means the check ran and held. Here the check's exit status says so (0 holds, the
+#     shell's truth); in C, tap_ok's condition (non-zero holds, C's truth). A status that
+#     is not a number counts as not ok, with a diagnostic line;
+#   - a value the check needs but cannot find (a missing file, metric, fixture or line)
+#     counts as not ok, never as ok or skipped: test -n it first, or give it a default
+#     that fails the comparison (${hr:-0} > ${pop:-1});
+#   - a check that cannot run because an optional dependency is absent (GPU, MPI, torch,
+#     a data set, a tool) is "ok N - DESCRIPTION # SKIP REASON" (skip here, tap_skip in
+#     C), and a program with nothing to run prints "1..0 # SKIP REASON" and exits 0
+#     (skip_all here, tap_skip_all in C); a skip never stands in for a failure;
+#   - the plan "1..N" counts every line, skipped ones included.
+#
 #   ok STATUS DESCRIPTION     print "ok N - ..." when STATUS is 0, else "not ok N - ..."
+#   skip REASON DESCRIPTION   print "ok N - DESCRIPTION # SKIP REASON"
+#   skip_all REASON           print "1..0 # SKIP REASON" and exit 0
 #   metric FILE SPLIT NAME    the last value of a --metrics-out JSON-lines file
 #   losses FILE               "step loss" per logged training step of such a file
 #   same_curve F1 F2 TOL      the same logged steps, every loss within relative TOL (uses
@@ -23,13 +42,27 @@
 #                             (0.005)), checkpoints in DIR every 20 steps, [distributed] COMM
 #   ini_dist_retrieval COMM   INI: 30 steps of retrieval on ev.tsv (history + user, sampled
 #                             softmax without in-batch negatives), [distributed] COMM
-#   mpi_or_skip FIRST LAST    several-rank tests: without $MPIRUN or a built comm-mpi, print
-#                             "ok N - several ranks # SKIP why" for N = FIRST..LAST and exit 0;
-#                             otherwise set up `mpi N ARGS...`: $g (grmhost) under mpirun -n N
+#   mpi_or_skip FIRST LAST    several-rank tests: without $MPIRUN or a built comm-mpi, skip
+#                             checks FIRST..LAST ("several ranks") and exit 0; otherwise
+#                             set up `mpi N ARGS...`: $g (grmhost) under mpirun -n N
 tap_n=0
 ok() {
     tap_n=$((tap_n + 1))
-    if [ "$1" -eq 0 ]; then echo "ok $tap_n - $2"; else echo "not ok $tap_n - $2"; fi
+    case "$1" in
+    0) echo "ok $tap_n - $2" ;;
+    '' | *[!0-9]*)
+        echo "not ok $tap_n - $2"
+        echo "# ok: status '$1' is not a number" ;;
+    *) echo "not ok $tap_n - $2" ;;
+    esac
+}
+skip() {
+    tap_n=$((tap_n + 1))
+    echo "ok $tap_n - $2 # SKIP $1"
+}
+skip_all() {
+    echo "1..0 # SKIP $1"
+    exit 0
 }
 metric() {
     grep "\"split\":\"$2\",\"name\":\"$3\"" "$1" | tail -1 | sed 's/.*"value":\([^}]*\)}/\1/'
@@ -178,8 +211,8 @@ mpi_or_skip() {
         why="comm-mpi not built"
     fi
     if [ -n "$why" ]; then
-        i=$1
-        while [ "$i" -le "$2" ]; do echo "ok $i - several ranks # SKIP $why"; i=$((i + 1)); done
+        tap_n=$(($1 - 1))
+        while [ "$tap_n" -lt "$2" ]; do skip "$why" "several ranks"; done
         exit 0
     fi
     mpi_flags="--oversubscribe"

@@ -19,7 +19,7 @@
 int main(void)
 {
     if (sizeof(void *) != 8 || sizeof(long) != 8) tap_skip_all("layout table is for LP64");
-    tap_plan(187);
+    tap_plan(188);
     SZ(grm_device, 8);
     SZ(grm_tensor, 56);
     OF(grm_tensor, dtype, 8);
@@ -211,5 +211,13 @@ int main(void)
                && GRM_KIND_COMM == 7 && GRM_PARAM_STR_LIST == 7 && GRM_EINTERNAL == 10
                && GRM_LOSS_RETRIEVAL == 2 && GRM_REDUCE_MIN == 2,
            "enum values are pinned (dtype, coltype, kind, param type, status, loss, reduce)");
+    tap_ok(grm_dtype_size(GRM_DTYPE_F32) == sizeof(float)
+               && grm_dtype_size(GRM_DTYPE_F16) == sizeof(uint16_t)
+               && grm_dtype_size(GRM_DTYPE_BF16) == sizeof(uint16_t)
+               && grm_dtype_size(GRM_DTYPE_I32) == sizeof(int32_t)
+               && grm_dtype_size(GRM_DTYPE_I64) == sizeof(int64_t)
+               && grm_dtype_size(GRM_DTYPE_U8) == sizeof(uint8_t)
+               && grm_dtype_size(0) == 0 && grm_dtype_size(7) == 0,
+           "grm_dtype_size is the C size of each dtype's element, 0 for 0 and 7");
     return tap_done();
 }

@@ -166,13 +166,15 @@ int main(void)
             "[checkpoint]\ndir = %s/ck\n", data_path, dir);
     fclose(f);
     tap_plan(7);
+    harness_plugin("reader-text");
+    const int64_t live0 = grm__alloc_live();
     walk("reader-text open/next/close", sc_reader, 200);
     walk("transform-basic create/apply/flush", sc_transform, 200);
     walk("emb-static + opt-adam create/lookup/update", sc_emb, 200);
     walk("dense-mlp create/forward/backward", sc_dense, 200);
     walk("ckpt-grm create/save", sc_ckpt, 200);
     walk("a whole training run (load, data, train, checkpoint, eval)", sc_train, 2000);
-    harness_plugin("reader-text");
-    tap_ok(1, "no crash along any failure path");
+    tap_ok(grm__alloc_live() == live0, "every failure path freed its host allocations "
+           "(%lld live, %lld before the walks)", (long long)grm__alloc_live(), (long long)live0);
     return tap_done();
 }

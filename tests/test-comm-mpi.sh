@@ -11,8 +11,8 @@ set -u
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
 t="$GRM_TOP_BUILDDIR/tests/test-comm-mpi"
 g="$GRM_TOP_BUILDDIR/grmhost"
-if [ -z "${MPIRUN:-}" ]; then echo "1..0 # SKIP no mpirun"; exit 0; fi
-if [ ! -x "$t" ]; then echo "1..0 # SKIP comm-mpi not built (configure found no MPI)"; exit 0; fi
+[ -n "${MPIRUN:-}" ] || skip_all "no mpirun"
+[ -x "$t" ] || skip_all "comm-mpi not built (configure found no MPI)"
 # Under --enable-sanitizers, LeakSanitizer reports Open MPI's own never-freed allocations
 # (from MCA components already unloaded at exit, so no suppression can name them); keep
 # ASan's memory checks and turn off only leak detection for these MPI processes.
@@ -94,7 +94,7 @@ ok $? "kill -9 of rank 1: rank 0 is gone too (within 10 s of mpirun's exit)"
 
 # ---- grmhost launch ----
 if [ ! -x "$g" ]; then
-    ok 0 "grmhost launch # SKIP grmhost not built"
+    skip "grmhost not built" "grmhost launch"
 else
     PATH=/nonexistent "$g" launch -n 2 "$tmp/none.ini" 2>"$tmp/nompi.err"
     rc=$?

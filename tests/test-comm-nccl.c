@@ -59,7 +59,7 @@ int main(void)
         snprintf(path, sizeof path, "%s/rank-%d.tap", dir, (int)me);
         if (freopen(path, "w", stdout) == NULL) return 1;
     }
-    tap_plan(30);
+    tap_plan(29);
     if (R > 4) tap_diag("more than 4 ranks: buffers are sized for 4");
     if (cudaMalloc((void **)&dbuf[0], 4096) != cudaSuccess
         || cudaMalloc((void **)&dbuf[1], 4096) != cudaSuccess) {
@@ -144,7 +144,6 @@ int main(void)
     ops->destroy(c2);
     ops->destroy(c);
     ops->destroy(NULL);
-    tap_ok(1, "destroy both instances and NULL");
     cudaFree(dbuf[0]);
     cudaFree(dbuf[1]);
     return tap_done();

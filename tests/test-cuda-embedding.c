@@ -48,7 +48,7 @@ static emb_case make_case(uint64_t *rng)
 
 static void *rand_rows(int64_t rows, int32_t D, int32_t dtype, uint64_t *rng)
 {
-    void *h = tc_xmalloc((size_t)rows * (size_t)D * tc_esize(dtype));
+    void *h = tc_xmalloc((size_t)rows * (size_t)D * grm_dtype_size(dtype));
     for (int64_t i = 0; i < rows * D; i++) tc_set(h, dtype, i, harness_randf(rng));
     return h;
 }
@@ -65,7 +65,7 @@ static void compare(const void *got_h, int32_t dtype, const float *want, int64_t
 
 static void run_case(const emb_case *c, int32_t dtype, int32_t D, uint64_t *rng)
 {
-    const size_t es = tc_esize(dtype);
+    const size_t es = grm_dtype_size(dtype);
     const int64_t S = c->S, n = c->n;
     const double rtol = dtype == GRM_DTYPE_F32 ? 1e-5 : 1e-2;
     const double atol1 = dtype == GRM_DTYPE_F32 ? 1e-5 : 1e-3;

@@ -305,6 +305,7 @@ static void test_errors(void)
               "activation = tanh is refused");
     const void *good = harness_config(info, "expert_dims=8", NULL);
     dc_expect(ops->create(good, 0, 1, &inst), GRM_EINVAL, "in_dim 0", "in_dim 0 is refused");
+    const int64_t live0 = grm__alloc_live();
     void *m = dc_make(info, good, 4, 1);
     float x[8] = { 0 }, y[4], dy[4] = { 0 }, dx[8];
     dc_expect(bwd(m, dx, dy, 2, 4, 2), GRM_EINVAL, "no training forward",
@@ -326,9 +327,12 @@ static void test_errors(void)
     ops->forward(m, &ty, &tx, &eval);
     dc_expect(bwd(m, dx, dy, 2, 4, 2), GRM_EINVAL, "no training forward",
               "backward after an inference forward");
+    const int64_t held = grm__alloc_live() - live0;
     ops->destroy(m);
     ops->destroy(NULL);
-    tap_ok(1, "destroy(NULL) is accepted");
+    tap_ok(held > 0 && grm__alloc_live() == live0,
+           "destroy frees the %lld host allocations of the block; destroy(NULL) is accepted",
+           (long long)held);
 }
 
 /* ---- the PyTorch fixture ---- */

@@ -268,7 +268,7 @@ static void test_counters(void)
     for (int32_t r = 0; r < R; r++) {
         const int64_t u[3] = { 10, 20, 30 + r };
         for (int k = 0; k < 3; k++) {
-            const int32_t owner = (int32_t)(grm__sparse_hash64((uint64_t)u[k]) % (uint64_t)R);
+            const int32_t owner = (int32_t)(grm_mix64((uint64_t)u[k]) % (uint64_t)R);
             if (r == me && owner != me) sent++;
             if (owner != me) continue;
             recv++;

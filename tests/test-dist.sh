@@ -9,7 +9,7 @@ set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
 t="$GRM_TOP_BUILDDIR/tests/test-dist"
-if [ ! -x "$t" ]; then echo "1..0 # SKIP tests/test-dist not built"; exit 0; fi
+[ -x "$t" ] || skip_all "tests/test-dist not built"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-dist-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -49,9 +49,9 @@ merge "$d" 1 "comm-single"
 # ---- 1, 2 and 4 ranks through comm-mpi ----
 so=$(ls "$GRM_TOP_BUILDDIR"/plugins/comm-mpi/.libs/comm-mpi.so 2>/dev/null)
 if [ -z "${MPIRUN:-}" ]; then
-    ok 0 "mpirun runs # SKIP no mpirun (MPIRUN unset)"
+    skip "no mpirun (MPIRUN unset)" "mpirun runs"
 elif [ -z "$so" ]; then
-    ok 0 "mpirun runs # SKIP comm-mpi not built (configure found no MPI)"
+    skip "comm-mpi not built (configure found no MPI)" "mpirun runs"
 else
     flags="--oversubscribe"
     [ "$(id -u)" -eq 0 ] && flags="--allow-run-as-root $flags"

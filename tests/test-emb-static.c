@@ -19,7 +19,7 @@
 
 static size_t tensor_bytes(const grm_named_tensor *t)
 {
-    size_t b = t->tensor.dtype == GRM_DTYPE_I64 ? 8 : 4;
+    size_t b = grm_dtype_size(t->tensor.dtype);
     for (int d = 0; d < t->tensor.ndim; d++) b *= (size_t)t->tensor.shape[d];
     return b;
 }
@@ -529,15 +529,19 @@ static void test_create_errors(void)
            && has("table 'item' is declared twice"), "create with a duplicate name: GRM_EINVAL");
 
     // No optimizer: lookups work, updates are refused.
+    const int64_t live0 = grm__alloc_live();
     tap_ok(ops->create(cfg, specs + 2, 1, NULL, &s) == GRM_OK, "create without an optimizer");
     const int64_t id = 1;
     const float g[3] = { 1, 2, 3 };
     tap_ok(ops->update(s, 0, &id, g, 1, 1) == GRM_EINVAL
            && has("table 'zero': update without an optimizer"),
            "update without an optimizer: GRM_EINVAL");
+    const int64_t held = grm__alloc_live() - live0;
     ops->destroy(s);
     ops->destroy(NULL);
-    tap_ok(1, "destroy(NULL) is accepted");
+    tap_ok(held > 0 && grm__alloc_live() == live0,
+           "destroy frees the store's %lld host allocations; destroy(NULL) is accepted",
+           (long long)held);
 }
 
 int main(void)

@@ -8,49 +8,44 @@ set -u
 inc="$GRM_TOP_SRCDIR/sdk/include"
 cc=${CC:-cc}
 cxx=${CXX:-c++}
+. "$GRM_TOP_SRCDIR/tests/tap.sh"
 headers=$(cd "$inc/grm" && ls *.h)
 count=$(echo "$headers" | wc -w)
 echo "1..$((count * 3 + 3))"
-n=0
+err="${TMPDIR:-/tmp}/hdr.$$"
 have_cxx=1
 command -v "$cxx" >/dev/null 2>&1 || have_cxx=0
 for h in $headers; do
-    n=$((n + 1))
-    if printf '#include <grm/%s>\nint grm_test_unit_;\n' "$h" \
-        | $cc -std=c11 -pedantic -Wall -Wextra -Werror -I"$inc" -fsyntax-only -x c - 2>"${TMPDIR:-/tmp}/hdr.$$"; then
-        echo "ok $n - grm/$h compiles alone as C11 (-pedantic -Werror)"
-    else
-        sed 's/^/# /' "${TMPDIR:-/tmp}/hdr.$$"; echo "not ok $n - grm/$h compiles alone as C11"
-    fi
-    n=$((n + 1))
+    printf '#include <grm/%s>\nint grm_test_unit_;\n' "$h" \
+        | $cc -std=c11 -pedantic -Wall -Wextra -Werror -I"$inc" -fsyntax-only -x c - 2>"$err"
+    rc=$?
+    [ $rc -ne 0 ] && sed 's/^/# /' "$err"
+    ok $rc "grm/$h compiles alone as C11 (-pedantic -Werror)"
     if [ $have_cxx -eq 0 ]; then
-        echo "ok $n - grm/$h compiles as C++ # SKIP no C++ compiler"
-    elif printf '#include <grm/%s>\nint grm_test_unit_;\n' "$h" \
-        | $cxx -std=c++17 -Wall -Wextra -Werror -I"$inc" -fsyntax-only -x c++ - 2>"${TMPDIR:-/tmp}/hdr.$$"; then
-        echo "ok $n - grm/$h compiles alone as C++17 (extern \"C\" guards)"
+        skip "no C++ compiler" "grm/$h compiles alone as C++17"
     else
-        sed 's/^/# /' "${TMPDIR:-/tmp}/hdr.$$"; echo "not ok $n - grm/$h compiles as C++17"
+        printf '#include <grm/%s>\nint grm_test_unit_;\n' "$h" \
+            | $cxx -std=c++17 -Wall -Wextra -Werror -I"$inc" -fsyntax-only -x c++ - 2>"$err"
+        rc=$?
+        [ $rc -ne 0 ] && sed 's/^/# /' "$err"
+        ok $rc "grm/$h compiles alone as C++17 (extern \"C\" guards)"
     fi
-    n=$((n + 1))
     bad=$(grep -E '^#include' "$inc/grm/$h" | grep -vE '<(grm/[a-z]+\.h|std(def|int|arg|io|lib|bool)\.h|math\.h|string\.h)>' || true)
-    if [ -z "$bad" ]; then
-        echo "ok $n - grm/$h includes only standard and grm headers"
-    else
-        echo "# $bad"; echo "not ok $n - grm/$h includes only standard and grm headers"
-    fi
+    [ -n "$bad" ] && echo "# $bad"
+    test -z "$bad"
+    ok $? "grm/$h includes only standard and grm headers"
 done
 
 # The registration macros check types at compile time: each snippet must fail to compile
 # with the macro's own message ($1: description, $2: expected message, stdin: the code).
 must_not_compile() {
-    n=$((n + 1))
-    out="${TMPDIR:-/tmp}/hdr.$$"
-    if $cc -std=c11 -pedantic -Wall -Wextra -I"$inc" -fsyntax-only -x c - >"$out" 2>&1; then
-        echo "not ok $n - $1 (it compiled)"
-    elif grep -q "$2" "$out"; then
-        echo "ok $n - $1"
+    if $cc -std=c11 -pedantic -Wall -Wextra -I"$inc" -fsyntax-only -x c - >"$err" 2>&1; then
+        ok 1 "$1 (it compiled)"
     else
-        sed 's/^/# /' "$out"; echo "not ok $n - $1 (no '$2' in the compiler's message)"
+        grep -q "$2" "$err"
+        rc=$?
+        [ $rc -ne 0 ] && sed 's/^/# /' "$err"
+        ok $rc "$1"
     fi
 }
 must_not_compile "GRM_PARAM_DECL_INT refuses an int32_t field (the host writes int64_t)" \
@@ -73,4 +68,4 @@ static const void *h;
 static const grm_plugin_info i = { GRM_PLUGIN_INFO_HEADER, .kind = GRM_KIND_OPT };
 GRM_PLUGIN_DEFINE(h, &i);
 EOC
-rm -f "${TMPDIR:-/tmp}/hdr.$$"
+rm -f "$err"

@@ -435,12 +435,11 @@ static void test_errors(void)
            "empty step and row_step (0 elements, NULL pointers) are no-ops");
     ops->destroy(inst);
     ops->destroy(NULL);
-    tap_ok(1, "destroy accepts NULL");
 }
 
 int main(void)
 {
-    tap_plan(67);
+    tap_plan(66);
     make_inputs();
     info = harness_plugin("opt-adagrad");
     ops = info->ops;

@@ -157,7 +157,7 @@ static void check_create_fails(const grm_plugin_info *info, const char *kv, cons
 
 int main(void)
 {
-    tap_plan(51);
+    tap_plan(50);
     make_inputs();
     const grm_plugin_info *adam = harness_plugin("opt-adam");
     const grm_plugin_info *sgd = harness_plugin("opt-sgd");
@@ -291,6 +291,5 @@ int main(void)
     sops->destroy(inst);
     aops->destroy(NULL);
     sops->destroy(NULL);
-    tap_ok(1, "destroy accepts NULL");
     return tap_done();
 }

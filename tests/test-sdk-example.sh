@@ -2,10 +2,11 @@
 # tests/test-sdk-example.sh - install grm into a DESTDIR, build the out-of-tree example
 # plugins (sdk/examples/transform-filter, a transform; sdk/examples/head-hinge, a head)
 # against that install with pkg-config alone, and train pipelines that use them with the
-# installed grmhost. TAP output.
+# installed grmhost; the installed grm-sdk.pc's Version is the ABI of the installed
+# grm/version.h. TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
-echo "1..9"
+echo "1..10"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-sdk-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 dest=$tmp/dest
@@ -22,6 +23,16 @@ plugdir=$(dirname "$(find "$dest" -name 'emb-static.so' | head -1)")
 hdr=$(find "$dest" -path '*/include/grm/plugin.h' | head -1)
 test -n "$pc" && test -x "$bin" && test -n "$hdr" && test -f "$plugdir/reader-text.so"
 ok $? "install has grmhost, plugins, headers and grm-sdk.pc"
+
+# pkg-config --modversion grm-sdk is the plugin ABI (what the loader's errors refer to),
+# here as a C program compiled against the installed header prints it.
+printf '#include <stdio.h>\n#include <grm/version.h>\nint main(void) { printf("%%d.%%d\\n", GRM_ABI_MAJOR, GRM_ABI_MINOR); return 0; }\n' \
+    >"$tmp/abi.c"
+abi=$(${CC:-cc} -I"$(dirname "$(dirname "$hdr")")" -o "$tmp/abi" "$tmp/abi.c" && "$tmp/abi")
+modversion=$(PKG_CONFIG_LIBDIR="$(dirname "$pc")" ${PKG_CONFIG:-pkg-config} --modversion grm-sdk)
+echo "# grm/version.h ABI: ${abi:-?}, pkg-config --modversion grm-sdk: ${modversion:-?}"
+test -n "$abi" && test "$modversion" = "$abi"
+ok $? "pkg-config --modversion grm-sdk prints the ABI of grm/version.h ($abi)"
 
 # build the example with pkg-config alone, against the DESTDIR install
 export PKG_CONFIG_LIBDIR="$(dirname "$pc")" PKG_CONFIG_SYSROOT_DIR="$dest"

@@ -476,7 +476,7 @@ static void test_unique(void)
         int64_t last[3] = { -1, -1, -1 };
         char *seen = calloc((size_t)U + 1, 1);
         for (int64_t i = 0; i < U && okp; i++) {
-            const int32_t r = (int32_t)(grm__sparse_hash64((uint64_t)want.uid[i]) % 3);
+            const int32_t r = (int32_t)(grm_mix64((uint64_t)want.uid[i]) % 3);
             okp &= pos[i] >= start[r] && pos[i] < start[r] + rc[r] && pos[i] > last[r] &&
                    !seen[pos[i]] && sorted[pos[i]] == want.uid[i] && sfeat[pos[i]] == want.ufeat[i];
             if (okp) seen[pos[i]] = 1, last[r] = pos[i];
@@ -820,39 +820,54 @@ static void test_reduce_dims(void)
 
 static void test_transforms(void)
 {
-    /* torch.bucketize(v, [1, 2, 3], right=False) = [3, 0, 0, 1, 2, 3, 3, 0] (torch 1.13). */
-    const float b3[3] = { 1, 2, 3 };
+    /* The tie rule (grm/transform.h): a value on a boundary goes to the bucket above it, as
+     * RecIS and torch.bucketize(v, [1, 2, 3], right=True) = [3 0 1 1 3 3 3 0] (torch 1.13;
+     * right=False, the other rule, gives [3 0 0 1 2 3 3 0]). */
+    const double b3[3] = { 1, 2, 3 };
     const float v[8] = { NAN, 0, 1, 1.5f, 3, 4, INFINITY, -INFINITY };
-    const int64_t want[8] = { 3, 0, 0, 1, 2, 3, 3, 0 };
+    const int64_t want[8] = { 3, 0, 1, 1, 3, 3, 3, 0 };
     int64_t out[8];
     grm_status st = grm__sparse_bucketize(out, v, 8, b3, 3);
     tap_ok(st == GRM_OK && memcmp(out, want, sizeof want) == 0,
-           "bucketize [NaN 0 1 1.5 3 4 inf -inf] by [1 2 3] = torch's [3 0 0 1 2 3 3 0]");
-    const float bd[3] = { 1, 1, 2 };
+           "bucketize [NaN 0 1 1.5 3 4 inf -inf] by [1 2 3] = torch's right=True "
+           "[3 0 1 1 3 3 3 0]: 1 and 3 on a boundary go up");
+    /* MovieLens ratings by [4] (share/pipelines/ml100k-ranking.ini): 4 and 5 are label 1.
+     * i64 values compare exactly: 2^24 + 1 is no float, so a detour through f32 would put it
+     * below its own boundary. */
+    const int64_t rating[6] = { 1, 2, 3, 4, 5, (1 << 24) + 1 };
+    const double b4[2] = { 4, (double)((1 << 24) + 1) };
+    const int64_t want4[6] = { 0, 0, 0, 1, 1, 2 };
+    grm_bucketize(out, rating, GRM_DTYPE_I64, 6, b4, 2);
+    tap_ok(memcmp(out, want4, sizeof want4) == 0,
+           "grm_bucketize of i64 ratings 1..5 by [4] gives 0 0 0 1 1; 2^24+1 on its own "
+           "boundary goes up to 2");
+    const double bd[3] = { 1, 1, 2 };
     const float vd[4] = { 1, 1.5f, 0.5f, 2 };
     st = grm__sparse_bucketize(out, vd, 4, bd, 3);
-    tap_ok(st == GRM_OK && out[0] == 0 && out[1] == 2 && out[2] == 0 && out[3] == 2,
-           "bucketize with repeated boundaries [1 1 2]: 1 -> 0, 1.5 -> 2, 0.5 -> 0, 2 -> 2");
+    tap_ok(st == GRM_OK && out[0] == 2 && out[1] == 2 && out[2] == 0 && out[3] == 3,
+           "bucketize with repeated boundaries [1 1 2] = torch's right=True: 1 -> 2, "
+           "1.5 -> 2, 0.5 -> 0, 2 -> 3");
     st = grm__sparse_bucketize(out, v, 8, NULL, 0);
     int zero = st == GRM_OK;
     for (int j = 0; j < 8; j++) zero &= out[j] == 0;
     tap_ok(zero, "bucketize with no boundaries gives 0");
     /* Random against a linear count for every nb in 1 .. 70. */
     enum { N = 3000 };
-    float *vals = xmalloc(N * 4), bnd[70];
+    float *vals = xmalloc(N * 4);
+    double bnd[70];
     int64_t *got = xmalloc(N * 8);
     uint64_t rng = 44;
     int ok = 1;
     for (int nb = 1; nb <= 70 && ok; nb++) {
-        float x = -5.0f;
-        for (int i = 0; i < nb; i++) bnd[i] = (x += (float)(harness_rand(&rng) % 3) * 0.25f);
+        double x = -5.0;
+        for (int i = 0; i < nb; i++) bnd[i] = (x += (double)(harness_rand(&rng) % 3) * 0.25);
         for (int j = 0; j < N; j++)
-            vals[j] = j % 5 == 0 ? bnd[harness_rand(&rng) % (uint64_t)nb]
+            vals[j] = j % 5 == 0 ? (float)bnd[harness_rand(&rng) % (uint64_t)nb]
                                  : harness_randf(&rng) * 12.0f - 1.0f;
         ok &= grm__sparse_bucketize(got, vals, N, bnd, nb) == GRM_OK;
         for (int j = 0; j < N && ok; j++) {
             int64_t c = 0;
-            while (c < nb && bnd[c] < vals[j]) c++;
+            for (int k = 0; k < nb; k++) c += bnd[k] <= vals[j];
             if (got[j] != c) {
                 tap_diag("nb %d value %g: got %lld want %lld", nb, (double)vals[j],
                          (long long)got[j], (long long)c);
@@ -861,7 +876,7 @@ static void test_transforms(void)
         }
     }
     tap_ok(ok, "bucketize equals the linear count for nb = 1 .. 70 (ties included)");
-    const float unsorted[3] = { 1, 3, 2 };
+    const double unsorted[3] = { 1, 3, 2 };
     st = grm__sparse_bucketize(out, v, 8, unsorted, 3);
     tap_ok(st == GRM_EINVAL && has("boundary 2 is 2 after 3"), "bucketize refuses unsorted");
 

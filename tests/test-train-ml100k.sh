@@ -7,7 +7,7 @@ set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 data="${GRM_DATA_DIR:-}/ml-100k/u.data.zst"
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-if [ ! -f "$data" ]; then echo "1..0 # SKIP $data not found (set --with-data-dir)"; exit 0; fi
+[ -f "$data" ] || skip_all "$data not found (set --with-data-dir)"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-ml100k-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 echo "1..4"
@@ -18,17 +18,16 @@ sed -e "s|^path = .*u.data.zst|path = $data|" -e "s|^dir = .*|dir = $tmp/ck|" \
     >"$tmp/out" 2>"$tmp/err"
 rc=$?
 [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/err" | tail -5
-if [ $rc -eq 0 ]; then echo "ok 1 - ml100k-retrieval trains (2 epochs)"; else echo "not ok 1 - ml100k-retrieval trains"; fi
+ok $rc "ml100k-retrieval trains (2 epochs)"
 grep -E "users|hr@10|ndcg@10" "$tmp/err" | sed 's/^/# /'
 first=$(grep '"name":"loss"' "$tmp/m.jsonl" | head -1 | sed 's/.*"value":\([^}]*\)}/\1/')
 last=$(grep '"name":"loss"' "$tmp/m.jsonl" | tail -1 | sed 's/.*"value":\([^}]*\)}/\1/')
-[ -n "$first" ] && [ -n "$last" ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' \
-    && echo "ok 2 - the loss falls ($first -> $last)" || echo "not ok 2 - the loss falls ($first -> $last)"
-grep -q "943 users, 1682 items" "$tmp/err" \
-    && echo "ok 3 - all 943 users and 1682 items are read and ranked" \
-    || echo "not ok 3 - all 943 users and 1682 items are read and ranked"
+[ -n "$first" ] && [ -n "$last" ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }'
+ok $? "the loss falls (${first:-?} -> ${last:-?})"
+grep -q "943 users, 1682 items" "$tmp/err"
+ok $? "all 943 users and 1682 items are read and ranked"
 hr=$(metric "$tmp/m.jsonl" test hr@10); pop=$(metric "$tmp/m.jsonl" test mostpop_hr@10)
 nd=$(metric "$tmp/m.jsonl" test ndcg@10); popnd=$(metric "$tmp/m.jsonl" test mostpop_ndcg@10)
-awk -v a="${hr:-0}" -v b="${pop:-1}" -v c="${nd:-0}" -v d="${popnd:-1}" 'BEGIN { exit !(a > b && c > d) }' \
-    && echo "ok 4 - test HR@10 $hr > most-popular $pop and NDCG@10 $nd > $popnd" \
-    || echo "not ok 4 - test HR@10 ${hr:-?} > most-popular ${pop:-?} and NDCG@10 ${nd:-?} > ${popnd:-?}"
+awk -v a="${hr:-0}" -v b="${pop:-1}" -v c="${nd:-0}" -v d="${popnd:-1}" \
+    'BEGIN { exit !(a > b && c > d) }'
+ok $? "test HR@10 ${hr:-?} > most-popular ${pop:-?} and NDCG@10 ${nd:-?} > ${popnd:-?}"

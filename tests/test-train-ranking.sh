@@ -63,7 +63,7 @@ ok $? "a dense stack whose output does not match the task count is refused with 
 
 data="${GRM_DATA_DIR:-}/ml-100k/u.data.zst"
 if [ ! -f "$data" ]; then
-    echo "ok 6 - ml100k-ranking beats the constant prior # SKIP $data not found"
+    skip "$data not found" "ml100k-ranking beats the constant prior"
     exit 0
 fi
 sed -e "s|^path = .*u.data.zst|path = $data|" -e "s|^dir = .*|dir = $tmp/ck|" \

@@ -252,7 +252,7 @@ if [ -f "$data" ]; then
         'BEGIN { exit !(a > 0.62 && b > 0.62 && c > 0.58 && d > 0.58) }'
     ok $(( rc | $? )) "ml100k-hstu-mmoe: AUC and GAUC per task, both well above the constant prior's 0.5"
 else
-    echo "ok 14 - ml100k-hstu-mmoe # SKIP $data not found"
+    skip "$data not found" "ml100k-hstu-mmoe"
 fi
 
 mpi_or_skip 15 15

@@ -163,7 +163,7 @@ ok $? "tile on a one-id feature is refused with file:line"
 # FP32 and tables are not merged (first-touch rows are the same function of seed, table, id)
 data="${GRM_DATA_DIR:-}/ml-100k/u.data.zst"
 if [ ! -f "$data" ]; then
-    echo "ok 13 - ML-100K: emb-dynamic and emb-static loss curves agree # SKIP $data not found"
+    skip "$data not found" "ML-100K: emb-dynamic and emb-static loss curves agree"
     exit 0
 fi
 sed -e "s|^path = .*u.data.zst|path = $data|" -e "s|^dir = .*|dir = $tmp/ck-ml|" \

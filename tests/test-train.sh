@@ -3,14 +3,15 @@
 # lowers the loss; a run interrupted by SIGTERM checkpoints and exits 0; a resumed run
 # continues from the checkpoint step and ends bit-identical to an uninterrupted run (so
 # save -> load restores every tensor exactly); a corrupted checkpoint is refused; eval
-# reproduces the final metrics from the checkpoint. TAP output.
+# reproduces the final metrics from the checkpoint; usage errors and failures exit 2 and 1
+# with one "grmhost: " line (core/cli.c). TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-train-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..13"
+echo "1..15"
 
 "$g" generate --users 400 --items 300 --clusters 10 --seed 7 --out "$tmp/data.tsv" || exit 1
 ini() { # $1 file, $2 checkpoint dir, $3 steps
@@ -152,3 +153,23 @@ n_same=$(grep "\"step\":$best,\"split\":\"valid\",\"name\":\"ndcg@10\"" "$tmp/g.
 n_all=$(grep -c "\"step\":$best,\"split\":\"valid\",\"name\":\"ndcg@10\"" "$tmp/g.jsonl")
 test "${n_all:-0}" -ge 2 && test "$n_same" -eq 1
 ok $? "the restored model reproduces its validation NDCG@10 exactly (step ${best:-?})"
+
+# 7. exit codes and messages (core/cli.c): a usage error prints "grmhost: what" and the
+# command's usage and exits 2; a configuration error (unknown plugin) exits 2; a failure 1
+"$g" train --max-steps x "$tmp/b.ini" >/dev/null 2>"$tmp/u1.err"; r1=$?
+"$g" generate --users 0 >/dev/null 2>"$tmp/u2.err"; r2=$?
+"$g" train --no-such-option "$tmp/b.ini" >/dev/null 2>"$tmp/u3.err"; r3=$?
+echo "# exit codes: $r1 $r2 $r3"
+test $r1 -eq 2 && test $r2 -eq 2 && test $r3 -eq 2 \
+    && head -1 "$tmp/u1.err" | grep -qx "grmhost: --max-steps: 'x' is not a count" \
+    && grep -q "^usage: grmhost train" "$tmp/u1.err" \
+    && head -1 "$tmp/u2.err" | grep -qx "grmhost: '0' is not a positive integer" \
+    && grep -q "^usage: grmhost generate" "$tmp/u2.err" && grep -q "^usage: grmhost train" "$tmp/u3.err"
+ok $? "usage errors exit 2 with the error line and the command's usage"
+"$g" plugins no-such-plugin >/dev/null 2>"$tmp/p.err"; r1=$?
+"$g" train "$tmp/nonexistent.ini" >/dev/null 2>"$tmp/n.err"; r2=$?
+echo "# exit codes: $r1 $r2"
+test $r1 -eq 2 && test $r2 -eq 1 && test "$(wc -l <"$tmp/n.err")" -eq 1 \
+    && grep -q "^grmhost: .*no-such-plugin" "$tmp/p.err" \
+    && grep -q "^grmhost: $tmp/nonexistent.ini: cannot open" "$tmp/n.err"
+ok $? "an unknown plugin exits 2, a missing file 1, each with one grmhost: line"

@@ -1689,6 +1689,7 @@ int main(void)
     grm__pool_init(4);
     tb_info = harness_plugin("transform-basic");
     tb_ops = tb_info->ops;
+    const int64_t live0 = grm__alloc_live();
     test_rowwise();
     test_sequences();
     test_movielens();
@@ -1702,6 +1703,8 @@ int main(void)
     test_history_random();
     test_history_movielens();
     tb_ops->destroy(NULL);
-    tap_ok(1, "destroy(NULL) is accepted");
+    tap_ok(grm__alloc_live() == live0, "every instance's destroy freed its host allocations "
+           "(%lld live, %lld before the tests); destroy(NULL) is accepted",
+           (long long)grm__alloc_live(), (long long)live0);
     return tap_done();
 }

@@ -26,8 +26,6 @@ typedef struct cg_config {
     int64_t level;             /* zstd level, 1..19 */
 } cg_config;
 
-/* Bytes per element of dtype (grm_dtype), 0 for an unknown dtype. */
-size_t cg_elem_size(int32_t dtype);
 
 /* Write tensors [n] and meta to path atomically (temp file, fsync, rename, fsync of the
  * directory). host: static. meta: NUL-terminated, NULL writes "{}". */

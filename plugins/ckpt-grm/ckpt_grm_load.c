@@ -110,7 +110,7 @@ static cg_parse cg_parse_headers(cg_file *f, size_t *end, char *what, size_t cap
         e->raw_hash = cg_get_u64(d + pos + 16);
         pos += 24;
 
-        const size_t elem = cg_elem_size(e->dtype);
+        const size_t elem = grm_dtype_size(e->dtype);
         if (elem == 0) CG_BAD("tensor '%.*s': unknown dtype %d", nl, nm, (int)e->dtype);
         if (e->ndim < 0 || e->ndim > GRM_TENSOR_MAX_DIMS)
             CG_BAD("tensor '%.*s': ndim %d outside [0, %d]", nl, nm, (int)e->ndim,

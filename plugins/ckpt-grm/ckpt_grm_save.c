@@ -13,19 +13,6 @@
 
 #include "ckpt_grm.h"
 
-size_t cg_elem_size(int32_t dtype)
-{
-    switch (dtype) {
-    case GRM_DTYPE_F32: return 4;
-    case GRM_DTYPE_F16: return 2;
-    case GRM_DTYPE_BF16: return 2;
-    case GRM_DTYPE_I32: return 4;
-    case GRM_DTYPE_I64: return 8;
-    case GRM_DTYPE_U8: return 1;
-    default: return 0;
-    }
-}
-
 /* Bytes of tensor t, or an error naming it. */
 static grm_status cg_tensor_bytes(const grm_host_api *host, const char *path,
                                   const grm_named_tensor *nt, int64_t i, size_t *bytes)
@@ -38,7 +25,7 @@ static grm_status cg_tensor_bytes(const grm_host_api *host, const char *path,
         return host->errorf(GRM_EINVAL, "ckpt-grm: %s: tensor #%lld: name of %zu bytes is "
                             "longer than %u", path, (long long)i, strlen(nt->name),
                             CG_MAX_NAME);
-    const size_t elem = cg_elem_size(t->dtype);
+    const size_t elem = grm_dtype_size(t->dtype);
     if (elem == 0)
         return host->errorf(GRM_EINVAL, "ckpt-grm: %s: tensor '%s': unknown dtype %d", path,
                             nt->name, (int)t->dtype);

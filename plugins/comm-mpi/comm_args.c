@@ -5,25 +5,12 @@
 
 #include <grm/comm.h>
 
-size_t comm_elem_size(int32_t dtype)
-{
-    switch (dtype) {
-    case GRM_DTYPE_F32: return 4;
-    case GRM_DTYPE_F16: return 2;
-    case GRM_DTYPE_BF16: return 2;
-    case GRM_DTYPE_I32: return 4;
-    case GRM_DTYPE_I64: return 8;
-    case GRM_DTYPE_U8: return 1;
-    default: return 0;
-    }
-}
-
 grm_status comm_check_buf(const grm_host_api *host, const char *who, const char *op,
                           const void *inst, int32_t dtype, int64_t count, const void *buf,
                           size_t *elem)
 {
     if (inst == NULL) return host->errorf(GRM_EINVAL, "%s: %s: inst is NULL", who, op);
-    *elem = comm_elem_size(dtype);
+    *elem = grm_dtype_size(dtype);
     if (*elem == 0)
         return host->errorf(GRM_EINVAL, "%s: %s: unknown dtype %d; expected a grm_dtype "
                             "(f32 1, f16 2, bf16 3, i32 4, i64 5, u8 6)", who, op, (int)dtype);

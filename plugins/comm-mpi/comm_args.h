@@ -10,9 +10,6 @@
 
 #include <grm/host.h>
 
-/* Bytes per element of a grm_dtype, or 0 when dtype is not one. */
-size_t comm_elem_size(int32_t dtype);
-
 /* inst non-NULL, dtype known, count >= 0, buf non-NULL when count > 0; *elem gets the
  * element size. GRM_EINVAL with a message otherwise. */
 grm_status comm_check_buf(const grm_host_api *host, const char *who, const char *op,

@@ -15,25 +15,12 @@ typedef struct cs_inst {
     int32_t rank;              /* always 0 */
 } cs_inst;
 
-static size_t cs_elem_size(int32_t dtype)
-{
-    switch (dtype) {
-    case GRM_DTYPE_F32: return 4;
-    case GRM_DTYPE_F16: return 2;
-    case GRM_DTYPE_BF16: return 2;
-    case GRM_DTYPE_I32: return 4;
-    case GRM_DTYPE_I64: return 8;
-    case GRM_DTYPE_U8: return 1;
-    default: return 0;
-    }
-}
-
 /* Check inst, dtype, count and buffer; *elem gets the element size. */
 static grm_status cs_check(const char *op, void *inst, int32_t dtype, int64_t count,
                            const void *buf, size_t *elem)
 {
     if (inst == NULL) return cs_host->errorf(GRM_EINVAL, "comm-single: %s: inst is NULL", op);
-    *elem = cs_elem_size(dtype);
+    *elem = grm_dtype_size(dtype);
     if (*elem == 0)
         return cs_host->errorf(GRM_EINVAL, "comm-single: %s: unknown dtype %d; expected a "
                                "grm_dtype (f32 1, f16 2, bf16 3, i32 4, i64 5, u8 6)", op,

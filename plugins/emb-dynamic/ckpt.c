@@ -231,7 +231,7 @@ grm_status ed_load_tensor(const ed_store *s, ed_table *t, int k, const grm_named
     if (x->device.type != GRM_DEVICE_CPU)
         return s->host->errorf(GRM_ENOTSUP, "emb-dynamic: tensor '%s': load needs a CPU "
                                "tensor", in->name);
-    const size_t elem = dtypes[k] == GRM_DTYPE_I64 ? sizeof(int64_t) : sizeof(float);
+    const size_t elem = grm_dtype_size(dtypes[k]);
     const size_t bytes = (size_t)x->shape[0] * (size_t)cols * elem;
     if (bytes > 0 && x->data == NULL)
         return s->host->errorf(GRM_EINVAL, "emb-dynamic: tensor '%s': data is NULL", in->name);

@@ -15,6 +15,7 @@
 #include <grm/emb.h>
 #include <grm/host.h>
 #include <grm/opt.h>
+#include <grm/rng.h>
 
 /* ---- configuration ---- */
 
@@ -73,16 +74,11 @@ typedef struct ed_keys {
     _Atomic int64_t live;   /* live keys */
 } ed_keys;
 
-/* MurmurHash3's fmix64 finalizer of the id (MTGRBoost §4.1 "Handling Hash Function"). */
+/* The hash of a key: MurmurHash3's fmix64 finalizer of the id (MTGRBoost §4.1 "Handling
+ * Hash Function"), the SDK's grm_mix64. */
 static inline uint64_t ed_hash(int64_t id)
 {
-    uint64_t x = (uint64_t)id;
-    x ^= x >> 33;
-    x *= UINT64_C(0xFF51AFD7ED558CCD);
-    x ^= x >> 33;
-    x *= UINT64_C(0xC4CEB9FE1A85EC53);
-    x ^= x >> 33;
-    return x;
+    return grm_mix64((uint64_t)id);
 }
 
 /* Grouped parallel probing, eq. 5 of MTGRBoost §4.1:

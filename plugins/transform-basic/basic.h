@@ -175,11 +175,6 @@ void basic_hash_i64(int64_t *out, const int64_t *in, int64_t rows,
 void basic_mod_i64(int64_t *out, const int64_t *in, int64_t rows,
                    int64_t n);                  /* out, in [rows]; n > 0 */
 
-/* out [rows] = number of boundaries <= x for each x of in [rows] (I64 or F32, `type`):
- * the bucket index of RecIS's bucketize (Table 1), bounds [n] ascending. */
-void basic_bucketize(int64_t *out, const void *in, int32_t type, int64_t rows,
-                     const double *bounds, int64_t n);
-
 /* The cross id of two ids: XXH3_64bits of the 16 bytes a, b (each little-endian),
  * & INT64_MAX, then % n when n > 0. Not symmetric: a*b and b*a differ. */
 int64_t basic_cross_id(int64_t a, int64_t b, int64_t n);

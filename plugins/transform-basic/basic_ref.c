@@ -71,24 +71,6 @@ void basic_mod_i64(int64_t *out, const int64_t *in, int64_t rows, int64_t n)
     }
 }
 
-void basic_bucketize(int64_t *out, const void *in, int32_t type, int64_t rows,
-                     const double *bounds, int64_t n)
-{
-    for (int64_t i = 0; i < rows; i++) {
-        const double x = type == GRM_COL_I64 ? (double)((const int64_t *)in)[i]
-                                             : (double)((const float *)in)[i];
-        int64_t lo = 0, hi = n;   // upper bound: first boundary > x
-        while (lo < hi) {
-            const int64_t mid = lo + (hi - lo) / 2;
-            if (bounds[mid] <= x)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        out[i] = lo;
-    }
-}
-
 int64_t basic_cross_id(int64_t a, int64_t b, int64_t n)
 {
     // The 16 bytes of (a, b), each little-endian whatever the host's byte order, so a cross
@@ -119,7 +101,8 @@ void basic_stage1(const basic_colplan *p, int64_t *out, const grm_column *c, int
         const void *const in = elem == GRM_COL_F32 ? (const void *)((const float *)c->values + v0)
                                                    : (const void *)((const int64_t *)c->values
                                                                     + v0);
-        basic_bucketize(out, in, elem, n, p->bounds, p->nbounds);
+        grm_bucketize(out, in, elem == GRM_COL_F32 ? GRM_DTYPE_F32 : GRM_DTYPE_I64, n, p->bounds,
+                      p->nbounds);
     } else {
         src = (const int64_t *)c->values + v0;   // mod alone reads the input ids
     }

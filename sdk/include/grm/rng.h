@@ -18,6 +18,15 @@
 extern "C" {
 #endif
 
+/* Under nvcc, GRM_RNG_HD makes grm_mix64 and grm_row_seed __host__ __device__, so CUDA
+ * kernels call these very functions and hash and seed rows bit-identically with the host;
+ * elsewhere it is empty. Since 1.3. */
+#ifdef __CUDACC__
+#define GRM_RNG_HD __host__ __device__
+#else
+#define GRM_RNG_HD
+#endif
+
 /* Advance a SplitMix64 state and return the next 64 random bits.
  * state: borrowed, updated in place; any value (including 0) is a valid state.
  * Cannot fail. Thread-safe for distinct states. Since 1.0. */
@@ -31,7 +40,7 @@ static inline uint64_t grm_splitmix64(uint64_t *state)
 
 /* Mix the bits of x (MurmurHash3's fmix64 finalizer): a bijection on 64-bit values whose
  * every output bit depends on every input bit. Pure. Since 1.0. */
-static inline uint64_t grm_mix64(uint64_t x)
+GRM_RNG_HD static inline uint64_t grm_mix64(uint64_t x)
 {
     x ^= x >> 33;
     x *= UINT64_C(0xFF51AFD7ED558CCD);
@@ -63,7 +72,7 @@ static inline uint64_t grm_str_hash64(const char *s)
 
 /* The seed of the generator stream of row `id` of a table:
  * grm_mix64(seed ^ grm_mix64(table_hash ^ grm_mix64((uint64_t)id))). Pure. Since 1.0. */
-static inline uint64_t grm_row_seed(uint64_t seed, uint64_t table_hash, int64_t id)
+GRM_RNG_HD static inline uint64_t grm_row_seed(uint64_t seed, uint64_t table_hash, int64_t id)
 {
     return grm_mix64(seed ^ grm_mix64(table_hash ^ grm_mix64((uint64_t)id)));
 }

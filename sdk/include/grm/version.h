@@ -1,7 +1,9 @@
 /* grm/version.h - the plugin ABI version and the package version.
  *
  * The ABI pair (GRM_ABI_MAJOR, GRM_ABI_MINOR) is the contract between grmhost and
- * plugins; it moves independently of the package version (STYLE.md §5.1). */
+ * plugins; it moves independently of the package version (STYLE.md §5.1). These two
+ * defines are its only definition: configure reads them into grm-sdk.pc's Version, so
+ * `pkg-config --modversion grm-sdk` prints the ABI an installed SDK provides. */
 #ifndef GRM_VERSION_H
 #define GRM_VERSION_H
 
