@@ -9,7 +9,7 @@ TESTS += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.s
 	tests/test-train-ranking.sh tests/test-train-sequence.sh tests/test-train-sparse.sh \
 	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-stream.sh tests/test-train-prefetch.sh \
 	tests/test-pipelines-hstu.sh \
-	tests/test-train-seqrank.sh tests/test-train-async.sh tests/test-train-device.sh
+	tests/test-train-seqrank.sh tests/test-train-async.sh tests/test-train-device.sh tests/test-train-heads.sh
 EXTRA_DIST += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh \
 	tests/test-train-ranking.sh tests/test-train-sequence.sh tests/test-train-sparse.sh \
 	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-stream.sh tests/test-train-prefetch.sh \

@@ -27,17 +27,19 @@ static grm_status gather(const grm_host_api *host, float *out, const float *rows
     return GRM_OK;
 }
 
-static grm_status scatter(const grm_host_api *host, float *rows, const float *src,
-                          const int64_t *idx, int64_t n, int64_t nrows, int64_t D)
+static grm_status scatter(const grm_host_api *host, head_rows_work *w, float *rows,
+                          const float *src, const int64_t *idx, int64_t n, int64_t nrows,
+                          int64_t D)
 {
     const grm_backend *be = backend_of(host);
     if (be) {
-        void *work = NULL;
-        grm_status st = be->iface->work_create(be->context, &work);
-        if (st == GRM_OK)
-            st = be->iface->scatter_add(be->context, rows, src, idx, n, nrows, D, work, NULL);
-        be->iface->work_destroy(be->context, work);
-        return st;
+        if (w->be != be) {   /* the run's backend: its scratch, kept for the next steps */
+            head_rows_work_fini(w);
+            grm_status st = be->iface->work_create(be->context, &w->work);
+            if (st != GRM_OK) return st;
+            w->be = be;
+        }
+        return be->iface->scatter_add(be->context, rows, src, idx, n, nrows, D, w->work, NULL);
     }
     for (int64_t j = 0; j < n; j++)
         if (idx[j] < 0 || idx[j] >= nrows)
@@ -57,12 +59,19 @@ grm_status head_rows_gather(const grm_host_api *host, const grm_loss_io *io, flo
     return st;
 }
 
-grm_status head_rows_scatter(const grm_host_api *host, const grm_loss_io *io,
+grm_status head_rows_scatter(const grm_host_api *host, head_rows_work *w, const grm_loss_io *io,
                              const float *d_pos, const float *d_neg, int64_t D)
 {
-    grm_status st = scatter(host, io->d_item_rows, d_pos, io->pos_slots, io->rows, io->nitems,
-                            D);
+    grm_status st = scatter(host, w, io->d_item_rows, d_pos, io->pos_slots, io->rows,
+                            io->nitems, D);
     if (st == GRM_OK)
-        st = scatter(host, io->d_item_rows, d_neg, io->neg_slots, io->nneg, io->nitems, D);
+        st = scatter(host, w, io->d_item_rows, d_neg, io->neg_slots, io->nneg, io->nitems, D);
     return st;
+}
+
+void head_rows_work_fini(head_rows_work *w)
+{
+    if (w->be && w->work) w->be->iface->work_destroy(w->be->context, w->work);
+    w->be = NULL;
+    w->work = NULL;
 }

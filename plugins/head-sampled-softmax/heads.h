@@ -170,9 +170,15 @@ grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
  * into pos [rows, D] and neg [nneg, D] through the host's backend (plain loops without one),
  * and, after the loss, d_pos and d_neg scaled by io->grad_scale and added into
  * io->d_item_rows. head_rows_* return GRM_EINVAL (message set) for a slot out of range. */
+typedef struct head_rows_work {
+    const grm_backend *be;      /* the backend the scratch belongs to, or NULL */
+    void *work;                 /* its work handle for scatter-add */
+} head_rows_work;
 grm_status head_rows_gather(const grm_host_api *host, const grm_loss_io *io, float *pos,
                             float *neg, int64_t D);
-grm_status head_rows_scatter(const grm_host_api *host, const grm_loss_io *io,
+grm_status head_rows_scatter(const grm_host_api *host, head_rows_work *w, const grm_loss_io *io,
                              const float *d_pos, const float *d_neg, int64_t D);
+/* Release the scratch (before the backend goes; head destroy). */
+void head_rows_work_fini(head_rows_work *w);
 
 #endif /* HEADS_H */

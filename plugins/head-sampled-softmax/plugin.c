@@ -5,6 +5,7 @@
  * gathers the targets' and negatives' rows from the batch's unique item rows and sums their
  * gradients back (head_rows.c); the numerics are heads.c, heads_ref.c and heads_cpu.c. */
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <grm/grm.h>
@@ -46,17 +47,35 @@ static const grm_param_decl ssm_params_decl[] = {
     GRM_PARAM_DECL_END
 };
 
+/* The instance: the loss's state and the scratch of the row gradients' scatter-add. */
+typedef struct ssm_inst {
+    ssm_head *h;
+    head_rows_work rows;
+} ssm_inst;
+
 static grm_status ssm_op_create(const void *config, int64_t in_dim, uint64_t seed, void **inst)
 {
     if (config == NULL || inst == NULL)
         return ssm_host->errorf(GRM_EINVAL, "head-sampled-softmax: create: config and inst "
                                 "must not be NULL");
-    return ssm_create(ssm_host, config, in_dim, seed, (ssm_head **)inst);
+    ssm_inst *s = calloc(1, sizeof *s);
+    if (!s) return ssm_host->errorf(GRM_ENOMEM, "head-sampled-softmax: out of memory");
+    grm_status st = ssm_create(ssm_host, config, in_dim, seed, &s->h);
+    if (st != GRM_OK) {
+        free(s);
+        return st;
+    }
+    *inst = s;
+    return GRM_OK;
 }
 
 static void ssm_op_destroy(void *inst)
 {
-    ssm_destroy(inst);
+    ssm_inst *s = inst;
+    if (!s) return;
+    head_rows_work_fini(&s->rows);
+    ssm_destroy(s->h);
+    free(s);
 }
 
 static int32_t ssm_op_task(void *inst)
@@ -74,8 +93,10 @@ static void scale(float *v, int64_t n, float s)
 
 /* The rows the host gathered (pos, neg: tests, and hosts before 1.5), or the item rows
  * gathered here into step scratch and their gradients summed back after the loss. */
-static grm_status ssm_op_loss(void *inst, grm_loss_io *io)
+static grm_status ssm_op_loss(void *vinst, grm_loss_io *io)
 {
+    ssm_inst *si = vinst;
+    ssm_head *inst = si->h;
     const int has_rows = io != NULL
         && io->struct_size >= offsetof(grm_loss_io, grad_scale) + sizeof io->grad_scale
         && io->item_rows != NULL;
@@ -121,13 +142,13 @@ static grm_status ssm_op_loss(void *inst, grm_loss_io *io)
     scale(io->d_pred, B * D, io->grad_scale);
     scale(dpos, B * D, io->grad_scale);
     scale(dneg, R * D, io->grad_scale);
-    return head_rows_scatter(ssm_host, io, dpos, dneg, D);
+    return head_rows_scatter(ssm_host, &si->rows, io, dpos, dneg, D);
 }
 
 static grm_status ssm_op_negatives(void *inst, int64_t *ids, int64_t *n, int64_t max,
                                    const grm_catalog *catalog, uint64_t seed)
 {
-    return ssm_negatives(inst, ids, n, max, catalog, seed);
+    return ssm_negatives(((ssm_inst *)inst)->h, ids, n, max, catalog, seed);
 }
 
 static const grm_head_ops ssm_ops = {

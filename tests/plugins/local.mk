@@ -57,3 +57,11 @@ tests_test_config_SOURCES = tests/test-config.c
 tests_test_config_LDADD = $(GRM_TEST_LIBS)
 tests_test_metrics_SOURCES = tests/test-metrics.c
 tests_test_metrics_LDADD = $(GRM_TEST_LIBS)
+
+# A retrieval head of ABI 1.4 (a dense block with the loss ops) over head-sampled-softmax's
+# numerics: the host's compatibility path (tests/test-train-heads.sh).
+check_LTLIBRARIES += tests/plugins/dense-legacy-ssm.la
+tests_plugins_dense_legacy_ssm_la_SOURCES = tests/plugins/legacy-ssm.c $(HEADS_SOURCES)
+tests_plugins_dense_legacy_ssm_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS) $(HEADS_CPPFLAGS)
+tests_plugins_dense_legacy_ssm_la_LDFLAGS = $(FIXTURE_LDFLAGS)
+tests_plugins_dense_legacy_ssm_la_LIBADD = $(BLAS_LIBS) -lm
