@@ -115,11 +115,6 @@ void grm__router_destroy(grm__router *r)
     free(r);
 }
 
-static size_t elem_size(int32_t type)
-{
-    return type == GRM_COL_STR ? 1 : type == GRM_COL_F32 || type == GRM_COL_LIST_F32 ? 4 : 8;
-}
-
 /* The rows of c with dest == d, in chunk order, into p (n of them). */
 static grm_status gather(const grm_chunk *c, const int32_t *dest, int32_t d, int64_t n,
                          part *p)
@@ -130,7 +125,7 @@ static grm_status gather(const grm_chunk *c, const int32_t *dest, int32_t d, int
     for (int32_t i = 0; i < c->ncols; i++) {
         const grm_column *s = &c->cols[i];
         grm_column *o = &p->cols[i];
-        const size_t es = elem_size(s->type);
+        const size_t es = grm_coltype_size(s->type);
         o->name = s->name;
         o->type = s->type;
         o->rows = n;

@@ -8,6 +8,8 @@
 #include <grm/comm.h>
 #include <grm/plugin.h>
 
+#include "comm_args.h"
+
 static const grm_host_api *cs_host;
 
 /* The instance carries nothing; it exists so create/destroy behave like other comms. */
@@ -15,23 +17,12 @@ typedef struct cs_inst {
     int32_t rank;              /* always 0 */
 } cs_inst;
 
-/* Check inst, dtype, count and buffer; *elem gets the element size. */
+/* Check inst, dtype, count and buffer (comm-mpi's comm_args.c, shared by every comm so
+ * they fail alike); *elem gets the element size. */
 static grm_status cs_check(const char *op, void *inst, int32_t dtype, int64_t count,
                            const void *buf, size_t *elem)
 {
-    if (inst == NULL) return cs_host->errorf(GRM_EINVAL, "comm-single: %s: inst is NULL", op);
-    *elem = grm_dtype_size(dtype);
-    if (*elem == 0)
-        return cs_host->errorf(GRM_EINVAL, "comm-single: %s: unknown dtype %d; expected a "
-                               "grm_dtype (f32 1, f16 2, bf16 3, i32 4, i64 5, u8 6)", op,
-                               (int)dtype);
-    if (count < 0)
-        return cs_host->errorf(GRM_EINVAL, "comm-single: %s: count %lld is negative", op,
-                               (long long)count);
-    if (count > 0 && buf == NULL)
-        return cs_host->errorf(GRM_EINVAL, "comm-single: %s: %lld elements at a NULL buffer",
-                               op, (long long)count);
-    return GRM_OK;
+    return comm_check_buf(cs_host, "comm-single", op, inst, dtype, count, buf, elem);
 }
 
 static grm_status cs_create(const void *config, void **inst)

@@ -53,12 +53,6 @@ static int text_is_list(int32_t type)
     return type == GRM_COL_LIST_I64 || type == GRM_COL_LIST_F32;
 }
 
-/* Bytes per value of a numeric column or list. */
-static size_t text_elem_size(int32_t type)
-{
-    return type == GRM_COL_I64 || type == GRM_COL_LIST_I64 ? sizeof(int64_t) : sizeof(float);
-}
-
 grm_status text_spec_parse(text_reader *r)
 {
     const grm_host_api *const host = r->host;
@@ -361,7 +355,7 @@ static grm_status text_row_add(text_reader *r, size_t nfields, int64_t row, char
         case GRM_COL_I64:
         case GRM_COL_F32:
             st = text_grow(host, &b->values, &b->values_cap,
-                           (size_t)(row + 1) * text_elem_size(c->type));
+                           (size_t)(row + 1) * grm_coltype_size(c->type));
             if (st != GRM_OK) return st;
             if (text_parse_scalar(c->type, f, b->values, row, c->name, why) != 0) {
                 return GRM_EFORMAT;
@@ -387,7 +381,7 @@ static grm_status text_row_add(text_reader *r, size_t nfields, int64_t row, char
             b->offsets = offs;
             const int64_t at = b->offsets[row];
             st = text_grow(host, &b->values, &b->values_cap,
-                           ((size_t)at + len) * text_elem_size(c->type));
+                           ((size_t)at + len) * grm_coltype_size(c->type));
             if (st != GRM_OK) return st;
             for (size_t k = 0; k < len; k++) {
                 if (text_parse_scalar(c->type, &r->fv[(size_t)i + k], b->values,

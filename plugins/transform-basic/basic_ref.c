@@ -164,11 +164,6 @@ void basic_len_rows(const basic_lenop *l, const void *in, const int64_t *inoffs,
 
 /* ---- sequence building ---- */
 
-static size_t basic_elem_size(int32_t type)
-{
-    return type == GRM_COL_I64 ? sizeof(int64_t) : sizeof(float);
-}
-
 /* Append rows values of `src` to the buffer *p of *cap bytes that holds `have` values. */
 static grm_status basic_append(const grm_host_api *host, void **p, size_t *cap, int64_t have,
                                const void *src, int64_t rows, size_t elem)
@@ -201,7 +196,7 @@ grm_status basic_seq_append(basic_inst *t, int64_t rows)
     for (int32_t j = 0; j < t->nseq; j++) {
         basic_seqcol *const s = &t->seqcols[j];
         st = basic_append(host, &s->events, &s->events_cap, n, t->row[s->src].values, rows,
-                          basic_elem_size(s->type));
+                          grm_coltype_size(s->type));
         if (st != GRM_OK) return st;
     }
     t->nevents = n + rows;
@@ -312,7 +307,7 @@ grm_status basic_seq_build(basic_inst *t, int64_t *nkeys_out)
     for (int32_t j = 0; j < t->nseq; j++) {
         basic_seqcol *const s = &t->seqcols[j];
         s->offsets = host->alloc(basic_cpu, (size_t)(nkeys + 1) * sizeof(int64_t), 0);
-        s->values = host->alloc(basic_cpu, (size_t)total * basic_elem_size(s->type), 0);
+        s->values = host->alloc(basic_cpu, (size_t)total * grm_coltype_size(s->type), 0);
         if (s->offsets == NULL || s->values == NULL) goto nomem;
         s->offsets[0] = 0;
     }
@@ -355,7 +350,7 @@ grm_status basic_seq_build(basic_inst *t, int64_t *nkeys_out)
         basic_seqcol *const s = &t->seqcols[j];
         if (!s->has_len) continue;
         basic_lenop *const l = &s->len;
-        const size_t elem = basic_elem_size(s->type);
+        const size_t elem = grm_coltype_size(s->type);
         void *p = l->offsets;
         st = basic_grow(host, &p, &l->offsets_cap, (size_t)(nkeys + 1) * sizeof(int64_t));
         l->offsets = p;
@@ -530,7 +525,7 @@ grm_status basic_hist_build(basic_inst *t)
 
     for (int32_t k = 0; k < t->nhist; k++) {
         basic_histcol *const h = &t->histcols[k];
-        const size_t elem = basic_elem_size(h->type);
+        const size_t elem = grm_coltype_size(h->type);
         const size_t bytes = (size_t)offs[n] * elem;
         h->values = host->alloc(basic_cpu, bytes > 0 ? bytes : 1, 0);
         if (h->values == NULL) goto nomem;

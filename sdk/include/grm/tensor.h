@@ -84,6 +84,21 @@ typedef enum grm_coltype {
     GRM_COL_LIST_F32 = 5   /* jagged: values float[offsets[rows]], offsets[rows+1] */
 } grm_coltype;
 
+/* Bytes per value of a column type: I64 and LIST_I64 8, F32 and LIST_F32 4, STR 1 (a byte
+ * of its text); 0 when type is no grm_coltype. Header-only, like grm_dtype_size. Since
+ * 1.5. */
+static inline size_t grm_coltype_size(int32_t type)
+{
+    switch (type) {
+    case GRM_COL_I64: return 8;
+    case GRM_COL_F32: return 4;
+    case GRM_COL_STR: return 1;
+    case GRM_COL_LIST_I64: return 8;
+    case GRM_COL_LIST_F32: return 4;
+    default: return 0;
+    }
+}
+
 /* One column of a chunk. Strings are not NUL-terminated; use the offsets. */
 typedef struct grm_column {
     const char *name;      /* borrowed from the chunk's producer */
