@@ -170,6 +170,9 @@ grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
  * into pos [rows, D] and neg [nneg, D] through the host's backend (plain loops without one),
  * and, after the loss, d_pos and d_neg scaled by io->grad_scale and added into
  * io->d_item_rows. head_rows_* return GRM_EINVAL (message set) for a slot out of range. */
+/* head-sampled-softmax's declared INI keys (heads.c), ending with a NULL name. */
+extern const grm_param_decl ssm_params_decl[];
+
 typedef struct head_rows_work {
     const grm_backend *be;      /* the backend the scratch belongs to, or NULL */
     void *work;                 /* its work handle for scatter-add */

@@ -13,38 +13,6 @@
 
 static const grm_host_api *lg_host;   /* the only mutable global */
 
-static const grm_param_decl lg_params_decl[] = {
-    GRM_PARAM_DECL_INT(ssm_config, negatives, "128", GRM_PARAM_RANGE(0, 1 << 20),
-                       "sampled negatives per step, shared by the batch"),
-    GRM_PARAM_DECL_ENUM(ssm_config, sampler, "uniform", "uniform|popularity",
-                        "draw items uniformly or with probability proportional to count^alpha"),
-    GRM_PARAM_DECL_DOUBLE(ssm_config, alpha, "1.0", GRM_PARAM_RANGE(0, 2),
-                          "popularity exponent of the popularity sampler"),
-    GRM_PARAM_DECL_DOUBLE(ssm_config, temperature, "1.0", GRM_PARAM_RANGE(1e-6, 1e6),
-                          "logits are divided by the temperature"),
-    GRM_PARAM_DECL_BOOL(ssm_config, in_batch, "true", "other rows' positives are negatives too"),
-    GRM_PARAM_DECL_BOOL(ssm_config, logq, "false",
-                        "subtract log Q (expected count) from sampled-negative logits"),
-    GRM_PARAM_DECL_ENUM(ssm_config, impl, "blas", "blas|ref",
-                        "loss implementation: OpenBLAS GEMMs or plain loops"),
-    GRM_PARAM_DECL_BOOL(ssm_config, l2norm, "false",
-                        "L2-normalize query and item rows (cosine logits; use a small "
-                        "temperature such as 0.05)"),
-    GRM_PARAM_DECL_INT(ssm_config, share_k, "0", GRM_PARAM_RANGE(0, 1 << 16),
-                       "0: negatives shared by the batch; k >= 1: each row owns nneg/rows "
-                       "negatives, shared in shuffled groups of k (TurboGR eq. 2)"),
-    GRM_PARAM_DECL_BOOL(ssm_config, neg_fp16, "false",
-                        "store negatives in FP16 and read them back as fp32 (TurboGR §4.3.2)"),
-    GRM_PARAM_DECL_ENUM(ssm_config, loss, "softmax", "softmax|bce",
-                        "softmax: cross-entropy of the positive against the negatives; bce: -log "
-                        "sigmoid(s+) - sum log sigmoid(-s-) per row (SASRec, Kang & McAuley 2018 "
-                        "§III-E); bce needs in_batch = false, logq = false, share_k 0 or 1"),
-    GRM_PARAM_DECL_INT(ssm_config, row_negatives, "0", GRM_PARAM_RANGE(0, 1 << 20),
-                       "with share_k >= 1: 0: each row owns nneg/rows negatives (must divide); "
-                       "r >= 1: each row owns r, nneg >= rows r, the rest unused (set "
-                       "negatives = batch_size x max_seq_len x r for token rows)"),
-    GRM_PARAM_DECL_END
-};
 
 static grm_status lg_create(const void *config, int64_t in_dim, uint64_t seed, void **inst)
 {
@@ -142,7 +110,7 @@ static const grm_plugin_info lg_info = {
     .version = "1.0.0",
     .description = "test fixture: a retrieval head of ABI 1.4 (a dense block with a loss)",
     .ops = &lg_ops,
-    .params = lg_params_decl,
+    .params = ssm_params_decl,
     .config_size = sizeof(ssm_config),
 };
 
