@@ -1,9 +1,11 @@
 #!/bin/sh
 # tests/test-train-device.sh - one trainer on every backend: the same small pipelines (a
 # pooled-history retrieval model, and a sequence model with its jagged tokens) trained on
-# [pipeline] device = ref (core/backend_ref.c, the plain loops) and device = cpu (the threaded
-# paths) follow the same loss curve and reach the same metrics; a device no compute plugin
-# runs on, and a device that is not one, are refused by `grmhost check` with file:line. TAP.
+# [pipeline] device = ref (core/backend_ref.c's plain loops for the sparse ops and the
+# scoring GEMM, and every plugin's `impl = auto` picking its reference loops: the store,
+# dense-mlp, dense-sasrec, the head) and device = cpu (the threaded and BLAS paths) follow
+# the same loss curve and reach the same metrics; a device no compute plugin runs on, and a
+# device that is not one, are refused by `grmhost check` with file:line. TAP.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
@@ -50,9 +52,9 @@ for model in pooled tokens; do
             >/dev/null 2>"$tmp/$model-$dev.err"
         ok $? "$model model trains on device = $dev"
     done
-    # The sparse ops of both backends sum in the same order (bitwise on the CPU), and the
-    # dense blocks run their own paths, so the curves agree to float rounding: 1e-5 relative
-    # per logged step.
+    # The sparse ops of both backends sum in the same order (bitwise on the CPU); the dense
+    # blocks and the head sum in another order on each (loops in double or float against
+    # BLAS), so the curves agree to float rounding: 1e-5 relative per logged step.
     same_curve "$tmp/$model-ref.jsonl" "$tmp/$model-cpu.jsonl" 1e-5
     ok $? "$model model: device = ref and device = cpu give the same loss at every step"
     # evaluation scores the catalog with each backend's GEMM (ref accumulates in double)

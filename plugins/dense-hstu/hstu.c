@@ -193,9 +193,9 @@ static grm_status check_config(const grm_host_api *host, const hstu_config *cfg,
     if (cfg->attn_norm != HSTU_NORM_MAX_LEN && cfg->attn_norm != HSTU_NORM_LENGTH)
         return host->errorf(GRM_EINVAL, "dense-hstu: attn_norm: unknown index %d; use "
                             "max_len or length", (int)cfg->attn_norm);
-    if (cfg->impl != HSTU_IMPL_CPU && cfg->impl != HSTU_IMPL_REF)
-        return host->errorf(GRM_EINVAL, "dense-hstu: impl: unknown index %d; use cpu or ref",
-                            (int)cfg->impl);
+    if (cfg->impl != HSTU_IMPL_CPU && cfg->impl != HSTU_IMPL_REF && cfg->impl != HSTU_IMPL_AUTO)
+        return host->errorf(GRM_EINVAL, "dense-hstu: impl: unknown index %d; use cpu, ref or "
+                            "auto", (int)cfg->impl);
     if (in_dim < 1 || in_dim > HSTU_DIM_MAX)
         return host->errorf(GRM_EINVAL, "dense-hstu: create: in_dim %lld out of range 1..%d",
                             (long long)in_dim, HSTU_DIM_MAX);
@@ -221,7 +221,9 @@ grm_status hstu_create(const grm_host_api *host, const hstu_config *cfg, int64_t
         return host->errorf(GRM_ENOMEM, "dense-hstu: create: out of memory");
     m->host = host;
     m->cfg = *cfg;
-    m->impl = cfg->impl == HSTU_IMPL_REF ? &hstu_impl_ref : &hstu_impl_cpu;
+    if (m->cfg.impl == HSTU_IMPL_AUTO)   /* the run's backend decides (grm/backend.h) */
+        m->cfg.impl = grm_backend_wants_ref(host) ? HSTU_IMPL_REF : HSTU_IMPL_CPU;
+    m->impl = m->cfg.impl == HSTU_IMPL_REF ? &hstu_impl_ref : &hstu_impl_cpu;
     m->D = in_dim;
     m->H = cfg->num_heads;
     m->dqk = cfg->dqk;

@@ -18,7 +18,7 @@
 /* ---- configuration (filled by the host from the param table in plugin.c) ---- */
 
 /* Implementations; the ENUM order of "cpu|ref". */
-enum hstu_impl_kind { HSTU_IMPL_CPU = 0, HSTU_IMPL_REF = 1 };
+enum hstu_impl_kind { HSTU_IMPL_CPU = 0, HSTU_IMPL_REF = 1, HSTU_IMPL_AUTO = 2 };
 
 /* Attention normalisation; the ENUM order of "max_len|length". */
 enum hstu_norm { HSTU_NORM_MAX_LEN = 0, HSTU_NORM_LENGTH = 1 };

@@ -116,7 +116,7 @@ grm_status mlp_create(const grm_host_api *host, const mlp_config *cfg, int64_t i
         return host->errorf(GRM_ENOMEM, "dense-mlp: create: out of memory");
     m->host = host;
     m->cfg = *cfg;
-    m->impl = cfg->impl == MLP_IMPL_REF ? &linear_impl_ref : &linear_impl_cpu;
+    m->impl = mlp_impl_of(host, cfg->impl) == MLP_IMPL_REF ? &linear_impl_ref : &linear_impl_cpu;
     m->in_dim = in_dim;
     m->nlayers = (int32_t)cfg->dims.n;
     m->seed = seed;

@@ -38,7 +38,14 @@ static inline double mlp_unit(uint64_t bits)
 enum mlp_act { MLP_ACT_RELU = 0, MLP_ACT_SILU = 1, MLP_ACT_TANH = 2, MLP_ACT_NONE = 3 };
 
 /* Implementations; the ENUM order of "blas|ref". */
-enum mlp_impl_kind { MLP_IMPL_BLAS = 0, MLP_IMPL_REF = 1 };
+enum mlp_impl_kind { MLP_IMPL_BLAS = 0, MLP_IMPL_REF = 1, MLP_IMPL_AUTO = 2 };
+
+/* The implementation `impl` names on this run: auto follows the host's backend. */
+static inline int32_t mlp_impl_of(const grm_host_api *host, int32_t impl)
+{
+    if (impl != MLP_IMPL_AUTO) return impl;
+    return grm_backend_wants_ref(host) ? MLP_IMPL_REF : MLP_IMPL_BLAS;
+}
 
 typedef struct mlp_config {
     grm_int_list dims;          /* output size of each layer */

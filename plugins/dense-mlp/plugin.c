@@ -48,8 +48,9 @@ static const grm_param_decl mlp_params_decl[] = {
     GRM_PARAM_DECL_DOUBLE(mlp_config, dropout, "0", GRM_PARAM_RANGE(0, 0.99),
                           "inverted dropout rate on hidden activations (training)"),
     GRM_PARAM_DECL_BOOL(mlp_config, l2norm, "false", "L2-normalize each output row"),
-    GRM_PARAM_DECL_ENUM(mlp_config, impl, "blas", "blas|ref",
-                        "linear-layer implementation: OpenBLAS or plain loops"),
+    GRM_PARAM_DECL_ENUM(mlp_config, impl, "auto", "blas|ref|auto",
+                        "linear-layer implementation: OpenBLAS or plain loops"
+                        " (auto: ref on [pipeline] device = ref, else the fast path)"),
     GRM_PARAM_DECL_END
 };
 

@@ -170,7 +170,9 @@ grm_status mmoe_create(const grm_host_api *host, const mmoe_config *cfg, int64_t
         return host->errorf(GRM_ENOMEM, "dense-mmoe: create: out of memory");
     m->host = host;
     m->cfg = *cfg;
-    m->impl = cfg->impl == MMOE_IMPL_REF ? &linear_impl_ref : &linear_impl_cpu;
+    const int ref = cfg->impl == MMOE_IMPL_REF
+                    || (cfg->impl == MMOE_IMPL_AUTO && grm_backend_wants_ref(host));
+    m->impl = ref ? &linear_impl_ref : &linear_impl_cpu;
     m->in_dim = in_dim;
     m->E = (int32_t)cfg->experts;
     m->T = (int32_t)cfg->tasks;

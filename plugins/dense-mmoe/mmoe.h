@@ -18,7 +18,7 @@
 enum mmoe_act { MMOE_ACT_RELU = 0, MMOE_ACT_SILU = 1, MMOE_ACT_NONE = 2 };
 
 /* Implementations; the ENUM order of "blas|ref". */
-enum mmoe_impl_kind { MMOE_IMPL_BLAS = 0, MMOE_IMPL_REF = 1 };
+enum mmoe_impl_kind { MMOE_IMPL_BLAS = 0, MMOE_IMPL_REF = 1, MMOE_IMPL_AUTO = 2 };
 
 /* Largest number of experts and of tasks (gate softmax rows live on the stack). */
 #define MMOE_MAX_EXPERTS 64

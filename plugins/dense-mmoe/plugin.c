@@ -50,8 +50,9 @@ static const grm_param_decl mmoe_params_decl[] = {
                        "0 = all"),
     GRM_PARAM_DECL_ENUM(mmoe_config, activation, "relu", "relu|silu",
                         "after every expert layer and every tower layer but the last"),
-    GRM_PARAM_DECL_ENUM(mmoe_config, impl, "blas", "blas|ref",
-                        "linear-layer implementation: OpenBLAS or plain loops"),
+    GRM_PARAM_DECL_ENUM(mmoe_config, impl, "auto", "blas|ref|auto",
+                        "linear-layer implementation: OpenBLAS or plain loops"
+                        " (auto: ref on [pipeline] device = ref, else the fast path)"),
     GRM_PARAM_DECL_END
 };
 

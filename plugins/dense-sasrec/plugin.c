@@ -69,8 +69,9 @@ static const grm_param_decl sasrec_params_decl[] = {
                         "N(0, init_std^2), the S3-Rec code's)"),
     GRM_PARAM_DECL_DOUBLE(sasrec_config, init_std, "0.02", GRM_PARAM_RANGE(1e-6, 10),
                           "standard deviation of init = normal"),
-    GRM_PARAM_DECL_ENUM(sasrec_config, impl, "blas", "blas|ref",
-                        "implementation: OpenBLAS + thread pool, or plain loops"),
+    GRM_PARAM_DECL_ENUM(sasrec_config, impl, "auto", "blas|ref|auto",
+                        "implementation: OpenBLAS + thread pool, or plain loops"
+                        " (auto: ref on [pipeline] device = ref, else the fast path)"),
     GRM_PARAM_DECL_END
 };
 

@@ -191,7 +191,9 @@ grm_status sasrec_create(const grm_host_api *host, const sasrec_config *cfg, int
         return host->errorf(GRM_ENOMEM, "dense-sasrec: create: out of memory");
     s->host = host;
     s->cfg = *cfg;
-    s->impl = cfg->impl == SASREC_IMPL_REF ? &sasrec_impl_ref : &sasrec_impl_cpu;
+    const int ref = cfg->impl == SASREC_IMPL_REF
+                    || (cfg->impl == SASREC_IMPL_AUTO && grm_backend_wants_ref(host));
+    s->impl = ref ? &sasrec_impl_ref : &sasrec_impl_cpu;
     s->D = in_dim;
     s->H = cfg->num_heads;
     s->dh = in_dim / cfg->num_heads;

@@ -18,7 +18,7 @@
 /* ---- configuration (filled by the host from the param table in plugin.c) ---- */
 
 /* Implementations; the ENUM order of "blas|ref". */
-enum sasrec_impl_kind { SASREC_IMPL_BLAS = 0, SASREC_IMPL_REF = 1 };
+enum sasrec_impl_kind { SASREC_IMPL_BLAS = 0, SASREC_IMPL_REF = 1, SASREC_IMPL_AUTO = 2 };
 
 /* Weight initializers; the ENUM order of "xavier_normal|xavier_uniform|normal". normal:
  * N(0, init_std^2), the BERT initializer the S3-Rec/ICLRec code uses (std 0.02). */

@@ -29,7 +29,8 @@ enum ed_evict_mode {
 /* impl values. */
 enum ed_impl {
     ED_IMPL_CPU = 0,        /* host->parallel_for over ids, F16C conversion when present */
-    ED_IMPL_REF = 1         /* one thread, portable FP16 conversion: the reference */
+    ED_IMPL_REF = 1,        /* one thread, portable FP16 conversion: the reference */
+    ED_IMPL_AUTO = 2        /* ref on [pipeline] device = ref, else cpu (grm/backend.h) */
 };
 
 /* The config struct the declared parameters fill (plugin.c: ed_params). */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <grm/backend.h>
 #include <grm/emb.h>
 #include <grm/plugin.h>
 #include <grm/rng.h>
@@ -87,9 +88,9 @@ static grm_status ed_check_config(const ed_config *c)
     if (c->initial_rows < -1)
         return ed_host->errorf(GRM_EINVAL, "emb-dynamic: initial_rows = %lld; need >= 0, or "
                                "-1 for the table's rows hint", (long long)c->initial_rows);
-    if (c->impl != ED_IMPL_CPU && c->impl != ED_IMPL_REF)
-        return ed_host->errorf(GRM_EINVAL, "emb-dynamic: impl = %d; expected cpu (0) or ref "
-                               "(1)", (int)c->impl);
+    if (c->impl != ED_IMPL_CPU && c->impl != ED_IMPL_REF && c->impl != ED_IMPL_AUTO)
+        return ed_host->errorf(GRM_EINVAL, "emb-dynamic: impl = %d; expected cpu (0), ref "
+                               "(1) or auto (2)", (int)c->impl);
     return GRM_OK;
 }
 
@@ -209,9 +210,11 @@ static grm_status ed_create(const void *config, const grm_emb_table_spec *tables
     if (s == NULL) return ed_host->errorf(GRM_ENOMEM, "emb-dynamic: create: out of memory");
     s->host = ed_host;
     s->cfg = *cfg;
+    if (s->cfg.impl == ED_IMPL_AUTO)   /* the run's backend decides, once */
+        s->cfg.impl = grm_backend_wants_ref(ed_host) ? ED_IMPL_REF : ED_IMPL_CPU;
     if (opt != NULL) s->opt = *opt;
     s->S = S;
-    const int f16c = cfg->impl == ED_IMPL_CPU && ed_have_f16c();
+    const int f16c = s->cfg.impl == ED_IMPL_CPU && ed_have_f16c();
     s->to_f16 = f16c ? ed_to_f16_f16c : ed_to_f16_soft;
     s->from_f16 = f16c ? ed_from_f16_f16c : ed_from_f16_soft;
     s->tables = calloc(ntables > 0 ? (size_t)ntables : 1, sizeof(*s->tables));
@@ -409,8 +412,9 @@ static const grm_param_decl ed_params[] = {
                        "chunks)"),
     GRM_PARAM_DECL_INT(ed_config, probe_lanes, "4", GRM_PARAM_RANGE(1, 32),
                        "thread groups of grouped parallel probing (eq. 5), a power of two"),
-    GRM_PARAM_DECL_ENUM(ed_config, impl, "cpu", "cpu|ref",
-                        "threaded batches with F16C (cpu) or one-thread plain loops (ref)"),
+    GRM_PARAM_DECL_ENUM(ed_config, impl, "auto", "cpu|ref|auto",
+                        "threaded batches with F16C (cpu) or one-thread plain loops (ref)"
+                        " (auto: ref on [pipeline] device = ref, else cpu)"),
     GRM_PARAM_DECL_END
 };
 

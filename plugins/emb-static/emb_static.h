@@ -22,7 +22,8 @@ enum es_range_mode {
 /* impl values (the ENUM parameter's choice index). */
 enum es_impl {
     ES_IMPL_CPU = 0,       /* emb_static_cpu.c: host->parallel_for over ids */
-    ES_IMPL_REF = 1        /* emb_static_ref.c: plain loops, one thread */
+    ES_IMPL_REF = 1,       /* emb_static_ref.c: plain loops, one thread */
+    ES_IMPL_AUTO = 2       /* ref on [pipeline] device = ref, else cpu (grm/backend.h) */
 };
 
 /* update values (the ENUM parameter's choice index). */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <grm/backend.h>
 #include <grm/emb.h>
 #include <grm/plugin.h>
 #include <grm/rng.h>
@@ -162,9 +163,9 @@ static grm_status es_create(const void *config, const grm_emb_table_spec *tables
     if (cfg->on_out_of_range != ES_RANGE_ERROR && cfg->on_out_of_range != ES_RANGE_MODULO)
         return es_host->errorf(GRM_EINVAL, "emb-static: on_out_of_range = %d; expected "
                                "error (0) or modulo (1)", (int)cfg->on_out_of_range);
-    if (cfg->impl != ES_IMPL_CPU && cfg->impl != ES_IMPL_REF)
-        return es_host->errorf(GRM_EINVAL, "emb-static: impl = %d; expected cpu (0) or "
-                               "ref (1)", (int)cfg->impl);
+    if (cfg->impl != ES_IMPL_CPU && cfg->impl != ES_IMPL_REF && cfg->impl != ES_IMPL_AUTO)
+        return es_host->errorf(GRM_EINVAL, "emb-static: impl = %d; expected cpu (0), "
+                               "ref (1) or auto (2)", (int)cfg->impl);
     if (cfg->update != ES_UPDATE_SPARSE && cfg->update != ES_UPDATE_DENSE)
         return es_host->errorf(GRM_EINVAL, "emb-static: update = %d; expected sparse (0) or "
                                "dense (1)", (int)cfg->update);
@@ -186,8 +187,10 @@ static grm_status es_create(const void *config, const grm_emb_table_spec *tables
     s->state_floats = S;
     s->range_mode = cfg->on_out_of_range;
     s->update_mode = cfg->update;
-    s->gather = cfg->impl == ES_IMPL_REF ? es_gather_ref : es_gather_cpu;
-    s->update = cfg->impl == ES_IMPL_REF ? es_update_ref : es_update_cpu;
+    const int ref = cfg->impl == ES_IMPL_REF
+                    || (cfg->impl == ES_IMPL_AUTO && grm_backend_wants_ref(es_host));
+    s->gather = ref ? es_gather_ref : es_gather_cpu;
+    s->update = ref ? es_update_ref : es_update_cpu;
     s->tables = calloc(ntables > 0 ? (size_t)ntables : 1, sizeof(*s->tables));
     if (s->tables == NULL) {
         st = es_host->errorf(GRM_ENOMEM, "emb-static: create: out of memory");
@@ -432,8 +435,9 @@ static grm_status es_stats(void *inst, int32_t table, grm_emb_stats *out)
 static const grm_param_decl es_params[] = {
     GRM_PARAM_DECL_ENUM(es_config, on_out_of_range, "error", "error|modulo",
                         "an id outside [0, rows): fail with an error, or wrap it modulo rows"),
-    GRM_PARAM_DECL_ENUM(es_config, impl, "cpu", "cpu|ref",
-                        "lookup/update code: threaded (cpu) or the plain-loop reference (ref)"),
+    GRM_PARAM_DECL_ENUM(es_config, impl, "auto", "cpu|ref|auto",
+                        "lookup/update code: threaded (cpu) or the plain-loop reference (ref)"
+                        " (auto: ref on [pipeline] device = ref, else cpu)"),
     GRM_PARAM_DECL_ENUM(es_config, update, "sparse", "sparse|dense",
                         "sparse: only the updated ids' rows step (TF-style, per-row step "
                         "counts); dense: every row steps each update, untouched ones with a zero "

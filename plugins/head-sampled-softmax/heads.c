@@ -173,9 +173,10 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
     h->dim = in_dim;
     h->seed = seed;
     h->ndrawn = -1;
-    h->loss = cfg->impl == MLP_IMPL_REF ? ssm_loss_ref : ssm_loss_cpu;
-    h->share = cfg->impl == MLP_IMPL_REF ? ssm_share_loss_ref : ssm_share_loss_cpu;
-    h->bce = cfg->impl == MLP_IMPL_REF ? ssm_bce_ref : ssm_bce_cpu;
+    const int ref = mlp_impl_of(host, cfg->impl) == MLP_IMPL_REF;
+    h->loss = ref ? ssm_loss_ref : ssm_loss_cpu;
+    h->share = ref ? ssm_share_loss_ref : ssm_share_loss_cpu;
+    h->bce = ref ? ssm_bce_ref : ssm_bce_cpu;
     if (cfg->negatives > 0) {
         const size_t n = (size_t)cfg->negatives;
         h->drawn_idx = malloc(n * sizeof *h->drawn_idx);
@@ -471,8 +472,9 @@ const grm_param_decl ssm_params_decl[] = {
     GRM_PARAM_DECL_BOOL(ssm_config, in_batch, "true", "other rows' positives are negatives too"),
     GRM_PARAM_DECL_BOOL(ssm_config, logq, "false",
                         "subtract log Q (expected count) from sampled-negative logits"),
-    GRM_PARAM_DECL_ENUM(ssm_config, impl, "blas", "blas|ref",
-                        "loss implementation: OpenBLAS GEMMs or plain loops"),
+    GRM_PARAM_DECL_ENUM(ssm_config, impl, "auto", "blas|ref|auto",
+                        "loss implementation: OpenBLAS GEMMs or plain loops"
+                        " (auto: ref on [pipeline] device = ref, else the fast path)"),
     GRM_PARAM_DECL_BOOL(ssm_config, l2norm, "false",
                         "L2-normalize query and item rows (cosine logits; use a small "
                         "temperature such as 0.05)"),

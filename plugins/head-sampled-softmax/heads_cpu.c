@@ -1,5 +1,5 @@
-/* plugins/head-sampled-softmax/heads_cpu.c - the fast CPU paths of the sampled-softmax loss, with the
- * same function types as ssm_loss_ref and ssm_share_loss_ref (heads_ref.c).
+/* plugins/head-sampled-softmax/heads_cpu.c - the fast CPU paths of the sampled-softmax loss,
+ * with the same function types as ssm_loss_ref and ssm_share_loss_ref (heads_ref.c).
  *
  * ssm_loss_cpu: the logits as OpenBLAS GEMMs, in two phases on the host thread pool (the
  * host keeps OpenBLAS single-threaded): row chunks compute their logits, softmax, losses

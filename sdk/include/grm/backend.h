@@ -20,8 +20,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grm/host.h>
 #include <grm/status.h>
 #include <grm/tensor.h>
+
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -103,6 +106,17 @@ typedef struct grm_backend {
     void *context;                    /* the backend's state; passed as `ctx` to every op */
     grm_device device;                /* where its memory lives */
 } grm_backend;
+
+/* 1 when the host runs the pipeline on the `ref` backend ([pipeline] device = ref), else 0
+ * (another backend, or no run: a plugin created by a test). A plugin whose `impl` key is
+ * `auto` calls it in create and picks its plain reference loops when it is 1 (STYLE.md §7:
+ * the implementation is chosen per device in create, never per call). Since 1.4. */
+static inline int grm_backend_wants_ref(const grm_host_api *host)
+{
+    const struct grm_backend *be =
+        host && GRM_HAS_OP(grm_host_api, host, backend) ? host->backend() : NULL;
+    return be != NULL && strcmp(be->iface->name(be->context), "ref") == 0;
+}
 
 #ifdef __cplusplus
 }
