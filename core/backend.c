@@ -184,9 +184,12 @@ grm_status grm__backend_open(const char *spec, grm_backend *out)
         out->iface = &grm__backend_cpu_iface;
         return GRM_OK;
     }
-    return grm_errorf(GRM_ENOTSUP, "device '%s': the trainer runs on the CPU backends (cpu, "
-                      "ref) in this build; the CUDA backend's kernels are in kernels/ "
-                      "(TODO(issue-19): the trainer on cuda:N)", spec);
+    /* kernels/backend_cuda.c is the cuda backend (built with nvcc, tested op by op against
+     * ref by tests/test-cuda-backend.c); the trainer opens it once its plugins run on cuda,
+     * and then from a module loaded on demand, so that grmhost does not load cuBLAS for
+     * every command. TODO(issue-19). */
+    return grm_errorf(GRM_ENOTSUP, "device '%s': the trainer does not run on CUDA yet; use "
+                      "device = cpu", spec);
 }
 
 void grm__backend_close(grm_backend *b)

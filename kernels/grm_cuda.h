@@ -253,6 +253,15 @@ grm_status grm_cuda_hstu_attn_bwd(float *dq, float *dk, float *dv, float *drab,
                                   int64_t B, int32_t H, int32_t D, int32_t Dv, int32_t R,
                                   int64_t max_len, float alpha, float n, void *stream);
 
+/* ---- the cuda backend of grm/backend.h (backend_cuda.c) ---- */
+
+struct grm_backend_iface;
+/* The iface (static), and its context for GPU `device` (owned: grm_cuda_backend_close).
+ * GRM_ENOTSUP when the machine has no such device. */
+extern const struct grm_backend_iface grm_cuda_backend_iface;
+grm_status grm_cuda_backend_open(int32_t device, void **ctx);
+void grm_cuda_backend_close(void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -28,7 +28,8 @@ GRM_NVCCFLAGS = -std=c++17 -O3 $(GRM_NVCC_GENCODE) --Werror=all-warnings \
 noinst_LTLIBRARIES += %reldir%/libgrmcuda.la
 %canon_reldir%_libgrmcuda_la_SOURCES = %reldir%/grm_cuda.h %reldir%/cuda_common.cuh \
 	%reldir%/cuda_util.cu %reldir%/embedding_ops.cu %reldir%/segment_unique.cu \
-	%reldir%/row_opt.cu %reldir%/hash_table.cu %reldir%/hstu_attn.cu
+	%reldir%/row_opt.cu %reldir%/hash_table.cu %reldir%/hstu_attn.cu %reldir%/backend_cuda.c
+%canon_reldir%_libgrmcuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS) -I$(top_srcdir)/kernels
 %canon_reldir%_libgrmcuda_la_LIBADD = $(CUDA_LIBS) -lstdc++
 # nvcc writes no dependency files here: rebuild every kernel when a shared header moves.
 $(%canon_reldir%_libgrmcuda_la_OBJECTS): %reldir%/grm_cuda.h %reldir%/cuda_common.cuh
@@ -56,6 +57,11 @@ TESTS += tests/test-cuda-hash
 tests_test_cuda_hash_SOURCES = tests/test-cuda-hash.c tests/cuda-common.h
 tests_test_cuda_hash_CPPFLAGS = $(GRM_CUDA_TEST_CPPFLAGS)
 tests_test_cuda_hash_LDADD = $(GRM_CUDA_TEST_LIBS)
+check_PROGRAMS += tests/test-cuda-backend
+TESTS += tests/test-cuda-backend
+tests_test_cuda_backend_SOURCES = tests/test-cuda-backend.c tests/cuda-common.h
+tests_test_cuda_backend_CPPFLAGS = $(GRM_CUDA_TEST_CPPFLAGS)
+tests_test_cuda_backend_LDADD = $(GRM_CUDA_TEST_LIBS)
 check_PROGRAMS += tests/test-cuda-hstu
 TESTS += tests/test-cuda-hstu
 tests_test_cuda_hstu_SOURCES = tests/test-cuda-hstu.c tests/cuda-common.h
@@ -67,5 +73,5 @@ EXTRA_PROGRAMS += bench/bench-cuda
 GRM_BENCH_BINS += bench/bench-cuda
 bench_bench_cuda_SOURCES = bench/bench-cuda.c
 bench_bench_cuda_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/kernels $(CUDA_CFLAGS)
-bench_bench_cuda_LDADD = %reldir%/libgrmcuda.la $(CUDA_LIBS) -lm
+bench_bench_cuda_LDADD = %reldir%/libgrmcuda.la libgrmcore.la $(CUDA_LIBS) -lm
 endif
