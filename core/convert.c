@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <zstd.h>
@@ -372,6 +373,11 @@ int grm__convert_main(int argc, char **argv)
         return grm__cli_usage_error(usage_convert, "expected an input file and an output file");
     o.in = argv[optind];
     o.out = argv[optind + 1];
+    struct stat si, so;   /* writing the output would destroy the input it reads */
+    if (stat(o.in, &si) == 0 && stat(o.out, &so) == 0 && si.st_dev == so.st_dev
+        && si.st_ino == so.st_ino)
+        return grm__cli_usage_error(usage_convert, "%s: the output is the input file; name "
+                                    "another output, e.g. %s.grmcol", o.out, o.in);
     const grm_status st = convert_run(&o);
     return st == GRM_OK ? 0 : grm__cli_fail(st);
 }

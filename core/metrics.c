@@ -132,6 +132,8 @@ typedef struct metric_last {
 
 struct grm__metrics {
     FILE *f;                 /* JSON lines, or NULL */
+    char *path;              /* its name */
+    int err;                 /* errno of the first failed write (0: none) */
     metric_last *last;
     int n, cap;
 };
@@ -143,10 +145,13 @@ grm_status grm__metrics_open(const char *path, grm__metrics **out)
     if (!m) return grm_errorf(GRM_ENOMEM, "out of memory");
     if (path && path[0]) {
         m->f = fopen(path, "a");
-        if (!m->f) {
+        m->path = strdup(path);
+        if (!m->f || !m->path) {
+            const int e = errno;
+            if (m->f) fclose(m->f);
+            free(m->path);
             free(m);
-            return grm_errorf(GRM_EIO, "%s: cannot open metrics file: %s", path,
-                              strerror(errno));
+            return grm_errorf(GRM_EIO, "%s: cannot open metrics file: %s", path, strerror(e));
         }
     }
     *out = m;
@@ -157,6 +162,7 @@ void grm__metrics_close(grm__metrics *m)
 {
     if (!m) return;
     if (m->f) fclose(m->f);
+    free(m->path);
     free(m->last);
     free(m);
 }
@@ -171,7 +177,7 @@ void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const c
         else
             fprintf(m->f, "{\"step\":%lld,\"split\":\"%s\",\"name\":\"%s\",\"value\":null}\n",
                     (long long)step, split, name);
-        fflush(m->f);
+        if ((fflush(m->f) != 0 || ferror(m->f)) && !m->err) m->err = errno ? errno : EIO;
     }
     for (int i = 0; i < m->n; i++)
         if (strcmp(m->last[i].split, split) == 0 && strcmp(m->last[i].name, name) == 0) {
@@ -199,4 +205,11 @@ void grm__metrics_summary(grm__metrics *m, FILE *f)
     for (int i = 0; i < m->n; i++)
         fprintf(f, "%-10s %-16s %10lld %12.6f\n", m->last[i].split, m->last[i].name,
                 (long long)m->last[i].step, m->last[i].value);
+}
+
+grm_status grm__metrics_check(const grm__metrics *m)
+{
+    if (!m || !m->err) return GRM_OK;
+    return grm_errorf(GRM_EIO, "%s: writing metrics: %s; free space or name another "
+                      "--metrics-out", m->path, strerror(m->err));
 }

@@ -535,6 +535,12 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
                         (long long)tc->accumulate);
         goto fail;
     }
+    if (!ranking && tc->topk.n == 0) {
+        const grm__kv *kv = train_kv(p, "topk");
+        st = grm_errorf(GRM_EINVAL, "%s:%d: [train] topk is empty; list the K of HR@K and "
+                        "NDCG@K, e.g. topk = 5,10,20", path, kv ? kv->line : 0);
+        goto fail;
+    }
     if (!ranking) {
         int64_t i = 0;
         while (i < tc->topk.n && tc->topk.v[i] != tc->select_k) i++;

@@ -220,6 +220,9 @@ void grm__rank_acc_merge(grm__rank_acc *into, const grm__rank_acc *from);
 typedef struct grm__metrics grm__metrics;
 grm_status grm__metrics_open(const char *path, grm__metrics **out);
 void grm__metrics_close(grm__metrics *m);
+/* GRM_EIO naming the file and the error when a metrics write has failed (a full disk,
+ * /dev/full): the run stops at its next logged step rather than lose records silently. */
+grm_status grm__metrics_check(const grm__metrics *m);
 void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const char *name,
                        double value);
 /* Print every value emitted last for each (split, name) as a table. */

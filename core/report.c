@@ -256,6 +256,7 @@ grm_status grm__report_step(grm__trainer *t, int64_t samples, double loss, doubl
                           t->rep.read_most[1]);
         t->rep.read_logged = 1;
     }
+    if ((st = grm__metrics_check(t->rep.metrics)) != GRM_OK) return st;
     if ((st = report_balance(t, samples)) != GRM_OK) return st;
     if ((st = grm__dense_check_replicas(t)) != GRM_OK) return st;
     report_tables(t);

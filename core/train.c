@@ -457,6 +457,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     }
     if ((st = grm__run_eval(&t, 0, 1, NULL)) != GRM_OK) goto out;
     if ((st = grm__run_eval(&t, 1, 1, NULL)) != GRM_OK) goto out;
+    if ((st = grm__metrics_check(t.rep.metrics)) != GRM_OK) goto out;
     if (t.rank == 0) grm__report_summary(&t, stdout);
 out:
     if (t.loop_ok) {
@@ -483,6 +484,7 @@ grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
         grm__log(GRM_LOG_INFO, "grmhost", "evaluating %s (step %lld)", path, (long long)t.step);
     if ((st = grm__run_eval(&t, 0, 1, NULL)) != GRM_OK) goto out;
     if ((st = grm__run_eval(&t, 1, 1, NULL)) != GRM_OK) goto out;
+    if ((st = grm__metrics_check(t.rep.metrics)) != GRM_OK) goto out;
     if (t.rank == 0) grm__report_summary(&t, stdout);
 out:
     grm__prefetch_stop(&t);   /* the data thread reads t.ds until it stops */
