@@ -54,8 +54,12 @@ static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
         int64_t ti = catalog_index(ds, target);
         float ts = sc[ti];
         int64_t rank = 0;
-        for (int64_t j = 0; j < C; j++)
-            rank += sc[j] > ts || (sc[j] == ts && j < ti);
+        /* a non-finite score (a diverged model) ranks last, C: a miss at every K, never a
+         * hit because no comparison with NaN holds; NaN candidates likewise never outrank */
+        if (!isfinite(ts)) rank = C;
+        else
+            for (int64_t j = 0; j < C; j++)
+                rank += sc[j] > ts || (sc[j] == ts && j < ti);
         c->ranks[k] = rank;
     }
     return GRM_OK;
@@ -136,6 +140,7 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
         return st;
     }
     int64_t u0 = 0, seen = 0;   /* the next user, and evaluated users before it */
+    int64_t nonfinite = 0;      /* users whose target scored NaN or inf */
     for (int64_t ib = 0; ib < nb; ib++) {
         int64_t b = 0;
         for (; u0 < ds->nusers && b < EB && seen < hi; u0++) {
@@ -168,7 +173,10 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
         if (st != GRM_OK) break;
         rank_ctx rc = { .t = t, .b = b, .split = split, .ranks = ranks };
         if ((st = grm__parallel_for(b, 8, rank_range, &rc)) != GRM_OK) break;
-        for (int64_t k = 0; k < b; k++) grm__rank_acc_add(acc, ranks[k]);
+        for (int64_t k = 0; k < b; k++) {
+            grm__rank_acc_add(acc, ranks[k]);
+            nonfinite += ranks[k] >= C;
+        }
         if (pop) {
             rc.popularity = 1;
             if ((st = grm__parallel_for(b, 8, rank_range, &rc)) != GRM_OK) break;
@@ -177,6 +185,11 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
         grm__scratch_reset();
     }
     grm__free(CPU, ranks);
+    if (nonfinite)
+        grm__log(GRM_LOG_WARN, "grmhost", "step %lld: %lld of the evaluated users' targets "
+                 "scored NaN or inf and were ranked last; the model has diverged (lower the "
+                 "learning rates, or check the checkpoint)", (long long)t->step,
+                 (long long)nonfinite);
     if (st == GRM_OK) st = merge_accs(t, acc);
     if (st == GRM_OK && pop) st = merge_accs(t, pop);
     return st;

@@ -3,14 +3,15 @@
 # data (issue 25's red-team findings 8, 10 and 12): an empty topk is refused by `check`
 # with file:line (it printed hr@0 and early-stopped on garbage); a metrics file that cannot
 # be written (/dev/full) fails the run naming the file (it exited 0 with the JSONL cut);
-# `convert X X` is refused and leaves X as it was (it overwrote its input). TAP output.
+# `convert X X` is refused and leaves X as it was (it overwrote its input); NaN scores rank
+# their targets last, with a warning (finding 9: they reported HR@10 = 1.0). TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-errors-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..6"
+echo "1..8"
 
 "$g" generate --users 120 --items 80 --clusters 4 --seed 2 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1: extra [train] lines
@@ -49,3 +50,16 @@ grep -q "the output is the input file" "$tmp/conv.err"
 ok $(( rc == 2 ? $? : 1 )) "convert X X is refused (exit $rc: $(tail -1 "$tmp/conv.err"))"
 cmp -s "$tmp/ev.tsv" "$tmp/in.tsv"
 ok $? "and X is left as it was"
+
+# a model whose queries are NaN in evaluation: every target ranked last, never first
+mkdir -p "$tmp/nan"
+cp "$GRM_TOP_BUILDDIR/tests/plugins/.libs/dense-nan-eval.so" "$tmp/nan/" || exit 1
+ini "" | sed "s|^name = errors|name = errors\nplugin_dirs = $tmp/nan|" |
+    sed 's/^dims = 32,16$/dims = 32,16\n[dense.1]\nplugin = dense-nan-eval/' >"$tmp/nan.ini"
+"$g" train "$tmp/nan.ini" --fresh -q --metrics-out "$tmp/nan.jsonl" >/dev/null 2>"$tmp/nan.err"
+hr=$(metric "$tmp/nan.jsonl" test hr@10)
+echo "# test hr@10 with NaN scores: ${hr:-?}"
+test "$hr" = 0
+ok $? "NaN scores rank every target last: test hr@10 = 0 (got ${hr:-nothing}), not 1"
+grep -q "scored NaN or inf and were ranked last; the model has diverged" "$tmp/nan.err"
+ok $? "and evaluation warns that the model has diverged"

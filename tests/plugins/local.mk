@@ -65,3 +65,10 @@ tests_plugins_dense_legacy_ssm_la_SOURCES = tests/plugins/legacy-ssm.c $(HEADS_S
 tests_plugins_dense_legacy_ssm_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS) $(HEADS_CPPFLAGS)
 tests_plugins_dense_legacy_ssm_la_LDFLAGS = $(FIXTURE_LDFLAGS)
 tests_plugins_dense_legacy_ssm_la_LIBADD = $(BLAS_LIBS) -lm
+
+# A dense block that writes NaN in evaluation (tests/test-train-errors.sh).
+check_LTLIBRARIES += tests/plugins/dense-nan-eval.la
+tests_plugins_dense_nan_eval_la_SOURCES = tests/plugins/nan-eval.c
+tests_plugins_dense_nan_eval_la_CPPFLAGS = $(AM_CPPFLAGS)
+tests_plugins_dense_nan_eval_la_LDFLAGS = $(FIXTURE_LDFLAGS)
+tests_plugins_dense_nan_eval_la_LIBADD = -lm
