@@ -119,9 +119,8 @@ void grm__stream_free(grm__trainer *t)
     grm__stream_src *sc = &t->src;
     for (int64_t k = 0; k < sc->n; k++) piece_release(sc->buf[k].pc);
     free(sc->buf);
+    grm__stream_close(sc->stream);   /* before the memset: the stream lives in src */
     memset(sc, 0, sizeof *sc);
-    grm__stream_close(t->src.stream);
-    t->src.stream = NULL;
 }
 
 /* t->ds afresh from the stream: the held-out rows of pass 0 read so far on this rank, the
