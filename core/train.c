@@ -86,8 +86,10 @@ static grm_status setup(grm__trainer *t)
 static void teardown(grm__trainer *t)
 {
     grm__pipeline *p = t->p;
-    grm__prefetch_stop(t);
+    grm__prefetch_stop(t);   /* the data thread reads t->ds and the stream until it stops */
     grm__stream_free(t);
+    grm__dataset_destroy(t->ds);
+    t->ds = NULL;
     grm__sparse_teardown(t);
     grm__dense_teardown(t);
     const grm_opt_ops *sops = p->opt_sparse.plugin->info->ops;
@@ -466,8 +468,6 @@ out:
         uv_run(&t.loop, UV_RUN_DEFAULT);
         uv_loop_close(&t.loop);
     }
-    grm__prefetch_stop(&t);   /* the data thread reads t.ds until it stops */
-    grm__dataset_destroy(t.ds);
     teardown(&t);
     return st;
 }
@@ -487,8 +487,6 @@ grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
     if ((st = grm__metrics_check(t.rep.metrics)) != GRM_OK) goto out;
     if (t.rank == 0) grm__report_summary(&t, stdout);
 out:
-    grm__prefetch_stop(&t);   /* the data thread reads t.ds until it stops */
-    grm__dataset_destroy(t.ds);
     teardown(&t);
     return st;
 }
