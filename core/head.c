@@ -90,7 +90,7 @@ static grm_status legacy_loss(grm__head *h, grm_loss_io *io, const grm_backend *
 {
     const grm_dense_ops *ops = h->legacy;
     const int64_t rows = io->rows, in_dim = io->dim, D = h->out_dim, R = io->nneg;
-    const float s = io->grad_scale != 0.0f ? io->grad_scale : 1.0f;
+    const float s = grm_loss_io_grad_scale(io);
     if (rows > h->cap || (io->item_rows && R > h->ncap))
         return grm_errorf(GRM_EINTERNAL, "[head]: %lld rows and %lld negatives exceed the "
                           "reserved %lld and %lld", (long long)rows, (long long)R,

@@ -38,10 +38,7 @@ static int32_t bce_op_task(void *inst)
 static grm_status bce_op_loss(void *inst, grm_loss_io *io)
 {
     grm_status st = bce_loss(inst, io);
-    const size_t end = offsetof(grm_loss_io, grad_scale) + sizeof io->grad_scale;
-    if (st == GRM_OK && io->d_pred && io->struct_size >= end && io->grad_scale != 0.0f
-        && io->grad_scale != 1.0f)
-        for (int64_t i = 0; i < io->rows * io->dim; i++) io->d_pred[i] *= io->grad_scale;
+    if (st == GRM_OK) head_scale(io->d_pred, io->rows * io->dim, grm_loss_io_grad_scale(io));
     return st;
 }
 

@@ -75,3 +75,9 @@ void head_rows_work_fini(head_rows_work *w)
     w->be = NULL;
     w->work = NULL;
 }
+
+void head_scale(float *v, int64_t n, float s)
+{
+    if (v == NULL || s == 1.0f) return;
+    for (int64_t i = 0; i < n; i++) v[i] *= s;
+}

@@ -170,6 +170,9 @@ grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
  * into pos [rows, D] and neg [nneg, D] through the host's backend (plain loops without one),
  * and, after the loss, d_pos and d_neg scaled by io->grad_scale and added into
  * io->d_item_rows. head_rows_* return GRM_EINVAL (message set) for a slot out of range. */
+/* v [n] *= s, in place (v NULL or s 1: nothing): a head's gradients times grad_scale. */
+void head_scale(float *v, int64_t n, float s);
+
 /* head-sampled-softmax's declared INI keys (heads.c), ending with a NULL name. */
 extern const grm_param_decl ssm_params_decl[];
 

@@ -52,12 +52,6 @@ static int32_t ssm_op_task(void *inst)
     return GRM_LOSS_RETRIEVAL;
 }
 
-/* v [n] *= s (s 0 or 1: unchanged). */
-static void scale(float *v, int64_t n, float s)
-{
-    if (v == NULL || s == 0.0f || s == 1.0f) return;
-    for (int64_t i = 0; i < n; i++) v[i] *= s;
-}
 
 /* The rows the host gathered (pos, neg: tests, and hosts before 1.5), or the item rows
  * gathered here into step scratch and their gradients summed back after the loss. */
@@ -65,16 +59,13 @@ static grm_status ssm_op_loss(void *vinst, grm_loss_io *io)
 {
     ssm_inst *si = vinst;
     ssm_head *inst = si->h;
-    const int has_rows = io != NULL
-        && io->struct_size >= offsetof(grm_loss_io, grad_scale) + sizeof io->grad_scale
-        && io->item_rows != NULL;
-    if (!has_rows) {
+    if (!GRM_HAS_FIELD(grm_loss_io, io, grad_scale) || io->item_rows == NULL) {
         grm_status st = ssm_loss(inst, io);
-        if (st == GRM_OK && io->struct_size >= offsetof(grm_loss_io, grad_scale)
-                                                   + sizeof io->grad_scale) {
-            scale(io->d_pred, io->rows * io->dim, io->grad_scale);
-            scale(io->d_pos, io->rows * io->dim, io->grad_scale);
-            scale(io->d_neg, io->nneg * io->dim, io->grad_scale);
+        if (st == GRM_OK) {
+            const float s = grm_loss_io_grad_scale(io);
+            head_scale(io->d_pred, io->rows * io->dim, s);
+            head_scale(io->d_pos, io->rows * io->dim, s);
+            head_scale(io->d_neg, io->nneg * io->dim, s);
         }
         return st;
     }
@@ -107,9 +98,10 @@ static grm_status ssm_op_loss(void *vinst, grm_loss_io *io)
     if ((st = ssm_loss(inst, &in)) != GRM_OK) return st;
     io->loss = in.loss;
     if (!train) return GRM_OK;
-    scale(io->d_pred, B * D, io->grad_scale);
-    scale(dpos, B * D, io->grad_scale);
-    scale(dneg, R * D, io->grad_scale);
+    const float s = grm_loss_io_grad_scale(io);
+    head_scale(io->d_pred, B * D, s);
+    head_scale(dpos, B * D, s);
+    head_scale(dneg, R * D, s);
     return head_rows_scatter(ssm_host, &si->rows, io, dpos, dneg, D);
 }
 

@@ -56,8 +56,7 @@ static grm_status hinge_loss(void *inst, grm_loss_io *io)
     if (!io->labels || io->dim != h->tasks)
         return hinge_host->errorf(GRM_EINVAL, "head-hinge: loss needs labels and %lld "
                                   "columns, got %lld", (long long)h->tasks, (long long)io->dim);
-    const size_t v15 = offsetof(grm_loss_io, grad_scale) + sizeof io->grad_scale;
-    const double gs = io->struct_size >= v15 && io->grad_scale != 0.0f ? io->grad_scale : 1.0;
+    const double gs = grm_loss_io_grad_scale(io);
     double wsum = 0, loss = 0;
     for (int64_t b = 0; b < io->rows; b++) wsum += io->weights ? io->weights[b] : 1.0;
     if (io->rows > 0 && !(wsum > 0))

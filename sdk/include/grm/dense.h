@@ -83,6 +83,14 @@ typedef struct grm_loss_io {
     float grad_scale;
 } grm_loss_io;
 
+/* The factor a head multiplies every gradient it writes by: io->grad_scale when the host
+ * sent one (1.5) and it is not 0, else 1. Since 1.5. */
+static inline float grm_loss_io_grad_scale(const grm_loss_io *io)
+{
+    return GRM_HAS_FIELD(grm_loss_io, io, grad_scale) && io->grad_scale != 0.0f
+               ? io->grad_scale : 1.0f;
+}
+
 typedef struct grm_dense_ops {
     uint32_t struct_size;       /* sizeof(grm_dense_ops) */
 

@@ -17,6 +17,12 @@
 extern "C" {
 #endif
 
+/* True when `ptr`, a struct of type `type` that begins with struct_size (grm_batch,
+ * grm_loss_io, ...), is large enough to hold `member`: its producer knew the field. Read a
+ * field appended after 1.0 only behind it. Since 1.5. */
+#define GRM_HAS_FIELD(type, ptr, member)                                                 \
+    ((ptr) != NULL && (ptr)->struct_size >= offsetof(type, member) + sizeof((ptr)->member))
+
 /* Element types. Stored in int32_t fields. */
 typedef enum grm_dtype {
     GRM_DTYPE_F32 = 1,
