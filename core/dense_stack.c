@@ -1,5 +1,5 @@
-/* core/dense_stack.c - the dense blocks ([dense.N] in order) and the head (core/head.c): their creation
- * from the input width, the activations between them, forward and backward over samples or
+/* core/dense_stack.c - the dense blocks ([dense.N] in order) and the head (core/head.c):
+ * their creation from the input width, the activations between them, forward and backward over samples or
  * jagged tokens (a sequence model; the first sequence_blocks of a ranking token list), their
  * named parameters with the dense optimizer's state, and the data-parallel allreduce of the
  * gradients (MTGRBoost §3). */

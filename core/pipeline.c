@@ -278,12 +278,8 @@ static int32_t head_kind(const grm__pipeline *p, int ranking)
     const grm__section *sec = grm__config_section(p->cfg, "head");
     const grm__kv *kv = sec ? grm__section_kv(sec, "plugin") : NULL;
     const char *name = kv ? kv->value : ranking ? "head-bce" : "head-sampled-softmax";
-    for (int32_t i = 0; i < grm__registry_count(p->reg); i++) {
-        const grm__plugin *pl = grm__registry_at(p->reg, i);
-        if (strcmp(pl->info->name, name) == 0 && pl->info->kind == GRM_KIND_DENSE)
-            return GRM_KIND_DENSE;
-    }
-    return GRM_KIND_HEAD;
+    const grm__plugin *pl = grm__registry_find(p->reg, name);   /* a miss: stage_setup says */
+    return pl && pl->info->kind == GRM_KIND_DENSE ? GRM_KIND_DENSE : GRM_KIND_HEAD;
 }
 
 static int cmp_dense(const void *a, const void *b)

@@ -153,7 +153,8 @@ static inline int check_allgather(void *c, int32_t dt, int64_t n, int in_place,
                                    const char *tag)
 {
     char send[16 * 8], recv[(4 * 16 + 1) * 8];
-    const size_t row = (size_t)n * grm_dtype_size(dt), rbytes = (size_t)(R * n + 1) * grm_dtype_size(dt);
+    const size_t row = (size_t)n * grm_dtype_size(dt);
+    const size_t rbytes = (size_t)(R * n + 1) * grm_dtype_size(dt);
     for (int64_t i = 0; i < R * n + 1; i++) put(recv, dt, i, 99);
     char *const src = in_place ? recv + (size_t)me * row : send;
     for (int64_t j = 0; j < n; j++) put(src, dt, j, code(dt, me, 0, j));

@@ -25,10 +25,11 @@ static int64_t rnd(int64_t n)
     return (int64_t)(rs % (uint64_t)n);
 }
 
+/* A host copy of device [bytes] (owned; free). */
 static void *down(const void *d, size_t bytes)
 {
-    void *h = malloc(bytes ? bytes : 1);
-    if (grm_cuda_memcpy_d2h(h, d, bytes) != GRM_OK) tc_bail("grm_cuda_memcpy_d2h");
+    void *h = tc_xmalloc(bytes);
+    tc_download(h, d, bytes);
     return h;
 }
 

@@ -108,20 +108,10 @@ awk -F'\t' 'NR > 1 { print $1 "," $2 "," ($2 % 2) }' "$tmp/data.tsv" >"$tmp/rows
 "$bin" plugins head-hinge >"$tmp/hinge.out" 2>&1
 grep -q "head-hinge.*head" "$tmp/hinge.out" && grep -q "margin" "$tmp/hinge.out"
 ok $? "the installed grmhost lists head-hinge as a head plugin with its margin"
-cat >"$tmp/hinge.ini" <<EOI
-[pipeline]
-name = sdk-head
-[reader]
-plugin = reader-text
-path = $tmp/rows.csv
-format = csv
-columns = user:i64,item:i64,click:i64
-[feature.user]
-source = user
-dim = 8
-[feature.item]
-source = item
-dim = 8
+{
+    printf '[pipeline]\nname = sdk-head\n'
+    ini_rows "$tmp/rows.csv"
+    cat <<EOI
 [dense.0]
 plugin = dense-mlp
 dims = 16,1
@@ -134,6 +124,7 @@ label_columns = click
 batch_size = 64
 epochs = 4
 EOI
+} >"$tmp/hinge.ini"
 "$bin" train --fresh --metrics-out "$tmp/hinge.jsonl" "$tmp/hinge.ini" >"$tmp/hinge.tout" \
     2>"$tmp/hinge.err"
 rc=$?

@@ -85,7 +85,8 @@ static grm_status flt_create(const void *config, const grm_schema *schema, void 
         return flt_host->errorf(GRM_EINVAL, "transform-filter: column '%s' is not I64 or F32",
                                 c->column);
     for (int32_t i = 0; i < n; i++)
-        if (schema->fields[i].type == GRM_COL_LIST_I64 || schema->fields[i].type == GRM_COL_LIST_F32)
+        if (schema->fields[i].type == GRM_COL_LIST_I64
+            || schema->fields[i].type == GRM_COL_LIST_F32)
             return flt_host->errorf(GRM_ENOTSUP, "transform-filter: list column '%s' is not "
                                     "supported; filter before building sequences",
                                     schema->fields[i].name);
