@@ -98,19 +98,33 @@ void hstu_time_thresholds(int64_t *thr, int64_t nbuckets)
     }
 }
 
-/* The bucket of |dt|: the number of b >= 1 with thr[b] <= |dt| (thr is nondecreasing). */
-static inline int32_t time_bucket_thr(const int64_t *thr, int64_t nbuckets, int64_t dt)
+/* tlo [64]: tlo[k] = the bucket of 2^k (clamped to nbuckets - 1), the start of
+ * time_bucket_fast's search. */
+static void time_bucket_starts(uint8_t *tlo, const int64_t *thr, int64_t nbuckets)
 {
-    const int64_t a = dt < 0 ? -dt : dt;
-    int64_t lo = 1, hi = nbuckets;          // first index in [1, nbuckets) with thr > a
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (thr[mid] <= a)
-            lo = mid + 1;
-        else
-            hi = mid;
+    for (int k = 0; k < 64; k++) {
+        const uint64_t a = UINT64_C(1) << k;
+        int64_t b = 0;
+        while (b + 1 < nbuckets && (uint64_t)thr[b + 1] <= a)
+            b++;
+        tlo[k] = (uint8_t)b;
     }
-    return (int32_t)(lo - 1);
+}
+
+/* The bucket of |dt|: the number of b >= 1 with thr[b] <= |dt| (thr is nondecreasing).
+ * |dt| in [2^k, 2^(k+1)) spans at most ceil(ln 2 / 0.301) + 1 = 4 buckets, so the search
+ * starts at the bucket of 2^k and steps at most 3 times, where a binary search over 32
+ * buckets took 5 unpredictable branches (it was 14% of the layer's time). */
+static inline int32_t time_bucket_fast(const int64_t *thr, const uint8_t *tlo,
+                                       int64_t nbuckets, int64_t dt)
+{
+    const uint64_t a = dt < 0 ? (uint64_t)0 - (uint64_t)dt : (uint64_t)dt;
+    if (a >= (uint64_t)thr[nbuckets - 1])
+        return (int32_t)(nbuckets - 1);
+    int64_t b = a < 2 ? 0 : tlo[63 - __builtin_clzll(a)];
+    while ((uint64_t)thr[b + 1] <= a)       // a < thr[nbuckets - 1]: b stays below it
+        b++;
+    return (int32_t)b;
 }
 
 static int64_t ntiles(int64_t len)
@@ -140,15 +154,38 @@ static int item_cmp(const void *pa, const void *pb)
     return x->tile < y->tile ? -1 : x->tile > y->tile;
 }
 
-/* list [n] of the tiles of every sequence, sorted by decreasing cost: a q-tile t visits
- * t + 1 k-tiles (by_k = 0); a k-tile t is visited by ntiles - t q-tiles (by_k = 1). */
-static int64_t build_items(hstu_item *list, const hstu_attn_args *a, int by_k)
+/* Which work items build_items lists. */
+enum item_kind {
+    ITEMS_Q,            /* the q-tiles of every sequence (forward) */
+    ITEMS_Q_LONG,       /* the q-tiles of the sequences longer than HSTU_FUSED_TILES tiles */
+    ITEMS_K_LONG,       /* the k-tiles of those sequences */
+    ITEMS_FUSED,        /* one item a sequence of at most HSTU_FUSED_TILES tiles */
+};
+
+/* Backward does a sequence of at most this many tiles in one pass over its tile pairs (dQ,
+ * dK and dV together); a longer one is split into k-tile and q-tile items, which recompute
+ * each pair twice but spread one long sequence over the threads. Fixed, so the split (and
+ * the result) does not depend on the batch or the thread count. */
+#define HSTU_FUSED_TILES 4
+
+/* list [n] of the items of kind `kind`, sorted by decreasing cost: a q-tile t visits t + 1
+ * k-tiles; a k-tile t is visited by ntiles - t q-tiles; a fused sequence visits
+ * nt (nt + 1) / 2 tile pairs. */
+static int64_t build_items(hstu_item *list, const hstu_attn_args *a, enum item_kind kind)
 {
     int64_t n = 0;
     for (int64_t s = 0; s < a->nseq; s++) {
         const int64_t nt = ntiles(a->offsets[s + 1] - a->offsets[s]);
+        const int fused = nt <= HSTU_FUSED_TILES;
+        if (kind == ITEMS_FUSED) {
+            if (fused && nt > 0)
+                list[n++] = (hstu_item){ s, 0, nt * (nt + 1) / 2 };
+            continue;
+        }
+        if (kind != ITEMS_Q && fused)
+            continue;
         for (int64_t t = 0; t < nt; t++)
-            list[n++] = (hstu_item){ s, t, by_k ? nt - t : t + 1 };
+            list[n++] = (hstu_item){ s, t, kind == ITEMS_K_LONG ? nt - t : t + 1 };
     }
     qsort(list, (size_t)n, sizeof *list, item_cmp);
     return n;
@@ -166,20 +203,20 @@ typedef struct tile_pair {
 } tile_pair;
 
 /* Fill pos (and tb) of a tile pair: bucket indices are head-independent, so they are
- * computed once per pair and reused by every head. */
-static void tile_buckets(tile_pair *tp, const hstu_attn_args *a)
+ * computed once per pair and reused by every head. tlo: time_bucket_starts. */
+static void tile_buckets(tile_pair *tp, const hstu_attn_args *a, const uint8_t *tlo)
 {
     for (int64_t r = 0; r < tp->bq; r++) {
         const int64_t i = tp->i0 + r;
+        int32_t *pos = tp->pos + r * tp->bk, *tb = tp->tb + r * tp->bk;
         for (int64_t cc = 0; cc < tp->bk; cc++) {
             const int64_t j = tp->j0 + cc;
-            tp->pos[r * tp->bk + cc] = j > i ? -1
-                                       : (int32_t)hstu_pos_bucket(i - tp->o, j - tp->o,
-                                                                  a->max_len);
-            if (a->times != NULL)
-                tp->tb[r * tp->bk + cc] = time_bucket_thr(a->time_thr, a->nbuckets,
-                                                          a->times[i] - a->times[j]);
+            pos[cc] = j > i ? -1 : (int32_t)hstu_pos_bucket(i - tp->o, j - tp->o, a->max_len);
         }
+        if (a->times != NULL)
+            for (int64_t cc = 0; cc < tp->bk; cc++)
+                tb[cc] = pos[cc] < 0 ? 0 : time_bucket_fast(a->time_thr, tlo, a->nbuckets,
+                                                             a->times[i] - a->times[tp->j0 + cc]);
     }
 }
 
@@ -245,6 +282,9 @@ typedef struct attn_job {
     const float *dout;
     float *partial;             /* [HSTU_RAB_CHUNKS, H * nrab] */
     int64_t nrab;               /* max_len (if rab_pos) + nbuckets (if time bias) */
+    const hstu_item *fused;     /* backward: the sequences done in one pass */
+    int64_t nfused;
+    uint8_t tlo[64];            /* time_bucket_starts */
 } attn_job;
 
 /* Scratch of one tile pair (about 80 KB), on the worker's stack: the kernels allocate
@@ -269,7 +309,7 @@ static grm_status attn_fwd_items(void *ctx, int64_t b, int64_t e)
         const hstu_item *item = &job->items[it];
         for (int64_t kt = 0; kt <= item->tile; kt++) {
             tile_pair_init(&ts->tp, a, item->seq, item->tile, kt);
-            tile_buckets(&ts->tp, a);
+            tile_buckets(&ts->tp, a, job->tlo);
             for (int64_t h = 0; h < a->H; h++) {
                 float *O = job->out + ts->tp.i0 * HV + h * a->dv;   /* [bq, dv], ld HV */
                 if (kt == 0)
@@ -290,7 +330,9 @@ static grm_status attn_fwd_items(void *ctx, int64_t b, int64_t e)
 grm_status hstu_attn_fwd_cpu(float *out, const hstu_attn_args *a, void *ws)
 {
     attn_job job = { .a = a, .items = ws, .out = out };
-    job.nitems = build_items(ws, a, 0);
+    if (a->times != NULL)
+        time_bucket_starts(job.tlo, a->time_thr, a->nbuckets);
+    job.nitems = build_items(ws, a, ITEMS_Q);
     return a->host->parallel_for(job.nitems, 1, attn_fwd_items, &job);
 }
 
@@ -309,13 +351,61 @@ static void tile_grad(tile_scratch *ts, const attn_job *job, int64_t h)
     tile_silu(ts->A, ts->dA, ts->S, &ts->tp);
 }
 
-/* Pass 1, items [b, e) of k-tiles: dV_j = sum_i A_ij^T dO_i, dK_j = sum_i dS_ij^T Q_i over
- * the q-tiles at or below the diagonal. Each k-tile is owned by one item: no races. */
+/* Accumulate the RAB gradients of tile pair tp, head h (dS in ts->dA) into ph [nrab]. */
+static void tile_rab_grad(float *ph, const tile_scratch *ts, const attn_job *job)
+{
+    const hstu_attn_args *a = job->a;
+    const int64_t n = ts->tp.bq * ts->tp.bk;
+    const int64_t time_off = a->rab_pos != NULL ? a->max_len : 0;
+    if (a->rab_pos != NULL)
+        for (int64_t x = 0; x < n; x++)
+            if (ts->tp.pos[x] >= 0)
+                ph[ts->tp.pos[x]] += ts->dA[x];
+    if (a->rab_time != NULL && a->times != NULL)
+        for (int64_t x = 0; x < n; x++)
+            if (ts->tp.pos[x] >= 0)
+                ph[time_off + ts->tp.tb[x]] += ts->dA[x];
+}
+
+/* dQ_i += dS_ij K_j of tile pair tp, head h (dS in ts->dA). */
+static void tile_dq(const tile_scratch *ts, const attn_job *job, int64_t h)
+{
+    const hstu_attn_args *a = job->a;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ts->tp.bq, (int)a->dqk,
+                (int)ts->tp.bk, 1.0f, ts->dA, (int)ts->tp.bk,
+                a->k + ts->tp.j0 * a->ld + h * a->dqk, (int)a->ld, 1.0f,
+                job->dq + ts->tp.i0 * a->ld + h * a->dqk, (int)a->ld);
+}
+
+/* dV_j += A_ij^T dO_i and dK_j += dS_ij^T Q_i of tile pair tp, head h. */
+static void tile_dkv(const tile_scratch *ts, const attn_job *job, int64_t h)
+{
+    const hstu_attn_args *a = job->a;
+    const int64_t HV = a->H * a->dv;
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ts->tp.bk, (int)a->dv,
+                (int)ts->tp.bq, 1.0f, ts->A, (int)ts->tp.bk,
+                job->dout + ts->tp.i0 * HV + h * a->dv, (int)HV, 1.0f,
+                job->dv + ts->tp.j0 * a->ld + h * a->dv, (int)a->ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ts->tp.bk, (int)a->dqk,
+                (int)ts->tp.bq, 1.0f, ts->dA, (int)ts->tp.bk,
+                a->q + ts->tp.i0 * a->ld + h * a->dqk, (int)a->ld, 1.0f,
+                job->dk + ts->tp.j0 * a->ld + h * a->dqk, (int)a->ld);
+}
+
+/* Zero rows [r0, r0 + n) of columns [c0, c0 + w) of x (stride ld). */
+static void zero_rows(float *x, int64_t r0, int64_t n, int64_t c0, int64_t w, int64_t ld)
+{
+    for (int64_t r = r0; r < r0 + n; r++)
+        memset(x + r * ld + c0, 0, (size_t)w * sizeof *x);
+}
+
+/* The long sequences' k-tile items [b, e): dV_j = sum_i A_ij^T dO_i, dK_j = sum_i
+ * dS_ij^T Q_i over the q-tiles at or below the diagonal. Each k-tile is owned by one item:
+ * no races. */
 static grm_status attn_bwd_kv_items(void *ctx, int64_t b, int64_t e)
 {
     const attn_job *job = ctx;
     const hstu_attn_args *a = job->a;
-    const int64_t HV = a->H * a->dv;
     tile_scratch scratch;                   // on the worker stack: no allocation
     tile_scratch *ts = &scratch;
     for (int64_t it = b; it < e; it++) {
@@ -323,67 +413,74 @@ static grm_status attn_bwd_kv_items(void *ctx, int64_t b, int64_t e)
         const int64_t nt = ntiles(a->offsets[item->seq + 1] - a->offsets[item->seq]);
         for (int64_t qt = item->tile; qt < nt; qt++) {
             tile_pair_init(&ts->tp, a, item->seq, qt, item->tile);
-            tile_buckets(&ts->tp, a);
+            tile_buckets(&ts->tp, a, job->tlo);
             for (int64_t h = 0; h < a->H; h++) {
-                float *dK = job->dk + ts->tp.j0 * a->ld + h * a->dqk;    /* [bk, dqk] */
-                float *dV = job->dv + ts->tp.j0 * a->ld + h * a->dv;     /* [bk, dv]  */
-                if (qt == item->tile)
-                    for (int64_t r = 0; r < ts->tp.bk; r++) {
-                        memset(dK + r * a->ld, 0, (size_t)a->dqk * sizeof *dK);
-                        memset(dV + r * a->ld, 0, (size_t)a->dv * sizeof *dV);
-                    }
+                if (qt == item->tile) {
+                    zero_rows(job->dk, ts->tp.j0, ts->tp.bk, h * a->dqk, a->dqk, a->ld);
+                    zero_rows(job->dv, ts->tp.j0, ts->tp.bk, h * a->dv, a->dv, a->ld);
+                }
                 tile_grad(ts, job, h);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ts->tp.bk,
-                            (int)a->dv, (int)ts->tp.bq, 1.0f, ts->A, (int)ts->tp.bk,
-                            job->dout + ts->tp.i0 * HV + h * a->dv, (int)HV, 1.0f, dV,
-                            (int)a->ld);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ts->tp.bk,
-                            (int)a->dqk, (int)ts->tp.bq, 1.0f, ts->dA, (int)ts->tp.bk,
-                            a->q + ts->tp.i0 * a->ld + h * a->dqk, (int)a->ld, 1.0f, dK,
-                            (int)a->ld);
+                tile_dkv(ts, job, h);
             }
         }
     }
     return GRM_OK;
 }
 
-/* Pass 2, chunks [b, e) of the fixed partition: chunk c takes the q-tiles c, c + C, ...
- * of the sorted list; dQ_i = sum_j dS_ij K_j, and the chunk's partial RAB gradients. */
+/* One short sequence in one pass: each tile pair's scores and dS are computed once and
+ * give dQ, dK, dV and the RAB gradients together (FlashAttention-2's backward, which
+ * recomputes each tile once). q-tiles ascend and k-tiles ascend inside them, so dQ_i sums
+ * over j and dK_j, dV_j over i in the same order as the two-pass path. */
+static void attn_bwd_fused(tile_scratch *ts, const attn_job *job, int64_t s, float *part)
+{
+    const hstu_attn_args *a = job->a;
+    const int64_t nt = ntiles(a->offsets[s + 1] - a->offsets[s]);
+    for (int64_t qt = 0; qt < nt; qt++)
+        for (int64_t kt = 0; kt <= qt; kt++) {
+            tile_pair_init(&ts->tp, a, s, qt, kt);
+            tile_buckets(&ts->tp, a, job->tlo);
+            for (int64_t h = 0; h < a->H; h++) {
+                if (kt == 0)
+                    zero_rows(job->dq, ts->tp.i0, ts->tp.bq, h * a->dqk, a->dqk, a->ld);
+                if (qt == kt) {
+                    zero_rows(job->dk, ts->tp.j0, ts->tp.bk, h * a->dqk, a->dqk, a->ld);
+                    zero_rows(job->dv, ts->tp.j0, ts->tp.bk, h * a->dv, a->dv, a->ld);
+                }
+                tile_grad(ts, job, h);
+                tile_dq(ts, job, h);
+                tile_dkv(ts, job, h);
+                if (job->nrab > 0)
+                    tile_rab_grad(part + h * job->nrab, ts, job);
+            }
+        }
+}
+
+/* Chunks [b, e) of the fixed partition: chunk c takes the short sequences c, c + C, ... and
+ * the long sequences' q-tiles c, c + C, ... of the sorted lists (dQ_i = sum_j dS_ij K_j
+ * there), and owns one partial copy of the RAB gradients. */
 static grm_status attn_bwd_q_chunks(void *ctx, int64_t b, int64_t e)
 {
     const attn_job *job = ctx;
     const hstu_attn_args *a = job->a;
-    const int64_t time_off = a->rab_pos != NULL ? a->max_len : 0;
     tile_scratch scratch;                   // on the worker stack: no allocation
     tile_scratch *ts = &scratch;
     for (int64_t ch = b; ch < e; ch++) {
         float *part = job->partial + ch * a->H * job->nrab;     /* [H, nrab] */
         memset(part, 0, (size_t)(a->H * job->nrab) * sizeof *part);
+        for (int64_t it = ch; it < job->nfused; it += HSTU_RAB_CHUNKS)
+            attn_bwd_fused(ts, job, job->fused[it].seq, part);
         for (int64_t it = ch; it < job->nitems; it += HSTU_RAB_CHUNKS) {
             const hstu_item *item = &job->items[it];
             for (int64_t kt = 0; kt <= item->tile; kt++) {
                 tile_pair_init(&ts->tp, a, item->seq, item->tile, kt);
-                tile_buckets(&ts->tp, a);
-                const int64_t n = ts->tp.bq * ts->tp.bk;
+                tile_buckets(&ts->tp, a, job->tlo);
                 for (int64_t h = 0; h < a->H; h++) {
-                    float *dQ = job->dq + ts->tp.i0 * a->ld + h * a->dqk;  /* [bq, dqk] */
                     if (kt == 0)
-                        for (int64_t r = 0; r < ts->tp.bq; r++)
-                            memset(dQ + r * a->ld, 0, (size_t)a->dqk * sizeof *dQ);
+                        zero_rows(job->dq, ts->tp.i0, ts->tp.bq, h * a->dqk, a->dqk, a->ld);
                     tile_grad(ts, job, h);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ts->tp.bq,
-                                (int)a->dqk, (int)ts->tp.bk, 1.0f, ts->dA, (int)ts->tp.bk,
-                                a->k + ts->tp.j0 * a->ld + h * a->dqk, (int)a->ld, 1.0f, dQ,
-                                (int)a->ld);
-                    float *ph = part + h * job->nrab;
-                    if (a->rab_pos != NULL)
-                        for (int64_t x = 0; x < n; x++)
-                            if (ts->tp.pos[x] >= 0)
-                                ph[ts->tp.pos[x]] += ts->dA[x];
-                    if (a->rab_time != NULL && a->times != NULL)
-                        for (int64_t x = 0; x < n; x++)
-                            if (ts->tp.pos[x] >= 0)
-                                ph[time_off + ts->tp.tb[x]] += ts->dA[x];
+                    tile_dq(ts, job, h);
+                    if (job->nrab > 0)
+                        tile_rab_grad(part + h * job->nrab, ts, job);
                 }
             }
         }
@@ -395,21 +492,29 @@ grm_status hstu_attn_bwd_cpu(float *dq, float *dk, float *dv, float *d_rab_pos,
                              float *d_rab_time, const float *dout, const hstu_attn_args *a,
                              void *ws)
 {
-    const int64_t N = a->offsets[a->nseq];
+    const int64_t N = a->offsets[a->nseq], cap = max_items(N, a->nseq);
     hstu_item *items = ws;
     const int has_time = a->rab_time != NULL && a->times != NULL;
     attn_job job = { .a = a, .dq = dq, .dk = dk, .dv = dv, .dout = dout };
     job.nrab = (a->rab_pos != NULL ? a->max_len : 0) + (has_time ? a->nbuckets : 0);
-    job.partial = (float *)(items + 2 * max_items(N, a->nseq));
+    job.partial = (float *)(items + 2 * cap);
+    if (a->times != NULL)
+        time_bucket_starts(job.tlo, a->time_thr, a->nbuckets);
 
+    // the long sequences' k-tiles (dK, dV) in [0, cap); their q-tiles, then the short
+    // sequences, in [cap, 2 cap): 2 (N_long / T + B_long) + B_short <= 2 cap entries
     job.items = items;
-    job.nitems = build_items(items, a, 1);
-    grm_status st = a->host->parallel_for(job.nitems, 1, attn_bwd_kv_items, &job);
+    job.nitems = build_items(items, a, ITEMS_K_LONG);
+    grm_status st = GRM_OK;
+    if (job.nitems > 0)
+        st = a->host->parallel_for(job.nitems, 1, attn_bwd_kv_items, &job);
     if (st != GRM_OK)
         return st;
 
-    job.items = items + max_items(N, a->nseq);
-    job.nitems = build_items(items + max_items(N, a->nseq), a, 0);
+    job.items = items + cap;
+    job.nitems = build_items(items + cap, a, ITEMS_Q_LONG);
+    job.fused = job.items + job.nitems;
+    job.nfused = build_items(items + cap + job.nitems, a, ITEMS_FUSED);
     st = a->host->parallel_for(HSTU_RAB_CHUNKS, 1, attn_bwd_q_chunks, &job);
     if (st != GRM_OK || job.nrab == 0)
         return st;
