@@ -50,6 +50,9 @@ static const char usage_train[] =
     "SIGINT or SIGTERM finish the current step, write a checkpoint and exit 0.\n"
     "\n"
     "options:\n"
+    "  --set SECTION.KEY=VALUE\n"
+    "                       override one key of the file (repeatable; later wins),\n"
+    "                       e.g. --set train.batch_size=512 --set dense.0.dims=128,64\n"
     "  --fresh              ignore existing checkpoints and start from step 0\n"
     "  --metrics-out FILE   append every metric as a JSON object per line\n"
     "                       ({\"step\",\"split\",\"name\",\"value\"});\n"
@@ -75,16 +78,35 @@ static const char usage_eval[] =
     "\n"
     "options:\n"
     "  --checkpoint PATH    checkpoint directory or file (required)\n"
+    "  --set SECTION.KEY=VALUE  override one key of the file (repeatable)\n"
     "  --metrics-out FILE   append metrics as JSON lines\n"
     "  -q, --quiet / -v, --verbose / -h, --help\n";
 
 static const char usage_check[] =
-    "usage: grmhost check FILE.ini\n"
+    "usage: grmhost check [--origin] [--set SECTION.KEY=VALUE ...] FILE.ini\n"
     "\n"
     "Validate the pipeline file: every section and key against the plugins' declared\n"
     "parameters (unknown keys, wrong types, out-of-range values and missing required keys\n"
-    "are errors naming the file and line). Print the wired pipeline: each stage, its\n"
-    "plugin, file and resolved parameters. Exit 0 when valid, 2 otherwise.\n";
+    "are errors naming the file and line), then every wiring check `train` makes before\n"
+    "step 1: the reader opens its input and the transforms build their schema (a missing\n"
+    "data file, a [train] or [feature.*] column the data does not have), the dense blocks\n"
+    "are created on their input width (the last block's output against the item dim or\n"
+    "the number of tasks), the head against the task. No data is read beyond the schema.\n"
+    "Print the wired pipeline: each stage, its plugin, file and resolved parameters, then\n"
+    "the merged INI (the file with its includes and --set applied).\n"
+    "Exit 0 when valid, 2 for a configuration error, 1 for another failure.\n"
+    "\n"
+    "A file composes others: `include = base.ini` lines before the first [section] read\n"
+    "base.ini (relative to the file; nested; cycles refused) first, and a key given again\n"
+    "later overrides it. ${NAME} and ${NAME:-default} in a value expand from the\n"
+    "environment. [reader] path is relative to the file that names it.\n"
+    "\n"
+    "options:\n"
+    "  --origin             after each key of the merged INI, where its value came from\n"
+    "                       (file:line, or --set:N), and the value it overrides\n"
+    "  --set SECTION.KEY=VALUE\n"
+    "                       override one key (repeatable; later wins)\n"
+    "  -h, --help           this text\n";
 
 static const char usage_plugins[] =
     "usage: grmhost plugins [NAME]\n"
@@ -134,12 +156,16 @@ static const char usage_reshard[] =
     "  -h, --help        this text\n";
 
 enum { OPT_FRESH = 256, OPT_METRICS, OPT_CKPT, OPT_MAXSTEPS, OPT_OUT, OPT_USERS, OPT_ITEMS,
-       OPT_CLUSTERS, OPT_SEED, OPT_PROFILE, OPT_FROM, OPT_STEP, OPT_FORCE, OPT_INMEM };
+       OPT_CLUSTERS, OPT_SEED, OPT_PROFILE, OPT_FROM, OPT_STEP, OPT_FORCE, OPT_INMEM, OPT_SET,
+       OPT_ORIGIN };
+
+enum { MAX_SETS = 64 };   /* --set options of one command */
 
 static int cmd_run(int argc, char **argv, int eval)
 {
     static const struct option longopts[] = {
         { "fresh", no_argument, NULL, OPT_FRESH },
+        { "set", required_argument, NULL, OPT_SET },
         { "metrics-out", required_argument, NULL, OPT_METRICS },
         { "checkpoint", required_argument, NULL, OPT_CKPT },
         { "max-steps", required_argument, NULL, OPT_MAXSTEPS },
@@ -152,10 +178,16 @@ static int cmd_run(int argc, char **argv, int eval)
     };
     const char *usage = eval ? usage_eval : usage_train;
     grm__run_opts o = { 0 };
-    int c;
+    const char *sets[MAX_SETS];
+    int nsets = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "qvh", longopts, NULL)) != -1) {
         switch (c) {
+        case OPT_SET:
+            if (nsets == MAX_SETS)
+                return grm__cli_usage_error(usage, "more than %d --set options", MAX_SETS);
+            sets[nsets++] = optarg;
+            break;
         case OPT_FRESH: o.fresh = 1; break;
         case OPT_PROFILE: o.profile = 1; break;
         case OPT_INMEM: o.batches_in_memory = 1; break;
@@ -179,7 +211,7 @@ static int cmd_run(int argc, char **argv, int eval)
     if (o.quiet) grm__log_set_level(GRM_LOG_WARN);
     if (o.verbose) grm__log_set_level(GRM_LOG_DEBUG);
     grm__pipeline *p;
-    grm_status st = grm__pipeline_load(argv[optind], &p);
+    grm_status st = grm__pipeline_load_with(argv[optind], sets, nsets, &p);
     if (st != GRM_OK) return grm__cli_fail(st);
     st = eval ? grm__eval(p, &o) : grm__train(p, &o);
     grm__pipeline_destroy(p);
@@ -189,15 +221,38 @@ static int cmd_run(int argc, char **argv, int eval)
 
 static int cmd_check(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(usage_check, stdout);
-        return 0;
+    static const struct option longopts[] = {
+        { "origin", no_argument, NULL, OPT_ORIGIN },
+        { "set", required_argument, NULL, OPT_SET },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *sets[MAX_SETS];
+    int nsets = 0, origin = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_ORIGIN: origin = 1; break;
+        case OPT_SET:
+            if (nsets == MAX_SETS)
+                return grm__cli_usage_error(usage_check, "more than %d --set options",
+                                            MAX_SETS);
+            sets[nsets++] = optarg;
+            break;
+        case 'h': fputs(usage_check, stdout); return 0;
+        default: return grm__cli_bad_option(usage_check);
+        }
     }
-    if (argc != 2) return grm__cli_usage_error(usage_check, "expected exactly one FILE.ini");
+    if (optind != argc - 1)
+        return grm__cli_usage_error(usage_check, "expected exactly one FILE.ini");
     grm__pipeline *p;
-    grm_status st = grm__pipeline_load(argv[1], &p);
+    grm_status st = grm__pipeline_load_with(argv[optind], sets, nsets, &p);
+    if (st == GRM_OK && (st = grm__check(p)) != GRM_OK) grm__pipeline_destroy(p);
+    grm__pool_fini();
     if (st != GRM_OK) return grm__cli_fail(st);
     grm__pipeline_print(stdout, p);
+    printf("\nmerged INI (%s%s):\n\n", argv[optind], nsets ? " with --set" : "");
+    grm__config_print(stdout, p->cfg, origin);
     grm__pipeline_destroy(p);
     return 0;
 }

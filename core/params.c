@@ -350,12 +350,13 @@ static grm_status fill(const grm_plugin_info *info, const grm__section *sec, con
     grm_status st = GRM_OK;
     for (int k = 0; k < count && st == GRM_OK; k++) {
         char keybuf[256];
-        const char *key, *value;
+        const char *key, *value, *kfile = file;
         int line = 0;
         if (sec) {
             key = sec->kv[k].key;
             value = sec->kv[k].value;
             line = sec->kv[k].line;
+            kfile = grm__kv_file(&sec->kv[k], file);
             if (in_list(key, skip)) continue;
         } else {
             const char *eq = strchr(kvs[k], '=');
@@ -370,7 +371,7 @@ static grm_status fill(const grm_plugin_info *info, const grm__section *sec, con
         }
         char where[512];
         if (sec)
-            snprintf(where, sizeof where, "%s:%d: [%s] %s", file, line, sec->name, key);
+            snprintf(where, sizeof where, "%s:%d: [%s] %s", kfile, line, sec->name, key);
         else
             snprintf(where, sizeof where, "%s: %s", info->name, key);
         int idx = -1;
@@ -400,7 +401,8 @@ static grm_status fill(const grm_plugin_info *info, const grm__section *sec, con
         if (params[i].required && !seen[i]) {
             if (sec)
                 st = grm_errorf(GRM_EINVAL, "%s:%d: [%s] is missing required key '%s' (%s: "
-                                "%s)", file, sec->line, sec->name, params[i].name,
+                                "%s)", sec->file ? sec->file : file, sec->line, sec->name,
+                                params[i].name,
                                 type_name(params[i].type), params[i].help);
             else
                 st = grm_errorf(GRM_EINVAL, "%s: missing required key '%s' (%s)", info->name,

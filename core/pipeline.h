@@ -33,6 +33,7 @@ typedef struct grm__feature {
     int32_t init;                  /* grm_emb_init */
     double init_scale;
     int64_t rows;                  /* 0: from the data */
+    const char *file;              /* the INI file of its section (an include's) */
     int line;
 } grm__feature;
 
@@ -166,9 +167,22 @@ extern const grm_plugin_info *const grm__host_sections[];
 /* Load the file, load plugins, validate every section against the declared parameters,
  * and resolve the wiring (no plugin instance is created yet). */
 grm_status grm__pipeline_load(const char *path, grm__pipeline **out);
+/* The same, with `--set section.key=value` overrides sets [nsets] applied over the file. */
+grm_status grm__pipeline_load_with(const char *path, const char *const *sets, int nsets,
+                                   grm__pipeline **out);
 void grm__pipeline_destroy(grm__pipeline *p);
 /* Print the wired pipeline (grmhost check). */
 void grm__pipeline_print(FILE *f, const grm__pipeline *p);
+
+/* Open the reader and the transforms on the input's schema, check that every column the
+ * pipeline reads is there with its type (the check train makes before reading), close them
+ * (core/data.c). */
+grm_status grm__input_check(grm__pipeline *p);
+/* Every wiring check train makes before step 1, without reading the data: the input's
+ * schema (grm__input_check), the dense blocks created on their widths and the stack's
+ * output against the item dim or the tasks, the head against the task (grmhost check;
+ * core/train.c). Creates nothing that outlives the call. */
+grm_status grm__check(grm__pipeline *p);
 
 /* Read the data through the reader and transforms and split it (core/data.c). */
 grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out);

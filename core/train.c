@@ -65,14 +65,20 @@ static grm_status create_instances(grm__trainer *t)
 /* Every plugin instance and buffer of the run, in dependency order: the batch plan sizes the
  * buffers; the store and the dense stack exist before the head tells how many negatives a
  * step draws; the working sets hold the ids of a batch plus those negatives. */
+static void trainer_mode(grm__trainer *t)
+{
+    const grm__pipeline *p = t->p;
+    t->seqmode = p->seq_feature >= 0 && !t->ranking;
+    t->seqrank = p->seq_feature >= 0 && t->ranking;
+    t->dn.S = t->seqrank ? (int32_t)p->set.sequence_blocks : 0;
+}
+
 static grm_status setup(grm__trainer *t)
 {
     const grm__pipeline *p = t->p;
     const grm__dataset *ds = t->ds;
     grm_status st;
-    t->seqmode = p->seq_feature >= 0 && !t->ranking;
-    t->seqrank = p->seq_feature >= 0 && t->ranking;
-    t->dn.S = t->seqrank ? (int32_t)p->set.sequence_blocks : 0;
+    trainer_mode(t);
     t->sharded = ds->sharded;
     t->has_times = ds->times != NULL
                    || (t->src.stream && p->set.time_column[0] && p->seq_feature >= 0);
@@ -107,6 +113,35 @@ static void teardown(grm__trainer *t)
     grm__host_set_backend(NULL);
     grm__backend_close(&t->be);
     grm__scratch_fini();
+}
+
+grm_status grm__check(grm__pipeline *p)
+{
+    grm__trainer *t = calloc(1, sizeof *t);
+    grm_status st;
+    if (!t) return grm_errorf(GRM_ENOMEM, "out of memory");
+    t->p = p;
+    t->ranking = p->set.task == GRM__TASK_RANKING;
+    trainer_mode(t);
+    if ((st = grm__backend_open(p->set.device, &t->be)) != GRM_OK) {
+        grm_error_prefix("%s: [pipeline] ", p->cfg->path);
+        free(t);
+        return st;
+    }
+    grm__host_set_backend(&t->be);
+    if ((st = grm__pool_init((int32_t)p->set.threads)) == GRM_OK
+        && (st = grm__input_check(p)) == GRM_OK) {
+        /* what the head needs: one logit per task, or a query in the item table's space */
+        int32_t D = (int32_t)p->set.label_columns.n;
+        for (int32_t i = 0; !t->ranking && i < p->ntables; i++)
+            if (strcmp(p->tables[i].name, p->set.item_table) == 0) D = p->tables[i].dim;
+        st = grm__dense_wire(t, D);
+    }
+    grm__dense_teardown(t);
+    grm__host_set_backend(NULL);
+    grm__backend_close(&t->be);
+    free(t);
+    return st;
 }
 
 /* ---- one step ---- */

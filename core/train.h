@@ -482,6 +482,8 @@ grm_status grm__async_flush(grm__trainer *t);
 
 /* ---- dense_stack.c ---- */
 
+/* The blocks created on their widths, the output checked against D, the head created. */
+grm_status grm__dense_wire(grm__trainer *t, int32_t D);
 grm_status grm__dense_setup(grm__trainer *t);
 void grm__dense_teardown(grm__trainer *t);
 /* The stack's forward on the batch: acts[ndense] is the head's input. */

@@ -5,7 +5,8 @@ dist_pipelines_DATA = share/pipelines/quickstart.ini share/pipelines/ml100k-retr
 	share/pipelines/beauty-retrieval.ini share/pipelines/beauty-sasrec.ini \
 	share/pipelines/beauty-sasrec-bce.ini share/pipelines/beauty-hstu.ini \
 	share/pipelines/ml100k-hstu.ini share/pipelines/ml100k-sasrec.ini \
-	share/pipelines/ml1m-hstu.ini
+	share/pipelines/ml1m-hstu.ini share/pipelines/retrieval-base.ini \
+	share/pipelines/line-feed.ini share/pipelines/line-shop.ini
 
 # The quick start trains on synthetic data written by grmhost's seeded generator: the
 # same bytes on every machine, built with the program, never committed.

@@ -66,3 +66,7 @@ check_PROGRAMS += tests/test-backend
 TESTS += tests/test-backend
 tests_test_backend_SOURCES = tests/test-backend.c
 tests_test_backend_LDADD = $(GRM_TEST_LIBS)
+
+# issue 22: check's wiring checks, INI composition (include, --set, ${ENV}, --origin)
+TESTS += tests/test-check.sh
+EXTRA_DIST += tests/test-check.sh
