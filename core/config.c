@@ -17,6 +17,8 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#define XXH_INLINE_ALL   /* as core/grmcol.c: header-only, no libxxhash link */
+#include <xxhash.h>
 
 enum { CONFIG_MAX_DEPTH = 16 };   /* nested includes */
 
@@ -550,4 +552,17 @@ void grm__config_print(FILE *f, const grm__config *cfg, int origin)
             fputc('\n', f);
         }
     }
+}
+
+uint64_t grm__config_hash(const grm__config *cfg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return 0;
+    grm__config_print(f, cfg, 0);
+    fclose(f);
+    uint64_t h = text ? XXH64(text, len, 0) : 0;
+    free(text);
+    return h;
 }

@@ -151,6 +151,9 @@ grm_status grm__config_set(grm__config *cfg, const char *assignment, int index);
 void grm__config_resolve_path(grm__config *cfg, const char *section, const char *key);
 /* Print the merged INI; with origin, "; file:line" (and what it overrides) on each line. */
 void grm__config_print(FILE *f, const grm__config *cfg, int origin);
+/* XXH64 of the merged INI as grm__config_print prints it without origins: the same for the
+ * same effective pipeline whatever files and --set produced it (0 when out of memory). */
+uint64_t grm__config_hash(const grm__config *cfg);
 /* kv's file, or `fallback` when kv is NULL (a defaulted key): for "%s:%d" messages. */
 const char *grm__kv_file(const grm__kv *kv, const char *fallback);
 /* Parse INI text from memory (tests); `name` is used in messages. */

@@ -33,8 +33,12 @@ static const char usage_main[] =
     "  inspect FILE       check a grmcol file; print its schema, row groups and sizes\n"
     "  reshard FILE.ini -n M\n"
     "                     rewrite the newest checkpoint of [checkpoint] dir for M ranks\n"
+    "  plot METRICS.jsonl [--out F.png|F.svg]\n"
+    "                     draw the loss and validation metrics against the step (gnuplot)\n"
+    "  help [COMMAND]     this text, or COMMAND's (the same as grmhost COMMAND --help)\n"
     "\n"
-    "`grmhost COMMAND --help` describes each command. Plugins are searched in\n"
+    "`grmhost COMMAND --help` (or `grmhost help COMMAND`) describes each command; each has\n"
+    "a man page, grmhost-COMMAND(1). Plugins are searched in\n"
     "GRM_PLUGIN_PATH (colon-separated), then [pipeline] plugin_dirs, then the build tree\n"
     "(when grmhost runs from it) or " GRM_PLUGIN_DIR ".\n"
     "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n";
@@ -406,6 +410,34 @@ static int cmd_reshard(int argc, char **argv)
     return st == GRM_OK ? 0 : grm__cli_fail(st);
 }
 
+static const char *const commands[] = { "train", "eval", "check", "plugins", "generate",
+                                        "convert", "inspect", "launch", "reshard", "plot" };
+
+/* Run COMMAND (argv[0]) with its arguments; -1 when there is no such command. */
+static int run_command(int argc, char **argv)
+{
+    const char *cmd = argv[0];
+    if (!strcmp(cmd, "train")) return cmd_run(argc, argv, 0);
+    if (!strcmp(cmd, "eval")) return cmd_run(argc, argv, 1);
+    if (!strcmp(cmd, "check")) return cmd_check(argc, argv);
+    if (!strcmp(cmd, "plugins")) return cmd_plugins(argc, argv);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
+    if (!strcmp(cmd, "convert")) return grm__convert_main(argc, argv);
+    if (!strcmp(cmd, "inspect")) return grm__inspect_main(argc, argv);
+    if (!strcmp(cmd, "launch")) return grm__launch_main(argc, argv);
+    if (!strcmp(cmd, "reshard")) return cmd_reshard(argc, argv);
+    if (!strcmp(cmd, "plot")) return grm__plot_main(argc, argv);
+    return -1;
+}
+
+static int unknown_command(const char *cmd)
+{
+    const char *near = grm__closest(cmd, commands, (int)(sizeof commands / sizeof *commands));
+    fprintf(stderr, "grmhost: unknown command '%s'%s%s%s\n\n%s", cmd,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", usage_main);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -418,23 +450,20 @@ int main(int argc, char **argv)
                GRM_ABI_MINOR);
         return 0;
     }
+    if (!strcmp(cmd, "help") && argc == 3) {   /* grmhost help train = grmhost train --help */
+        char help[] = "--help";
+        char *hargv[] = { argv[2], help, NULL };
+        int rc = run_command(2, hargv);
+        return rc >= 0 ? rc : unknown_command(argv[2]);
+    }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        if (argc > 3) {
+            fprintf(stderr, "grmhost: help takes at most one COMMAND\n\n%s", usage_main);
+            return 2;
+        }
         fputs(usage_main, stdout);
         return 0;
     }
-    if (!strcmp(cmd, "train")) return cmd_run(argc - 1, argv + 1, 0);
-    if (!strcmp(cmd, "eval")) return cmd_run(argc - 1, argv + 1, 1);
-    if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
-    if (!strcmp(cmd, "plugins")) return cmd_plugins(argc - 1, argv + 1);
-    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "convert")) return grm__convert_main(argc - 1, argv + 1);
-    if (!strcmp(cmd, "inspect")) return grm__inspect_main(argc - 1, argv + 1);
-    if (!strcmp(cmd, "launch")) return grm__launch_main(argc - 1, argv + 1);
-    if (!strcmp(cmd, "reshard")) return cmd_reshard(argc - 1, argv + 1);
-    static const char *const cmds[] = { "train", "eval", "check", "plugins", "generate",
-                                        "convert", "inspect", "launch", "reshard" };
-    const char *near = grm__closest(cmd, cmds, 9);
-    fprintf(stderr, "grmhost: unknown command '%s'%s%s%s\n\n%s", cmd,
-            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", usage_main);
-    return 2;
+    int rc = run_command(argc - 1, argv + 1);
+    return rc >= 0 ? rc : unknown_command(cmd);
 }

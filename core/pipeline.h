@@ -232,7 +232,13 @@ void grm__rank_acc_merge(grm__rank_acc *into, const grm__rank_acc *from);
 
 /* Metrics sink: JSON lines (one object per metric) and the final summary table. */
 typedef struct grm__metrics grm__metrics;
-grm_status grm__metrics_open(const char *path, grm__metrics **out);
+/* Open the sink (path NULL or "": the summary only). Every record carries its wall-clock
+ * time (UTC), the run's id and pipeline_hash (grm__config_hash). fresh: a non-empty file
+ * at path is moved aside to PATH.N first, and the log says so. */
+grm_status grm__metrics_open(const char *path, uint64_t pipeline_hash, int fresh,
+                             grm__metrics **out);
+/* The run id the records carry: "20261124T175001Z-1a2b3c4d" (static in m). */
+const char *grm__metrics_run(const grm__metrics *m);
 void grm__metrics_close(grm__metrics *m);
 /* GRM_EIO naming the file and the error when a metrics write has failed (a full disk,
  * /dev/full): the run stops at its next logged step rather than lose records silently. */

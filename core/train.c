@@ -372,7 +372,8 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, grm__trai
     t->rep.read_most[0] = (double)most[0] * 1e-6;
     t->rep.read_most[1] = (double)most[1];
     const char *mpath = opts->metrics_out ? opts->metrics_out : p->set.metrics_out;
-    return grm__metrics_open(t->rank == 0 ? mpath : NULL, &t->rep.metrics);
+    return grm__metrics_open(t->rank == 0 ? mpath : NULL, grm__config_hash(p->cfg),
+                             training && opts->fresh, &t->rep.metrics);
 }
 
 grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
@@ -437,17 +438,18 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         double el = now_s() - start;
         double sps = (double)samples / (el > 0 ? el : 1e-9);
         double eta_base = el / (double)(t.step - start_step) * (double)t.step;
+        /* the progress line and the logs show one loss: the mean over the steps since the
+         * last logged step (one step's loss jumps around too much to read) */
+        const double mean_loss = loss_n ? loss_sum / (double)loss_n : loss;
         if (t.step % s->log_every == 0 || t.step == limit) {
-            if ((st = grm__report_step(&t, b, loss_sum / (double)loss_n, sps)) != GRM_OK)
-                goto out;
+            if ((st = grm__report_step(&t, b, mean_loss, sps)) != GRM_OK) goto out;
             if (!tty && !opts->quiet)
-                grm__report_progress(&t, loss_sum / (double)loss_n, (double)samples / el,
-                                     eta_base, 0, 0);
+                grm__report_progress(&t, mean_loss, (double)samples / el, eta_base, 0, 0);
             loss_sum = 0;
             loss_n = 0;
         }
         if (tty && (el - last_print > 0.25 || t.step == limit)) {
-            grm__report_progress(&t, loss, sps, eta_base, 1, 0);
+            grm__report_progress(&t, mean_loss, sps, eta_base, 1, 0);
             last_print = el;
         }
         if (t.loop_ok) uv_run(&t.loop, UV_RUN_NOWAIT);

@@ -67,6 +67,6 @@ TESTS += tests/test-backend
 tests_test_backend_SOURCES = tests/test-backend.c
 tests_test_backend_LDADD = $(GRM_TEST_LIBS)
 
-# issue 22: check's wiring checks, INI composition (include, --set, ${ENV}, --origin)
-TESTS += tests/test-check.sh
-EXTRA_DIST += tests/test-check.sh
+# issue 22: check's wiring checks, INI composition; metrics records, --fresh, plot
+TESTS += tests/test-check.sh tests/test-watch.sh
+EXTRA_DIST += tests/test-check.sh tests/test-watch.sh
