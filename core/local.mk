@@ -25,3 +25,4 @@ grmhost_LDADD = libgrmcore.la $(ZSTD_LIBS) -lm
 libgrmcore_la_SOURCES += %reldir%/dist.h %reldir%/dist.c
 libgrmcore_la_SOURCES += %reldir%/reshard.h %reldir%/reshard.c
 libgrmcore_la_SOURCES += %reldir%/route.h %reldir%/route.c
+libgrmcore_la_SOURCES += %reldir%/serve.c

@@ -62,6 +62,9 @@ static const char usage_train[] =
     "                       ({\"step\",\"split\",\"name\",\"value\"});\n"
     "                       overrides [train] metrics_out\n"
     "  --max-steps N        stop after N more steps (a checkpoint is written)\n"
+    "  --metrics-port N     serve the latest value of every metric in Prometheus' text\n"
+    "                       format on http://127.0.0.1:N/metrics while training runs\n"
+    "                       (0: any free port; the log names it)\n"
     "  --profile            at the end, print where the time went: read, balance, batch,\n"
     "                       data wait, lookup, dense forward, dense backward, optimizers,\n"
     "                       checkpoint, evaluation, and how much of the batch assembly\n"
@@ -161,7 +164,7 @@ static const char usage_reshard[] =
 
 enum { OPT_FRESH = 256, OPT_METRICS, OPT_CKPT, OPT_MAXSTEPS, OPT_OUT, OPT_USERS, OPT_ITEMS,
        OPT_CLUSTERS, OPT_SEED, OPT_PROFILE, OPT_FROM, OPT_STEP, OPT_FORCE, OPT_INMEM, OPT_SET,
-       OPT_ORIGIN };
+       OPT_ORIGIN, OPT_PORT };
 
 enum { MAX_SETS = 64 };   /* --set options of one command */
 
@@ -175,6 +178,7 @@ static int cmd_run(int argc, char **argv, int eval)
         { "max-steps", required_argument, NULL, OPT_MAXSTEPS },
         { "profile", no_argument, NULL, OPT_PROFILE },
         { "batches-in-memory", no_argument, NULL, OPT_INMEM },
+        { "metrics-port", required_argument, NULL, OPT_PORT },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -196,6 +200,15 @@ static int cmd_run(int argc, char **argv, int eval)
         case OPT_PROFILE: o.profile = 1; break;
         case OPT_INMEM: o.batches_in_memory = 1; break;
         case OPT_METRICS: o.metrics_out = optarg; break;
+        case OPT_PORT: {
+            int64_t port;
+            if (eval || !grm__cli_parse_count(optarg, 0, 65535, &port))
+                return grm__cli_usage_error(usage, "--metrics-port: '%s' is not a port (0 .. "
+                                            "65535; train only)", optarg);
+            o.serve_metrics = 1;
+            o.metrics_port = (int)port;
+            break;
+        }
         case OPT_CKPT: o.checkpoint = optarg; break;
         case OPT_MAXSTEPS:
             if (!grm__cli_parse_count(optarg, 0, INT64_MAX, &o.max_steps))

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -141,6 +142,8 @@ struct grm__metrics {
     int err;                 /* errno of the first failed write (0: none) */
     char run[40];            /* this run's id: UTC start time and a random tag */
     char pipeline[20];       /* the merged INI's hash, 16 hex digits */
+    pthread_mutex_t lock;    /* over last/n/cap: --metrics-port's thread reads them */
+    int64_t step;            /* the latest step a record named */
     metric_last *last;
     int n, cap;
 };
@@ -183,6 +186,7 @@ grm_status grm__metrics_open(const char *path, uint64_t pipeline_hash, int fresh
     grm__metrics *m = calloc(1, sizeof *m);
     *out = NULL;
     if (!m) return grm_errorf(GRM_ENOMEM, "out of memory");
+    pthread_mutex_init(&m->lock, NULL);
     struct timespec ts;
     char when[40];
     utc_now(when, sizeof when, &ts);
@@ -197,6 +201,7 @@ grm_status grm__metrics_open(const char *path, uint64_t pipeline_hash, int fresh
         int moved = 0;
         grm_status st = fresh ? rotate(path, to, sizeof to, &moved) : GRM_OK;
         if (st != GRM_OK) {
+            pthread_mutex_destroy(&m->lock);
             free(m);
             return st;
         }
@@ -209,6 +214,7 @@ grm_status grm__metrics_open(const char *path, uint64_t pipeline_hash, int fresh
             const int e = errno;
             if (m->f) fclose(m->f);
             free(m->path);
+            pthread_mutex_destroy(&m->lock);
             free(m);
             return grm_errorf(GRM_EIO, "%s: cannot open metrics file: %s", path, strerror(e));
         }
@@ -228,6 +234,7 @@ void grm__metrics_close(grm__metrics *m)
     if (m->f) fclose(m->f);
     free(m->path);
     free(m->last);
+    pthread_mutex_destroy(&m->lock);
     free(m);
 }
 
@@ -243,24 +250,50 @@ void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const c
                 (long long)step, split, name, num);
         if ((fflush(m->f) != 0 || ferror(m->f)) && !m->err) m->err = errno ? errno : EIO;
     }
-    for (int i = 0; i < m->n; i++)
-        if (strcmp(m->last[i].split, split) == 0 && strcmp(m->last[i].name, name) == 0) {
-            m->last[i].step = step;
-            m->last[i].value = value;
-            return;
-        }
-    if (m->n == m->cap) {
+    pthread_mutex_lock(&m->lock);
+    m->step = step;
+    metric_last *l = NULL;
+    for (int i = 0; i < m->n && !l; i++)
+        if (strcmp(m->last[i].split, split) == 0 && strcmp(m->last[i].name, name) == 0)
+            l = &m->last[i];
+    if (!l && m->n == m->cap) {
         int cap = m->cap ? m->cap * 2 : 32;
         metric_last *nl = realloc(m->last, (size_t)cap * sizeof *nl);
-        if (!nl) return;
-        m->last = nl;
-        m->cap = cap;
+        if (nl) {
+            m->last = nl;
+            m->cap = cap;
+        }
     }
-    metric_last *l = &m->last[m->n++];
-    snprintf(l->split, sizeof l->split, "%s", split);
-    snprintf(l->name, sizeof l->name, "%s", name);
-    l->step = step;
-    l->value = value;
+    if (!l && m->n < m->cap) {
+        l = &m->last[m->n++];
+        snprintf(l->split, sizeof l->split, "%s", split);
+        snprintf(l->name, sizeof l->name, "%s", name);
+    }
+    if (l) {
+        l->step = step;
+        l->value = value;
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+void grm__metrics_prometheus(grm__metrics *m, FILE *f)
+{
+    pthread_mutex_lock(&m->lock);
+    fprintf(f, "# HELP grm_step The latest training step a metric was recorded at.\n"
+               "# TYPE grm_step gauge\ngrm_step{run=\"%s\",pipeline=\"%s\"} %lld\n",
+            m->run, m->pipeline, (long long)m->step);
+    fprintf(f, "# HELP grm_metric The latest value of each metric grmhost train records "
+               "(--metrics-out's records: split and name).\n# TYPE grm_metric gauge\n");
+    for (int i = 0; i < m->n; i++) {
+        const metric_last *l = &m->last[i];
+        char num[40];
+        if (isfinite(l->value)) snprintf(num, sizeof num, "%.9g", l->value);
+        else snprintf(num, sizeof num, "%s", isnan(l->value) ? "NaN" : l->value > 0 ? "+Inf"
+                                                                                   : "-Inf");
+        fprintf(f, "grm_metric{split=\"%s\",name=\"%s\",run=\"%s\",pipeline=\"%s\"} %s\n",
+                l->split, l->name, m->run, m->pipeline, num);
+    }
+    pthread_mutex_unlock(&m->lock);
 }
 
 void grm__metrics_summary(grm__metrics *m, FILE *f)

@@ -209,6 +209,8 @@ typedef struct grm__run_opts {
     int64_t max_steps;             /* >0: stop after this many steps (tests) */
     int profile;                   /* print the per-stage time breakdown at the end */
     int batches_in_memory;         /* benchmark: assemble every batch before step 1 */
+    int serve_metrics;             /* --metrics-port given: serve them on 127.0.0.1 */
+    int metrics_port;              /* its port (0: any free one, logged) */
 } grm__run_opts;
 
 grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts);
@@ -245,6 +247,15 @@ void grm__metrics_close(grm__metrics *m);
 grm_status grm__metrics_check(const grm__metrics *m);
 void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const char *name,
                        double value);
+/* The latest value of each (split, name) in Prometheus' text format (thread-safe: the
+ * --metrics-port thread calls it while the trainer emits). */
+void grm__metrics_prometheus(grm__metrics *m, FILE *f);
+/* --metrics-port N (core/serve.c): serve grm__metrics_prometheus over HTTP on
+ * 127.0.0.1:N (0: any free port) from a libuv loop on its own thread. */
+typedef struct grm__serve grm__serve;
+grm_status grm__serve_start(int port, grm__metrics *metrics, grm__serve **out);
+int grm__serve_port(const grm__serve *s);   /* the port bound */
+void grm__serve_stop(grm__serve *s);        /* NULL: nothing */
 /* Print every value emitted last for each (split, name) as a table. */
 void grm__metrics_summary(grm__metrics *m, FILE *f);
 

@@ -109,6 +109,8 @@ static void teardown(grm__trainer *t)
     grm__batch_fini(t, &t->eb);
     grm__eval_teardown(t);
     grm__plan_fini(&t->plan);
+    grm__serve_stop(t->rep.serve);   /* it reads the metrics until it stops */
+    t->rep.serve = NULL;
     grm__metrics_close(t->rep.metrics);
     grm__host_set_backend(NULL);
     grm__backend_close(&t->be);
@@ -372,8 +374,17 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, grm__trai
     t->rep.read_most[0] = (double)most[0] * 1e-6;
     t->rep.read_most[1] = (double)most[1];
     const char *mpath = opts->metrics_out ? opts->metrics_out : p->set.metrics_out;
-    return grm__metrics_open(t->rank == 0 ? mpath : NULL, grm__config_hash(p->cfg),
-                             training && opts->fresh, &t->rep.metrics);
+    if ((st = grm__metrics_open(t->rank == 0 ? mpath : NULL, grm__config_hash(p->cfg),
+                                training && opts->fresh, &t->rep.metrics)) != GRM_OK)
+        return st;
+    if (training && opts->serve_metrics && t->rank == 0) {
+        if ((st = grm__serve_start(opts->metrics_port, t->rep.metrics, &t->rep.serve))
+            != GRM_OK)
+            return st;
+        grm__log(GRM_LOG_INFO, "grmhost", "metrics: Prometheus text on "
+                 "http://127.0.0.1:%d/metrics", grm__serve_port(t->rep.serve));
+    }
+    return GRM_OK;
 }
 
 grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)

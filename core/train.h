@@ -296,6 +296,7 @@ typedef struct grm__ckpt_state {
 
 typedef struct grm__report {
     grm__metrics *metrics;
+    grm__serve *serve;        /* --metrics-port: the HTTP endpoint, or NULL */
     double t_batch, t_lookup, t_fwd, t_bwd, t_opt;
     double t_read, t_plan, t_ckpt, t_eval;   /* --profile: seconds in each stage */
     double t_wait;            /* seconds the trainer waited for the data thread */

@@ -5,14 +5,16 @@
 # show (the mean since the last logged step, not one batch's); a batch larger than the
 # data is warned about with file:line; `grmhost plot` draws the loss and the validation
 # metrics through gnuplot (the picture exists and has a size, its data file holds exactly
-# the metrics file's points; SKIP without gnuplot). TAP output.
+# the metrics file's points; SKIP without gnuplot); --metrics-port serves the latest
+# metrics in Prometheus' text format while the run goes on (scraped with curl; SKIP
+# without curl). TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-watch-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "1..16"
+echo "1..20"
 
 "$g" generate --users 200 --items 100 --clusters 5 --seed 3 --out "$tmp/ev.tsv" || exit 1
 {
@@ -71,6 +73,49 @@ ok $? "on a terminal the progress line's loss is the logged mean (${last:-none} 
 grep -q "w.ini:$(grep -n '^batch_size' "$tmp/w.ini" | cut -d: -f1): \[train\] batch_size = 5000 is larger than the [0-9]* training samples" "$tmp/big.err" ||
     grep -q -- "--set:1: \[train\] batch_size = 5000 is larger than the [0-9]* training samples" "$tmp/big.err"
 ok $? "a batch larger than the data is warned about: $(head -c 160 "$tmp/big.err")"
+
+# --metrics-port: scraped during a run, which SIGTERM then ends
+if command -v curl >/dev/null 2>&1; then
+    "$g" train --fresh --metrics-port 0 --set train.steps=100000 --set train.eval_every=0 \
+        --set train.batch_size=8 --set train.log_every=2 "$tmp/w.ini" >/dev/null 2>"$tmp/port.err" &
+    pid=$!
+    port="" page=""
+    for i in $(seq 1 100); do
+        [ -z "$port" ] && port=$(grep -o 'http://127.0.0.1:[0-9]*/metrics' "$tmp/port.err" | head -1)
+        if [ -n "$port" ]; then
+            curl -s --max-time 5 "$port" >"$tmp/page" 2>/dev/null
+            grep -q 'split="train",name="loss"' "$tmp/page" && break
+        fi
+        sleep 0.2
+    done
+    kill -0 $pid 2>/dev/null
+    ok $? "the run is still going while it is scraped (${port:-no port logged})"
+    grep -q '^# TYPE grm_metric gauge$' "$tmp/page" &&
+        grep -q '^grm_metric{split="train",name="loss",run="[0-9TZ]*-[0-9a-f]*",pipeline="[0-9a-f]\{16\}"} [0-9.e+-]*$' "$tmp/page" &&
+        grep -q '^grm_step{run="[^"]*",pipeline="[^"]*"} [1-9][0-9]*$' "$tmp/page"
+    ok $? "the page is Prometheus text: grm_step and the train loss with run and pipeline labels ($(grep -c '^grm_' "$tmp/page") samples)"
+    step1=$(sed -n 's/^grm_step{.*} \([0-9]*\)$/\1/p' "$tmp/page")
+    step2=""
+    for i in $(seq 1 100); do   # until the run has logged another step (no timing assumed)
+        sleep 0.1
+        curl -s --max-time 5 "$port" >"$tmp/page2" 2>/dev/null
+        step2=$(sed -n 's/^grm_step{.*} \([0-9]*\)$/\1/p' "$tmp/page2")
+        [ -n "$step1" ] && [ -n "$step2" ] && [ "$step2" -gt "$step1" ] && break
+    done
+    [ -n "$step1" ] && [ -n "$step2" ] && [ "$step2" -gt "$step1" ]
+    ok $? "a later scrape sees a later step (${step1:-?} then ${step2:-?})"
+    kill -TERM $pid
+    wait $pid
+    rc=$?
+    curl -s --max-time 2 "$port" >/dev/null 2>&1
+    crc=$?
+    ok $(( rc == 0 && crc != 0 ? 0 : 1 )) "SIGTERM ends the run (exit $rc) and the endpoint with it (curl exit $crc)"
+else
+    for d in "the run is still going while it is scraped" "the page is Prometheus text" \
+             "a later scrape sees a later step" "SIGTERM ends the run and the endpoint with it"; do
+        skip "curl not installed" "$d"
+    done
+fi
 
 # grmhost plot
 if ! command -v "${GRM_GNUPLOT:-gnuplot}" >/dev/null 2>&1; then
