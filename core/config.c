@@ -333,9 +333,10 @@ static int ini_handler_fn(void *user, const char *section, const char *name, con
         dup->value = nv;
         return 1;
     }
+    const int repeated = dup && dup->serial == ps->serial;   /* put_key may move dup */
     grm_status st = put_key(cfg, sec, name, value, ps->name, ps->line, ps->serial, why,
                             sizeof why);
-    if (st == GRM_EINVAL && dup && dup->serial == ps->serial)
+    if (st == GRM_EINVAL && repeated)
         return parse_fail(ps, st, "%s:%d: %s", ps->name, ps->line, why);
     if (st != GRM_OK)
         return parse_fail(ps, st, "%s:%d: [%s] %s: %s", ps->name, ps->line, section, name, why);

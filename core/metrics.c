@@ -276,6 +276,16 @@ void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const c
     pthread_mutex_unlock(&m->lock);
 }
 
+/* A label value of the exposition format: backslash, double quote and newline escaped. */
+static void prom_label(FILE *f, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') fputc('\\', f);
+        if (*v == '\n') fputs("\\n", f);
+        else fputc(*v, f);
+    }
+}
+
 void grm__metrics_prometheus(grm__metrics *m, FILE *f)
 {
     pthread_mutex_lock(&m->lock);
@@ -290,8 +300,11 @@ void grm__metrics_prometheus(grm__metrics *m, FILE *f)
         if (isfinite(l->value)) snprintf(num, sizeof num, "%.9g", l->value);
         else snprintf(num, sizeof num, "%s", isnan(l->value) ? "NaN" : l->value > 0 ? "+Inf"
                                                                                    : "-Inf");
-        fprintf(f, "grm_metric{split=\"%s\",name=\"%s\",run=\"%s\",pipeline=\"%s\"} %s\n",
-                l->split, l->name, m->run, m->pipeline, num);
+        fputs("grm_metric{split=\"", f);
+        prom_label(f, l->split);
+        fputs("\",name=\"", f);
+        prom_label(f, l->name);
+        fprintf(f, "\",run=\"%s\",pipeline=\"%s\"} %s\n", m->run, m->pipeline, num);
     }
     pthread_mutex_unlock(&m->lock);
 }
