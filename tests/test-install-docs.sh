@@ -13,13 +13,16 @@ trap 'rm -rf "$tmp"' EXIT
 echo "1..6"
 
 # the commands, as grmhost's own usage lists them
-cmds=$("$g" --help | sed -n '/^commands:/,/^$/p' | sed -n 's/^  \([a-z][a-z]*\) .*/\1/p' | grep -v '^help$')
+cmds=$("$g" --help | sed -n '/^commands:/,/^$/p' | sed -n 's/^  \([a-z][a-z]*\) .*/\1/p' |
+       grep -v '^help$')
+ncmds=$(echo $cmds | wc -w)
 bad=""
 for c in $cmds; do
-    "$g" help "$c" >"$tmp/h1" 2>&1 && "$g" "$c" --help >"$tmp/h2" 2>&1 && cmp -s "$tmp/h1" "$tmp/h2" &&
-        grep -q "^usage: grmhost $c" "$tmp/h1" || bad="$bad $c"
+    "$g" help "$c" >"$tmp/h1" 2>&1 && "$g" "$c" --help >"$tmp/h2" 2>&1 &&
+        cmp -s "$tmp/h1" "$tmp/h2" && grep -q "^usage: grmhost $c" "$tmp/h1" || bad="$bad $c"
 done
-ok $([ -z "$bad" ] && [ -n "$cmds" ] && echo 0 || echo 1) "grmhost help COMMAND = COMMAND --help for $(echo $cmds | wc -w) commands${bad:+; differ:$bad}"
+ok $([ -z "$bad" ] && [ -n "$cmds" ] && echo 0 || echo 1) \
+    "grmhost help COMMAND = COMMAND --help for $ncmds commands${bad:+; differ:$bad}"
 
 dest="$tmp/dest"
 ${MAKE:-make} -s -C "$GRM_TOP_BUILDDIR" install DESTDIR="$dest" >"$tmp/install.log" 2>&1
@@ -37,7 +40,8 @@ if grep -q '^HELP2MAN = .' "$GRM_TOP_BUILDDIR/Makefile"; then
         th="GRMHOST${c:+-$(echo "$c" | tr a-z A-Z)}"
         [ -s "$f" ] && grep -q "^\.TH $th \"1\"" "$f" || missing="$missing grmhost${c:+-$c}.1"
     done
-    ok $([ -z "$missing" ] && echo 0 || echo 1) "a man page for grmhost and each of its $(echo $cmds | wc -w) commands${missing:+; missing or wrong:$missing}"
+    ok $([ -z "$missing" ] && echo 0 || echo 1) \
+        "a man page for grmhost and each of its $ncmds commands${missing:+; wrong:$missing}"
     grep -q 'metrics\\-port' "$man/grmhost-train.1" && grep -q 'origin' "$man/grmhost-check.1"
     ok $? "the pages carry the commands' options (train --metrics-port, check --origin)"
 else
@@ -45,8 +49,9 @@ else
     skip "configure found no help2man" "the pages carry the commands' options"
 fi
 
-[ -s "$doc/README.md" ] && [ -s "$doc/DESIGN.md" ] && [ -s "$doc/RESULTS.md" ] && [ -s "$doc/grmcol.md" ] &&
-    [ -s "$doc/sdk/examples/transform-filter/filter.c" ] && [ -s "$doc/sdk/examples/head-hinge/Makefile" ]
+[ -s "$doc/README.md" ] && [ -s "$doc/DESIGN.md" ] && [ -s "$doc/RESULTS.md" ] &&
+    [ -s "$doc/grmcol.md" ] && [ -s "$doc/sdk/examples/transform-filter/filter.c" ] &&
+    [ -s "$doc/sdk/examples/head-hinge/Makefile" ]
 ok $? "share/doc/grm holds the README, design notes, results page, grmcol format and SDK examples"
 missing=""
 for r in "$GRM_TOP_SRCDIR"/plugins/*/README.md; do
@@ -56,4 +61,5 @@ done
 for d in "$GRM_TOP_SRCDIR"/plugins/*/; do
     [ -f "$d/plugin.c" ] && [ ! -f "$d/README.md" ] && echo "# $(basename "$d") has no README.md"
 done
-ok $([ -z "$missing" ] && echo 0 || echo 1) "every plugin README is installed under share/doc/grm/plugins${missing:+; missing:$missing}"
+ok $([ -z "$missing" ] && echo 0 || echo 1) \
+    "every plugin README is installed under share/doc/grm/plugins${missing:+; missing:$missing}"

@@ -21,8 +21,10 @@ command -v zstd >/dev/null && command -v sha256sum >/dev/null ||
 mkdir -p "$tmp/none"
 sh "$prep" --from "$tmp/none" --out "$tmp/o0" >"$tmp/none.out" 2>&1
 rc=$?
-grep -q "no ml-100k.zip (or u.data) in $tmp/none; download https://files.grouplens.org/datasets/movielens/ml-100k.zip" "$tmp/none.out" &&
-    grep -q "no Beauty.txt in $tmp/none; download https://raw.githubusercontent.com/RUCAIBox/CIKM2020-S3Rec/" "$tmp/none.out"
+grep -q "no ml-100k.zip (or u.data) in $tmp/none; download https://files.grouplens.org/" \
+    "$tmp/none.out" &&
+    grep -q "no Beauty.txt in $tmp/none; download https://raw.githubusercontent.com/RUCAIBox/" \
+        "$tmp/none.out"
 ok $(( rc == 1 ? $? : 1 )) "missing downloads: exit $rc, each named with its URL"
 
 mkdir -p "$tmp/bad"

@@ -17,7 +17,8 @@
 #     sha256 06416e597f82b7342361e41163890c81036900f418ad91315590814211dca490
 #   OUT/amazon-beauty/Beauty.txt.zst    Amazon Beauty 5-core sequences `user item item ...`,
 #     S3-Rec's preprocessing (CIKM 2020) of McAuley et al.'s reviews_Beauty_5 file, from
-#     https://raw.githubusercontent.com/RUCAIBox/CIKM2020-S3Rec/2a81540ae18615d88ef88227b0c066e5b74781e5/data/Beauty.txt
+#     https://raw.githubusercontent.com/RUCAIBox/CIKM2020-S3Rec/COMMIT/data/Beauty.txt
+#     (COMMIT 2a81540ae18615d88ef88227b0c066e5b74781e5)
 #     sha256 226cce9c3105299ca0db9615d7d3fb32b3175e90da43100ae352599f0f0107b8
 # Both licences forbid redistribution: grm ships this script, never the data. MovieLens 1M
 # (ml1m-hstu.ini) is not made here: its checksum has not been verified by this project;
@@ -39,11 +40,13 @@ done
 
 ML100K_URL=https://files.grouplens.org/datasets/movielens/ml-100k.zip
 ML100K_SHA=06416e597f82b7342361e41163890c81036900f418ad91315590814211dca490
-BEAUTY_URL=https://raw.githubusercontent.com/RUCAIBox/CIKM2020-S3Rec/2a81540ae18615d88ef88227b0c066e5b74781e5/data/Beauty.txt
+S3REC=https://raw.githubusercontent.com/RUCAIBox/CIKM2020-S3Rec
+BEAUTY_URL=$S3REC/2a81540ae18615d88ef88227b0c066e5b74781e5/data/Beauty.txt
 BEAUTY_SHA=226cce9c3105299ca0db9615d7d3fb32b3175e90da43100ae352599f0f0107b8
 
 for tool in sha256sum zstd; do
-    command -v $tool >/dev/null || { echo "prepare.sh: $tool not found; apt-get install $tool" >&2; exit 1; }
+    command -v $tool >/dev/null ||
+        { echo "prepare.sh: $tool not found; apt-get install $tool" >&2; exit 1; }
 done
 
 fetch() {   # URL FILE
@@ -79,11 +82,13 @@ elif [ -f "$from/ml-100k/u.data" ]; then src="$from/ml-100k/u.data"
 elif [ -f "$from/ml-100k.zip" ]; then
     src="$tmp/u.data"
     if command -v unzip >/dev/null; then unzip -p "$from/ml-100k.zip" ml-100k/u.data >"$src"
-    else python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("ml-100k/u.data"))' \
+    else python3 -c 'import sys, zipfile
+sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read("ml-100k/u.data"))' \
         "$from/ml-100k.zip" >"$src"; fi
 else
     src=""
-    echo "prepare.sh: no ml-100k.zip (or u.data) in $from; download $ML100K_URL, or pass --download" >&2
+    echo "prepare.sh: no ml-100k.zip (or u.data) in $from; download $ML100K_URL," \
+         "or pass --download" >&2
     fail=1
 fi
 [ -n "$src" ] && { put "$src" "$ML100K_SHA" "$out/ml-100k/u.data.zst" || fail=1; }
