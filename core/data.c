@@ -135,18 +135,27 @@ static int32_t col_type(const void *rec0, size_t stride, int32_t n, const char *
     return -1;
 }
 
+/* Where [section] key was given: its file and line, its section's when defaulted. */
+static void key_at(const grm__pipeline *p, const char *section, const char *key,
+                   const char **file, int *line)
+{
+    const grm__section *sec = grm__config_section(p->cfg, section);
+    const grm__kv *kv = sec ? grm__section_kv(sec, key) : NULL;
+    *file = kv ? kv->file : sec ? sec->file : p->cfg->path;
+    *line = kv ? kv->line : sec ? sec->line : 0;
+}
+
 /* "file:line: [section] key = name: the data ... has no TYPE column of that name (columns:
- * ...); fix", the line that of the key in the INI (its section's when defaulted). */
+ * ...); fix", at the key's line in the INI (key_at). */
 static grm_status col_error(const grm__pipeline *p, const void *rec0, size_t stride,
                             int32_t n, const char *section, const char *key, const char *name,
                             const char *type)
 {
     char have[512];
     join_names(have, sizeof have, n ? (const char *const *)rec0 : NULL, stride, n);
-    const grm__section *sec = grm__config_section(p->cfg, section);
-    const grm__kv *kv = sec ? grm__section_kv(sec, key) : NULL;
-    const char *file = kv ? kv->file : sec ? sec->file : p->cfg->path;
-    int line = kv ? kv->line : sec ? sec->line : 0;
+    const char *file;
+    int line;
+    key_at(p, section, key, &file, &line);
     int has = col_type(rec0, stride, n, name) >= 0;
     return grm_errorf(GRM_EINVAL, "%s:%d: [%s] %s = %s: the data after the last transform "
                       "has no %s column of that name%s (columns: %s); %s", file, line,
@@ -276,10 +285,15 @@ static grm_status collect_ranking(collector *co, const grm_chunk *c)
             const grm_column *l = find_col(c, s->label_columns.v[k]);
             float y = l->type == GRM_COL_I64 ? (float)((const int64_t *)l->values)[r]
                                              : ((const float *)l->values)[r];
-            if (!(y >= 0.0f && y <= 1.0f))
-                return grm_errorf(GRM_EFORMAT, "%s: label column '%s' holds %g; labels must "
-                                  "lie in [0, 1] (bucketize a rating, e.g. rating:4)",
-                                  p->cfg->path, s->label_columns.v[k], (double)y);
+            if (!(y >= 0.0f && y <= 1.0f)) {
+                const char *file;
+                int line;
+                key_at(p, "train", "label_columns", &file, &line);
+                return grm_errorf(GRM_EFORMAT, "%s:%d: [train] label_columns: column '%s' "
+                                  "holds %g; labels must lie in [0, 1] (bucketize a rating, "
+                                  "e.g. rating:4)", file, line, s->label_columns.v[k],
+                                  (double)y);
+            }
             if ((st = vecf_push(&co->labels, y)) != GRM_OK) return st;
         }
         if (co->want_groups

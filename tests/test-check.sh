@@ -14,7 +14,7 @@ set -u
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-check-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "1..30"
+echo "1..31"
 
 "$g" generate --users 120 --items 80 --clusters 4 --seed 2 --out "$tmp/ev.tsv" || exit 1
 ini() {   # a small retrieval pipeline on ev.tsv
@@ -61,6 +61,18 @@ transform has no I64 column"
 sed "s|^path = .*|path = $tmp/missing.tsv|" "$tmp/ok.ini" >"$tmp/nodata.ini"
 at=$(line '^path' "$tmp/nodata.ini")
 refused nodata 1 "nodata.ini:$at: \[reader\] .*cannot open $tmp/missing.tsv"
+
+# an error found only in the data still names the key's file:line
+awk 'BEGIN { for (r = 0; r < 200; r++) printf "%d,%d,%d\n", r % 20, r % 30, r == 150 ? 2 : r % 2 }' \
+    >"$tmp/rows.csv"
+{ ini_rows "$tmp/rows.csv"; printf '[dense.0]\nplugin = dense-mlp\ndims = 8,1\n'
+  printf '[train]\ntask = ranking\nlabel_columns = click\nsteps = 2\n'
+  printf '[checkpoint]\ndir = %s/ckr\n' "$tmp"; } >"$tmp/label.ini"
+"$g" train -q --fresh "$tmp/label.ini" >/dev/null 2>"$tmp/label.err"
+at=$(line '^label_columns' "$tmp/label.ini")
+grep -q "label.ini:$at: \[train\] label_columns: column 'click' holds 2; labels must lie in" \
+    "$tmp/label.err"
+ok $? "a label outside [0, 1] in the data names label_columns' file:line: $(head -c 120 "$tmp/label.err")"
 
 # composition: a base and a line on it
 mkdir -p "$tmp/base" "$tmp/lines"
