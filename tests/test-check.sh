@@ -63,7 +63,8 @@ at=$(line '^path' "$tmp/nodata.ini")
 refused nodata 1 "nodata.ini:$at: \[reader\] .*cannot open $tmp/missing.tsv"
 
 # an error found only in the data still names the key's file:line
-awk 'BEGIN { for (r = 0; r < 200; r++) printf "%d,%d,%d\n", r % 20, r % 30, r == 150 ? 2 : r % 2 }' \
+awk 'BEGIN { for (r = 0; r < 200; r++)
+              printf "%d,%d,%d\n", r % 20, r % 30, r == 150 ? 2 : r % 2 }' \
     >"$tmp/rows.csv"
 { ini_rows "$tmp/rows.csv"; printf '[dense.0]\nplugin = dense-mlp\ndims = 8,1\n'
   printf '[train]\ntask = ranking\nlabel_columns = click\nsteps = 2\n'
@@ -72,7 +73,7 @@ awk 'BEGIN { for (r = 0; r < 200; r++) printf "%d,%d,%d\n", r % 20, r % 30, r ==
 at=$(line '^label_columns' "$tmp/label.ini")
 grep -q "label.ini:$at: \[train\] label_columns: column 'click' holds 2; labels must lie in" \
     "$tmp/label.err"
-ok $? "a label outside [0, 1] in the data names label_columns' file:line: $(head -c 120 "$tmp/label.err")"
+ok $? "a label outside [0, 1] in the data names label_columns' file:line"
 
 # composition: a base and a line on it
 mkdir -p "$tmp/base" "$tmp/lines"
