@@ -27,7 +27,7 @@ trap 'rm -rf "$tmp"' EXIT
 # the pipeline with its data path made absolute, no checkpoints, no validation in the loop
 # (and so no early stopping)
 prep() {   # INI PREFETCH OUT
-    sed -e "s|\.\./shared/data|$data|" -e '/^\[checkpoint\]/,/^\[/{/^dir *=/d}' \
+    sed -e "s|\${GRM_DATA_DIR:-\.\./data}|$data|" -e '/^\[checkpoint\]/,/^\[/{/^dir *=/d}' \
         -e 's/^eval_every *=.*/eval_every = 1000000/' -e '/^early_stop *=/d' "$1" \
         | awk -v pf="$2" '{ print } /^\[train\]/ { print "prefetch = " pf }' >"$3"
 }

@@ -30,5 +30,7 @@ int grm__cli_parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int grm__convert_main(int argc, char **argv);
 int grm__inspect_main(int argc, char **argv);
 int grm__launch_main(int argc, char **argv);
+/* `grmhost plot ...` (core/plot.c). */
+int grm__plot_main(int argc, char **argv);
 
 #endif /* GRM_CLI_H */

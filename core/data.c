@@ -62,13 +62,16 @@ typedef struct collector {
     int want_groups;        /* -1: not decided yet (first chunk decides) */
 } collector;
 
-static grm_status collector_init(collector *co, const grm__pipeline *p)
+/* Timestamps are read: of a retrieval sequence, or of a ranking row's token list. */
+static int wants_times(const grm__pipeline *p)
 {
     int ranking = p->set.task == GRM__TASK_RANKING;
-    /* timestamps: of a retrieval sequence, or of a ranking row's token list */
-    *co = (collector){ .p = p, .want_times = p->set.time_column[0] != '\0'
-                                             && (!ranking || p->seq_feature >= 0),
-                       .want_groups = -1 };
+    return p->set.time_column[0] != '\0' && (!ranking || p->seq_feature >= 0);
+}
+
+static grm_status collector_init(collector *co, const grm__pipeline *p)
+{
+    *co = (collector){ .p = p, .want_times = wants_times(p), .want_groups = -1 };
     co->fofs = calloc((size_t)p->nfeatures + 1, sizeof *co->fofs);
     co->fids = calloc((size_t)p->nfeatures + 1, sizeof *co->fids);
     if (!co->fofs || !co->fids) {
@@ -117,16 +120,98 @@ static void join_names(char *out, size_t cap, const char *const *name0, size_t s
     }
 }
 
-static grm_status col_error(const grm__pipeline *p, const grm_chunk *c, const char *what,
-                            const char *name, const char *type)
+/* The type of column `name` among n records that begin `const char *name; int32_t type`
+ * (grm_field of a schema, grm_column of a chunk), `stride` bytes apart from `rec0`; -1 when
+ * there is none. */
+static int32_t col_type(const void *rec0, size_t stride, int32_t n, const char *name)
+{
+    _Static_assert(offsetof(grm_field, type) == offsetof(grm_column, type)
+                   && offsetof(grm_field, name) == offsetof(grm_column, name),
+                   "grm_field and grm_column begin alike");
+    for (int32_t i = 0; i < n; i++) {
+        const grm_field *f = (const void *)((const char *)rec0 + (size_t)i * stride);
+        if (strcmp(f->name, name) == 0) return f->type;
+    }
+    return -1;
+}
+
+/* Where [section] key was given: its file and line, its section's when defaulted. */
+static void key_at(const grm__pipeline *p, const char *section, const char *key,
+                   const char **file, int *line)
+{
+    const grm__section *sec = grm__config_section(p->cfg, section);
+    const grm__kv *kv = sec ? grm__section_kv(sec, key) : NULL;
+    *file = kv ? kv->file : sec ? sec->file : p->cfg->path;
+    *line = kv ? kv->line : sec ? sec->line : 0;
+}
+
+/* "file:line: [section] key = name: the data ... has no TYPE column of that name (columns:
+ * ...); fix", at the key's line in the INI (key_at). */
+static grm_status col_error(const grm__pipeline *p, const void *rec0, size_t stride,
+                            int32_t n, const char *section, const char *key, const char *name,
+                            const char *type)
 {
     char have[512];
-    join_names(have, sizeof have, c->ncols ? &c->cols[0].name : NULL, sizeof c->cols[0],
-               c->ncols);
-    return grm_errorf(GRM_EINVAL, "%s: [train] %s = %s: the data after the last transform "
-                      "has no %s column of that name (columns: %s); build sequences with a "
-                      "transform (sequence_by) or fix the name", p->cfg->path, what, name, type,
-                      have);
+    join_names(have, sizeof have, n ? (const char *const *)rec0 : NULL, stride, n);
+    const char *file;
+    int line;
+    key_at(p, section, key, &file, &line);
+    int has = col_type(rec0, stride, n, name) >= 0;
+    return grm_errorf(GRM_EINVAL, "%s:%d: [%s] %s = %s: the data after the last transform "
+                      "has no %s column of that name%s (columns: %s); %s", file, line,
+                      section, key, name, type, has ? " (it has one of another type)" : "",
+                      have, strcmp(key, "sequence_column") == 0
+                      ? "build sequences with a transform (sequence_by) or fix the name"
+                      : "fix the name, or produce the column with a transform");
+}
+
+/* Every column the settings and features name, with the type the trainer reads, among the
+ * n records at rec0 (a schema's fields or a chunk's columns): checked on the schema when
+ * the input opens, so `grmhost check` finds what `train` would at its first chunk. */
+static grm_status check_columns(const grm__pipeline *p, const void *rec0, size_t stride,
+                                int32_t n, int want_times, int want_groups)
+{
+    const grm__settings *s = &p->set;
+#define COL_IS(name, t1, t2)                                                              \
+    (col_type(rec0, stride, n, (name)) == (t1) || col_type(rec0, stride, n, (name)) == (t2))
+    if (s->task != GRM__TASK_RANKING) {
+        if (!COL_IS(s->user_column, GRM_COL_I64, GRM_COL_I64))
+            return col_error(p, rec0, stride, n, "train", "user_column", s->user_column, "I64");
+        if (!COL_IS(s->sequence_column, GRM_COL_LIST_I64, GRM_COL_LIST_I64))
+            return col_error(p, rec0, stride, n, "train", "sequence_column",
+                             s->sequence_column, "LIST_I64");
+        if (want_times && !COL_IS(s->time_column, GRM_COL_LIST_I64, GRM_COL_LIST_I64))
+            return col_error(p, rec0, stride, n, "train", "time_column", s->time_column,
+                             "LIST_I64");
+        return GRM_OK;
+    }
+    if (want_groups && !COL_IS(s->user_column, GRM_COL_I64, GRM_COL_I64))
+        return col_error(p, rec0, stride, n, "train", "user_column", s->user_column, "I64");
+    for (int32_t i = 0; i < p->nfeatures; i++) {
+        const grm__feature *f = &p->features[i];
+        if (!COL_IS(f->source, GRM_COL_I64, GRM_COL_LIST_I64)) {
+            char section[300];
+            snprintf(section, sizeof section, "feature.%s", f->name);
+            return col_error(p, rec0, stride, n, section, "source", f->source,
+                             "I64 or LIST_I64");
+        }
+    }
+    if (want_times && !COL_IS(s->time_column, GRM_COL_LIST_I64, GRM_COL_LIST_I64))
+        return col_error(p, rec0, stride, n, "train", "time_column", s->time_column,
+                         "LIST_I64");
+    for (int64_t k = 0; k < s->label_columns.n; k++)
+        if (!COL_IS(s->label_columns.v[k], GRM_COL_I64, GRM_COL_F32))
+            return col_error(p, rec0, stride, n, "train", "label_columns",
+                             s->label_columns.v[k], "I64 or F32");
+#undef COL_IS
+    return GRM_OK;
+}
+
+/* A chunk's columns, as check_columns sees them. */
+static grm_status check_chunk(const collector *co, const grm_chunk *c)
+{
+    return check_columns(co->p, c->cols, sizeof *c->cols, c->ncols, co->want_times,
+                         co->want_groups > 0);
 }
 
 /* Append one chunk of sequence rows. */
@@ -136,13 +221,8 @@ static grm_status collect(collector *co, const grm_chunk *c)
     const grm_column *u = find_col(c, s->user_column);
     const grm_column *seq = find_col(c, s->sequence_column);
     const grm_column *ts = co->want_times ? find_col(c, s->time_column) : NULL;
-    grm_status st;
-    if (!u || u->type != GRM_COL_I64)
-        return col_error(co->p, c, "user_column", s->user_column, "I64");
-    if (!seq || seq->type != GRM_COL_LIST_I64)
-        return col_error(co->p, c, "sequence_column", s->sequence_column, "LIST_I64");
-    if (co->want_times && (!ts || ts->type != GRM_COL_LIST_I64))
-        return col_error(co->p, c, "time_column", s->time_column, "LIST_I64");
+    grm_status st = check_chunk(co, c);
+    if (st != GRM_OK) return st;
     const int64_t *uv = u->values, *sv = seq->values;
     for (int64_t r = 0; r < c->rows; r++) {
         int64_t b = seq->offsets[r], e = seq->offsets[r + 1];
@@ -171,16 +251,10 @@ static grm_status collect_ranking(collector *co, const grm_chunk *c)
     grm_status st;
     const grm_column *g = find_col(c, s->user_column);
     if (co->want_groups < 0) co->want_groups = g && g->type == GRM_COL_I64;
-    if (co->want_groups && (!g || g->type != GRM_COL_I64))
-        return col_error(p, c, "user_column", s->user_column, "I64");
+    if ((st = check_chunk(co, c)) != GRM_OK) return st;
     for (int32_t i = 0; i < p->nfeatures; i++) {
         const grm__feature *f = &p->features[i];
         const grm_column *col = find_col(c, f->source);
-        if (!col || (col->type != GRM_COL_I64 && col->type != GRM_COL_LIST_I64)) {
-            char what[300];
-            snprintf(what, sizeof what, "feature.%s source", f->name);
-            return col_error(p, c, what, f->source, "I64 or LIST_I64");
-        }
         const int64_t *v = col->values;
         for (int64_t r = 0; r < c->rows; r++) {
             int64_t b = col->type == GRM_COL_I64 ? r : col->offsets[r];
@@ -193,8 +267,6 @@ static grm_status collect_ranking(collector *co, const grm_chunk *c)
     if (co->want_times) {   /* beside the token list, value for value */
         const grm__feature *f = &p->features[p->seq_feature];
         const grm_column *ts = find_col(c, s->time_column), *col = find_col(c, f->source);
-        if (!ts || ts->type != GRM_COL_LIST_I64)
-            return col_error(p, c, "time_column", s->time_column, "LIST_I64");
         for (int64_t r = 0; r < c->rows; r++) {
             int64_t n = ts->offsets[r + 1] - ts->offsets[r];
             int64_t m = col->type == GRM_COL_I64 ? 1 : col->offsets[r + 1] - col->offsets[r];
@@ -211,14 +283,17 @@ static grm_status collect_ranking(collector *co, const grm_chunk *c)
     for (int64_t r = 0; r < c->rows; r++) {
         for (int64_t k = 0; k < s->label_columns.n; k++) {
             const grm_column *l = find_col(c, s->label_columns.v[k]);
-            if (!l || (l->type != GRM_COL_I64 && l->type != GRM_COL_F32))
-                return col_error(p, c, "label_columns", s->label_columns.v[k], "I64 or F32");
             float y = l->type == GRM_COL_I64 ? (float)((const int64_t *)l->values)[r]
                                              : ((const float *)l->values)[r];
-            if (!(y >= 0.0f && y <= 1.0f))
-                return grm_errorf(GRM_EFORMAT, "%s: label column '%s' holds %g; labels must "
-                                  "lie in [0, 1] (bucketize a rating, e.g. rating:4)",
-                                  p->cfg->path, s->label_columns.v[k], (double)y);
+            if (!(y >= 0.0f && y <= 1.0f)) {
+                const char *file;
+                int line;
+                key_at(p, "train", "label_columns", &file, &line);
+                return grm_errorf(GRM_EFORMAT, "%s:%d: [train] label_columns: column '%s' "
+                                  "holds %g; labels must lie in [0, 1] (bucketize a rating, "
+                                  "e.g. rating:4)", file, line, s->label_columns.v[k],
+                                  (double)y);
+            }
             if ((st = vecf_push(&co->labels, y)) != GRM_OK) return st;
         }
         if (co->want_groups
@@ -580,8 +655,11 @@ static grm_status open_input(grm__pipeline *p, int32_t shard, int32_t nshards,
     const grm_reader_ops *rops = p->reader.plugin->info->ops;
     const grm_schema *schema;
     grm_status st = rops->open(p->reader.config.data, shard, nshards, &p->reader.inst);
-    if (st != GRM_OK) {
-        grm_error_prefix("[reader] %s: ", p->reader.plugin->info->name);
+    if (st != GRM_OK) {   /* a missing file, mostly: name the INI line that gave the path */
+        const grm__section *sec = grm__config_section(p->cfg, "reader");
+        const grm__kv *kv = sec ? grm__section_kv(sec, "path") : NULL;
+        grm_error_prefix("%s:%d: [reader] ", kv ? kv->file : sec ? sec->file : p->cfg->path,
+                         kv ? kv->line : sec ? sec->line : 0);
         return st;
     }
     if ((st = rops->schema(p->reader.inst, &schema)) != GRM_OK) return st;
@@ -596,7 +674,20 @@ static grm_status open_input(grm__pipeline *p, int32_t shard, int32_t nshards,
         }
         if ((st = tops->schema(p->transforms[i].inst, &schema)) != GRM_OK) return st;
     }
-    return GRM_OK;
+    /* the columns the trainer will read, before any row is: what check finds, train finds */
+    const grm__section *ts = grm__config_section(p->cfg, "train");
+    int want_groups = p->set.task == GRM__TASK_RANKING && ts
+                      && grm__section_kv(ts, "user_column");
+    return check_columns(p, schema->fields, sizeof *schema->fields, schema->nfields,
+                         wants_times(p), want_groups);
+}
+
+grm_status grm__input_check(grm__pipeline *p)
+{
+    const grm_schema *raw;
+    grm_status st = open_input(p, 0, 1, &raw);
+    close_input(p);
+    return st;
 }
 
 /* What the transforms still hold at the end of the input (flush), through the rest of

@@ -140,14 +140,12 @@ grm_status grm__dense_check_replicas(grm__trainer *t)
     return GRM_OK;
 }
 
-/* The blocks in [dense.N] order, each created for its input width, then the head; the
- * activation buffers between them; how many negatives a step of the head draws (one draw
- * with a generous bound); the head's row buffers; the named parameters with the dense
- * optimizer's state, and with several ranks the buffer their gradients are summed in. */
-grm_status grm__dense_setup(grm__trainer *t)
+/* The blocks in [dense.N] order, each created for its input width, the stack's output
+ * checked against D (the item table's dim, or the number of tasks), then the head, checked
+ * against the task: what `grmhost check` runs too (grm__check). */
+grm_status grm__dense_wire(grm__trainer *t, int32_t D)
 {
     grm__pipeline *p = t->p;
-    grm__dataset *ds = t->ds;
     grm_status st;
     const grm__settings *s = &p->set;
     t->dn.dims = calloc((size_t)p->ndense + 1, sizeof *t->dn.dims);
@@ -173,20 +171,41 @@ grm_status grm__dense_setup(grm__trainer *t)
     }
     /* retrieval: queries live in the item table's space; ranking: one logit per task */
     const int64_t out = t->dn.dims[p->ndense];
-    int32_t D = t->ranking ? (int32_t)ds->ntasks : p->tables[t->item_table].dim;
-    if (out != D) {
+    if (out != D) {   /* named at the last block's section, beside what fixes D */
+        const grm__stage *last = p->ndense ? &p->dense[p->ndense - 1] : NULL;
+        const grm__section *ls = last ? last->section : NULL;
+        const char *lfile = ls ? ls->file : p->cfg->path;
+        int lline = ls ? ls->line : 0;
+        const char *lname = last ? last->label : "head";
         if (t->ranking)
-            return grm_errorf(GRM_EINVAL, "%s: the dense stack ends in %lld features but "
-                              "[train] label_columns names %d tasks; make the last [dense.N] "
-                              "output %d", p->cfg->path, (long long)out, D, D);
-        return grm_errorf(GRM_EINVAL, "%s: the dense stack ends in %lld features but item "
-                          "table '%s' has dim %d; make the last [dense.N] output %d",
-                          p->cfg->path, (long long)out, s->item_table, D, D);
+            return grm_errorf(GRM_EINVAL, "%s:%d: [%s]: the dense stack ends in %lld features "
+                              "but [train] label_columns names %d tasks; make the last "
+                              "[dense.N] output %d", lfile, lline, lname, (long long)out, D, D);
+        const grm__feature *f = NULL;
+        for (int32_t i = 0; i < p->nfeatures && !f; i++)
+            if (strcmp(p->features[i].table, s->item_table) == 0) f = &p->features[i];
+        return grm_errorf(GRM_EINVAL, "%s:%d: [%s]: the dense stack ends in %lld features but "
+                          "item table '%s' has dim %d (%s:%d: [feature.%s] dim); make the last "
+                          "[dense.N] output %d", lfile, lline, lname, (long long)out,
+                          s->item_table, D, f ? f->file : p->cfg->path, f ? f->line : 0,
+                          f ? f->name : s->item_table, D);
     }
-    if ((st = grm__head_create(&t->dn.head, &p->head, out, (uint64_t)s->seed)) != GRM_OK
-        || (st = grm__head_check(p, &p->head, t->ranking, grm__head_task(&t->dn.head)))
-               != GRM_OK)
+    if ((st = grm__head_create(&t->dn.head, &p->head, out, (uint64_t)s->seed)) != GRM_OK)
         return st;
+    return grm__head_check(p, &p->head, t->ranking, grm__head_task(&t->dn.head));
+}
+
+/* grm__dense_wire, then the activation buffers between the blocks; how many negatives a
+ * step of the head draws (one draw with a generous bound); the head's row buffers; the named
+ * parameters with the dense optimizer's state, and with several ranks the buffer their
+ * gradients are summed in. */
+grm_status grm__dense_setup(grm__trainer *t)
+{
+    grm__pipeline *p = t->p;
+    grm__dataset *ds = t->ds;
+    grm_status st;
+    int32_t D = t->ranking ? (int32_t)ds->ntasks : p->tables[t->item_table].dim;
+    if ((st = grm__dense_wire(t, D)) != GRM_OK) return st;
     for (int32_t i = 0; i <= p->ndense; i++) {
         t->dn.acts[i] = xalloc((size_t)(t->RB * t->dn.dims[i]) * sizeof(float));
         t->dn.dacts[i] = xalloc((size_t)(t->RB * t->dn.dims[i]) * sizeof(float));

@@ -111,26 +111,51 @@ const char *grm__kind_name(int32_t kind);   /* "reader", ... or NULL */
 
 typedef struct grm__kv {
     char *key;
-    char *value;
-    int line;
+    char *value;         /* ${NAME} already expanded */
+    const char *file;    /* where the value came from: the file (an include's, as reached
+                          * from the top file) or "--set"; the config owns it */
+    int line;            /* line in `file` (for --set: which --set, 1-based) */
     int used;            /* set when a consumer reads the key */
+    int serial;          /* the parse (one per file read, or -N for the N-th --set) */
+    const char *over_file;   /* an earlier value this one overrides (NULL: none) */
+    int over_line;
 } grm__kv;
 
 typedef struct grm__section {
     char *name;          /* "reader", "feature.item", ... */
+    const char *file;    /* the file of its (latest) header */
     int line;
     grm__kv *kv;
     int nkv;
+    int serial;
 } grm__section;
 
 typedef struct grm__config {
-    char *path;          /* the file, as given */
+    char *path;          /* the top file, as given */
     grm__section *sec;
     int nsec;
+    char **files;        /* owned: every name kv->file and section->file point to */
+    int nfiles;
+    int serials;         /* parses so far */
 } grm__config;
 
-/* Parse an INI file. Errors name path:line (also for lines too long for inih). */
+/* Parse an INI file and the files it includes (`include = FILE` before the first section,
+ * relative to the including file; nested, cycles refused; later keys override earlier
+ * ones). Errors name file:line (also for lines too long for inih). */
 grm_status grm__config_load(const char *path, grm__config **out);
+/* Apply `--set section.key=value` (the index-th --set, 1-based): it overrides the files.
+ * The section is everything before the last dot of the left side. */
+grm_status grm__config_set(grm__config *cfg, const char *assignment, int index);
+/* Make the relative path of section.key relative to the file that gave it (an include's
+ * directory; a --set value stays relative to the working directory). */
+void grm__config_resolve_path(grm__config *cfg, const char *section, const char *key);
+/* Print the merged INI; with origin, "; file:line" (and what it overrides) on each line. */
+void grm__config_print(FILE *f, const grm__config *cfg, int origin);
+/* XXH64 of the merged INI as grm__config_print prints it without origins: the same for the
+ * same effective pipeline whatever files and --set produced it (0 when out of memory). */
+uint64_t grm__config_hash(const grm__config *cfg);
+/* kv's file, or `fallback` when kv is NULL (a defaulted key): for "%s:%d" messages. */
+const char *grm__kv_file(const grm__kv *kv, const char *fallback);
 /* Parse INI text from memory (tests); `name` is used in messages. */
 grm_status grm__config_parse(const char *name, const char *text, grm__config **out);
 void grm__config_destroy(grm__config *cfg);

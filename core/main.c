@@ -33,8 +33,12 @@ static const char usage_main[] =
     "  inspect FILE       check a grmcol file; print its schema, row groups and sizes\n"
     "  reshard FILE.ini -n M\n"
     "                     rewrite the newest checkpoint of [checkpoint] dir for M ranks\n"
+    "  plot METRICS.jsonl [--out F.png|F.svg]\n"
+    "                     draw the loss and validation metrics against the step (gnuplot)\n"
+    "  help [COMMAND]     this text, or COMMAND's (the same as grmhost COMMAND --help)\n"
     "\n"
-    "`grmhost COMMAND --help` describes each command. Plugins are searched in\n"
+    "`grmhost COMMAND --help` (or `grmhost help COMMAND`) describes each command; each has\n"
+    "a man page, grmhost-COMMAND(1). Plugins are searched in\n"
     "GRM_PLUGIN_PATH (colon-separated), then [pipeline] plugin_dirs, then the build tree\n"
     "(when grmhost runs from it) or " GRM_PLUGIN_DIR ".\n"
     "Exit status: 0 success, 1 failure, 2 usage or configuration error.\n";
@@ -50,11 +54,19 @@ static const char usage_train[] =
     "SIGINT or SIGTERM finish the current step, write a checkpoint and exit 0.\n"
     "\n"
     "options:\n"
-    "  --fresh              ignore existing checkpoints and start from step 0\n"
-    "  --metrics-out FILE   append every metric as a JSON object per line\n"
-    "                       ({\"step\",\"split\",\"name\",\"value\"});\n"
-    "                       overrides [train] metrics_out\n"
+    "  --set SECTION.KEY=VALUE\n"
+    "                       override one key of the file (repeatable; later wins),\n"
+    "                       e.g. --set train.batch_size=512 --set dense.0.dims=128,64\n"
+    "  --fresh              ignore existing checkpoints and start from step 0; a\n"
+    "                       non-empty metrics file moves aside to FILE.N (logged)\n"
+    "  --metrics-out FILE   append every metric as a JSON object per line ({\"time\",\n"
+    "                       \"run\",\"pipeline\",\"step\",\"split\",\"name\",\"value\"}: UTC\n"
+    "                       time, run id, hash of the merged INI); overrides [train]\n"
+    "                       metrics_out; with --fresh an old file moves to FILE.N\n"
     "  --max-steps N        stop after N more steps (a checkpoint is written)\n"
+    "  --metrics-port N     serve the latest value of every metric in Prometheus' text\n"
+    "                       format on http://127.0.0.1:N/metrics while training runs\n"
+    "                       (0: any free port; the log names it)\n"
     "  --profile            at the end, print where the time went: read, balance, batch,\n"
     "                       data wait, lookup, dense forward, dense backward, optimizers,\n"
     "                       checkpoint, evaluation, and how much of the batch assembly\n"
@@ -75,16 +87,35 @@ static const char usage_eval[] =
     "\n"
     "options:\n"
     "  --checkpoint PATH    checkpoint directory or file (required)\n"
+    "  --set SECTION.KEY=VALUE  override one key of the file (repeatable)\n"
     "  --metrics-out FILE   append metrics as JSON lines\n"
     "  -q, --quiet / -v, --verbose / -h, --help\n";
 
 static const char usage_check[] =
-    "usage: grmhost check FILE.ini\n"
+    "usage: grmhost check [--origin] [--set SECTION.KEY=VALUE ...] FILE.ini\n"
     "\n"
     "Validate the pipeline file: every section and key against the plugins' declared\n"
     "parameters (unknown keys, wrong types, out-of-range values and missing required keys\n"
-    "are errors naming the file and line). Print the wired pipeline: each stage, its\n"
-    "plugin, file and resolved parameters. Exit 0 when valid, 2 otherwise.\n";
+    "are errors naming the file and line), then every wiring check `train` makes before\n"
+    "step 1: the reader opens its input and the transforms build their schema (a missing\n"
+    "data file, a [train] or [feature.*] column the data does not have), the dense blocks\n"
+    "are created on their input width (the last block's output against the item dim or\n"
+    "the number of tasks), the head against the task. No data is read beyond the schema.\n"
+    "Print the wired pipeline: each stage, its plugin, file and resolved parameters, then\n"
+    "the merged INI (the file with its includes and --set applied).\n"
+    "Exit 0 when valid, 2 for a configuration error, 1 for another failure.\n"
+    "\n"
+    "A file composes others: `include = base.ini` lines before the first [section] read\n"
+    "base.ini (relative to the file; nested; cycles refused) first, and a key given again\n"
+    "later overrides it. ${NAME} and ${NAME:-default} in a value expand from the\n"
+    "environment. [reader] path is relative to the file that names it.\n"
+    "\n"
+    "options:\n"
+    "  --origin             after each key of the merged INI, where its value came from\n"
+    "                       (file:line, or --set:N), and the value it overrides\n"
+    "  --set SECTION.KEY=VALUE\n"
+    "                       override one key (repeatable; later wins)\n"
+    "  -h, --help           this text\n";
 
 static const char usage_plugins[] =
     "usage: grmhost plugins [NAME]\n"
@@ -134,17 +165,22 @@ static const char usage_reshard[] =
     "  -h, --help        this text\n";
 
 enum { OPT_FRESH = 256, OPT_METRICS, OPT_CKPT, OPT_MAXSTEPS, OPT_OUT, OPT_USERS, OPT_ITEMS,
-       OPT_CLUSTERS, OPT_SEED, OPT_PROFILE, OPT_FROM, OPT_STEP, OPT_FORCE, OPT_INMEM };
+       OPT_CLUSTERS, OPT_SEED, OPT_PROFILE, OPT_FROM, OPT_STEP, OPT_FORCE, OPT_INMEM, OPT_SET,
+       OPT_ORIGIN, OPT_PORT };
+
+enum { MAX_SETS = 64 };   /* --set options of one command */
 
 static int cmd_run(int argc, char **argv, int eval)
 {
     static const struct option longopts[] = {
         { "fresh", no_argument, NULL, OPT_FRESH },
+        { "set", required_argument, NULL, OPT_SET },
         { "metrics-out", required_argument, NULL, OPT_METRICS },
         { "checkpoint", required_argument, NULL, OPT_CKPT },
         { "max-steps", required_argument, NULL, OPT_MAXSTEPS },
         { "profile", no_argument, NULL, OPT_PROFILE },
         { "batches-in-memory", no_argument, NULL, OPT_INMEM },
+        { "metrics-port", required_argument, NULL, OPT_PORT },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -152,14 +188,29 @@ static int cmd_run(int argc, char **argv, int eval)
     };
     const char *usage = eval ? usage_eval : usage_train;
     grm__run_opts o = { 0 };
-    int c;
+    const char *sets[MAX_SETS];
+    int nsets = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "qvh", longopts, NULL)) != -1) {
         switch (c) {
+        case OPT_SET:
+            if (nsets == MAX_SETS)
+                return grm__cli_usage_error(usage, "more than %d --set options", MAX_SETS);
+            sets[nsets++] = optarg;
+            break;
         case OPT_FRESH: o.fresh = 1; break;
         case OPT_PROFILE: o.profile = 1; break;
         case OPT_INMEM: o.batches_in_memory = 1; break;
         case OPT_METRICS: o.metrics_out = optarg; break;
+        case OPT_PORT: {
+            int64_t port;
+            if (eval || !grm__cli_parse_count(optarg, 0, 65535, &port))
+                return grm__cli_usage_error(usage, "--metrics-port: '%s' is not a port (0 .. "
+                                            "65535; train only)", optarg);
+            o.serve_metrics = 1;
+            o.metrics_port = (int)port;
+            break;
+        }
         case OPT_CKPT: o.checkpoint = optarg; break;
         case OPT_MAXSTEPS:
             if (!grm__cli_parse_count(optarg, 0, INT64_MAX, &o.max_steps))
@@ -179,7 +230,7 @@ static int cmd_run(int argc, char **argv, int eval)
     if (o.quiet) grm__log_set_level(GRM_LOG_WARN);
     if (o.verbose) grm__log_set_level(GRM_LOG_DEBUG);
     grm__pipeline *p;
-    grm_status st = grm__pipeline_load(argv[optind], &p);
+    grm_status st = grm__pipeline_load_with(argv[optind], sets, nsets, &p);
     if (st != GRM_OK) return grm__cli_fail(st);
     st = eval ? grm__eval(p, &o) : grm__train(p, &o);
     grm__pipeline_destroy(p);
@@ -189,15 +240,38 @@ static int cmd_run(int argc, char **argv, int eval)
 
 static int cmd_check(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        fputs(usage_check, stdout);
-        return 0;
+    static const struct option longopts[] = {
+        { "origin", no_argument, NULL, OPT_ORIGIN },
+        { "set", required_argument, NULL, OPT_SET },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *sets[MAX_SETS];
+    int nsets = 0, origin = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_ORIGIN: origin = 1; break;
+        case OPT_SET:
+            if (nsets == MAX_SETS)
+                return grm__cli_usage_error(usage_check, "more than %d --set options",
+                                            MAX_SETS);
+            sets[nsets++] = optarg;
+            break;
+        case 'h': fputs(usage_check, stdout); return 0;
+        default: return grm__cli_bad_option(usage_check);
+        }
     }
-    if (argc != 2) return grm__cli_usage_error(usage_check, "expected exactly one FILE.ini");
+    if (optind != argc - 1)
+        return grm__cli_usage_error(usage_check, "expected exactly one FILE.ini");
     grm__pipeline *p;
-    grm_status st = grm__pipeline_load(argv[1], &p);
+    grm_status st = grm__pipeline_load_with(argv[optind], sets, nsets, &p);
+    if (st == GRM_OK && (st = grm__check(p)) != GRM_OK) grm__pipeline_destroy(p);
+    grm__pool_fini();
     if (st != GRM_OK) return grm__cli_fail(st);
     grm__pipeline_print(stdout, p);
+    printf("\nmerged INI (%s%s):\n\n", argv[optind], nsets ? " with --set" : "");
+    grm__config_print(stdout, p->cfg, origin);
     grm__pipeline_destroy(p);
     return 0;
 }
@@ -351,6 +425,34 @@ static int cmd_reshard(int argc, char **argv)
     return st == GRM_OK ? 0 : grm__cli_fail(st);
 }
 
+static const char *const commands[] = { "train", "eval", "check", "plugins", "generate",
+                                        "convert", "inspect", "launch", "reshard", "plot" };
+
+/* Run COMMAND (argv[0]) with its arguments; -1 when there is no such command. */
+static int run_command(int argc, char **argv)
+{
+    const char *cmd = argv[0];
+    if (!strcmp(cmd, "train")) return cmd_run(argc, argv, 0);
+    if (!strcmp(cmd, "eval")) return cmd_run(argc, argv, 1);
+    if (!strcmp(cmd, "check")) return cmd_check(argc, argv);
+    if (!strcmp(cmd, "plugins")) return cmd_plugins(argc, argv);
+    if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
+    if (!strcmp(cmd, "convert")) return grm__convert_main(argc, argv);
+    if (!strcmp(cmd, "inspect")) return grm__inspect_main(argc, argv);
+    if (!strcmp(cmd, "launch")) return grm__launch_main(argc, argv);
+    if (!strcmp(cmd, "reshard")) return cmd_reshard(argc, argv);
+    if (!strcmp(cmd, "plot")) return grm__plot_main(argc, argv);
+    return -1;
+}
+
+static int unknown_command(const char *cmd)
+{
+    const char *near = grm__closest(cmd, commands, (int)(sizeof commands / sizeof *commands));
+    fprintf(stderr, "grmhost: unknown command '%s'%s%s%s\n\n%s", cmd,
+            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", usage_main);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -363,23 +465,20 @@ int main(int argc, char **argv)
                GRM_ABI_MINOR);
         return 0;
     }
+    if (!strcmp(cmd, "help") && argc == 3) {   /* grmhost help train = grmhost train --help */
+        char help[] = "--help";
+        char *hargv[] = { argv[2], help, NULL };
+        int rc = run_command(2, hargv);
+        return rc >= 0 ? rc : unknown_command(argv[2]);
+    }
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        if (argc > 3) {
+            fprintf(stderr, "grmhost: help takes at most one COMMAND\n\n%s", usage_main);
+            return 2;
+        }
         fputs(usage_main, stdout);
         return 0;
     }
-    if (!strcmp(cmd, "train")) return cmd_run(argc - 1, argv + 1, 0);
-    if (!strcmp(cmd, "eval")) return cmd_run(argc - 1, argv + 1, 1);
-    if (!strcmp(cmd, "check")) return cmd_check(argc - 1, argv + 1);
-    if (!strcmp(cmd, "plugins")) return cmd_plugins(argc - 1, argv + 1);
-    if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
-    if (!strcmp(cmd, "convert")) return grm__convert_main(argc - 1, argv + 1);
-    if (!strcmp(cmd, "inspect")) return grm__inspect_main(argc - 1, argv + 1);
-    if (!strcmp(cmd, "launch")) return grm__launch_main(argc - 1, argv + 1);
-    if (!strcmp(cmd, "reshard")) return cmd_reshard(argc - 1, argv + 1);
-    static const char *const cmds[] = { "train", "eval", "check", "plugins", "generate",
-                                        "convert", "inspect", "launch", "reshard" };
-    const char *near = grm__closest(cmd, cmds, 9);
-    fprintf(stderr, "grmhost: unknown command '%s'%s%s%s\n\n%s", cmd,
-            near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", usage_main);
-    return 2;
+    int rc = run_command(argc - 1, argv + 1);
+    return rc >= 0 ? rc : unknown_command(cmd);
 }

@@ -5,10 +5,16 @@
  * catalog item; with a single relevant item NDCG@K = 1 / log2(rank + 2) when rank < K. */
 #include "pipeline.h"
 
+#include <grm/rng.h>
+
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 void grm__rank_acc_init(grm__rank_acc *a, const grm_int_list *topk)
 {
@@ -134,22 +140,81 @@ struct grm__metrics {
     FILE *f;                 /* JSON lines, or NULL */
     char *path;              /* its name */
     int err;                 /* errno of the first failed write (0: none) */
+    char run[40];            /* this run's id: UTC start time and a random tag */
+    char pipeline[20];       /* the merged INI's hash, 16 hex digits */
+    pthread_mutex_t lock;    /* over last/n/cap: --metrics-port's thread reads them */
+    int64_t step;            /* the latest step a record named */
     metric_last *last;
     int n, cap;
 };
 
-grm_status grm__metrics_open(const char *path, grm__metrics **out)
+/* "2026-11-24T17:50:01.123Z": the wall clock of a record, UTC, milliseconds. */
+static void utc_now(char *out, size_t cap, struct timespec *ts_out)
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t n = strftime(out, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, cap - n, ".%03ldZ", ts.tv_nsec / 1000000);
+    if (ts_out) *ts_out = ts;
+}
+
+/* --fresh: the previous run's records move to PATH.N (the first free N), so the file holds
+ * one run and nothing is lost. Returns the status; *moved = 1 and `to` named when moved. */
+static grm_status rotate(const char *path, char *to, size_t cap, int *moved)
+{
+    struct stat st;
+    *moved = 0;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return GRM_OK;
+    for (int i = 1; i < 1000; i++) {
+        snprintf(to, cap, "%s.%d", path, i);
+        if (access(to, F_OK) == 0) continue;
+        if (rename(path, to) != 0)
+            return grm_errorf(GRM_EIO, "%s: --fresh: cannot move the previous run's metrics "
+                              "to %s: %s", path, to, strerror(errno));
+        *moved = 1;
+        return GRM_OK;
+    }
+    return grm_errorf(GRM_EIO, "%s: --fresh: %s.1 .. %s.999 all exist; remove old ones",
+                      path, path, path);
+}
+
+grm_status grm__metrics_open(const char *path, uint64_t pipeline_hash, int fresh,
+                             grm__metrics **out)
 {
     grm__metrics *m = calloc(1, sizeof *m);
     *out = NULL;
     if (!m) return grm_errorf(GRM_ENOMEM, "out of memory");
+    pthread_mutex_init(&m->lock, NULL);
+    struct timespec ts;
+    char when[40];
+    utc_now(when, sizeof when, &ts);
+    /* the run id: its start (to the second, sortable) and 32 bits of the clock's
+     * nanoseconds mixed with the pid, so two runs started in the same second differ */
+    uint64_t tag = grm_mix64((uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32));
+    snprintf(m->run, sizeof m->run, "%.4s%.2s%.2sT%.2s%.2s%.2sZ-%08x", when, when + 5,
+             when + 8, when + 11, when + 14, when + 17, (unsigned)(tag >> 32));
+    snprintf(m->pipeline, sizeof m->pipeline, "%016llx", (unsigned long long)pipeline_hash);
     if (path && path[0]) {
+        char to[4200];
+        int moved = 0;
+        grm_status st = fresh ? rotate(path, to, sizeof to, &moved) : GRM_OK;
+        if (st != GRM_OK) {
+            pthread_mutex_destroy(&m->lock);
+            free(m);
+            return st;
+        }
+        if (moved)
+            grm__log(GRM_LOG_INFO, "grmhost", "--fresh: the previous run's metrics %s moved to "
+                     "%s; this run starts a new file", path, to);
         m->f = fopen(path, "a");
         m->path = strdup(path);
         if (!m->f || !m->path) {
             const int e = errno;
             if (m->f) fclose(m->f);
             free(m->path);
+            pthread_mutex_destroy(&m->lock);
             free(m);
             return grm_errorf(GRM_EIO, "%s: cannot open metrics file: %s", path, strerror(e));
         }
@@ -158,12 +223,18 @@ grm_status grm__metrics_open(const char *path, grm__metrics **out)
     return GRM_OK;
 }
 
+const char *grm__metrics_run(const grm__metrics *m)
+{
+    return m->run;
+}
+
 void grm__metrics_close(grm__metrics *m)
 {
     if (!m) return;
     if (m->f) fclose(m->f);
     free(m->path);
     free(m->last);
+    pthread_mutex_destroy(&m->lock);
     free(m);
 }
 
@@ -171,32 +242,71 @@ void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const c
                        double value)
 {
     if (m->f) {
-        if (isfinite(value))
-            fprintf(m->f, "{\"step\":%lld,\"split\":\"%s\",\"name\":\"%s\",\"value\":%.9g}\n",
-                    (long long)step, split, name, value);
-        else
-            fprintf(m->f, "{\"step\":%lld,\"split\":\"%s\",\"name\":\"%s\",\"value\":null}\n",
-                    (long long)step, split, name);
+        char when[40], num[40] = "null";
+        utc_now(when, sizeof when, NULL);
+        if (isfinite(value)) snprintf(num, sizeof num, "%.9g", value);
+        fprintf(m->f, "{\"time\":\"%s\",\"run\":\"%s\",\"pipeline\":\"%s\",\"step\":%lld,"
+                "\"split\":\"%s\",\"name\":\"%s\",\"value\":%s}\n", when, m->run, m->pipeline,
+                (long long)step, split, name, num);
         if ((fflush(m->f) != 0 || ferror(m->f)) && !m->err) m->err = errno ? errno : EIO;
     }
-    for (int i = 0; i < m->n; i++)
-        if (strcmp(m->last[i].split, split) == 0 && strcmp(m->last[i].name, name) == 0) {
-            m->last[i].step = step;
-            m->last[i].value = value;
-            return;
-        }
-    if (m->n == m->cap) {
+    pthread_mutex_lock(&m->lock);
+    m->step = step;
+    metric_last *l = NULL;
+    for (int i = 0; i < m->n && !l; i++)
+        if (strcmp(m->last[i].split, split) == 0 && strcmp(m->last[i].name, name) == 0)
+            l = &m->last[i];
+    if (!l && m->n == m->cap) {
         int cap = m->cap ? m->cap * 2 : 32;
         metric_last *nl = realloc(m->last, (size_t)cap * sizeof *nl);
-        if (!nl) return;
-        m->last = nl;
-        m->cap = cap;
+        if (nl) {
+            m->last = nl;
+            m->cap = cap;
+        }
     }
-    metric_last *l = &m->last[m->n++];
-    snprintf(l->split, sizeof l->split, "%s", split);
-    snprintf(l->name, sizeof l->name, "%s", name);
-    l->step = step;
-    l->value = value;
+    if (!l && m->n < m->cap) {
+        l = &m->last[m->n++];
+        snprintf(l->split, sizeof l->split, "%s", split);
+        snprintf(l->name, sizeof l->name, "%s", name);
+    }
+    if (l) {
+        l->step = step;
+        l->value = value;
+    }
+    pthread_mutex_unlock(&m->lock);
+}
+
+/* A label value of the exposition format: backslash, double quote and newline escaped. */
+static void prom_label(FILE *f, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') fputc('\\', f);
+        if (*v == '\n') fputs("\\n", f);
+        else fputc(*v, f);
+    }
+}
+
+void grm__metrics_prometheus(grm__metrics *m, FILE *f)
+{
+    pthread_mutex_lock(&m->lock);
+    fprintf(f, "# HELP grm_step The latest training step a metric was recorded at.\n"
+               "# TYPE grm_step gauge\ngrm_step{run=\"%s\",pipeline=\"%s\"} %lld\n",
+            m->run, m->pipeline, (long long)m->step);
+    fprintf(f, "# HELP grm_metric The latest value of each metric grmhost train records "
+               "(--metrics-out's records: split and name).\n# TYPE grm_metric gauge\n");
+    for (int i = 0; i < m->n; i++) {
+        const metric_last *l = &m->last[i];
+        char num[40];
+        if (isfinite(l->value)) snprintf(num, sizeof num, "%.9g", l->value);
+        else snprintf(num, sizeof num, "%s", isnan(l->value) ? "NaN" : l->value > 0 ? "+Inf"
+                                                                                   : "-Inf");
+        fputs("grm_metric{split=\"", f);
+        prom_label(f, l->split);
+        fputs("\",name=\"", f);
+        prom_label(f, l->name);
+        fprintf(f, "\",run=\"%s\",pipeline=\"%s\"} %s\n", m->run, m->pipeline, num);
+    }
+    pthread_mutex_unlock(&m->lock);
 }
 
 void grm__metrics_summary(grm__metrics *m, FILE *f)

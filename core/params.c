@@ -127,9 +127,14 @@ static void trim(const char **s, size_t *n)
     while (*n && isspace((unsigned char)(*s)[*n - 1])) (*n)--;
 }
 
-static int parse_int(const char *s, size_t n, int64_t *out)
+/* An integer: decimal (or 0x hex), 1e6-style, or with a binary suffix Ki, Mi, Gi (2^10,
+ * 2^20, 2^30: 256Ki = 262144). A bare k, M or G is refused: "256k" read as 256000 when the
+ * writer meant 262144 (or the reverse) is a silent error (issue 22), so the value is spelt
+ * out or binary. Returns 0 when not an integer; *ambiguous = 1 for a bare k/M/G. */
+static int parse_int_why(const char *s, size_t n, int64_t *out, int *ambiguous)
 {
     char buf[64], *end;
+    *ambiguous = 0;
     trim(&s, &n);
     if (n == 0 || n >= sizeof buf) return 0;
     memcpy(buf, s, n);
@@ -137,17 +142,26 @@ static int parse_int(const char *s, size_t n, int64_t *out)
     errno = 0;
     long long v = strtoll(buf, &end, 0);
     if (errno || *end) {
-        /* accept 1e6-style integers and k/M/G suffixes for sizes */
         double d = strtod(buf, &end);
         double mul = 1;
-        if (*end == 'k' || *end == 'K') mul = 1e3, end++;
-        else if (*end == 'M') mul = 1e6, end++;
-        else if (*end == 'G') mul = 1e9, end++;
+        if (end[0] && strchr("kKMG", end[0]) && end[1] == 'i' && !end[2]) {
+            mul = end[0] == 'G' ? 0x1p30 : end[0] == 'M' ? 0x1p20 : 0x1p10;
+            end += 2;
+        } else if (end != buf && end[0] && strchr("kKMG", end[0]) && !end[1]) {
+            *ambiguous = 1;
+            return 0;
+        }
         if (*end || d * mul != floor(d * mul) || fabs(d * mul) > 9.2e18) return 0;
         v = (long long)(d * mul);
     }
     *out = v;
     return 1;
+}
+
+static int parse_int(const char *s, size_t n, int64_t *out)
+{
+    int ambiguous;
+    return parse_int_why(s, n, out, &ambiguous);
 }
 
 static int parse_double(const char *s, size_t n, double *out)
@@ -174,8 +188,14 @@ static grm_status parse_value(const grm_param_decl *d, const char *text, char *b
     switch (d->type) {
     case GRM_PARAM_INT: {
         int64_t v;
-        if (!parse_int(text, n, &v)) {
-            snprintf(why, whylen, "'%s' is not an integer", text);
+        int ambiguous;
+        if (!parse_int_why(text, n, &v, &ambiguous)) {
+            if (ambiguous)
+                snprintf(why, whylen, "'%s' is ambiguous (k = 1000 or 1024?); write the number "
+                         "out, or a binary suffix: Ki = 1024, Mi = 2^20, Gi = 2^30 (256Ki = "
+                         "262144)", text);
+            else
+                snprintf(why, whylen, "'%s' is not an integer", text);
             return GRM_EINVAL;
         }
         if (bounded(d) && ((double)v < d->min || (double)v > d->max)) {
@@ -350,12 +370,13 @@ static grm_status fill(const grm_plugin_info *info, const grm__section *sec, con
     grm_status st = GRM_OK;
     for (int k = 0; k < count && st == GRM_OK; k++) {
         char keybuf[256];
-        const char *key, *value;
+        const char *key, *value, *kfile = file;
         int line = 0;
         if (sec) {
             key = sec->kv[k].key;
             value = sec->kv[k].value;
             line = sec->kv[k].line;
+            kfile = grm__kv_file(&sec->kv[k], file);
             if (in_list(key, skip)) continue;
         } else {
             const char *eq = strchr(kvs[k], '=');
@@ -370,7 +391,7 @@ static grm_status fill(const grm_plugin_info *info, const grm__section *sec, con
         }
         char where[512];
         if (sec)
-            snprintf(where, sizeof where, "%s:%d: [%s] %s", file, line, sec->name, key);
+            snprintf(where, sizeof where, "%s:%d: [%s] %s", kfile, line, sec->name, key);
         else
             snprintf(where, sizeof where, "%s: %s", info->name, key);
         int idx = -1;
@@ -400,7 +421,8 @@ static grm_status fill(const grm_plugin_info *info, const grm__section *sec, con
         if (params[i].required && !seen[i]) {
             if (sec)
                 st = grm_errorf(GRM_EINVAL, "%s:%d: [%s] is missing required key '%s' (%s: "
-                                "%s)", file, sec->line, sec->name, params[i].name,
+                                "%s)", sec->file ? sec->file : file, sec->line, sec->name,
+                                params[i].name,
                                 type_name(params[i].type), params[i].help);
             else
                 st = grm_errorf(GRM_EINVAL, "%s: missing required key '%s' (%s)", info->name,

@@ -250,7 +250,7 @@ static grm_status stage_setup(grm__pipeline *p, grm__stage *st, const char *sect
     if (!name) {
         if (sec)
             return grm_errorf(GRM_EINVAL, "%s:%d: [%s] needs 'plugin = <%s plugin>'; `grmhost "
-                              "plugins` lists them", p->cfg->path, sec->line, section,
+                              "plugins` lists them", sec->file, sec->line, section,
                               grm__kind_name(kind));
         return grm_errorf(GRM_EINVAL, "%s: section [%s] is missing; add it with 'plugin = "
                           "<%s plugin>'", p->cfg->path, section, grm__kind_name(kind));
@@ -258,7 +258,7 @@ static grm_status stage_setup(grm__pipeline *p, grm__stage *st, const char *sect
     grm_status s = grm__registry_get(p->reg, name, kind, &st->plugin);
     if (s != GRM_OK) {
         if (kv)
-            grm_error_prefix("%s:%d: [%s] plugin: ", p->cfg->path, kv->line, section);
+            grm_error_prefix("%s:%d: [%s] plugin: ", kv->file, kv->line, section);
         else
             grm_error_prefix("%s: [%s] default plugin: ", p->cfg->path, section);
         return s;
@@ -370,14 +370,14 @@ static grm_status plan_tables(grm__pipeline *p)
  * optimizers) declares that it runs on its device (grm_plugin_info.devices; 0: the CPU).
  * Readers, transforms, checkpoints and comm run on the host and are not asked. */
 static grm_status check_device(const grm__pipeline *p, const grm__stage *s, grm_device dev,
-                               const char *name, int line)
+                               const char *name, const char *file, int line)
 {
     const grm_plugin_info *info = s->plugin->info;
     const int32_t devices = info->devices ? info->devices : GRM_DEVICES_CPU;
     if (devices & (int32_t)GRM__DEVICE_BIT(dev.type)) return GRM_OK;
     return grm_errorf(GRM_EINVAL, "%s:%d: [pipeline] device = %s: [%s] plugin = %s does not "
                       "run on %s (it runs on %s%s%s); use device = cpu, or a plugin built for "
-                      "%s", p->cfg->path, line, p->set.device, s->label, info->name, name,
+                      "%s", file, line, p->set.device, s->label, info->name, name,
                       devices & GRM_DEVICES_CPU ? "cpu" : "",
                       (devices & GRM_DEVICES_CPU) && (devices & GRM_DEVICES_CUDA) ? " and " : "",
                       devices & GRM_DEVICES_CUDA ? "cuda" : "", name);
@@ -388,29 +388,40 @@ static grm_status check_devices(const grm__pipeline *p)
     const grm__section *sec = grm__config_section(p->cfg, "pipeline");
     const grm__kv *kv = sec ? grm__section_kv(sec, "device") : NULL;
     const int line = kv ? kv->line : 0;
+    const char *file = grm__kv_file(kv, p->cfg->path);
     grm_device dev;
     char name[16];
     grm_status st = grm__device_parse(p->set.device, &dev, name, sizeof name);
     if (st != GRM_OK) {
-        grm_error_prefix("%s:%d: [pipeline] ", p->cfg->path, line);
+        grm_error_prefix("%s:%d: [pipeline] ", file, line);
         return st;
     }
-    if ((st = check_device(p, &p->emb, dev, name, line)) != GRM_OK) return st;
+    if ((st = check_device(p, &p->emb, dev, name, file, line)) != GRM_OK) return st;
     for (int32_t i = 0; i < p->ndense; i++)
-        if ((st = check_device(p, &p->dense[i], dev, name, line)) != GRM_OK) return st;
-    if ((st = check_device(p, &p->head, dev, name, line)) != GRM_OK
-        || (st = check_device(p, &p->opt_sparse, dev, name, line)) != GRM_OK)
+        if ((st = check_device(p, &p->dense[i], dev, name, file, line)) != GRM_OK) return st;
+    if ((st = check_device(p, &p->head, dev, name, file, line)) != GRM_OK
+        || (st = check_device(p, &p->opt_sparse, dev, name, file, line)) != GRM_OK)
         return st;
-    return check_device(p, &p->opt_dense, dev, name, line);
+    return check_device(p, &p->opt_dense, dev, name, file, line);
 }
 
 grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
+{
+    return grm__pipeline_load_with(path, NULL, 0, out);
+}
+
+grm_status grm__pipeline_load_with(const char *path, const char *const *sets, int nsets,
+                                   grm__pipeline **out)
 {
     grm_status st;
     grm__pipeline *p = calloc(1, sizeof *p);
     *out = NULL;
     if (!p) return grm_errorf(GRM_ENOMEM, "out of memory");
     if ((st = grm__config_load(path, &p->cfg)) != GRM_OK) goto fail;
+    for (int i = 0; i < nsets; i++)
+        if ((st = grm__config_set(p->cfg, sets[i], i + 1)) != GRM_OK) goto fail;
+    /* the input data: relative to the INI file that names it, not the working directory */
+    grm__config_resolve_path(p->cfg, "reader", "path");
     grm__host_set_config(p->cfg);
 
     /* known sections */
@@ -426,7 +437,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         if (strncmp(sec->name, "dense.", 6) == 0) {
             if (!is_uint(sec->name + 6)) {
                 st = grm_errorf(GRM_EINVAL, "%s:%d: [%s]: dense sections are numbered "
-                                "[dense.0], [dense.1], ... in stack order", path, sec->line,
+                                "[dense.0], [dense.1], ... in stack order", sec->file, sec->line,
                                 sec->name);
                 goto fail;
             }
@@ -438,7 +449,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
                                                "checkpoint", "distributed", "transform.NAME",
                                                "feature.NAME", "dense.N" };
             const char *near = grm__closest(sec->name, all, 12);
-            st = grm_errorf(GRM_EINVAL, "%s:%d: unknown section [%s]%s%s%s", path, sec->line,
+            st = grm_errorf(GRM_EINVAL, "%s:%d: unknown section [%s]%s%s%s", sec->file, sec->line,
                             sec->name, near ? "; did you mean [" : "", near ? near : "",
                             near ? "]?" : "");
             goto fail;
@@ -459,7 +470,8 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         if ((st = grm__registry_load_dir(p->reg, pc->plugin_dirs.v[i])) != GRM_OK) {
             const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "pipeline"),
                                                 "plugin_dirs");
-            grm_error_prefix("%s:%d: [pipeline] plugin_dirs: ", path, kv ? kv->line : 0);
+            grm_error_prefix("%s:%d: [pipeline] plugin_dirs: ", grm__kv_file(kv, path),
+                             kv ? kv->line : 0);
             goto fail;
         }
     }
@@ -478,7 +490,8 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     if (ranking && tc->label_columns.n == 0) {
         const grm__section *ts = grm__config_section(p->cfg, "train");
         st = grm_errorf(GRM_EINVAL, "%s:%d: [train] task = ranking needs label_columns = "
-                        "<0/1 columns>, e.g. label_columns = click", path, ts ? ts->line : 0);
+                        "<0/1 columns>, e.g. label_columns = click", ts ? ts->file : path,
+                        ts ? ts->line : 0);
         goto fail;
     }
     p->set.user_column = tc->user_column;
@@ -494,7 +507,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         const grm__section *ts = grm__config_section(p->cfg, "train");
         st = grm_errorf(GRM_EINVAL, "%s:%d: [train] batching = tokens balances sequence "
                         "lengths of a retrieval pipeline; a ranking pipeline uses fixed",
-                        path, ts ? ts->line : 0);
+                        ts ? ts->file : path, ts ? ts->line : 0);
         goto fail;
     }
     p->set.epochs = tc->epochs;
@@ -527,14 +540,14 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         const grm__kv *kv = train_kv(p, "sparse_async");
         st = grm_errorf(GRM_EINVAL, "%s:%d: [train] sparse_async with accumulate = %lld: the "
                         "lagged update takes one batch per step; use accumulate = 1 or "
-                        "sparse_async = false", path, kv ? kv->line : 0,
+                        "sparse_async = false", grm__kv_file(kv, path), kv ? kv->line : 0,
                         (long long)tc->accumulate);
         goto fail;
     }
     if (!ranking && tc->topk.n == 0) {
         const grm__kv *kv = train_kv(p, "topk");
         st = grm_errorf(GRM_EINVAL, "%s:%d: [train] topk is empty; list the K of HR@K and "
-                        "NDCG@K, e.g. topk = 5,10,20", path, kv ? kv->line : 0);
+                        "NDCG@K, e.g. topk = 5,10,20", grm__kv_file(kv, path), kv ? kv->line : 0);
         goto fail;
     }
     if (!ranking) {
@@ -543,7 +556,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         const grm__kv *kv = train_kv(p, "select_k");
         if (i == tc->topk.n && kv) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [train] select_k = %lld is not one of topk; "
-                            "add it to topk", path, kv->line, (long long)tc->select_k);
+                            "add it to topk", kv->file, kv->line, (long long)tc->select_k);
             goto fail;
         }
     }
@@ -598,6 +611,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
             f->init = fc->init;
             f->init_scale = fc->init_scale;
             f->line = sec->line;
+            f->file = sec->file;
             f->is_sequence = !ranking && strcmp(fc->source, p->set.sequence_column) == 0;
             grm__pconfig_fini(&fpc);
             if (!f->name || !f->source || !f->table) {
@@ -607,7 +621,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
             if (!ranking && !f->is_sequence && strcmp(f->source, p->set.user_column) != 0) {
                 st = grm_errorf(GRM_EINVAL, "%s:%d: [%s] source = %s: a retrieval pipeline's "
                                 "features read the sequence column '%s' or the user column "
-                                "'%s'", path, sec->line, sec->name, f->source,
+                                "'%s'", sec->file, sec->line, sec->name, f->source,
                                 p->set.sequence_column, p->set.user_column);
                 goto fail;
             }
@@ -620,26 +634,26 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         if (f->pooling == GRM__POOL_TILE && !ranking && !f->is_sequence) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = tile lays out the last "
                             "`window` ids of a list side by side, but '%s' holds one id per "
-                            "sample; use mean or sum", path, f->line, f->name, f->source);
+                            "sample; use mean or sum", f->file, f->line, f->name, f->source);
             goto fail;
         }
         if (f->pooling != GRM__POOL_NONE) continue;
         if (p->seq_feature >= 0) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none: [feature.%s] "
                             "already feeds tokens to the dense blocks; one feature may",
-                            path, f->line, f->name, p->features[p->seq_feature].name);
+                            f->file, f->line, f->name, p->features[p->seq_feature].name);
             goto fail;
         }
         if (!ranking && !f->is_sequence) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none: only the item "
                             "sequence of a retrieval pipeline can feed tokens to the dense "
-                            "blocks; use mean or sum", path, f->line, f->name);
+                            "blocks; use mean or sum", f->file, f->line, f->name);
             goto fail;
         }
         if (!ranking && p->nfeatures != 1) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none makes this a "
                             "sequence model, which takes its tokens from this one feature; "
-                            "remove the other [feature.*] sections", path, f->line, f->name);
+                            "remove the other [feature.*] sections", f->file, f->line, f->name);
             goto fail;
         }
         p->seq_feature = i;
@@ -659,7 +673,8 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] pooling = none in a ranking "
                             "pipeline: set [train] sequence_blocks = N, 1 <= N <= %d, the "
                             "leading [dense.*] blocks that run on its tokens",
-                            path, p->features[p->seq_feature].line,
+                            p->features[p->seq_feature].file,
+                            p->features[p->seq_feature].line,
                             p->features[p->seq_feature].name, p->ndense);
             goto fail;
         }
@@ -698,7 +713,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
                    || p->tables[t].init_scale != f->init_scale) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] shares table '%s' but its dim, "
                             "init or init_scale differ from the first feature using it; make "
-                            "them equal or name another table", path, f->line, f->name,
+                            "them equal or name another table", f->file, f->line, f->name,
                             f->table);
             goto fail;
         }
@@ -770,7 +785,8 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
         if (p->set.early_stop > 0 && !cc->dir[0]) {
             const grm__kv *kv = train_kv(p, "early_stop");
             st = grm_errorf(GRM_EINVAL, "%s:%d: [train] early_stop keeps the best model as a "
-                            "checkpoint; set [checkpoint] dir", path, kv ? kv->line : 0);
+                            "checkpoint; set [checkpoint] dir", grm__kv_file(kv, path),
+                            kv ? kv->line : 0);
             goto fail;
         }
     }

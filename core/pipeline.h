@@ -33,6 +33,7 @@ typedef struct grm__feature {
     int32_t init;                  /* grm_emb_init */
     double init_scale;
     int64_t rows;                  /* 0: from the data */
+    const char *file;              /* the INI file of its section (an include's) */
     int line;
 } grm__feature;
 
@@ -166,9 +167,22 @@ extern const grm_plugin_info *const grm__host_sections[];
 /* Load the file, load plugins, validate every section against the declared parameters,
  * and resolve the wiring (no plugin instance is created yet). */
 grm_status grm__pipeline_load(const char *path, grm__pipeline **out);
+/* The same, with `--set section.key=value` overrides sets [nsets] applied over the file. */
+grm_status grm__pipeline_load_with(const char *path, const char *const *sets, int nsets,
+                                   grm__pipeline **out);
 void grm__pipeline_destroy(grm__pipeline *p);
 /* Print the wired pipeline (grmhost check). */
 void grm__pipeline_print(FILE *f, const grm__pipeline *p);
+
+/* Open the reader and the transforms on the input's schema, check that every column the
+ * pipeline reads is there with its type (the check train makes before reading), close them
+ * (core/data.c). */
+grm_status grm__input_check(grm__pipeline *p);
+/* Every wiring check train makes before step 1, without reading the data: the input's
+ * schema (grm__input_check), the dense blocks created on their widths and the stack's
+ * output against the item dim or the tasks, the head against the task (grmhost check;
+ * core/train.c). Creates nothing that outlives the call. */
+grm_status grm__check(grm__pipeline *p);
 
 /* Read the data through the reader and transforms and split it (core/data.c). */
 grm_status grm__dataset_build(grm__pipeline *p, grm__dataset **out);
@@ -195,6 +209,8 @@ typedef struct grm__run_opts {
     int64_t max_steps;             /* >0: stop after this many steps (tests) */
     int profile;                   /* print the per-stage time breakdown at the end */
     int batches_in_memory;         /* benchmark: assemble every batch before step 1 */
+    int serve_metrics;             /* --metrics-port given: serve them on 127.0.0.1 */
+    int metrics_port;              /* its port (0: any free one, logged) */
 } grm__run_opts;
 
 grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts);
@@ -218,13 +234,28 @@ void grm__rank_acc_merge(grm__rank_acc *into, const grm__rank_acc *from);
 
 /* Metrics sink: JSON lines (one object per metric) and the final summary table. */
 typedef struct grm__metrics grm__metrics;
-grm_status grm__metrics_open(const char *path, grm__metrics **out);
+/* Open the sink (path NULL or "": the summary only). Every record carries its wall-clock
+ * time (UTC), the run's id and pipeline_hash (grm__config_hash). fresh: a non-empty file
+ * at path is moved aside to PATH.N first, and the log says so. */
+grm_status grm__metrics_open(const char *path, uint64_t pipeline_hash, int fresh,
+                             grm__metrics **out);
+/* The run id the records carry: "20261124T175001Z-1a2b3c4d" (static in m). */
+const char *grm__metrics_run(const grm__metrics *m);
 void grm__metrics_close(grm__metrics *m);
 /* GRM_EIO naming the file and the error when a metrics write has failed (a full disk,
  * /dev/full): the run stops at its next logged step rather than lose records silently. */
 grm_status grm__metrics_check(const grm__metrics *m);
 void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const char *name,
                        double value);
+/* The latest value of each (split, name) in Prometheus' text format (thread-safe: the
+ * --metrics-port thread calls it while the trainer emits). */
+void grm__metrics_prometheus(grm__metrics *m, FILE *f);
+/* --metrics-port N (core/serve.c): serve grm__metrics_prometheus over HTTP on
+ * 127.0.0.1:N (0: any free port) from a libuv loop on its own thread. */
+typedef struct grm__serve grm__serve;
+grm_status grm__serve_start(int port, grm__metrics *metrics, grm__serve **out);
+int grm__serve_port(const grm__serve *s);   /* the port bound */
+void grm__serve_stop(grm__serve *s);        /* NULL: nothing */
 /* Print every value emitted last for each (split, name) as a table. */
 void grm__metrics_summary(grm__metrics *m, FILE *f);
 

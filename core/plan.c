@@ -342,6 +342,16 @@ grm_status grm__plan_steps(grm__trainer *t)
     }
     t->steps_per_epoch = (t->plan.mb_per_epoch + N - 1) / N;
     t->total_steps = s->steps ? s->steps : (t->plan.total_mb + N - 1) / N;
+    if (s->batching == GRM__BATCH_FIXED && s->batch_size > t->plan.nex_all && t->rank == 0) {
+        /* legal, but rarely meant: every step is the whole (shuffled) data set */
+        const grm__section *ts = grm__config_section(p->cfg, "train");
+        const grm__kv *kv = ts ? grm__section_kv(ts, "batch_size") : NULL;
+        grm__log(GRM_LOG_WARN, "grmhost", "%s:%d: [train] batch_size = %lld is larger than "
+                 "the %lld training samples: every batch is the whole data set, one step an "
+                 "epoch; lower batch_size (or check [reader] path reads the data you meant)",
+                 grm__kv_file(kv, p->cfg->path), kv ? kv->line : 0,
+                 (long long)s->batch_size, (long long)t->plan.nex_all);
+    }
     return GRM_OK;
 }
 

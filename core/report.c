@@ -234,8 +234,9 @@ void grm__report_start(grm__trainer *t)
     char nsteps[64] = "steps";   /* input = stream: as many as the input gives */
     if (t->total_steps) snprintf(nsteps, sizeof nsteps, "%lld steps", (long long)t->total_steps);
     if (!t->opts->quiet)
-        grm__log(GRM_LOG_INFO, "grmhost", "training '%s': %s of %lld %s%s, %d threads, %d "
-                 "dense parameter tensors, %lld negatives per step", s->name, nsteps,
+        grm__log(GRM_LOG_INFO, "grmhost", "training '%s' (run %s): %s of %lld %s%s, %d "
+                 "threads, %d dense parameter tensors, %lld negatives per step", s->name,
+                 grm__metrics_run(t->rep.metrics), nsteps,
                  (long long)(t->plan.target_tokens ? t->plan.target_tokens : s->batch_size),
                  t->plan.target_tokens ? "tokens (batching = tokens)" : "samples",
                  t->total_steps ? "" : " until the input is used up (input = stream)",

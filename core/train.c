@@ -65,14 +65,20 @@ static grm_status create_instances(grm__trainer *t)
 /* Every plugin instance and buffer of the run, in dependency order: the batch plan sizes the
  * buffers; the store and the dense stack exist before the head tells how many negatives a
  * step draws; the working sets hold the ids of a batch plus those negatives. */
+static void trainer_mode(grm__trainer *t)
+{
+    const grm__pipeline *p = t->p;
+    t->seqmode = p->seq_feature >= 0 && !t->ranking;
+    t->seqrank = p->seq_feature >= 0 && t->ranking;
+    t->dn.S = t->seqrank ? (int32_t)p->set.sequence_blocks : 0;
+}
+
 static grm_status setup(grm__trainer *t)
 {
     const grm__pipeline *p = t->p;
     const grm__dataset *ds = t->ds;
     grm_status st;
-    t->seqmode = p->seq_feature >= 0 && !t->ranking;
-    t->seqrank = p->seq_feature >= 0 && t->ranking;
-    t->dn.S = t->seqrank ? (int32_t)p->set.sequence_blocks : 0;
+    trainer_mode(t);
     t->sharded = ds->sharded;
     t->has_times = ds->times != NULL
                    || (t->src.stream && p->set.time_column[0] && p->seq_feature >= 0);
@@ -103,10 +109,41 @@ static void teardown(grm__trainer *t)
     grm__batch_fini(t, &t->eb);
     grm__eval_teardown(t);
     grm__plan_fini(&t->plan);
+    grm__serve_stop(t->rep.serve);   /* it reads the metrics until it stops */
+    t->rep.serve = NULL;
     grm__metrics_close(t->rep.metrics);
     grm__host_set_backend(NULL);
     grm__backend_close(&t->be);
     grm__scratch_fini();
+}
+
+grm_status grm__check(grm__pipeline *p)
+{
+    grm__trainer *t = calloc(1, sizeof *t);
+    grm_status st;
+    if (!t) return grm_errorf(GRM_ENOMEM, "out of memory");
+    t->p = p;
+    t->ranking = p->set.task == GRM__TASK_RANKING;
+    trainer_mode(t);
+    if ((st = grm__backend_open(p->set.device, &t->be)) != GRM_OK) {
+        grm_error_prefix("%s: [pipeline] ", p->cfg->path);
+        free(t);
+        return st;
+    }
+    grm__host_set_backend(&t->be);
+    if ((st = grm__pool_init((int32_t)p->set.threads)) == GRM_OK
+        && (st = grm__input_check(p)) == GRM_OK) {
+        /* what the head needs: one logit per task, or a query in the item table's space */
+        int32_t D = (int32_t)p->set.label_columns.n;
+        for (int32_t i = 0; !t->ranking && i < p->ntables; i++)
+            if (strcmp(p->tables[i].name, p->set.item_table) == 0) D = p->tables[i].dim;
+        st = grm__dense_wire(t, D);
+    }
+    grm__dense_teardown(t);
+    grm__host_set_backend(NULL);
+    grm__backend_close(&t->be);
+    free(t);
+    return st;
 }
 
 /* ---- one step ---- */
@@ -337,7 +374,17 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, grm__trai
     t->rep.read_most[0] = (double)most[0] * 1e-6;
     t->rep.read_most[1] = (double)most[1];
     const char *mpath = opts->metrics_out ? opts->metrics_out : p->set.metrics_out;
-    return grm__metrics_open(t->rank == 0 ? mpath : NULL, &t->rep.metrics);
+    if ((st = grm__metrics_open(t->rank == 0 ? mpath : NULL, grm__config_hash(p->cfg),
+                                training && opts->fresh, &t->rep.metrics)) != GRM_OK)
+        return st;
+    if (training && opts->serve_metrics && t->rank == 0) {
+        if ((st = grm__serve_start(opts->metrics_port, t->rep.metrics, &t->rep.serve))
+            != GRM_OK)
+            return st;
+        grm__log(GRM_LOG_INFO, "grmhost", "metrics: Prometheus text on "
+                 "http://127.0.0.1:%d/metrics", grm__serve_port(t->rep.serve));
+    }
+    return GRM_OK;
 }
 
 grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
@@ -402,17 +449,18 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         double el = now_s() - start;
         double sps = (double)samples / (el > 0 ? el : 1e-9);
         double eta_base = el / (double)(t.step - start_step) * (double)t.step;
+        /* the progress line and the logs show one loss: the mean over the steps since the
+         * last logged step (one step's loss jumps around too much to read) */
+        const double mean_loss = loss_n ? loss_sum / (double)loss_n : loss;
         if (t.step % s->log_every == 0 || t.step == limit) {
-            if ((st = grm__report_step(&t, b, loss_sum / (double)loss_n, sps)) != GRM_OK)
-                goto out;
+            if ((st = grm__report_step(&t, b, mean_loss, sps)) != GRM_OK) goto out;
             if (!tty && !opts->quiet)
-                grm__report_progress(&t, loss_sum / (double)loss_n, (double)samples / el,
-                                     eta_base, 0, 0);
+                grm__report_progress(&t, mean_loss, (double)samples / el, eta_base, 0, 0);
             loss_sum = 0;
             loss_n = 0;
         }
         if (tty && (el - last_print > 0.25 || t.step == limit)) {
-            grm__report_progress(&t, loss, sps, eta_base, 1, 0);
+            grm__report_progress(&t, mean_loss, sps, eta_base, 1, 0);
             last_print = el;
         }
         if (t.loop_ok) uv_run(&t.loop, UV_RUN_NOWAIT);

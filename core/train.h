@@ -296,6 +296,7 @@ typedef struct grm__ckpt_state {
 
 typedef struct grm__report {
     grm__metrics *metrics;
+    grm__serve *serve;        /* --metrics-port: the HTTP endpoint, or NULL */
     double t_batch, t_lookup, t_fwd, t_bwd, t_opt;
     double t_read, t_plan, t_ckpt, t_eval;   /* --profile: seconds in each stage */
     double t_wait;            /* seconds the trainer waited for the data thread */
@@ -482,6 +483,8 @@ grm_status grm__async_flush(grm__trainer *t);
 
 /* ---- dense_stack.c ---- */
 
+/* The blocks created on their widths, the output checked against D, the head created. */
+grm_status grm__dense_wire(grm__trainer *t, int32_t D);
 grm_status grm__dense_setup(grm__trainer *t);
 void grm__dense_teardown(grm__trainer *t);
 /* The stack's forward on the batch: acts[ndense] is the head's input. */

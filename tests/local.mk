@@ -66,3 +66,9 @@ check_PROGRAMS += tests/test-backend
 TESTS += tests/test-backend
 tests_test_backend_SOURCES = tests/test-backend.c
 tests_test_backend_LDADD = $(GRM_TEST_LIBS)
+
+# issue 22: check's wiring checks, INI composition; metrics records, --fresh, plot;
+# prepare.sh; man pages and installed docs
+TESTS += tests/test-check.sh tests/test-watch.sh tests/test-prepare.sh tests/test-install-docs.sh
+EXTRA_DIST += tests/test-check.sh tests/test-watch.sh tests/test-prepare.sh \
+	tests/test-install-docs.sh

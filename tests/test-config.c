@@ -90,7 +90,7 @@ int main(void)
     if (!harness_builddir()) tap_skip_all("GRM_TOP_BUILDDIR is not set; run through make check");
     setenv("GRM_PLUGIN_PATH", "", 1);
     harness_host();
-    tap_plan(27);
+    tap_plan(29);
 
     /* values and defaults */
     grm__pconfig pc;
@@ -115,6 +115,14 @@ int main(void)
                 "integer", "a non-integer is refused with its line");
     expect_fail("[s]\npath=x\ncount = 101\n", GRM_EINVAL, "101 is outside [1, 100]",
                 "an out-of-range integer is refused with the range");
+    expect_fail("[s]\npath=x\ncount = 1k\n", GRM_EINVAL, "t.ini:3: [s] count: '1k' is ambiguous "
+                "(k = 1000 or 1024?)",
+                "a bare k suffix is refused as ambiguous, never read as 1000");
+    st = fill_text("[s]\npath = x\ndims = 1Ki, 0.5Ki\n", &pc);
+    c = pc.data;
+    tap_ok(st == GRM_OK && c->dims.n == 2 && c->dims.v[0] == 1024 && c->dims.v[1] == 512,
+           "binary suffixes: 1Ki = 1024, 0.5Ki = 512");
+    if (st == GRM_OK) grm__pconfig_fini(&pc);
     expect_fail("[s]\npath=x\nrate = 1.5\n", GRM_EINVAL, "1.5 is outside [0, 1]",
                 "an out-of-range float is refused");
     expect_fail("[s]\npath=x\nflag = maybe\n", GRM_EINVAL, "'maybe' is not a boolean",

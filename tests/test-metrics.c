@@ -40,7 +40,7 @@ int main(void)
     char path[4200];
     snprintf(path, sizeof path, "%s/m.jsonl", harness_tmpdir("metrics"));
     grm__metrics *m;
-    grm__metrics_open(path, &m);
+    grm__metrics_open(path, 0x0123456789abcdefull, 0, &m);
     grm__metrics_emit(m, 5, "valid", "hr@10", 0.25);
     grm__metrics_emit(m, 6, "train", "loss", NAN);
     grm__metrics_close(m);
@@ -51,8 +51,19 @@ int main(void)
         if (!fgets(l2, sizeof l2, f)) l2[0] = '\0';
         fclose(f);
     }
-    tap_ok(!strcmp(l1, "{\"step\":5,\"split\":\"valid\",\"name\":\"hr@10\",\"value\":0.25}\n")
-           && !strcmp(l2, "{\"step\":6,\"split\":\"train\",\"name\":\"loss\",\"value\":null}\n"),
-           "metrics are JSON lines with step, split, name, value (NaN as null)");
+    /* {"time":"YYYY-MM-DDTHH:MM:SS.mmmZ","run":"YYYYMMDDTHHMMSSZ-xxxxxxxx",
+     *  "pipeline":"<16 hex>",...} */
+    const char *tail1 = "\"pipeline\":\"0123456789abcdef\",\"step\":5,\"split\":\"valid\","
+                        "\"name\":\"hr@10\",\"value\":0.25}\n";
+    const char *tail2 = "\"pipeline\":\"0123456789abcdef\",\"step\":6,\"split\":\"train\","
+                        "\"name\":\"loss\",\"value\":null}\n";
+    const size_t head = strlen("{\"time\":\"2026-11-24T17:50:01.123Z\",\"run\":\"20261124T175001Z-"
+                               "1a2b3c4d\",");
+    tap_ok(strlen(l1) == head + strlen(tail1) && !strcmp(l1 + head, tail1)
+           && strlen(l2) == head + strlen(tail2) && !strcmp(l2 + head, tail2)
+           && !strncmp(l1, "{\"time\":\"", 9) && l1[19] == 'T' && l1[32] == 'Z'
+           && !strncmp(l1 + 35, "\"run\":\"", 7) && !strncmp(l1 + 42, l2 + 42, 25),
+           "metrics are JSON lines with time, run, pipeline hash, step, split, name, value "
+           "(NaN as null), one run id");
     return tap_done();
 }

@@ -13,8 +13,8 @@ static const grm_device colr_cpu = { GRM_DEVICE_CPU, 0 };
 
 static const grm_param_decl colr_params[] = {
     GRM_PARAM_DECL_STRING(colr_config, path, GRM_PARAM_REQUIRED,
-                          "a grmcol file, a directory (every *.grmcol in it) or a glob; files "
-                          "are read in sorted order"),
+                          "a grmcol file, a directory (every *.grmcol in it) or a glob, "
+                          "relative to the INI file; files are read in sorted order"),
     GRM_PARAM_DECL_STR_LIST(colr_config, columns, NULL,
                             "columns to read, in this order (only their chunks are read and "
                             "decompressed); empty: all"),

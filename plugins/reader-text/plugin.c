@@ -12,7 +12,8 @@ static const grm_device text_cpu = { GRM_DEVICE_CPU, 0 };
 
 static const grm_param_decl text_params[] = {
     GRM_PARAM_DECL_STRING(text_config, path, GRM_PARAM_REQUIRED,
-                          "input file; a name ending in .zst is decompressed while reading"),
+                          "input file (relative to the INI file); a name ending in .zst is "
+                          "decompressed while reading"),
     GRM_PARAM_DECL_ENUM(text_config, format, "tsv", "tsv|csv|ssv|movielens",
                         "field separator: tab, comma, runs of spaces, or '::' (MovieLens "
                         "ratings.dat)"),
