@@ -31,4 +31,8 @@ int grm__convert_main(int argc, char **argv);
 int grm__inspect_main(int argc, char **argv);
 int grm__launch_main(int argc, char **argv);
 
+/* `grmhost inspect CHECKPOINT` (core/export.c): verify and list a checkpoint of any ckpt-*
+ * format; returns the exit code. */
+int grm__inspect_ckpt(const char *path);
+
 #endif /* GRM_CLI_H */

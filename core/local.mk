@@ -19,8 +19,8 @@ libgrmcore_la_LIBADD = $(INIH_LIBS) $(UV_LIBS) $(ZSTD_LIBS) $(BLAS_LIBS) $(PTHRE
 
 bin_PROGRAMS += grmhost
 grmhost_SOURCES = %reldir%/main.c %reldir%/cli.h %reldir%/cli.c %reldir%/gen.h %reldir%/gen.c \
-	%reldir%/convert.c %reldir%/launch.c
-grmhost_CPPFLAGS = $(AM_CPPFLAGS) $(ZSTD_CFLAGS) -DGRM_PLUGIN_DIR='"$(plugindir)"'
+	%reldir%/convert.c %reldir%/launch.c %reldir%/export.c
+grmhost_CPPFLAGS = $(AM_CPPFLAGS) $(ZSTD_CFLAGS) $(XXHASH_CFLAGS) -DGRM_PLUGIN_DIR='"$(plugindir)"'
 grmhost_LDADD = libgrmcore.la $(ZSTD_LIBS) -lm
 libgrmcore_la_SOURCES += %reldir%/dist.h %reldir%/dist.c
 libgrmcore_la_SOURCES += %reldir%/reshard.h %reldir%/reshard.c

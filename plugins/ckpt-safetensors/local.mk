@@ -13,3 +13,7 @@ TESTS += tests/test-ckpt-safetensors
 tests_test_ckpt_safetensors_SOURCES = tests/test-ckpt-safetensors.c
 tests_test_ckpt_safetensors_CPPFLAGS = $(AM_CPPFLAGS) $(XXHASH_CFLAGS)
 tests_test_ckpt_safetensors_LDADD = $(GRM_TEST_LIBS) $(XXHASH_LIBS)
+
+# Swapping [checkpoint] plugin between ckpt-grm and ckpt-safetensors resumes the same run.
+TESTS += tests/test-ckpt-swap.sh
+EXTRA_DIST += tests/test-ckpt-swap.sh
