@@ -1,16 +1,20 @@
-/* core/export.c - a trained model leaving grm: `grmhost inspect` of checkpoints (.grm,
- * .safetensors: any ckpt-* plugin, picked by the file's extension through
- * core/checkpoint.h grm__ckpt_fmt_for) and what it shares with `grmhost export`. The
- * format plugin verifies the file before the first tensor is listed; the XXH64 printed per
- * tensor is computed here over its raw bytes, so the same model in two formats prints the
- * same checksums. */
+/* core/export.c - a trained model leaving grm, the command-line side: `grmhost inspect` of
+ * checkpoints (.grm, .safetensors: any ckpt-* plugin, picked by the file's extension through
+ * core/checkpoint.h grm__ckpt_fmt_for), and the options of `grmhost recommend` and
+ * `grmhost export`, whose work is core/serve.c's. inspect's format plugin verifies the file
+ * before the first tensor is listed; the XXH64 printed per tensor is computed here over its
+ * raw bytes, so the same model in two formats prints the same checksums. */
 #include "cli.h"
 #include "checkpoint.h"
 #include "grm_core.h"
+#include "pipeline.h"
 
+#include <errno.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -105,5 +109,176 @@ int grm__inspect_ckpt(const char *path)
     free(meta);
     grm__ckpt_fmt_fini(&fmt);
     grm__registry_destroy(reg);
+    return st == GRM_OK ? 0 : grm__cli_fail(st);
+}
+
+/* ---- recommend ---- */
+
+static const char usage_recommend[] =
+    "usage: grmhost recommend [OPTIONS] FILE.ini --checkpoint DIR|FILE --k N\n"
+    "\n"
+    "Top-N catalog items for each user of the pipeline's data (or of --users), from a\n"
+    "retrieval model's checkpoint: the user's state after their whole history (the query\n"
+    "evaluation scores, for a sequence model its last token's output) dotted with every\n"
+    "item's row (BLAS sgemm over blocks of [train] eval_batch users, one per thread),\n"
+    "a partial sort, items the user already has excluded, ties to the lower item id.\n"
+    "A progress bar is drawn on stderr when it is a terminal; the throughput is logged.\n"
+    "\n"
+    "options:\n"
+    "  --checkpoint PATH    checkpoint directory (its newest) or file (required)\n"
+    "  --k N                items per user (required; at most the catalog's size)\n"
+    "  --users FILE         user ids, one per line ('#' comments); default: every user\n"
+    "  --out FILE           write there (default: stdout)\n"
+    "  --format tsv|jsonl   tsv (default): one line `user<TAB>rank<TAB>item<TAB>score` per\n"
+    "                       item; jsonl: {\"user\":U,\"items\":[...],\"scores\":[...]} per user\n"
+    "  --keep-history       keep items the user already has as candidates\n"
+    "  -q, --quiet / -v, --verbose / -h, --help\n";
+
+enum { OPT_CKPT = 300, OPT_K, OPT_USERS, OPT_OUT, OPT_FORMAT, OPT_KEEP, OPT_DTYPE, OPT_SINCE };
+
+int grm__recommend_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "checkpoint", required_argument, NULL, OPT_CKPT },
+        { "k", required_argument, NULL, OPT_K },
+        { "users", required_argument, NULL, OPT_USERS },
+        { "out", required_argument, NULL, OPT_OUT },
+        { "format", required_argument, NULL, OPT_FORMAT },
+        { "keep-history", no_argument, NULL, OPT_KEEP },
+        { "quiet", no_argument, NULL, 'q' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    grm__run_opts o = { 0 };
+    grm__rec_opts ro = { .out = stdout, .out_name = "stdout" };
+    const char *out = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "qvh", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_CKPT: o.checkpoint = optarg; break;
+        case OPT_K:
+            if (!grm__cli_parse_count(optarg, 1, 1000000, &ro.k))
+                return grm__cli_usage_error(usage_recommend, "--k: '%s' is not a count in "
+                                            "[1, 1000000]", optarg);
+            break;
+        case OPT_USERS: ro.users_path = optarg; break;
+        case OPT_OUT: out = optarg; break;
+        case OPT_FORMAT:
+            if (strcmp(optarg, "tsv") && strcmp(optarg, "jsonl"))
+                return grm__cli_usage_error(usage_recommend, "--format: '%s'; expected tsv or "
+                                            "jsonl", optarg);
+            ro.jsonl = !strcmp(optarg, "jsonl");
+            break;
+        case OPT_KEEP: ro.keep_history = 1; break;
+        case 'q': o.quiet = 1; break;
+        case 'v': o.verbose = 1; break;
+        case 'h': fputs(usage_recommend, stdout); return 0;
+        default: return grm__cli_bad_option(usage_recommend);
+        }
+    }
+    if (optind != argc - 1)
+        return grm__cli_usage_error(usage_recommend, "expected exactly one FILE.ini");
+    if (!o.checkpoint)
+        return grm__cli_usage_error(usage_recommend, "recommend needs --checkpoint DIR|FILE");
+    if (ro.k == 0) return grm__cli_usage_error(usage_recommend, "recommend needs --k N");
+    if (o.quiet) grm__log_set_level(GRM_LOG_WARN);
+    if (o.verbose) grm__log_set_level(GRM_LOG_DEBUG);
+    ro.progress = !o.quiet && isatty(2);
+    grm__pipeline *p;
+    grm_status st = grm__pipeline_load(argv[optind], &p);
+    if (st != GRM_OK) return grm__cli_fail(st);
+    if (out && !(ro.out = fopen(out, "w"))) {
+        st = grm_errorf(GRM_EIO, "%s: cannot create: %s", out, strerror(errno));
+        grm__pipeline_destroy(p);
+        return grm__cli_fail(st);
+    }
+    if (out) ro.out_name = out;
+    grm__rec_stats rs = { 0 };
+    st = grm__recommend(p, &o, &ro, &rs);
+    if (out && fclose(ro.out) != 0 && st == GRM_OK)
+        st = grm_errorf(GRM_EIO, "%s: write error: %s", out, strerror(errno));
+    if (st == GRM_OK && !o.quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "recommended to %lld users over %lld items in %.2f s "
+                 "(%.0f users/s)", (long long)rs.users, (long long)rs.candidates, rs.seconds,
+                 rs.seconds > 0 ? (double)rs.users / rs.seconds : 0.0);
+    grm__pipeline_destroy(p);
+    grm__pool_fini();
+    return st == GRM_OK ? 0 : grm__cli_fail(st);
+}
+
+/* ---- export ---- */
+
+static const char usage_export[] =
+    "usage: grmhost export [OPTIONS] FILE.ini --checkpoint DIR|FILE --out DIR\n"
+    "\n"
+    "Write what a server needs from a retrieval model's checkpoint into DIR, as SafeTensors\n"
+    "files Python's `safetensors` package reads (share/doc/export.md, share/export_topk.py):\n"
+    "  items.safetensors   item.ids [C] (the catalog), item.weight [C, D]\n"
+    "  users.safetensors   user.ids [U], user.state [U, D]: each user's state after their\n"
+    "                      whole history, the query `grmhost recommend` scores\n"
+    "  tables.safetensors  emb.<table>.ids, emb.<table>.weight: every embedding table's\n"
+    "                      existing rows (a hash store's keys; a static table's trained rows)\n"
+    "  dense.safetensors   every dense parameter, named dense.N.<parameter>\n"
+    "  manifest.json       blocks in order with dims and parameters, head, features and\n"
+    "                      their tables, id spaces and the merged-key layout, step, config\n"
+    "                      hash, dtype, the scoring rule\n"
+    "Optimizer state and trainer counters stay in the checkpoint.\n"
+    "\n"
+    "options:\n"
+    "  --checkpoint PATH       checkpoint directory (its newest) or file (required)\n"
+    "  --out DIR               output directory, created if missing (required)\n"
+    "  --dtype fp32|fp16|bf16  floats as written (default fp32; ids stay int64)\n"
+    "  -q, --quiet / -v, --verbose / -h, --help\n";
+
+int grm__export_main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "checkpoint", required_argument, NULL, OPT_CKPT },
+        { "out", required_argument, NULL, OPT_OUT },
+        { "dtype", required_argument, NULL, OPT_DTYPE },
+        { "quiet", no_argument, NULL, 'q' },
+        { "verbose", no_argument, NULL, 'v' },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    grm__run_opts o = { 0 };
+    const char *out = NULL;
+    int32_t dtype = GRM_DTYPE_F32;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "qvh", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_CKPT: o.checkpoint = optarg; break;
+        case OPT_OUT: out = optarg; break;
+        case OPT_DTYPE:
+            if (!strcmp(optarg, "fp32")) dtype = GRM_DTYPE_F32;
+            else if (!strcmp(optarg, "fp16")) dtype = GRM_DTYPE_F16;
+            else if (!strcmp(optarg, "bf16")) dtype = GRM_DTYPE_BF16;
+            else
+                return grm__cli_usage_error(usage_export, "--dtype: '%s'; expected fp32, fp16 "
+                                            "or bf16", optarg);
+            break;
+        case 'q': o.quiet = 1; break;
+        case 'v': o.verbose = 1; break;
+        case 'h': fputs(usage_export, stdout); return 0;
+        default: return grm__cli_bad_option(usage_export);
+        }
+    }
+    if (optind != argc - 1)
+        return grm__cli_usage_error(usage_export, "expected exactly one FILE.ini");
+    if (!o.checkpoint)
+        return grm__cli_usage_error(usage_export, "export needs --checkpoint DIR|FILE");
+    if (!out) return grm__cli_usage_error(usage_export, "export needs --out DIR");
+    if (o.quiet) grm__log_set_level(GRM_LOG_WARN);
+    if (o.verbose) grm__log_set_level(GRM_LOG_DEBUG);
+    grm__pipeline *p;
+    grm_status st = grm__pipeline_load(argv[optind], &p);
+    if (st != GRM_OK) return grm__cli_fail(st);
+    int64_t nfiles = 0;
+    st = grm__export(p, &o, out, dtype, &nfiles);
+    grm__pipeline_destroy(p);
+    grm__pool_fini();
     return st == GRM_OK ? 0 : grm__cli_fail(st);
 }

@@ -32,6 +32,11 @@ static const char usage_main[] =
     "                     convert delimited text (or .zst) to the grmcol columnar format\n"
     "  inspect FILE       check a grmcol file (schema, row groups, sizes) or a checkpoint\n"
     "                     (.grm, .safetensors: step, config hash, tensors, checksums)\n"
+    "  export FILE.ini --checkpoint C --out DIR [--dtype fp32|fp16|bf16]\n"
+    "                     write item/user tables, dense weights and a manifest as\n"
+    "                     SafeTensors files for serving and Python\n"
+    "  recommend FILE.ini --checkpoint C --k N\n"
+    "                     top-N items per user of a retrieval model, TSV or JSON lines\n"
     "  reshard FILE.ini -n M\n"
     "                     rewrite the newest checkpoint of [checkpoint] dir for M ranks\n"
     "\n"
@@ -377,9 +382,12 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "inspect")) return grm__inspect_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "launch")) return grm__launch_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "reshard")) return cmd_reshard(argc - 1, argv + 1);
+    if (!strcmp(cmd, "recommend")) return grm__recommend_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export")) return grm__export_main(argc - 1, argv + 1);
     static const char *const cmds[] = { "train", "eval", "check", "plugins", "generate",
-                                        "convert", "inspect", "launch", "reshard" };
-    const char *near = grm__closest(cmd, cmds, 9);
+                                        "convert", "inspect", "launch", "reshard",
+                                        "recommend", "export" };
+    const char *near = grm__closest(cmd, cmds, 11);
     fprintf(stderr, "grmhost: unknown command '%s'%s%s%s\n\n%s", cmd,
             near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", usage_main);
     return 2;

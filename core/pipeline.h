@@ -198,6 +198,27 @@ typedef struct grm__run_opts {
 } grm__run_opts;
 
 grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts);
+
+/* `grmhost recommend` (core/serve.c): top-K catalog items per user of a retrieval model. */
+typedef struct grm__rec_opts {
+    int64_t k;                     /* items per user */
+    const char *users_path;        /* user ids, one per line; NULL: every user of the data */
+    FILE *out;                     /* borrowed: where the lines go */
+    const char *out_name;          /* for messages */
+    int jsonl;                     /* 0: TSV user, rank, item, score; 1: one JSON per user */
+    int keep_history;              /* 1: items the user already has stay candidates */
+    int progress;                  /* draw a progress bar on stderr */
+} grm__rec_opts;
+typedef struct grm__rec_stats {
+    int64_t users, candidates;
+    double seconds;                /* scoring and writing, the data read and model load apart */
+} grm__rec_stats;
+grm_status grm__recommend(grm__pipeline *p, const grm__run_opts *opts,
+                          const grm__rec_opts *ro, grm__rec_stats *stats);
+/* `grmhost export` (core/serve.c): the model a server needs as SafeTensors files in dir
+ * (items, users, tables, dense) plus manifest.json; floats as dtype (F32, F16, BF16). */
+grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *dir,
+                       int32_t dtype, int64_t *nfiles);
 grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts);
 
 /* ---- metrics (core/metrics.c) ---- */

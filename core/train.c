@@ -472,13 +472,25 @@ out:
     return st;
 }
 
+grm_status grm__trainer_open(grm__pipeline *p, const grm__run_opts *opts, grm__trainer *t,
+                             char *path, size_t cap)
+{
+    grm_status st = prepare(p, opts, t, 0);
+    if (st == GRM_OK) st = grm__ckpt_eval_path(t, opts->checkpoint, path, cap);
+    if (st == GRM_OK) st = grm__ckpt_load(t, path);
+    return st;
+}
+
+void grm__trainer_close(grm__trainer *t)
+{
+    teardown(t);
+}
+
 grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
 {
     grm__trainer t;
     char path[4096];
-    grm_status st = prepare(p, opts, &t, 0);
-    if (st == GRM_OK) st = grm__ckpt_eval_path(&t, opts->checkpoint, path, sizeof path);
-    if (st == GRM_OK) st = grm__ckpt_load(&t, path);
+    grm_status st = grm__trainer_open(p, opts, &t, path, sizeof path);
     if (st != GRM_OK) goto out;
     if (!opts->quiet)
         grm__log(GRM_LOG_INFO, "grmhost", "evaluating %s (step %lld)", path, (long long)t.step);

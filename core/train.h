@@ -502,9 +502,27 @@ grm_status grm__dense_check_replicas(grm__trainer *t);
 /* ---- eval.c ---- */
 
 grm_status grm__eval_setup(grm__trainer *t);
+/* A trained model ready to score: the pipeline's data read, every instance created, the
+ * checkpoint opts->checkpoint (a file, or a directory's newest) loaded; its path into path
+ * [cap]. What `grmhost eval`, `recommend` and `export` start from. Close with
+ * grm__trainer_close, also after a failure. */
+grm_status grm__trainer_open(grm__pipeline *p, const grm__run_opts *opts, grm__trainer *t,
+                             char *path, size_t cap);
+void grm__trainer_close(grm__trainer *t);
 void grm__eval_teardown(grm__trainer *t);
 /* Evaluate split (0 valid, 1 test); *score (optional) gets the model-selection metric. */
 grm_status grm__run_eval(grm__trainer *t, int split, int with_pop, double *score);
+/* The catalog's item rows into t->ev.cat_rows [ncatalog, D], the candidates every query is
+ * scored against (collective with several ranks). */
+grm_status grm__eval_catalog(grm__trainer *t);
+/* The index of item id in ds->catalog_ids (sorted), or -1. */
+int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id);
+/* The query (user state) of each of t->eb's b users (t->eb.users, .hist_end, .b set by the
+ * caller) after the history [offsets[u], hist_end): the dense stack's output, for sequence
+ * models its last token's. *q [b, D] is borrowed until the next batch; NULL when b is 0.
+ * The lookups are collective: with several ranks every rank calls, b possibly 0. The one
+ * user-state computation of evaluation, `grmhost recommend` and `grmhost export`. */
+grm_status grm__eval_queries(grm__trainer *t, const float **q);
 
 /* ---- checkpoint.c ---- */
 

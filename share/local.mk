@@ -16,4 +16,4 @@ share/data/quickstart.tsv: grmhost$(EXEEXT)
 CLEANFILES += share/data/quickstart.tsv
 
 # The grmcol columnar format, normative (core/grmcol.c, plugins/reader-grmcol).
-dist_doc_DATA = share/doc/grmcol.md
+dist_doc_DATA = share/doc/grmcol.md share/doc/export.md

@@ -17,3 +17,7 @@ tests_test_ckpt_safetensors_LDADD = $(GRM_TEST_LIBS) $(XXHASH_LIBS)
 # Swapping [checkpoint] plugin between ckpt-grm and ckpt-safetensors resumes the same run.
 TESTS += tests/test-ckpt-swap.sh
 EXTRA_DIST += tests/test-ckpt-swap.sh
+
+# grmhost export / recommend, read back by Python's safetensors (share/export_topk.py).
+TESTS += tests/test-export.sh
+EXTRA_DIST += tests/test-export.sh share/export_topk.py
