@@ -267,7 +267,9 @@ grm_status grm__recommend(grm__pipeline *p, const grm__run_opts *opts,
         rec_ctx rc = { .t = &t, .q = q, .scores = t.ev.scores, .K = K, .D = D, .C = C,
                        .keep_history = ro->keep_history, .use_cblas = cpu, .items = items,
                        .vals = vals, .count = count };
-        if ((st = grm__parallel_for(b, 4, rec_range, &rc)) != GRM_OK) break;
+        /* one range per thread: each sgemm then multiplies a block of users, not a few */
+        const int64_t nt = grm__num_threads() > 0 ? grm__num_threads() : 1;
+        if ((st = grm__parallel_for(b, (b + nt - 1) / nt, rec_range, &rc)) != GRM_OK) break;
         for (int64_t k = 0; k < b; k++) {
             const int64_t uid = ds->users[users[lo + k]];
             const int64_t *it = items + k * K;
