@@ -212,6 +212,7 @@ int grm__recommend_main(int argc, char **argv)
 
 static const char usage_export[] =
     "usage: grmhost export [OPTIONS] FILE.ini --checkpoint DIR|FILE --out DIR\n"
+    "       grmhost export FILE.ini --since SEQ --out DIR\n"
     "\n"
     "Write what a server needs from a retrieval model's checkpoint into DIR, as SafeTensors\n"
     "files Python's `safetensors` package reads (share/doc/export.md, share/export_topk.py):\n"
@@ -226,10 +227,18 @@ static const char usage_export[] =
     "                      hash, dtype, the scoring rule\n"
     "Optimizer state and trainer counters stay in the checkpoint.\n"
     "\n"
+    "With --since SEQ, the incremental exports a run with [export] every = N wrote\n"
+    "(delta-<seq>.safetensors in [export] dir, default [checkpoint] dir/export) are added\n"
+    "up instead: DIR/tables.safetensors gets every row changed after delta SEQ\n"
+    "(emb.<table>.ids, .weight, and .removed for keys gone since), DIR/dense.safetensors\n"
+    "the newest delta's dense parameters. --since 0 is the whole model at the newest\n"
+    "delta's step, equal to a full export of the checkpoint of that step.\n"
+    "\n"
     "options:\n"
     "  --checkpoint PATH       checkpoint directory (its newest) or file (required)\n"
     "  --out DIR               output directory, created if missing (required)\n"
     "  --dtype fp32|fp16|bf16  floats as written (default fp32; ids stay int64)\n"
+    "  --since SEQ             add up the deltas after SEQ (0: all) instead of a checkpoint\n"
     "  -q, --quiet / -v, --verbose / -h, --help\n";
 
 int grm__export_main(int argc, char **argv)
@@ -238,6 +247,7 @@ int grm__export_main(int argc, char **argv)
         { "checkpoint", required_argument, NULL, OPT_CKPT },
         { "out", required_argument, NULL, OPT_OUT },
         { "dtype", required_argument, NULL, OPT_DTYPE },
+        { "since", required_argument, NULL, OPT_SINCE },
         { "quiet", no_argument, NULL, 'q' },
         { "verbose", no_argument, NULL, 'v' },
         { "help", no_argument, NULL, 'h' },
@@ -246,6 +256,7 @@ int grm__export_main(int argc, char **argv)
     grm__run_opts o = { 0 };
     const char *out = NULL;
     int32_t dtype = GRM_DTYPE_F32;
+    int64_t since = -1;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "qvh", longopts, NULL)) != -1) {
@@ -260,6 +271,11 @@ int grm__export_main(int argc, char **argv)
                 return grm__cli_usage_error(usage_export, "--dtype: '%s'; expected fp32, fp16 "
                                             "or bf16", optarg);
             break;
+        case OPT_SINCE:
+            if (!grm__cli_parse_count(optarg, 0, INT64_MAX, &since))
+                return grm__cli_usage_error(usage_export, "--since: '%s' is not a delta "
+                                            "sequence number (0, 1, ...)", optarg);
+            break;
         case 'q': o.quiet = 1; break;
         case 'v': o.verbose = 1; break;
         case 'h': fputs(usage_export, stdout); return 0;
@@ -268,8 +284,11 @@ int grm__export_main(int argc, char **argv)
     }
     if (optind != argc - 1)
         return grm__cli_usage_error(usage_export, "expected exactly one FILE.ini");
-    if (!o.checkpoint)
-        return grm__cli_usage_error(usage_export, "export needs --checkpoint DIR|FILE");
+    if (!o.checkpoint && since < 0)
+        return grm__cli_usage_error(usage_export, "export needs --checkpoint DIR|FILE or "
+                                    "--since SEQ");
+    if (o.checkpoint && since >= 0)
+        return grm__cli_usage_error(usage_export, "--checkpoint and --since are exclusive");
     if (!out) return grm__cli_usage_error(usage_export, "export needs --out DIR");
     if (o.quiet) grm__log_set_level(GRM_LOG_WARN);
     if (o.verbose) grm__log_set_level(GRM_LOG_DEBUG);
@@ -277,7 +296,16 @@ int grm__export_main(int argc, char **argv)
     grm_status st = grm__pipeline_load(argv[optind], &p);
     if (st != GRM_OK) return grm__cli_fail(st);
     int64_t nfiles = 0;
-    st = grm__export(p, &o, out, dtype, &nfiles);
+    if (since >= 0) {
+        int64_t seq, step, rows;
+        st = grm__delta_export(p, since, out, &seq, &step, &rows);
+        if (st == GRM_OK && !o.quiet)
+            grm__log(GRM_LOG_INFO, "grmhost", "deltas %lld..%lld (step %lld) added up into "
+                     "%s: %lld rows", (long long)since + 1, (long long)seq, (long long)step,
+                     out, (long long)rows);
+    } else {
+        st = grm__export(p, &o, out, dtype, &nfiles);
+    }
     grm__pipeline_destroy(p);
     grm__pool_fini();
     return st == GRM_OK ? 0 : grm__cli_fail(st);

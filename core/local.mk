@@ -11,7 +11,8 @@ libgrmcore_la_SOURCES = \
 	%reldir%/stream.c %reldir%/prefetch.c %reldir%/sparse_step.c %reldir%/dense_stack.c \
 	%reldir%/eval.c %reldir%/checkpoint.h %reldir%/checkpoint.c %reldir%/report.c %reldir%/backend.h \
 	%reldir%/backend.c %reldir%/backend_ref.c %reldir%/head.h %reldir%/head.c \
-	%reldir%/grmcol.h %reldir%/grmcol.c %reldir%/serve.c
+	%reldir%/grmcol.h %reldir%/grmcol.c %reldir%/serve.c \
+	%reldir%/delta.c
 libgrmcore_la_SOURCES += %reldir%/sparse.h %reldir%/sparse.c
 libgrmcore_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(UV_CFLAGS) $(ZSTD_CFLAGS) $(BLAS_CFLAGS) \
 	-DGRM_PLUGIN_DIR='"$(plugindir)"' -DGRM_BUILD_DIR='"$(abs_top_builddir)"'

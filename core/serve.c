@@ -431,6 +431,61 @@ static grm_status ex_find_table(grm__trainer *t, const char *name, ex_table *et)
     return GRM_OK;
 }
 
+typedef struct key_row {
+    int64_t key, row;
+} key_row;
+
+static int by_key(const void *a, const void *b)
+{
+    const int64_t x = ((const key_row *)a)->key, y = ((const key_row *)b)->key;
+    return x < y ? -1 : x > y;
+}
+
+grm_status grm__table_rows(grm__trainer *t, int32_t s, int64_t **keys_out, float **rows_out,
+                           int64_t *n_out, int64_t *dim_out)
+{
+    ex_table et;
+    *keys_out = NULL;
+    *rows_out = NULL;
+    *n_out = *dim_out = 0;
+    grm_status st = ex_find_table(t, t->p->phys[s].name, &et);
+    if (st != GRM_OK) return st;
+    if (!et.have_w || et.weight.tensor.dtype != GRM_DTYPE_F32 || et.weight.tensor.ndim != 2)
+        return GRM_OK;
+    const int64_t R = et.weight.tensor.shape[0], D = et.weight.tensor.shape[1];
+    const float *w = et.weight.tensor.data;
+    key_row *kr = malloc((size_t)(R + 1) * sizeof *kr);
+    int64_t *keys = malloc((size_t)(R + 1) * sizeof *keys);
+    float *rows = malloc((size_t)(R * D + 1) * sizeof *rows);
+    if (!kr || !keys || !rows) {
+        free(kr);
+        free(keys);
+        free(rows);
+        return grm_errorf(GRM_ENOMEM, "out of memory");
+    }
+    int64_t n = 0;
+    const int by_id = et.have_ids && et.ids.tensor.shape[0] == R;
+    for (int64_t r = 0; r < R; r++) {
+        if (!by_id && et.have_steps && et.steps.tensor.shape[0] == R
+            && ((const int64_t *)et.steps.tensor.data)[r] <= 0)
+            continue;
+        kr[n].key = by_id ? ((const int64_t *)et.ids.tensor.data)[r] : r;
+        kr[n++].row = r;
+    }
+    /* sorted by key: a hash store lists its rows in slot order */
+    if (by_id) qsort(kr, (size_t)n, sizeof *kr, by_key);
+    for (int64_t i = 0; i < n; i++) {
+        keys[i] = kr[i].key;
+        memcpy(rows + i * D, w + kr[i].row * D, (size_t)D * sizeof *rows);
+    }
+    free(kr);
+    *keys_out = keys;
+    *rows_out = rows;
+    *n_out = n;
+    *dim_out = D;
+    return GRM_OK;
+}
+
 /* JSON string s (names from the INI: quotes and backslashes escaped). */
 static void json_str(FILE *f, const char *s)
 {
@@ -641,40 +696,17 @@ grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *
     if (st != GRM_OK || (st = ex_save(&fmt, dir, "users.safetensors", &l, meta)) != GRM_OK)
         goto out;
 
-    /* tables: each physical table's existing rows with their keys: a hash store's ids, a
-     * static store's rows that training touched (steps > 0) */
+    /* tables: each physical table's existing rows with their keys (grm__table_rows) */
     table_rows = calloc((size_t)p->nphys + 1, sizeof *table_rows);
     if (!table_rows) {
         st = grm_errorf(GRM_ENOMEM, "out of memory");
         goto out;
     }
     for (int32_t s = 0; s < p->nphys && st == GRM_OK; s++) {
-        ex_table et;
-        if ((st = ex_find_table(&t, p->phys[s].name, &et)) != GRM_OK) break;
-        if (!et.have_w || et.weight.tensor.dtype != GRM_DTYPE_F32 || et.weight.tensor.ndim != 2)
-            continue;
-        const int64_t R = et.weight.tensor.shape[0], Dt = et.weight.tensor.shape[1];
-        const float *w = et.weight.tensor.data;
-        int64_t n = 0;
-        int64_t *keys = malloc((size_t)(R + 1) * sizeof *keys);
-        float *rows = malloc((size_t)(R * Dt + 1) * sizeof *rows);
-        if (!keys || !rows) {
-            free(keys);
-            free(rows);
-            st = grm_errorf(GRM_ENOMEM, "out of memory");
-            break;
-        }
-        for (int64_t r = 0; r < R; r++) {
-            int64_t key = r;
-            if (et.have_ids && et.ids.tensor.shape[0] == R)
-                key = ((const int64_t *)et.ids.tensor.data)[r];
-            else if (et.have_steps && et.steps.tensor.shape[0] == R
-                     && ((const int64_t *)et.steps.tensor.data)[r] <= 0)
-                continue;
-            keys[n] = key;
-            memcpy(rows + n * Dt, w + r * Dt, (size_t)Dt * sizeof *rows);
-            n++;
-        }
+        int64_t *keys, n, Dt;
+        float *rows;
+        if ((st = grm__table_rows(&t, s, &keys, &rows, &n, &Dt)) != GRM_OK) break;
+        if (!keys) continue;
         table_rows[s] = n;
         char name[256];
         snprintf(name, sizeof name, "emb.%s.ids", p->phys[s].name);

@@ -345,6 +345,7 @@ typedef struct grm__trainer {
     grm__dense_stack dn;
     grm__eval_bufs ev;
     grm__ckpt_state ck;
+    struct grm__delta *delta;  /* [export] every: incremental export (core/delta.c), or NULL */
     grm__report rep;
     uv_loop_t loop;
     uv_signal_t sigint, sigterm;
@@ -523,6 +524,12 @@ int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id);
  * The lookups are collective: with several ranks every rank calls, b possibly 0. The one
  * user-state computation of evaluation, `grmhost recommend` and `grmhost export`. */
 grm_status grm__eval_queries(grm__trainer *t, const float **q);
+/* Physical table s's existing rows sorted by key (core/serve.c): a hash store's keys, a
+ * static table's rows training updated (steps > 0), else every row. *keys [*n] and
+ * *rows [*n, *dim] are malloc'd (both NULL when the store exposes no such table). What
+ * `grmhost export` writes and what incremental export diffs. */
+grm_status grm__table_rows(grm__trainer *t, int32_t s, int64_t **keys, float **rows,
+                           int64_t *n, int64_t *dim);
 
 /* ---- checkpoint.c ---- */
 
@@ -534,6 +541,17 @@ void grm__ckpt_remove_stale(const char *dir);
 grm_status grm__ckpt_resume(grm__trainer *t);
 /* Write step-N (async updates flushed first). */
 grm_status grm__ckpt_save(grm__trainer *t);
+
+/* ---- delta.c: incremental export ([export] every = N) ---- */
+typedef struct grm__delta grm__delta;
+/* Start: read back what the deltas already on disk add up to (the baseline the next delta
+ * is diffed against). Off (t->delta NULL) without [export] every or with several ranks. */
+grm_status grm__delta_start(grm__trainer *t);
+/* Write the next delta: the rows that changed since the baseline, every dense parameter.
+ * Nothing when the newest delta is of this step already. */
+grm_status grm__delta_write(grm__trainer *t);
+/* Free dx (NULL: t->delta). */
+void grm__delta_stop(grm__trainer *t, grm__delta *dx);
 /* Load one checkpoint file. */
 grm_status grm__ckpt_load(grm__trainer *t, const char *path);
 /* Restore early stopping's best model; path [cap] names the file read. */

@@ -21,3 +21,7 @@ EXTRA_DIST += tests/test-ckpt-swap.sh
 # grmhost export / recommend, read back by Python's safetensors (share/export_topk.py).
 TESTS += tests/test-export.sh
 EXTRA_DIST += tests/test-export.sh share/export_topk.py
+
+# Incremental export ([export] every = N, core/delta.c) and `grmhost export --since`.
+TESTS += tests/test-export-delta.sh
+EXTRA_DIST += tests/test-export-delta.sh
