@@ -89,7 +89,7 @@ int grm__inspect_ckpt(const char *path)
     if (st == GRM_OK) st = fmt.ops->meta(fmt.inst, path, meta, cap);
     if (st == GRM_OK) {
         char v[256];
-        printf("%s: %s checkpoint, verified by %s (headers, bounds and checksums)\n", path,
+        printf("%s: %s checkpoint, verified by %s (its README lists the checks)\n", path,
                fmt.ext, fmt.plugin->info->name);
         printf("step:        %s\n", meta_field(meta, "step", v, sizeof v)[0] ? v : "-");
         printf("pipeline:    %s\n", meta_field(meta, "pipeline", v, sizeof v)[0] ? v : "-");
