@@ -285,7 +285,7 @@ static grm_status list_deltas(const char *dir, int64_t **seqs, int64_t *n)
         (*seqs)[(*n)++] = s;
     }
     closedir(d);
-    if (st == GRM_OK) qsort(*seqs, (size_t)*n, sizeof **seqs, cmp_i64);
+    if (st == GRM_OK && *n > 1) qsort(*seqs, (size_t)*n, sizeof **seqs, cmp_i64);
     return st;
 }
 
