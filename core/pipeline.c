@@ -915,6 +915,8 @@ void grm__pipeline_print(FILE *f, const grm__pipeline *p)
     print_stage(f, "[optimizer.dense]", &p->opt_dense);
     print_stage(f, "[checkpoint]", &p->ckpt);
     grm__params_print_values(f, &ckpt_host_info, p->set_ckpt.data, "                       ");
+    fprintf(f, "  %-18s\n", "[export]");
+    grm__params_print_values(f, &export_host_info, p->set_export.data, "                       ");
     print_stage(f, "[distributed]", &p->comm);
     fprintf(f, "  %-18s\n", "[train]");
     grm__params_print_values(f, &train_info, p->set_train.data, "                       ");
