@@ -14,6 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#define XXH_INLINE_ALL   /* as core/grmcol.c and core/route.c: header-only xxHash */
+#include <xxhash.h>
+
 /* ---- checkpoints ---- */
 
 /* ---- names (shared with core/reshard.c through core/checkpoint.h) ---- */
@@ -63,6 +66,60 @@ grm_status grm__ckpt_make_dirs(const char *dir)
         buf[i] = c;
     }
     return GRM_OK;
+}
+
+/* ---- formats by extension ---- */
+
+void grm__ckpt_fmt_fini(grm__ckpt_fmt *f)
+{
+    if (f->inst) f->ops->destroy(f->inst);
+    memset(f, 0, sizeof *f);
+}
+
+grm_status grm__ckpt_fmt_all(const grm__registry *reg, grm__ckpt_fmt *out, int32_t cap,
+                             int32_t *n)
+{
+    *n = 0;
+    for (int32_t i = 0; i < grm__registry_count(reg) && *n < cap; i++) {
+        const grm__plugin *pl = grm__registry_at(reg, i);
+        if (pl->info->kind != GRM_KIND_CKPT) continue;
+        grm__ckpt_fmt *f = &out[*n];
+        memset(f, 0, sizeof *f);
+        f->plugin = pl;
+        f->ops = pl->info->ops;
+        /* defaults (a NULL config) are enough to read; a format that needs keys is skipped */
+        if (f->ops->create(NULL, &f->inst) != GRM_OK) {
+            memset(f, 0, sizeof *f);
+            continue;
+        }
+        f->ext = f->ops->extension(f->inst);
+        (*n)++;
+    }
+    return GRM_OK;
+}
+
+grm_status grm__ckpt_fmt_for(const grm__registry *reg, const char *path, grm__ckpt_fmt *out)
+{
+    grm__ckpt_fmt all[16];
+    int32_t n;
+    char known[256] = "";
+    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+    memset(out, 0, sizeof *out);
+    grm__ckpt_fmt_all(reg, all, 16, &n);
+    for (int32_t i = 0; i < n; i++) {
+        if (!out->inst && dot && (!slash || dot > slash) && strcmp(dot + 1, all[i].ext) == 0) {
+            *out = all[i];
+            continue;
+        }
+        size_t k = strlen(known);
+        snprintf(known + k, sizeof known - k, "%s.%s (%s)", k ? ", " : "", all[i].ext,
+                 all[i].plugin->info->name);
+        grm__ckpt_fmt_fini(&all[i]);
+    }
+    if (out->inst) return GRM_OK;
+    return grm_errorf(GRM_ENOTFOUND, "%s: no checkpoint format reads this extension; the "
+                      "loaded ones are %s", path, known[0] ? known : "none (no ckpt-* plugin "
+                      "found: check [pipeline] plugin_dirs)");
 }
 
 typedef struct ckpt_list {
@@ -182,6 +239,56 @@ static grm_status newest_ckpt(const char *dir, const char *ext, char *path, size
     return scan_ckpts(dir, ext, path, oldest, cap < sizeof oldest ? cap : sizeof oldest, &n);
 }
 
+/* Newest step-S checkpoint in dir over every format of the registry (a run whose
+ * [checkpoint] plugin changed resumes from the other format's files); on a tie the
+ * pipeline's own format wins. */
+static grm_status newest_any(const grm__trainer *t, const char *dir, char *path, size_t cap)
+{
+    const grm_ckpt_ops *kops = t->p->ckpt.plugin->info->ops;
+    grm_status st = newest_ckpt(dir, kops->extension(t->p->ckpt.inst), path, cap);
+    int64_t best = -1;
+    if (st != GRM_OK) return st;
+    if (path[0]) {
+        const char *b = strrchr(path, '/');
+        grm__ckpt_is_step_name(b ? b + 1 : path, kops->extension(t->p->ckpt.inst), &best);
+    }
+    grm__ckpt_fmt all[16];
+    int32_t n;
+    grm__ckpt_fmt_all(t->p->reg, all, 16, &n);
+    for (int32_t i = 0; i < n; i++) {
+        char other[4096];
+        int64_t s;
+        if (st == GRM_OK && all[i].plugin != t->p->ckpt.plugin
+            && (st = newest_ckpt(dir, all[i].ext, other, sizeof other)) == GRM_OK && other[0]
+            && grm__ckpt_is_step_name(strrchr(other, '/') + 1, all[i].ext, &s) && s > best) {
+            best = s;
+            snprintf(path, cap, "%s", other);
+        }
+        grm__ckpt_fmt_fini(&all[i]);
+    }
+    return st;
+}
+
+/* Remove what a format wrote beside the checkpoint `path` (dir/step-S.ext): shards named
+ * step-S-* and an index step-S.ext.index.json (ckpt-safetensors above shard_bytes). */
+static void remove_siblings(const char *dir, const char *path)
+{
+    const char *base = strrchr(path, '/') + 1, *dot = strrchr(base, '.');
+    char stem[256], index[4096 + 16];
+    snprintf(stem, sizeof stem, "%.*s-", (int)(dot ? dot - base : (long)strlen(base)), base);
+    snprintf(index, sizeof index, "%s.index.json", base);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, stem, strlen(stem)) != 0 && strcmp(e->d_name, index) != 0)
+            continue;
+        char p[4096 + 512];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        unlink(p);
+    }
+    if (d) closedir(d);
+}
+
 /* Delete the oldest checkpoints until at most keep remain. */
 static void prune_ckpts(const char *dir, const char *ext, int64_t keep)
 {
@@ -189,7 +296,29 @@ static void prune_ckpts(const char *dir, const char *ext, int64_t keep)
     int64_t n;
     while (scan_ckpts(dir, ext, newest, oldest, sizeof oldest, &n) == GRM_OK && n > keep
            && oldest[0] && unlink(oldest) == 0)
-        ;
+        remove_siblings(dir, oldest);
+}
+
+/* XXH64 of the configuration as parsed (section names, keys and values in file order), so
+ * comments and spacing do not change it: the "config_hash" of a checkpoint's metadata and
+ * of `grmhost export`'s manifest. */
+uint64_t grm__ckpt_config_hash(const grm__config *cfg)
+{
+    XXH64_state_t *h = XXH64_createState();
+    if (!h) return 0;
+    XXH64_reset(h, 0);
+    for (int i = 0; i < cfg->nsec; i++) {
+        const grm__section *sec = &cfg->sec[i];
+        XXH64_update(h, "[", 1);
+        XXH64_update(h, sec->name, strlen(sec->name) + 1);
+        for (int k = 0; k < sec->nkv; k++) {
+            XXH64_update(h, sec->kv[k].key, strlen(sec->kv[k].key) + 1);
+            XXH64_update(h, sec->kv[k].value, strlen(sec->kv[k].value) + 1);
+        }
+    }
+    const uint64_t v = XXH64_digest(h);
+    XXH64_freeState(h);
+    return v;
 }
 
 
@@ -218,9 +347,10 @@ static grm_status save_ckpt_as(grm__trainer *t, const char *file)
     snprintf(meta, sizeof meta, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
              "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,\"rank\":%d,\"seed\":%lld,"
              "\"sharding\":\"fmix64(key) %% group + rank / group * group\","
-             "\"sparse_group\":%lld}",
+             "\"sparse_group\":%lld,\"config_hash\":\"%016llx\"}",
              GRM_VERSION_STRING, p->set.name, (long long)t->step, t->nranks, t->rank,
-             (long long)p->set.seed, (long long)grp);
+             (long long)p->set.seed, (long long)grp,
+             (unsigned long long)grm__ckpt_config_hash(p->cfg));
     if ((st = kops->save(p->ckpt.inst, path, l.v, l.n, meta)) != GRM_OK) goto out;
     if (!file) prune_ckpts(dir, kops->extension(p->ckpt.inst), p->set.ckpt_keep);
     if (!t->opts->quiet) grm__log(GRM_LOG_INFO, "grmhost", "checkpoint %s", path);
@@ -293,14 +423,24 @@ static grm_status load_visit(void *user, const grm_named_tensor *nt)
 static grm_status load_ckpt_as(grm__trainer *t, const char *path, int owned_only)
 {
     const grm_ckpt_ops *kops = t->p->ckpt.plugin->info->ops;
+    void *kinst = t->p->ckpt.inst;
+    grm__ckpt_fmt fmt = { 0 };
+    const char *dot = strrchr(path, '.');
+    if (dot && strcmp(dot + 1, kops->extension(kinst)) != 0) {
+        /* written in another format than [checkpoint] plugin's: read it with that one */
+        grm_status fst = grm__ckpt_fmt_for(t->p->reg, path, &fmt);
+        if (fst != GRM_OK) return fst;
+        kops = fmt.ops;
+        kinst = fmt.inst;
+    }
     load_ctx c = { .t = t, .path = path };
     c.param_steps = calloc((size_t)t->dn.nparams + 1, sizeof *c.param_steps);
     if (!c.param_steps) return grm_errorf(GRM_ENOMEM, "out of memory");
     int64_t kept = 0, dropped = 0;
     grm_status st = owned_only
-        ? grm__reshard_load_owned(t->p, kops, t->p->ckpt.inst, path, t->rank, t->nranks,
+        ? grm__reshard_load_owned(t->p, kops, kinst, path, t->rank, t->nranks,
                                   load_visit, &c, &kept, &dropped)
-        : kops->load(t->p->ckpt.inst, path, load_visit, &c);
+        : kops->load(kinst, path, load_visit, &c);
     if (st == GRM_OK && owned_only)
         grm__log(GRM_LOG_INFO, "grmhost", "%s: kept the %lld keyed rows this rank owns, "
                  "left %lld to the other ranks", path, (long long)kept, (long long)dropped);
@@ -325,6 +465,7 @@ static grm_status load_ckpt_as(grm__trainer *t, const char *path, int owned_only
                      (long long)t->plan.nex_all, (long long)t->p->set.batch_size);
     }
     free(c.param_steps);
+    grm__ckpt_fmt_fini(&fmt);
     return st;
 }
 
@@ -354,9 +495,10 @@ grm_status grm__ckpt_resume(grm__trainer *t)
     const grm_comm_handle *c = &p->comm_handle;
     const int32_t N = t->ck.other, M = t->nranks;
     char path[4096], src[4096];
-    grm_status st = newest_ckpt(t->ck.dir, ext, path, sizeof path);
+    grm_status st = newest_any(t, t->ck.dir, path, sizeof path);
     if (st != GRM_OK) return st;
-    int64_t own = step_of(path, ext), other = -1, other_max = -1;
+    const char *pdot = strrchr(path, '.');
+    int64_t own = step_of(path, pdot ? pdot + 1 : ext), other = -1, other_max = -1;
     if (N) {
         if ((st = grm__reshard_source(p->set.ckpt_dir, ext, t->rank, N, -1, &other, NULL, 0))
             != GRM_OK)
@@ -537,7 +679,7 @@ grm_status grm__ckpt_eval_path(grm__trainer *t, const char *given, char *path, s
                               "checkpoints %d ranks wrote (or `grmhost reshard` them)", given,
                               dir + strlen(given) + 1, t->nranks, t->nranks);
     }
-    grm_status st = newest_ckpt(dir, ext, path, cap);
+    grm_status st = newest_any(t, dir, path, cap);
     if (st == GRM_OK && !path[0])
         st = grm_errorf(GRM_ENOTFOUND, "%s: no step-*.%s checkpoint in this directory", dir, ext);
     return st;

@@ -17,4 +17,25 @@ void grm__ckpt_rank_dir(char *buf, size_t cap, const char *dir, int32_t r, int32
 /* mkdir -p dir; GRM_EIO naming the directory that could not be made. */
 grm_status grm__ckpt_make_dirs(const char *dir);
 
+/* XXH64 of the parsed configuration (sections, keys, values in order): "config_hash". */
+uint64_t grm__ckpt_config_hash(const grm__config *cfg);
+
+/* A checkpoint format picked by a file's extension: any ckpt-* plugin in the registry, so
+ * that a run whose [checkpoint] plugin changed resumes from the other format's files, and
+ * `grmhost inspect/export/recommend` read either. */
+typedef struct grm__ckpt_fmt {
+    const grm__plugin *plugin;     /* borrowed from the registry */
+    const grm_ckpt_ops *ops;       /* plugin->info->ops */
+    void *inst;                    /* owned: created with the plugin's defaults */
+    const char *ext;               /* the plugin's extension, valid while inst lives */
+} grm__ckpt_fmt;
+
+/* The format of `path` (its extension after the last dot). GRM_ENOTFOUND naming the file
+ * and the extensions the registry's formats have. */
+grm_status grm__ckpt_fmt_for(const grm__registry *reg, const char *path, grm__ckpt_fmt *out);
+/* Every ckpt format of the registry, in registry order, into out [cap]; *n how many. */
+grm_status grm__ckpt_fmt_all(const grm__registry *reg, grm__ckpt_fmt *out, int32_t cap,
+                             int32_t *n);
+void grm__ckpt_fmt_fini(grm__ckpt_fmt *f);
+
 #endif /* GRM_CHECKPOINT_H */

@@ -33,4 +33,12 @@ int grm__launch_main(int argc, char **argv);
 /* `grmhost plot ...` (core/plot.c). */
 int grm__plot_main(int argc, char **argv);
 
+/* `grmhost inspect CHECKPOINT` (core/export.c): verify and list a checkpoint of any ckpt-*
+ * format; returns the exit code. */
+int grm__inspect_ckpt(const char *path);
+/* `grmhost recommend ...` and `grmhost export ...` (core/export.c, the work in
+ * core/recommend.c): argv[0] is the command name; each returns its exit code. */
+int grm__recommend_main(int argc, char **argv);
+int grm__export_main(int argc, char **argv);
+
 #endif /* GRM_CLI_H */

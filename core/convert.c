@@ -41,12 +41,18 @@ static const char usage_convert[] =
 
 static const char usage_inspect[] =
     "usage: grmhost inspect [--groups] FILE.grmcol\n"
+    "       grmhost inspect CHECKPOINT.grm | CHECKPOINT.safetensors\n"
     "\n"
     "Check a grmcol file's header, footer and every chunk checksum, and print its schema,\n"
     "row groups, and per column the compressed and uncompressed bytes and their ratio.\n"
     "\n"
+    "A checkpoint (any extension a ckpt-* plugin owns: .grm, .safetensors) is verified by\n"
+    "its format plugin (headers, bounds, checksums) and printed: step, pipeline name,\n"
+    "config hash, the metadata, then one line per tensor with its dtype, shape, bytes and\n"
+    "the XXH64 of its raw bytes (the same model in either format prints the same sums).\n"
+    "\n"
     "options:\n"
-    "  --groups      also print one line per row group\n"
+    "  --groups      grmcol: also print one line per row group\n"
     "  -h, --help    this text\n";
 
 enum { OPT_COLUMNS = 256, OPT_FORMAT, OPT_HEADER, OPT_RPG, OPT_LEVEL, OPT_GROUPS };
@@ -491,7 +497,11 @@ int grm__inspect_main(int argc, char **argv)
         }
     }
     if (argc - optind != 1)
-        return grm__cli_usage_error(usage_inspect, "expected exactly one FILE.grmcol");
+        return grm__cli_usage_error(usage_inspect, "expected exactly one FILE.grmcol or "
+                                    "checkpoint");
+    // A name ending in a checkpoint format's extension is a checkpoint; the rest grmcol.
+    if (has_suffix(argv[optind], ".grm") || has_suffix(argv[optind], ".safetensors"))
+        return grm__inspect_ckpt(argv[optind]);
     const grm_status st = inspect_run(argv[optind], groups);
     return st == GRM_OK ? 0 : grm__cli_fail(st);
 }

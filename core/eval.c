@@ -22,7 +22,7 @@ typedef struct rank_ctx {
     int64_t *ranks;            /* [b] */
 } rank_ctx;
 
-static int64_t catalog_index(const grm__dataset *ds, int64_t id)
+int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id)
 {
     int64_t lo = 0, hi = ds->ncatalog - 1;
     while (lo <= hi) {
@@ -48,10 +48,10 @@ static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
             for (int64_t j = 0; j < C; j++) sc[j] = (float)ds->catalog_counts[j];
         /* items already in the user's history are not candidates */
         for (int64_t j = ds->offsets[u]; j < end; j++) {
-            int64_t ci = catalog_index(ds, ds->items[j]);
+            int64_t ci = grm__eval_catalog_index(ds, ds->items[j]);
             if (ci >= 0 && ds->items[j] != target) sc[ci] = -FLT_MAX;
         }
-        int64_t ti = catalog_index(ds, target);
+        int64_t ti = grm__eval_catalog_index(ds, target);
         float ts = sc[ti];
         int64_t rank = 0;
         /* a non-finite score (a diverged model) ranks last, C: a miss at every K, never a
@@ -113,6 +113,48 @@ static grm_status merge_accs(grm__trainer *t, grm__rank_acc *acc)
     return st;
 }
 
+grm_status grm__eval_catalog(grm__trainer *t)
+{
+    grm__pipeline *p = t->p;
+    const grm__dataset *ds = t->ds;
+    const int64_t C = ds->ncatalog;
+    grm_status st = grm__sparse_plan_encode(p->plan, t->item_table, t->ev.cat_keys,
+                                            ds->catalog_ids, C);
+    if (st == GRM_OK && t->sp.dist)
+        st = grm__dist_lookup(t->sp.dist, t->item_phys, t->ev.cat_keys, NULL, C, 0, t->ev.cat_rows,
+                              0);
+    else if (st == GRM_OK)
+        st = t->sp.eops->lookup(p->emb.inst, t->ev.cat_rows, t->item_phys, t->ev.cat_keys, C, 0);
+    return st;
+}
+
+grm_status grm__eval_queries(grm__trainer *t, const float **q)
+{
+    grm__pipeline *p = t->p;
+    const int64_t b = t->eb.b;
+    const int32_t D = p->tables[t->item_table].dim, L = p->ndense;
+    grm_status st;
+    *q = NULL;
+    if ((st = grm__batch_assemble_ids(t, &t->eb, 0)) != GRM_OK
+        || (st = grm__embed_batch(t, &t->eb, 0)) != GRM_OK)
+        return st;
+    if (b == 0) return GRM_OK;
+    if ((st = grm__dense_forward(t, &t->eb, 0, t->step)) != GRM_OK) return st;
+    *q = t->dn.acts[L];
+    if (t->seqmode) {   /* a sequence's query is its last token's output */
+        const int64_t *off = t->eb.foff[p->seq_feature];
+        for (int64_t k = 0; k < b; k++) {
+            if (off[k + 1] > off[k])
+                memcpy(t->ev.queries + k * D, t->dn.acts[L] + (off[k + 1] - 1) * D,
+                       (size_t)D * sizeof(float));
+            else
+                memset(t->ev.queries + k * D, 0, (size_t)D * sizeof(float));
+        }
+        *q = t->ev.queries;
+    }
+    return GRM_OK;
+}
+
 /* Rank the split's targets for the evaluated users (this rank's share); the results of all
  * ranks into acc (and pop). */
 static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__rank_acc *pop)
@@ -121,16 +163,10 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
     grm__dataset *ds = t->ds;
     grm_status st;
     int64_t C = ds->ncatalog, EB = p->set.eval_batch;
-    int32_t D = p->tables[t->item_table].dim, L = p->ndense;
+    int32_t D = p->tables[t->item_table].dim;
     grm__rank_acc_init(acc, &p->set.topk);
     if (pop) grm__rank_acc_init(pop, &p->set.topk);
-    st = grm__sparse_plan_encode(p->plan, t->item_table, t->ev.cat_keys, ds->catalog_ids, C);
-    if (st == GRM_OK && t->sp.dist)
-        st = grm__dist_lookup(t->sp.dist, t->item_phys, t->ev.cat_keys, NULL, C, 0, t->ev.cat_rows,
-                              0);
-    else if (st == GRM_OK)
-        st = t->sp.eops->lookup(p->emb.inst, t->ev.cat_rows, t->item_phys, t->ev.cat_keys, C, 0);
-    if (st != GRM_OK) return st;
+    if ((st = grm__eval_catalog(t)) != GRM_OK) return st;
     int64_t *ranks = xalloc((size_t)EB * sizeof *ranks);
     if (!ranks) return GRM_ENOMEM;
     int64_t ne = 0, lo, hi, nb;
@@ -151,23 +187,9 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
             b++;
         }
         t->eb.b = b;
-        if ((st = grm__batch_assemble_ids(t, &t->eb, 0)) != GRM_OK
-            || (st = grm__embed_batch(t, &t->eb, 0)) != GRM_OK)
-            break;
+        const float *q;   /* [b, D] queries */
+        if ((st = grm__eval_queries(t, &q)) != GRM_OK) break;
         if (b == 0) continue;   /* past this rank's share: the collective lookup only */
-        if ((st = grm__dense_forward(t, &t->eb, 0, t->step)) != GRM_OK) break;
-        const float *q = t->dn.acts[L];   /* [b, D] queries */
-        if (t->seqmode) {   /* a sequence's query is its last token's output */
-            const int64_t *off = t->eb.foff[p->seq_feature];
-            for (int64_t k = 0; k < b; k++) {
-                if (off[k + 1] > off[k])
-                    memcpy(t->ev.queries + k * D, t->dn.acts[L] + (off[k + 1] - 1) * D,
-                           (size_t)D * sizeof(float));
-                else
-                    memset(t->ev.queries + k * D, 0, (size_t)D * sizeof(float));
-            }
-            q = t->ev.queries;
-        }
         st = t->be.iface->gemm(t->be.context, 0, 1, b, C, D, 1.0f, q, D, t->ev.cat_rows, D, 0.0f,
                                t->ev.scores, C, NULL);
         if (st != GRM_OK) break;

@@ -11,7 +11,8 @@ libgrmcore_la_SOURCES = \
 	%reldir%/stream.c %reldir%/prefetch.c %reldir%/sparse_step.c %reldir%/dense_stack.c \
 	%reldir%/eval.c %reldir%/checkpoint.h %reldir%/checkpoint.c %reldir%/report.c %reldir%/backend.h \
 	%reldir%/backend.c %reldir%/backend_ref.c %reldir%/head.h %reldir%/head.c \
-	%reldir%/grmcol.h %reldir%/grmcol.c
+	%reldir%/grmcol.h %reldir%/grmcol.c %reldir%/recommend.c \
+	%reldir%/delta.c
 libgrmcore_la_SOURCES += %reldir%/sparse.h %reldir%/sparse.c
 libgrmcore_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(UV_CFLAGS) $(ZSTD_CFLAGS) $(BLAS_CFLAGS) \
 	-DGRM_PLUGIN_DIR='"$(plugindir)"' -DGRM_BUILD_DIR='"$(abs_top_builddir)"'
@@ -19,8 +20,8 @@ libgrmcore_la_LIBADD = $(INIH_LIBS) $(UV_LIBS) $(ZSTD_LIBS) $(BLAS_LIBS) $(PTHRE
 
 bin_PROGRAMS += grmhost
 grmhost_SOURCES = %reldir%/main.c %reldir%/cli.h %reldir%/cli.c %reldir%/gen.h %reldir%/gen.c \
-	%reldir%/convert.c %reldir%/launch.c %reldir%/plot.c
-grmhost_CPPFLAGS = $(AM_CPPFLAGS) $(ZSTD_CFLAGS) -DGRM_PLUGIN_DIR='"$(plugindir)"'
+	%reldir%/convert.c %reldir%/launch.c %reldir%/plot.c %reldir%/export.c
+grmhost_CPPFLAGS = $(AM_CPPFLAGS) $(ZSTD_CFLAGS) $(XXHASH_CFLAGS) -DGRM_PLUGIN_DIR='"$(plugindir)"'
 grmhost_LDADD = libgrmcore.la $(ZSTD_LIBS) -lm
 libgrmcore_la_SOURCES += %reldir%/dist.h %reldir%/dist.c
 libgrmcore_la_SOURCES += %reldir%/reshard.h %reldir%/reshard.c

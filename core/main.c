@@ -30,7 +30,13 @@ static const char usage_main[] =
     "                     train with N ranks under mpirun (comm-mpi, comm-nccl)\n"
     "  convert IN OUT.grmcol\n"
     "                     convert delimited text (or .zst) to the grmcol columnar format\n"
-    "  inspect FILE       check a grmcol file; print its schema, row groups and sizes\n"
+    "  inspect FILE       check a grmcol file (schema, row groups, sizes) or a checkpoint\n"
+    "                     (.grm, .safetensors: step, config hash, tensors, checksums)\n"
+    "  export FILE.ini --checkpoint C --out DIR [--dtype fp32|fp16|bf16]\n"
+    "                     write item/user tables, dense weights and a manifest as\n"
+    "                     SafeTensors files for serving and Python\n"
+    "  recommend FILE.ini --checkpoint C --k N\n"
+    "                     top-N items per user of a retrieval model, TSV or JSON lines\n"
     "  reshard FILE.ini -n M\n"
     "                     rewrite the newest checkpoint of [checkpoint] dir for M ranks\n"
     "  plot METRICS.jsonl [--out F.png|F.svg]\n"
@@ -426,7 +432,8 @@ static int cmd_reshard(int argc, char **argv)
 }
 
 static const char *const commands[] = { "train", "eval", "check", "plugins", "generate",
-                                        "convert", "inspect", "launch", "reshard", "plot" };
+                                        "convert", "inspect", "launch", "reshard", "plot",
+                                        "recommend", "export" };
 
 /* Run COMMAND (argv[0]) with its arguments; -1 when there is no such command. */
 static int run_command(int argc, char **argv)
@@ -442,6 +449,8 @@ static int run_command(int argc, char **argv)
     if (!strcmp(cmd, "launch")) return grm__launch_main(argc, argv);
     if (!strcmp(cmd, "reshard")) return cmd_reshard(argc, argv);
     if (!strcmp(cmd, "plot")) return grm__plot_main(argc, argv);
+    if (!strcmp(cmd, "recommend")) return grm__recommend_main(argc, argv);
+    if (!strcmp(cmd, "export")) return grm__export_main(argc, argv);
     return -1;
 }
 

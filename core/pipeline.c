@@ -157,6 +157,20 @@ static const grm_param_decl ckpt_host_params[] = {
     { NULL },
 };
 
+typedef struct export_cfg {
+    const char *dir;
+    int64_t every;
+} export_cfg;
+
+static const grm_param_decl export_host_params[] = {
+    { "every", GRM_PARAM_INT, 0, offsetof(export_cfg, every), "0", GRM_PARAM_RANGE(0, 1e12),
+      NULL, "steps between incremental exports of the embedding rows changed since the last "
+      "one (0: none); one is also written at the end" },
+    { "dir", GRM_PARAM_STRING, 0, offsetof(export_cfg, dir), "", GRM_PARAM_ANY, NULL,
+      "directory of the delta-S.safetensors files (empty: [checkpoint] dir/export)" },
+    { NULL },
+};
+
 typedef struct feature_cfg {
     const char *source, *table;
     int64_t dim, window, rows;
@@ -200,12 +214,15 @@ HOST_INFO(train_info, "[train]", "the training loop and its evaluation (leave-on
           "ranking)", train_params, train_cfg);
 HOST_INFO(ckpt_host_info, "[checkpoint]", "where and how often checkpoints are written; the "
           "format plugin's own keys go in the same section", ckpt_host_params, ckpt_cfg);
+HOST_INFO(export_host_info, "[export]", "incremental export: every N steps the embedding "
+          "rows changed since the last export, beside the checkpoints (`grmhost export "
+          "--since`)", export_host_params, export_cfg);
 HOST_INFO(feature_info, "[feature.*]", "one sparse feature: a column looked up in an "
           "embedding table and pooled", feature_params, feature_cfg);
 
 /* The host-owned sections, for `grmhost plugins` style help. */
 const grm_plugin_info *const grm__host_sections[] = {
-    &pipeline_info, &train_info, &ckpt_host_info, &feature_info, NULL,
+    &pipeline_info, &train_info, &ckpt_host_info, &export_host_info, &feature_info, NULL,
 };
 
 /* ---- helpers ---- */
@@ -427,7 +444,7 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
     /* known sections */
     static const char *const fixed[] = { "pipeline", "reader", "embedding", "head", "train",
                                          "optimizer.sparse", "optimizer.dense", "checkpoint",
-                                         "distributed", NULL };
+                                         "distributed", "export", NULL };
     for (int i = 0; i < p->cfg->nsec; i++) {
         const grm__section *sec = &p->cfg->sec[i];
         int ok = 0;
@@ -447,8 +464,8 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
             static const char *const all[] = { "pipeline", "reader", "embedding", "head",
                                                "train", "optimizer.sparse", "optimizer.dense",
                                                "checkpoint", "distributed", "transform.NAME",
-                                               "feature.NAME", "dense.N" };
-            const char *near = grm__closest(sec->name, all, 12);
+                                               "feature.NAME", "dense.N", "export" };
+            const char *near = grm__closest(sec->name, all, 13);
             st = grm_errorf(GRM_EINVAL, "%s:%d: unknown section [%s]%s%s%s", sec->file, sec->line,
                             sec->name, near ? "; did you mean [" : "", near ? near : "",
                             near ? "]?" : "");
@@ -782,6 +799,19 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
         p->set.ckpt_dir = cc->dir;
         p->set.ckpt_every = cc->every;
         p->set.ckpt_keep = cc->keep;
+        if ((st = grm__params_fill(&export_host_info, grm__config_section(p->cfg, "export"),
+                                   path, NULL, &p->set_export)) != GRM_OK)
+            goto fail;
+        const export_cfg *ec = p->set_export.data;
+        p->set.export_every = ec->every;
+        p->set.export_dir = ec->dir;
+        if (ec->every > 0 && !ec->dir[0] && !cc->dir[0]) {
+            const grm__section *es = grm__config_section(p->cfg, "export");
+            st = grm_errorf(GRM_EINVAL, "%s:%d: [export] every = %lld writes its files beside "
+                            "the checkpoints; set [checkpoint] dir or [export] dir", path,
+                            es ? es->line : 0, (long long)ec->every);
+            goto fail;
+        }
         if (p->set.early_stop > 0 && !cc->dir[0]) {
             const grm__kv *kv = train_kv(p, "early_stop");
             st = grm_errorf(GRM_EINVAL, "%s:%d: [train] early_stop keeps the best model as a "
@@ -826,6 +856,7 @@ void grm__pipeline_destroy(grm__pipeline *p)
     grm__pconfig_fini(&p->set_pipeline);
     grm__pconfig_fini(&p->set_train);
     grm__pconfig_fini(&p->set_ckpt);
+    grm__pconfig_fini(&p->set_export);
     grm__registry_destroy(p->reg);
     grm__host_set_config(NULL);
     grm__config_destroy(p->cfg);
@@ -900,6 +931,8 @@ void grm__pipeline_print(FILE *f, const grm__pipeline *p)
     print_stage(f, "[optimizer.dense]", &p->opt_dense);
     print_stage(f, "[checkpoint]", &p->ckpt);
     grm__params_print_values(f, &ckpt_host_info, p->set_ckpt.data, "                       ");
+    fprintf(f, "  %-18s\n", "[export]");
+    grm__params_print_values(f, &export_host_info, p->set_export.data, "                       ");
     print_stage(f, "[distributed]", &p->comm);
     fprintf(f, "  %-18s\n", "[train]");
     grm__params_print_values(f, &train_info, p->set_train.data, "                       ");

@@ -79,6 +79,9 @@ typedef struct grm__settings {
     /* [checkpoint] */
     const char *ckpt_dir;
     int64_t ckpt_every, ckpt_keep;
+    /* [export] */
+    int64_t export_every;          /* 0: no incremental export */
+    const char *export_dir;        /* "": [checkpoint] dir/export */
 } grm__settings;
 
 /* The dataset: one row per user with its time-ordered items (from the reader and the
@@ -128,7 +131,7 @@ typedef struct grm__pipeline {
     grm__config *cfg;              /* owned */
     grm__registry *reg;            /* owned */
     grm__settings set;
-    grm__pconfig set_pipeline, set_train, set_ckpt;   /* owned backing of `set` */
+    grm__pconfig set_pipeline, set_train, set_ckpt, set_export;   /* owned backing of `set` */
 
     grm__stage reader;
     grm__stage *transforms;        /* [ntransforms] in file order */
@@ -214,6 +217,34 @@ typedef struct grm__run_opts {
 } grm__run_opts;
 
 grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts);
+
+/* `grmhost recommend` (core/recommend.c): top-K catalog items per user of a retrieval model. */
+typedef struct grm__rec_opts {
+    int64_t k;                     /* items per user */
+    const char *users_path;        /* user ids, one per line; NULL: every user of the data */
+    FILE *out;                     /* borrowed: where the lines go */
+    const char *out_name;          /* for messages */
+    int jsonl;                     /* 0: TSV user, rank, item, score; 1: one JSON per user */
+    int keep_history;              /* 1: items the user already has stay candidates */
+    int progress;                  /* draw a progress bar on stderr */
+} grm__rec_opts;
+typedef struct grm__rec_stats {
+    int64_t users, candidates;
+    double seconds;                /* scoring and writing, the data read and model load apart */
+} grm__rec_stats;
+grm_status grm__recommend(grm__pipeline *p, const grm__run_opts *opts,
+                          const grm__rec_opts *ro, grm__rec_stats *stats);
+/* `grmhost export` (core/recommend.c): the model a server needs as SafeTensors files in dir
+ * (items, users, tables, dense) plus manifest.json; floats as dtype (F32, F16, BF16). */
+/* `grmhost export --since S` (core/delta.c): the deltas after S added up into out/tables
+ * and out/dense.safetensors (S = 0: the whole model at the newest delta's step); *seq and
+ * *step of the newest delta, *rows the rows written. */
+grm_status grm__delta_export(grm__pipeline *p, int64_t since, const char *out, int64_t *seq,
+                             int64_t *step, int64_t *rows);
+/* The directory of the delta files: [export] dir, or [checkpoint] dir/export. */
+void grm__delta_dir(const grm__pipeline *p, char *buf, size_t cap);
+grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *dir,
+                       int32_t dtype, int64_t *nfiles);
 grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts);
 
 /* ---- metrics (core/metrics.c) ---- */

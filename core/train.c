@@ -93,6 +93,7 @@ static void teardown(grm__trainer *t)
 {
     grm__pipeline *p = t->p;
     grm__prefetch_stop(t);   /* the data thread reads t->ds and the stream until it stops */
+    grm__delta_stop(t, NULL);
     grm__stream_free(t);
     grm__dataset_destroy(t->ds);
     t->ds = NULL;
@@ -398,6 +399,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
 
     if (t.ck.dir[0]) grm__ckpt_remove_stale(t.ck.dir);   /* train only: eval may run beside */
     if (t.ck.dir[0] && !opts->fresh && (st = grm__ckpt_resume(&t)) != GRM_OK) goto out;
+    if ((st = grm__delta_start(&t)) != GRM_OK) goto out;
     if (uv_loop_init(&t.loop) == 0) {
         t.loop_ok = 1;
         uv_signal_init(&t.loop, &t.sigint);
@@ -474,6 +476,9 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         }
         if ((ckpt_every ? t.step % ckpt_every == 0 : new_pass) && t.step != limit && !t.stop)
             if ((st = grm__ckpt_save(&t)) != GRM_OK) goto out;
+        if (s->export_every && t.step % s->export_every == 0 && (st = grm__delta_write(&t))
+            != GRM_OK)
+            goto out;
     }
     grm__prefetch_stop(&t);
     if (tty) fputc('\n', stderr);
@@ -484,9 +489,11 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
             grm__log(GRM_LOG_WARN, "grmhost", "no [checkpoint] dir is configured: this run's "
                      "progress is not saved");
         st = grm__ckpt_save(&t);
+        if (st == GRM_OK) st = grm__delta_write(&t);
         goto out;
     }
     if ((st = grm__ckpt_save(&t)) != GRM_OK) goto out;
+    if ((st = grm__delta_write(&t)) != GRM_OK) goto out;
     double el = now_s() - start;
     grm__report_trained(&t, el, t.step - start_step, samples);
     if (opts->profile) grm__report_profile(&t, el, t.step - start_step);
@@ -520,13 +527,25 @@ out:
     return st;
 }
 
+grm_status grm__trainer_open(grm__pipeline *p, const grm__run_opts *opts, grm__trainer *t,
+                             char *path, size_t cap)
+{
+    grm_status st = prepare(p, opts, t, 0);
+    if (st == GRM_OK) st = grm__ckpt_eval_path(t, opts->checkpoint, path, cap);
+    if (st == GRM_OK) st = grm__ckpt_load(t, path);
+    return st;
+}
+
+void grm__trainer_close(grm__trainer *t)
+{
+    teardown(t);
+}
+
 grm_status grm__eval(grm__pipeline *p, const grm__run_opts *opts)
 {
     grm__trainer t;
     char path[4096];
-    grm_status st = prepare(p, opts, &t, 0);
-    if (st == GRM_OK) st = grm__ckpt_eval_path(&t, opts->checkpoint, path, sizeof path);
-    if (st == GRM_OK) st = grm__ckpt_load(&t, path);
+    grm_status st = grm__trainer_open(p, opts, &t, path, sizeof path);
     if (st != GRM_OK) goto out;
     if (!opts->quiet)
         grm__log(GRM_LOG_INFO, "grmhost", "evaluating %s (step %lld)", path, (long long)t.step);

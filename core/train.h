@@ -346,6 +346,7 @@ typedef struct grm__trainer {
     grm__dense_stack dn;
     grm__eval_bufs ev;
     grm__ckpt_state ck;
+    struct grm__delta *delta;  /* [export] every: incremental export (core/delta.c), or NULL */
     grm__report rep;
     uv_loop_t loop;
     uv_signal_t sigint, sigterm;
@@ -505,9 +506,33 @@ grm_status grm__dense_check_replicas(grm__trainer *t);
 /* ---- eval.c ---- */
 
 grm_status grm__eval_setup(grm__trainer *t);
+/* A trained model ready to score: the pipeline's data read, every instance created, the
+ * checkpoint opts->checkpoint (a file, or a directory's newest) loaded; its path into path
+ * [cap]. What `grmhost eval`, `recommend` and `export` start from. Close with
+ * grm__trainer_close, also after a failure. */
+grm_status grm__trainer_open(grm__pipeline *p, const grm__run_opts *opts, grm__trainer *t,
+                             char *path, size_t cap);
+void grm__trainer_close(grm__trainer *t);
 void grm__eval_teardown(grm__trainer *t);
 /* Evaluate split (0 valid, 1 test); *score (optional) gets the model-selection metric. */
 grm_status grm__run_eval(grm__trainer *t, int split, int with_pop, double *score);
+/* The catalog's item rows into t->ev.cat_rows [ncatalog, D], the candidates every query is
+ * scored against (collective with several ranks). */
+grm_status grm__eval_catalog(grm__trainer *t);
+/* The index of item id in ds->catalog_ids (sorted), or -1. */
+int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id);
+/* The query (user state) of each of t->eb's b users (t->eb.users, .hist_end, .b set by the
+ * caller) after the history [offsets[u], hist_end): the dense stack's output, for sequence
+ * models its last token's. *q [b, D] is borrowed until the next batch; NULL when b is 0.
+ * The lookups are collective: with several ranks every rank calls, b possibly 0. The one
+ * user-state computation of evaluation, `grmhost recommend` and `grmhost export`. */
+grm_status grm__eval_queries(grm__trainer *t, const float **q);
+/* Physical table s's existing rows sorted by key (core/recommend.c): a hash store's keys, a
+ * static table's rows training updated (steps > 0), else every row. *keys [*n] and
+ * *rows [*n, *dim] are malloc'd (both NULL when the store exposes no such table). What
+ * `grmhost export` writes and what incremental export diffs. */
+grm_status grm__table_rows(grm__trainer *t, int32_t s, int64_t **keys, float **rows,
+                           int64_t *n, int64_t *dim);
 
 /* ---- checkpoint.c ---- */
 
@@ -519,6 +544,17 @@ void grm__ckpt_remove_stale(const char *dir);
 grm_status grm__ckpt_resume(grm__trainer *t);
 /* Write step-N (async updates flushed first). */
 grm_status grm__ckpt_save(grm__trainer *t);
+
+/* ---- delta.c: incremental export ([export] every = N) ---- */
+typedef struct grm__delta grm__delta;
+/* Start: read back what the deltas already on disk add up to (the baseline the next delta
+ * is diffed against). Off (t->delta NULL) without [export] every or with several ranks. */
+grm_status grm__delta_start(grm__trainer *t);
+/* Write the next delta: the rows that changed since the baseline, every dense parameter.
+ * Nothing when the newest delta is of this step already. */
+grm_status grm__delta_write(grm__trainer *t);
+/* Free dx (NULL: t->delta). */
+void grm__delta_stop(grm__trainer *t, grm__delta *dx);
 /* Load one checkpoint file. */
 grm_status grm__ckpt_load(grm__trainer *t, const char *path);
 /* Restore early stopping's best model; path [cap] names the file read. */

@@ -19,12 +19,13 @@ share/data/quickstart.tsv: grmhost$(EXEEXT)
 CLEANFILES += share/data/quickstart.tsv
 
 # The grmcol columnar format, normative (core/grmcol.c, plugins/reader-grmcol).
-dist_doc_DATA = share/doc/grmcol.md
+dist_doc_DATA = share/doc/grmcol.md share/doc/export.md
 
 # Man pages: grmhost(1) and grmhost-COMMAND(1) for each command, made from its --help by
 # help2man, so the page and `grmhost COMMAND --help` never disagree; built when configure
 # finds help2man, installed by `make install`.
-GRM_MAN_COMMANDS = train eval check plugins generate convert inspect launch reshard plot
+GRM_MAN_COMMANDS = train eval check plugins generate convert inspect launch reshard plot \
+	recommend export
 if HAVE_HELP2MAN
 man1_MANS = share/man/grmhost.1 $(GRM_MAN_COMMANDS:%=share/man/grmhost-%.1)
 CLEANFILES += $(man1_MANS)
@@ -49,6 +50,8 @@ GRM_MAN_NAME_convert = convert delimited text to the grmcol columnar format
 GRM_MAN_NAME_inspect = check a grmcol file and print its schema and sizes
 GRM_MAN_NAME_launch = train a pipeline on N ranks under mpirun
 GRM_MAN_NAME_reshard = rewrite a pipeline's checkpoint for another number of ranks
+GRM_MAN_NAME_recommend = write the top-K items of every user from a checkpoint
+GRM_MAN_NAME_export = write a checkpoint's tables, dense weights and manifest for serving
 GRM_MAN_NAME_plot = draw a run's loss and validation metrics with gnuplot
 
 # Documentation under $(docdir) (share/doc/grm): the repository's design notes and
@@ -59,7 +62,7 @@ nobase_dist_doc_DATA = sdk/examples/transform-filter/README.md \
 	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/filter.c \
 	sdk/examples/head-hinge/README.md sdk/examples/head-hinge/Makefile \
 	sdk/examples/head-hinge/hinge.c \
-	plugins/ckpt-grm/README.md plugins/comm-mpi/README.md plugins/comm-nccl/README.md \
+	plugins/ckpt-grm/README.md plugins/ckpt-safetensors/README.md plugins/comm-mpi/README.md plugins/comm-nccl/README.md \
 	plugins/comm-single/README.md plugins/dense-hstu/README.md plugins/dense-mlp/README.md \
 	plugins/dense-mmoe/README.md plugins/dense-sasrec/README.md plugins/emb-dynamic/README.md \
 	plugins/emb-static/README.md plugins/opt-adagrad/README.md \

@@ -2,18 +2,14 @@
  * layout", "Verification"). cg_open checks everything before any tensor reaches a caller:
  * magic, version, every header's bounds, every payload (zstd frame checksum, decompressed
  * size, XXH64) and the whole-file checksum in the trailer. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "ckpt_file.h"
 #include "ckpt_grm.h"
 
 /* Fixed bytes of a tensor header besides the name: name length, dtype, ndim, shape[4],
@@ -31,7 +27,7 @@ typedef enum cg_parse {
 void cg_close(cg_file *f)
 {
     if (f == NULL) return;
-    if (f->data != NULL) munmap((void *)f->data, f->size);
+    ckpt_unmap(f->data, f->size);
     free(f->entries);
     free(f->names);
     free(f->buf);
@@ -273,33 +269,9 @@ grm_status cg_open(const grm_host_api *host, const char *path, cg_file *f)
 {
     memset(f, 0, sizeof(*f));
     f->path = path;
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return host->errorf(GRM_EIO, "ckpt-grm: %s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        const int err = errno;
-        close(fd);
-        return host->errorf(GRM_EIO, "ckpt-grm: %s: cannot stat: %s", path, strerror(err));
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        close(fd);
-        return host->errorf(GRM_EIO, "ckpt-grm: %s: not a regular file", path);
-    }
-    f->size = (size_t)sb.st_size;
-    if (f->size > 0) {
-        void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (m == MAP_FAILED) {
-            const int err = errno;
-            close(fd);
-            f->size = 0;
-            return host->errorf(GRM_EIO, "ckpt-grm: %s: cannot map %zu bytes: %s", path,
-                                (size_t)sb.st_size, strerror(err));
-        }
-        f->data = m;
-    }
-    close(fd);
-    const grm_status st = cg_verify(host, f);
+    grm_status st = ckpt_map(host, "ckpt-grm", path, &f->data, &f->size);
+    if (st != GRM_OK) return st;
+    st = cg_verify(host, f);
     if (st != GRM_OK) cg_close(f);
     return st;
 }

@@ -2,7 +2,6 @@
  * Atomic: everything goes to "<path>.tmp.<pid>", which is fsynced and renamed over path,
  * and then the directory is fsynced, so a crash never leaves a loadable partial file. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include "ckpt_file.h"
 #include "ckpt_grm.h"
 
 /* Bytes of tensor t, or an error naming it. */
@@ -87,27 +87,6 @@ static void cg_write_u64(cg_writer *w, uint64_t v)
 static const char *cg_errno_str(int err)
 {
     return err > 0 ? strerror(err) : "short write";
-}
-
-/* fsync the directory holding path, so the rename itself is durable. */
-static int cg_fsync_dir(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash == NULL ? strdup(".")
-                : slash == path ? strdup("/") : strndup(path, (size_t)(slash - path));
-    if (dir == NULL) return ENOMEM;
-    int err = 0;
-    const int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) {
-        err = errno;
-    } else {
-        // Some file systems cannot fsync a directory (EINVAL); the rename is then as
-        // durable as that file system makes it.
-        if (fsync(fd) != 0 && errno != EINVAL) err = errno;
-        close(fd);
-    }
-    free(dir);
-    return err;
 }
 
 grm_status cg_save(const grm_host_api *host, int level, const char *path,
@@ -232,7 +211,7 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
         goto fail;
     }
     created = 0;
-    const int err = cg_fsync_dir(path);
+    const int err = ckpt_fsync_dir(path);
     if (err != 0) {
         st = host->errorf(GRM_EIO, "ckpt-grm: %s: saved, but cannot fsync its directory: %s",
                           path, strerror(err));

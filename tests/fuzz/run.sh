@@ -1,7 +1,8 @@
 #!/bin/sh
 # tests/fuzz/run.sh - build the libFuzzer targets with clang (-fsanitize=fuzzer,address,
 # undefined) and run each for a bounded time over its seed corpus: fuzz_grmcol (the grmcol
-# reader, core/grmcol.c) and fuzz_text (reader-text's parser). Run by `make fuzz`.
+# reader, core/grmcol.c), fuzz_text (reader-text's parser) and fuzz_safetensors
+# (ckpt-safetensors' header parser). Run by `make fuzz`.
 # Usage: run.sh [SRCDIR [BUILDDIR]]; env CLANG (default clang), FUZZ_TIME seconds per
 # target (default 30). Skips cleanly (exit 0) without clang or
 # libFuzzer. Exit 1 when a target finds a crash; the input is left in BUILDDIR/fuzz/.
@@ -36,9 +37,11 @@ $cc $flags -o "$out/fuzz-grmcol" "$src/tests/fuzz/fuzz_grmcol.c" "$src/core/grmc
 $cc $flags -I"$src/plugins/reader-text" -o "$out/fuzz-text" "$src/tests/fuzz/fuzz_text.c" \
     "$src/plugins/reader-text/plugin.c" "$src/plugins/reader-text/text_ref.c" \
     "$src/plugins/reader-text/text_src.c" -lzstd -lm || exit 1
+$cc $flags -I"$src/plugins/ckpt-safetensors" -o "$out/fuzz-safetensors" \
+    "$src/tests/fuzz/fuzz_safetensors.c" "$src/plugins/ckpt-safetensors/st_parse.c" || exit 1
 
 status=0
-for t in grmcol text; do
+for t in grmcol text safetensors; do
     # New inputs go to the build tree's corpus; the seeds in the source tree stay as they are.
     mkdir -p "$out/corpus-$t"
     seeds=

@@ -1,0 +1,84 @@
+#!/bin/sh
+# bench/bench_recommend.sh - batch top-K for every user (issue 21): `grmhost recommend` on
+# a Beauty SASRec checkpoint (22,363 users, 12,101 items, D = 64, K = 10), against torch
+# doing the same scoring on the same 2 threads: the exported user states times the item
+# rows in blocks of 256 users, history masked, torch.topk. grm's time also includes
+# computing each user's state (the SASRec forward over their history), which the peer is
+# given precomputed, so the ratio is conservative for grm.
+#   bench=recommend case=beauty-sasrec users=U items=C k=10 grm_s=.. grm_users_per_s=..
+#     wall_s=<the whole command: data read, model load, scoring, writing> peer=torch
+#     peer_s=.. ratio=<peer_s / grm_s> same_items_pct=<users whose top-10 equal torch's>
+# The model is trained for BENCH_RECOMMEND_STEPS steps (default 300): speed does not
+# depend on how well it is trained.
+set -u
+build=${GRM_TOP_BUILDDIR:-.}
+src=${GRM_TOP_SRCDIR:-.}
+data=${GRM_DATA_DIR:-}
+py=${PYTHON3:-python3}
+g="$build/grmhost"
+steps=${BENCH_RECOMMEND_STEPS:-300}
+if [ -z "$data" ] || [ ! -r "$data/amazon-beauty/Beauty.txt.zst" ]; then
+    echo "# bench_recommend: no \$GRM_DATA_DIR/amazon-beauty/Beauty.txt.zst; skipped"; exit 0
+fi
+for c in /tmp/venv-st/bin/python "$py"; do
+    "$c" -c 'import torch, safetensors' 2>/dev/null && py=$c && break
+done
+if ! "$py" -c 'import torch, safetensors' 2>/dev/null; then
+    echo "# bench_recommend: no python with torch and safetensors; skipped"; exit 0
+fi
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-bench-recommend-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+
+sed -e "s|\.\./shared/data|$data|" -e "s|^dir *=.*|dir = $tmp/ck|" -e '/^early_stop *=/d' \
+    -e "s|^epochs *=.*|steps = $steps|" "$src/share/pipelines/beauty-sasrec.ini" \
+    | awk '{ print } /^\[pipeline\]/ { print "threads = 2" }' >"$tmp/b.ini"
+printf 'every = %s\n' "$steps" >>"$tmp/b.ini"
+"$g" train -q --fresh "$tmp/b.ini" >/dev/null 2>"$tmp/train.err" || {
+    sed 's/^/# /' "$tmp/train.err" | tail -5; exit 1; }
+"$g" export -q "$tmp/b.ini" --checkpoint "$tmp/ck" --out "$tmp/exp" || exit 1
+
+t0=$(date +%s.%N)
+"$g" recommend "$tmp/b.ini" --checkpoint "$tmp/ck" --k 10 --out "$tmp/rec.tsv" \
+    2>"$tmp/rec.err" || { sed 's/^/# /' "$tmp/rec.err"; exit 1; }
+t1=$(date +%s.%N)
+line=$(grep 'recommended to' "$tmp/rec.err")
+echo "# $line"
+users=$(echo "$line" | sed 's/.*recommended to \([0-9]*\) users.*/\1/')
+items=$(echo "$line" | sed 's/.* over \([0-9]*\) items.*/\1/')
+grm_s=$(echo "$line" | sed 's/.* in \([0-9.]*\) s .*/\1/')
+
+"$py" - "$tmp/exp" "$tmp/rec.tsv" >"$tmp/peer.out" <<'EOF' || exit 1
+import sys, time, torch
+from safetensors.torch import load_file
+torch.set_num_threads(2)
+d = sys.argv[1]
+it, us = load_file(d + "/items.safetensors"), load_file(d + "/users.safetensors")
+W, ids = it["item.weight"], it["item.ids"]
+S, off, hist = us["user.state"], us["user.history_offsets"], us["user.history"]
+U, C = S.shape[0], W.shape[0]
+pos = torch.searchsorted(ids, hist)     # every history item is in the catalog
+rows = torch.repeat_interleave(torch.arange(U), off[1:] - off[:-1])
+best = []
+t0 = time.perf_counter()
+for lo in range(0, U, 256):
+    hi = min(U, lo + 256)
+    sc = S[lo:hi] @ W.T                                   # [b, C]
+    m = (rows >= lo) & (rows < hi)
+    sc[rows[m] - lo, pos[m]] = float("-inf")
+    best.append(torch.topk(sc, 10, dim=1).indices)
+el = time.perf_counter() - t0
+best = ids[torch.cat(best)]
+grm = {}
+for l in open(sys.argv[2]):
+    u, r, i, s = l.split("\t")
+    grm.setdefault(int(u), set()).add(int(i))
+uid = us["user.ids"].tolist()
+same = sum(grm.get(uid[k]) == set(best[k].tolist()) for k in range(U))
+print(f"{el:.4f} {100.0 * same / U:.1f}")
+EOF
+read -r peer_s same <"$tmp/peer.out"
+awk -v u="$users" -v c="$items" -v g="$grm_s" -v w0="$t0" -v w1="$t1" -v p="$peer_s" \
+    -v same="$same" 'BEGIN {
+    printf "bench=recommend case=beauty-sasrec users=%d items=%d k=10 grm_s=%.3f " \
+           "grm_users_per_s=%.0f wall_s=%.2f peer=torch peer_s=%.3f ratio=%.2f " \
+           "same_items_pct=%s\n", u, c, g, u / g, w1 - w0, p, p / g, same }'

@@ -1,0 +1,23 @@
+/* plugins/ckpt-common/ckpt_file.h - file handling every checkpoint format shares, compiled
+ * into each ckpt-*.so (plugins link no libgrmcore): map a file read-only for verification,
+ * and fsync the directory after the rename that makes a save atomic. */
+#ifndef CKPT_FILE_H
+#define CKPT_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grm/host.h>
+
+/* Map the regular file at path read-only: *data [*size] (NULL when empty), released with
+ * ckpt_unmap. GRM_EIO naming who (the plugin), path and strerror on failure. */
+grm_status ckpt_map(const grm_host_api *host, const char *who, const char *path,
+                    const uint8_t **data, size_t *size);
+
+/* Release a mapping from ckpt_map; accepts NULL. */
+void ckpt_unmap(const uint8_t *data, size_t size);
+
+/* fsync the directory holding path, so a rename into it is durable. 0 or an errno. */
+int ckpt_fsync_dir(const char *path);
+
+#endif /* CKPT_FILE_H */

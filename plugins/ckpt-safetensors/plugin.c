@@ -1,0 +1,133 @@
+/* plugins/ckpt-safetensors/plugin.c - glue of ckpt-safetensors (DESIGN.md §3, "checkpoint
+ * format"): the tensors and metadata ckpt-grm holds, in Hugging Face's SafeTensors layout
+ * so Python's `safetensors` package opens grm checkpoints and exports. Entry, descriptor,
+ * parameters, ops table; the format lives in st_parse.c, st_file.c and st_save.c, its
+ * layout and checks in README.md. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <grm/ckpt.h>
+#include <grm/plugin.h>
+
+#include "st.h"
+
+static const grm_host_api *st_host;
+
+typedef struct st_inst {
+    int64_t shard_bytes;       /* 0: one file */
+} st_inst;
+
+static int st_host_is_little_endian(void)
+{
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+static grm_status st_create(const void *config, void **inst)
+{
+    static const st_config defaults = { 4294967296LL };
+    const st_config *cfg = config != NULL ? config : &defaults;
+
+    if (inst == NULL)
+        return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: create: inst is NULL");
+    *inst = NULL;
+    if (cfg->shard_bytes < 0)
+        return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: shard_bytes = %lld; expected 0 "
+                               "(one file) or more", (long long)cfg->shard_bytes);
+    if (!st_host_is_little_endian())
+        return st_host->errorf(GRM_ENOTSUP, "ckpt-safetensors: this host is big-endian; "
+                               "safetensors stores little-endian tensors");
+    st_inst *s = calloc(1, sizeof(*s));
+    if (s == NULL) return st_host->errorf(GRM_ENOMEM, "ckpt-safetensors: out of memory");
+    s->shard_bytes = cfg->shard_bytes;
+    *inst = s;
+    return GRM_OK;
+}
+
+static void st_destroy(void *inst)
+{
+    free(inst);
+}
+
+static const char *st_extension(void *inst)
+{
+    (void)inst;
+    return "safetensors";
+}
+
+static grm_status st_save_op(void *inst, const char *path, const grm_named_tensor *tensors,
+                             int64_t n, const char *meta)
+{
+    const st_inst *s = inst;
+    if (s == NULL) return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: save: inst is NULL");
+    return st_save(st_host, s->shard_bytes, path, tensors, n, meta);
+}
+
+static grm_status st_load_op(void *inst, const char *path, grm_ckpt_visit_fn visit, void *user)
+{
+    st_file f;
+    grm_status st;
+
+    if (inst == NULL || path == NULL || visit == NULL)
+        return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: load: inst, path or visit is "
+                               "NULL");
+    if ((st = st_open(st_host, path, &f)) != GRM_OK) return st;
+    for (int64_t i = 0; i < f.n && st == GRM_OK; i++) {
+        grm_named_tensor t;
+        st_tensor(&f, i, &t, NULL);
+        st = visit(user, &t);
+    }
+    st_close(&f);
+    return st;
+}
+
+static grm_status st_meta_op(void *inst, const char *path, char *buf, size_t cap)
+{
+    st_file f;
+    grm_status st;
+
+    if (inst == NULL || path == NULL || (buf == NULL && cap > 0))
+        return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: meta: inst, path or buf is NULL");
+    if ((st = st_open(st_host, path, &f)) != GRM_OK) return st;
+    // A file Python wrote has no grm metadata: it reads as the empty object.
+    const char *m = f.meta != NULL ? f.meta : "{}";
+    const size_t len = strlen(m);
+    if (len >= cap)
+        st = st_host->errorf(GRM_EFORMAT, "ckpt-safetensors: %s: metadata of %zu bytes does "
+                             "not fit in a buffer of %zu; pass a larger one", path, len, cap);
+    else
+        memcpy(buf, m, len + 1);
+    st_close(&f);
+    return st;
+}
+
+static const grm_param_decl st_params[] = {
+    GRM_PARAM_DECL_INT(st_config, shard_bytes, "4294967296", GRM_PARAM_RANGE(0, 9.2e18),
+                       "tensor bytes per file; above it the tensors go to shards with an "
+                       "index (0: always one file)"),
+    GRM_PARAM_DECL_END
+};
+
+static const grm_ckpt_ops st_ops = {
+    .struct_size = sizeof(grm_ckpt_ops),
+    .create = st_create,
+    .destroy = st_destroy,
+    .extension = st_extension,
+    .save = st_save_op,
+    .load = st_load_op,
+    .meta = st_meta_op,
+};
+
+static const grm_plugin_info st_info = {
+    GRM_PLUGIN_INFO_HEADER,
+    .kind = GRM_KIND_CKPT,
+    .name = "ckpt-safetensors",
+    .version = "1.0.0",
+    .description = "SafeTensors checkpoint (Python's safetensors reads it), XXH64-checked, "
+                   "sharded above a size",
+    .ops = &st_ops,
+    .params = st_params,
+    .config_size = sizeof(st_config),
+};
+
+GRM_PLUGIN_DEFINE(st_host, &st_info);

@@ -1,0 +1,462 @@
+/* plugins/ckpt-safetensors/st_save.c - write a checkpoint in the SafeTensors layout
+ * (README.md "Layout", "Shards"). Each file is written as ckpt-grm writes its own:
+ * "<file>.tmp.<pid>", fsync, rename, fsync of the directory. Data is ordered by element
+ * size, largest first, so every tensor starts at a multiple of its element size (the
+ * header is padded to 8 bytes); the JSON keeps the caller's order, which load follows. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "ckpt_file.h"
+#include "st.h"
+
+/* ---- a growing string ---- */
+
+typedef struct st_buf {
+    char *s;
+    size_t len, cap;
+    int nomem;
+} st_buf;
+
+static void st_put(st_buf *b, const char *s, size_t n)
+{
+    if (b->nomem) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (p == NULL) {
+            b->nomem = 1;
+            return;
+        }
+        b->s = p;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+static void st_puts(st_buf *b, const char *s)
+{
+    st_put(b, s, strlen(s));
+}
+
+/* s as a JSON string: quotes, backslashes and control bytes escaped; UTF-8 as it is. */
+static void st_put_json(st_buf *b, const char *s)
+{
+    st_put(b, "\"", 1);
+    for (const char *p = s; *p; p++) {
+        const unsigned char c = (unsigned char)*p;
+        char esc[8];
+        if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            st_put(b, esc, 2);
+        } else if (c < 0x20) {
+            snprintf(esc, sizeof(esc), "\\u%04x", c);
+            st_put(b, esc, 6);
+        } else {
+            st_put(b, p, 1);
+        }
+    }
+    st_put(b, "\"", 1);
+}
+
+/* ---- one file ---- */
+
+typedef struct st_item {
+    const grm_named_tensor *t;
+    size_t bytes;
+    int64_t index;             /* the caller's order */
+    int32_t shard;             /* 0-based shard it goes to */
+    uint64_t begin;            /* data_offsets[0] inside its file */
+} st_item;
+
+static int st_by_size(const void *a, const void *b)
+{
+    const st_item *x = a, *y = b;
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    const size_t ex = grm_dtype_size(x->t->tensor.dtype), ey = grm_dtype_size(y->t->tensor.dtype);
+    if (ex != ey) return ex > ey ? -1 : 1;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static int st_by_index(const void *a, const void *b)
+{
+    const st_item *x = a, *y = b;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* The header of the tensors of shard s (all when s < 0) plus the metadata pairs kv [nkv]
+ * (key, value, key, value, ...), padded with spaces to a multiple of 8. Items are in data
+ * order with begin set; the JSON lists them in the caller's order. */
+static void st_header_json(st_buf *b, st_item *items, int64_t n, int32_t s,
+                           const char *const *kv, int nkv)
+{
+    st_puts(b, "{\"__metadata__\":{");
+    for (int i = 0; i < nkv; i++) {
+        if (i > 0) st_puts(b, ",");
+        st_put_json(b, kv[2 * i]);
+        st_puts(b, ":");
+        st_put_json(b, kv[2 * i + 1]);
+    }
+    st_puts(b, "}");
+    st_item *sorted = malloc((size_t)(n > 0 ? n : 1) * sizeof(*sorted));
+    if (sorted == NULL) {
+        b->nomem = 1;
+        return;
+    }
+    memcpy(sorted, items, (size_t)n * sizeof(*sorted));
+    qsort(sorted, (size_t)n, sizeof(*sorted), st_by_index);
+    for (int64_t i = 0; i < n; i++) {
+        const st_item *it = &sorted[i];
+        if (s >= 0 && it->shard != s) continue;
+        char num[64];
+        st_puts(b, ",");
+        st_put_json(b, it->t->name);
+        st_puts(b, ":{\"dtype\":\"");
+        st_puts(b, st_dtype_name(it->t->tensor.dtype));
+        st_puts(b, "\",\"shape\":[");
+        for (int32_t d = 0; d < it->t->tensor.ndim; d++) {
+            snprintf(num, sizeof(num), "%s%lld", d ? "," : "", (long long)it->t->tensor.shape[d]);
+            st_puts(b, num);
+        }
+        snprintf(num, sizeof(num), "],\"data_offsets\":[%llu,%llu]}",
+                 (unsigned long long)it->begin, (unsigned long long)(it->begin + it->bytes));
+        st_puts(b, num);
+    }
+    free(sorted);
+    st_puts(b, "}");
+    while (b->len % 8 != 0) st_puts(b, " ");
+}
+
+/* Write header hdr [hlen] and the data of shard s's items (all when s < 0) to path
+ * atomically; *xxh the XXH64 of the whole file. prefix 0 writes hdr alone, without the
+ * 8-byte length (the shards' JSON index). */
+static grm_status st_write_file(const grm_host_api *host, const char *path, const char *hdr,
+                                size_t hlen, const st_item *items, int64_t n, int32_t s,
+                                int prefix, uint64_t *xxh)
+{
+    const size_t tmp_len = strlen(path) + 32;
+    char *tmp = malloc(tmp_len);
+    XXH64_state_t *hs = XXH64_createState();
+    grm_status st = GRM_OK;
+    FILE *f = NULL;
+    int err = 0;
+    if (tmp == NULL || hs == NULL) {
+        st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+        goto out;
+    }
+    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
+    XXH64_reset(hs, ST_XXH_SEED);
+    if ((f = fopen(tmp, "wb")) == NULL) {
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot create %s: %s", path, tmp,
+                          strerror(errno));
+        goto out;
+    }
+    uint8_t len8[8];
+    st_put_u64(len8, hlen);
+    errno = 0;
+    if ((prefix && fwrite(len8, 1, 8, f) != 8) || fwrite(hdr, 1, hlen, f) != hlen)
+        err = errno ? errno : -1;
+    if (prefix) XXH64_update(hs, len8, 8);
+    XXH64_update(hs, hdr, hlen);
+    for (int64_t i = 0; i < n && err == 0; i++) {
+        if ((s >= 0 && items[i].shard != s) || items[i].bytes == 0) continue;
+        errno = 0;
+        if (fwrite(items[i].t->tensor.data, 1, items[i].bytes, f) != items[i].bytes)
+            err = errno ? errno : -1;
+        XXH64_update(hs, items[i].t->tensor.data, items[i].bytes);
+    }
+    if (err == 0 && fflush(f) != 0) err = errno;
+    if (err == 0 && fsync(fileno(f)) != 0) err = errno;
+    if (fclose(f) != 0 && err == 0) err = errno;
+    f = NULL;
+    if (err != 0) {
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot write %s: %s", path, tmp,
+                          err > 0 ? strerror(err) : "short write");
+        unlink(tmp);
+        goto out;
+    }
+    if (rename(tmp, path) != 0) {
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot rename %s to it: %s", path,
+                          tmp, strerror(errno));
+        unlink(tmp);
+        goto out;
+    }
+    if ((err = ckpt_fsync_dir(path)) != 0) {
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: saved, but cannot fsync its "
+                          "directory: %s", path, strerror(err));
+        goto out;
+    }
+    *xxh = XXH64_digest(hs);
+out:
+    free(tmp);
+    XXH64_freeState(hs);
+    return st;
+}
+
+/* ---- checks and the whole save ---- */
+
+static grm_status st_check_tensor(const grm_host_api *host, const char *path,
+                                  const grm_named_tensor *nt, int64_t i, size_t *bytes)
+{
+    const grm_tensor *t = &nt->tensor;
+    if (nt->name == NULL || nt->name[0] == '\0')
+        return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: tensor #%lld has no name", path,
+                            (long long)i);
+    if (!st_utf8_valid((const uint8_t *)nt->name, strlen(nt->name)))
+        return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: tensor #%lld: its name is not "
+                            "valid UTF-8", path, (long long)i);
+    if (strcmp(nt->name, "__metadata__") == 0)
+        return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: a tensor may not be named "
+                            "__metadata__", path);
+    if (st_dtype_name(t->dtype) == NULL)
+        return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: tensor '%s': unknown dtype %d",
+                            path, nt->name, (int)t->dtype);
+    if (t->ndim < 0 || t->ndim > GRM_TENSOR_MAX_DIMS)
+        return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: tensor '%s': ndim %d outside "
+                            "[0, %d]", path, nt->name, (int)t->ndim, GRM_TENSOR_MAX_DIMS);
+    if (t->device.type != GRM_DEVICE_CPU)
+        return host->errorf(GRM_ENOTSUP, "ckpt-safetensors: %s: tensor '%s' is not on the CPU; "
+                            "copy it to the host before saving", path, nt->name);
+    size_t b = grm_dtype_size(t->dtype);
+    for (int32_t d = 0; d < t->ndim; d++) {
+        if (t->shape[d] < 0)
+            return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: tensor '%s': dim %d is "
+                                "%lld", path, nt->name, (int)d, (long long)t->shape[d]);
+        if (t->shape[d] > 0 && b > SIZE_MAX / (size_t)t->shape[d])
+            return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: tensor '%s' is too large",
+                                path, nt->name);
+        b *= (size_t)t->shape[d];
+    }
+    if (b > 0 && t->data == NULL)
+        return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: tensor '%s' holds %zu bytes "
+                            "but its data is NULL", path, nt->name, b);
+    *bytes = b;
+    return GRM_OK;
+}
+
+static int st_by_name_ptr(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The metadata of shard or file s: "format", the trainer's JSON (when given), an XXH64 per
+ * tensor, and extra pairs; returned as a malloc'd key/value array, strings in *store. */
+static const char **st_meta_pairs(const st_item *items, int64_t n, int32_t s, const char *meta,
+                                  const char *const *extra, int nextra, int *npairs,
+                                  char **store)
+{
+    int64_t cnt = 0;
+    for (int64_t i = 0; i < n; i++) cnt += s < 0 || items[i].shard == s;
+    const char **kv = malloc((size_t)(2 * (cnt + 2 + nextra)) * sizeof(*kv));
+    size_t need = 1;
+    for (int64_t i = 0; i < n; i++)
+        if (s < 0 || items[i].shard == s) need += strlen(items[i].t->name) + 32;
+    *store = malloc(need);
+    if (kv == NULL || *store == NULL) {
+        free(kv);
+        free(*store);
+        *store = NULL;
+        return NULL;
+    }
+    int k = 0;
+    kv[2 * k] = "format", kv[2 * k + 1] = "pt", k++;    // what Python's safetensors writes
+    if (meta != NULL) kv[2 * k] = ST_META_GRM, kv[2 * k + 1] = meta, k++;
+    char *p = *store;
+    for (int64_t i = 0; i < n; i++) {
+        if (s >= 0 && items[i].shard != s) continue;
+        const char *data = items[i].bytes ? items[i].t->tensor.data : "";
+        const int w = sprintf(p, "%s%s", ST_META_XXH, items[i].t->name);
+        kv[2 * k] = p;
+        p += w + 1;
+        sprintf(p, "%016llx", (unsigned long long)XXH64(data, items[i].bytes, ST_XXH_SEED));
+        kv[2 * k + 1] = p;
+        p += 17;
+        k++;
+    }
+    for (int i = 0; i < nextra; i++, k++) {
+        kv[2 * k] = extra[2 * i];
+        kv[2 * k + 1] = extra[2 * i + 1];
+    }
+    *npairs = k;
+    return kv;
+}
+
+/* Write one file of shard s (all tensors when s < 0) with extra metadata pairs. */
+static grm_status st_emit(const grm_host_api *host, const char *path, st_item *items,
+                          int64_t n, int32_t s, const char *meta, const char *const *extra,
+                          int nextra, uint64_t *xxh)
+{
+    char *store = NULL;
+    int npairs = 0;
+    const char **kv = st_meta_pairs(items, n, s, meta, extra, nextra, &npairs, &store);
+    st_buf b = { 0 };
+    if (kv != NULL) st_header_json(&b, items, n, s, kv, npairs);
+    free(kv);
+    free(store);
+    if (kv == NULL || b.nomem) {
+        free(b.s);
+        return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory for the header",
+                            path);
+    }
+    const grm_status st = st_write_file(host, path, b.s, b.len, items, n, s, 1, xxh);
+    free(b.s);
+    return st;
+}
+
+/* Shards base-0000i-of-0000K.safetensors beside path, the index path.index.json (Hugging
+ * Face's weight_map, for tools that load sharded models), and last the file at path, which
+ * lists the shards with their XXH64: until it is renamed into place no checkpoint exists. */
+static grm_status st_save_shards(const grm_host_api *host, const char *path, st_item *items,
+                                 int64_t n, int32_t nshards, uint64_t total, const char *meta)
+{
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    const int dirlen = (int)(base - path);
+    size_t blen = strlen(base);
+    const char *ext = ".safetensors";
+    if (blen > strlen(ext) && strcmp(base + blen - strlen(ext), ext) == 0) blen -= strlen(ext);
+    const size_t plen = strlen(path) + 64;
+    char *shard = malloc(plen), *index = malloc(plen);
+    char **pairs = calloc((size_t)nshards * 2 + 2, sizeof(*pairs));
+    char **files = calloc((size_t)nshards, sizeof(*files));
+    st_buf b = { 0 };
+    grm_status st = GRM_OK;
+    if (shard == NULL || index == NULL || pairs == NULL || files == NULL) {
+        st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+        goto out;
+    }
+    for (int32_t s = 0; s < nshards; s++) {
+        uint64_t xxh;
+        char name[64 + 4096];
+        snprintf(name, sizeof(name), "%.*s-%05d-of-%05d.safetensors", (int)blen, base, s + 1,
+                 nshards);
+        snprintf(shard, plen, "%.*s%s", dirlen, path, name);
+        if ((st = st_emit(host, shard, items, n, s, NULL, NULL, 0, &xxh)) != GRM_OK) goto out;
+        pairs[2 * s] = malloc(32);
+        pairs[2 * s + 1] = malloc(strlen(name) + 24);
+        files[s] = strdup(name);
+        if (pairs[2 * s] == NULL || pairs[2 * s + 1] == NULL || files[s] == NULL) {
+            st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+            goto out;
+        }
+        snprintf(pairs[2 * s], 32, "%s%d", ST_META_SHARD, s + 1);
+        sprintf(pairs[2 * s + 1], "%s %016llx", name, (unsigned long long)xxh);
+    }
+    char num[32];
+    snprintf(num, sizeof(num), "%d", nshards);
+    pairs[2 * nshards] = strdup(ST_META_SHARDS);
+    pairs[2 * nshards + 1] = strdup(num);
+    if (pairs[2 * nshards] == NULL || pairs[2 * nshards + 1] == NULL) {
+        st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+        goto out;
+    }
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)total);
+    st_puts(&b, "{\"metadata\":{\"total_size\":");
+    st_puts(&b, num);
+    st_puts(&b, "},\"weight_map\":{");
+    for (int64_t i = 0; i < n; i++) {
+        if (i > 0) st_puts(&b, ",");
+        st_put_json(&b, items[i].t->name);
+        st_puts(&b, ":");
+        st_put_json(&b, files[items[i].shard]);
+    }
+    st_puts(&b, "}}\n");
+    if (b.nomem) {
+        st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+        goto out;
+    }
+    snprintf(index, plen, "%s.index.json", path);
+    uint64_t xxh;
+    if ((st = st_write_file(host, index, b.s, b.len, NULL, 0, -1, 0, &xxh)) != GRM_OK) goto out;
+    st = st_emit(host, path, items, 0, -1, meta, (const char *const *)pairs, nshards + 1, &xxh);
+out:
+    for (int32_t s = 0; pairs != NULL && s <= nshards; s++) {
+        free(pairs[2 * s]);
+        free(pairs[2 * s + 1]);
+    }
+    for (int32_t s = 0; files != NULL && s < nshards; s++) free(files[s]);
+    free(pairs);
+    free(files);
+    free(shard);
+    free(index);
+    free(b.s);
+    return st;
+}
+
+grm_status st_save(const grm_host_api *host, int64_t shard_bytes, const char *path,
+                   const grm_named_tensor *tensors, int64_t n, const char *meta)
+{
+    grm_status st = GRM_OK;
+    if (path == NULL || path[0] == '\0')
+        return host->errorf(GRM_EINVAL, "ckpt-safetensors: save: path is empty");
+    if (n < 0 || (n > 0 && tensors == NULL))
+        return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: save of %lld tensors at %p",
+                            path, (long long)n, (const void *)tensors);
+    if (meta == NULL) meta = "{}";
+    st_item *items = calloc((size_t)(n > 0 ? n : 1), sizeof(*items));
+    const char **names = calloc((size_t)(n > 0 ? n : 1), sizeof(*names));
+    if (items == NULL || names == NULL) {
+        st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+        goto out;
+    }
+    uint64_t total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if ((st = st_check_tensor(host, path, &tensors[i], i, &items[i].bytes)) != GRM_OK)
+            goto out;
+        items[i].t = &tensors[i];
+        items[i].index = i;
+        names[i] = tensors[i].name;
+        total += items[i].bytes;
+    }
+    qsort(names, (size_t)n, sizeof(*names), st_by_name_ptr);
+    for (int64_t i = 1; i < n; i++) {
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            st = host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: two tensors are named '%s'",
+                              path, names[i]);
+            goto out;
+        }
+    }
+    // Shards take the tensors in the caller's order (so load visits them in that order):
+    // a new one starts when the next tensor would take the current one past shard_bytes.
+    // Inside each file, data goes largest element first, which keeps every tensor aligned.
+    int32_t nshards = 1;
+    uint64_t in_shard = 0;
+    const int sharded = shard_bytes > 0 && total > (uint64_t)shard_bytes;
+    for (int64_t i = 0; i < n && sharded; i++) {
+        if (in_shard > 0 && in_shard + items[i].bytes > (uint64_t)shard_bytes) {
+            nshards++;
+            in_shard = 0;
+        }
+        items[i].shard = nshards - 1;
+        in_shard += items[i].bytes;
+    }
+    qsort(items, (size_t)n, sizeof(*items), st_by_size);
+    uint64_t *at = calloc((size_t)nshards, sizeof(*at));
+    if (at == NULL) {
+        st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+        goto out;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        items[i].begin = at[items[i].shard];
+        at[items[i].shard] += items[i].bytes;
+    }
+    free(at);
+    uint64_t xxh = 0;
+    if (!sharded) {
+        st = st_emit(host, path, items, n, -1, meta, NULL, 0, &xxh);
+        goto out;
+    }
+    st = st_save_shards(host, path, items, n, nshards, total, meta);
+out:
+    free(items);
+    free(names);
+    return st;
+}

@@ -1,0 +1,134 @@
+#!/bin/sh
+# tests/test-export-delta.sh - incremental export ([export] every = N, core/delta.c): the
+# deltas added up (`grmhost export --since 0`) equal, bitwise, the full export of the
+# checkpoint of the same step, with a static and with a hash embedding store; --since S
+# holds only rows changed after S; a run killed with SIGKILL while writing deltas leaves
+# the earlier deltas whole (the interrupted one is a temp file), and the resumed run's
+# deltas again add up to its final checkpoint. Tensors are compared through `grmhost
+# inspect`'s per-tensor XXH64 of the raw bytes.
+set -u
+: "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
+g="$GRM_TOP_BUILDDIR/grmhost"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-delta-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+. "$GRM_TOP_SRCDIR/tests/tap.sh"
+echo "1..10"
+
+"$g" generate --users 300 --items 200 --clusters 8 --seed 5 --out "$tmp/data.tsv" || exit 1
+ini() { # $1 file, $2 checkpoint dir, $3 steps, $4 export every, $5 store
+    {
+        ini_events "$tmp/data.tsv"
+        ini_history
+        printf '[embedding]\nplugin = %s\n' "$5"
+        ini_mlp_softmax
+        cat <<EOI
+[optimizer.dense]
+lr = 0.005
+[train]
+batch_size = 32
+steps = $3
+log_every = 10
+eval_every = 1000000
+[checkpoint]
+dir = $2
+every = 1000000
+[export]
+every = $4
+EOI
+    } >"$1"
+}
+# name dtype shape bytes xxh64 of each tensor of a file
+tensors() { "$g" inspect "$1" | awk 'f && NF == 5; /^tensor /{f=1}' | sort; }
+
+# 1. static store: 60 steps, a delta every 10
+ini "$tmp/a.ini" "$tmp/ck-a" 60 10 emb-static
+"$g" train --fresh "$tmp/a.ini" >/dev/null 2>"$tmp/a.err"
+rc=$?
+n=$(ls "$tmp/ck-a/export" 2>/dev/null | grep -c '^delta-.*\.safetensors$')
+[ "$n" -eq 6 ] || rc=1
+[ $rc -ne 0 ] && { sed 's/^/# /' "$tmp/a.err" | tail -5; ls "$tmp/ck-a/export" | sed 's/^/# /'; }
+ok $rc "[export] every = 10 over 60 steps writes delta-1 .. delta-6 beside the checkpoints"
+
+"$g" export -q "$tmp/a.ini" --since 0 --out "$tmp/a-since0" &&
+    "$g" export -q "$tmp/a.ini" --checkpoint "$tmp/ck-a" --out "$tmp/a-full"
+rc=$?
+tensors "$tmp/a-since0/tables.safetensors" >"$tmp/a0.t"
+tensors "$tmp/a-full/tables.safetensors" >"$tmp/af.t"
+test -s "$tmp/a0.t" && cmp -s "$tmp/a0.t" "$tmp/af.t" || rc=1
+[ $rc -ne 0 ] && diff "$tmp/a0.t" "$tmp/af.t" | head -4 | sed 's/^/# /'
+ok $rc "emb-static: base + deltas (--since 0) == the full export of step 60, bitwise"
+tensors "$tmp/a-since0/dense.safetensors" >"$tmp/a0.d"
+tensors "$tmp/a-full/dense.safetensors" >"$tmp/af.d"
+test -s "$tmp/a0.d" && cmp -s "$tmp/a0.d" "$tmp/af.d"
+ok $? "and the newest delta's dense parameters == the checkpoint's, bitwise"
+
+"$g" export -q "$tmp/a.ini" --since 5 --out "$tmp/a-since5"
+ids() { "$g" inspect "$1" | awk '$1 ~ /\.ids$/ {printf "%s%s", s, $3; s = " "}'; }
+rows5=$(ids "$tmp/a-since5/tables.safetensors")
+rows0=$(ids "$tmp/a-since0/tables.safetensors")
+d6=$(ids "$tmp/ck-a/export/delta-0000000006.safetensors")
+echo "# rows: since 0 $rows0, since 5 $rows5, delta 6 alone $d6"
+[ -n "$rows5" ] && [ "$rows5" = "$d6" ] && [ "$rows5" != "$rows0" ]
+ok $? "--since 5 holds exactly delta 6's rows, fewer than the whole table"
+
+# 2. hash store (emb-dynamic): the same identity
+ini "$tmp/b.ini" "$tmp/ck-b" 40 7 emb-dynamic
+"$g" train --fresh "$tmp/b.ini" >/dev/null 2>"$tmp/b.err" &&
+    "$g" export -q "$tmp/b.ini" --since 0 --out "$tmp/b-since0" &&
+    "$g" export -q "$tmp/b.ini" --checkpoint "$tmp/ck-b" --out "$tmp/b-full"
+rc=$?
+tensors "$tmp/b-since0/tables.safetensors" >"$tmp/b0.t"
+tensors "$tmp/b-full/tables.safetensors" >"$tmp/bf.t"
+test -s "$tmp/b0.t" && cmp -s "$tmp/b0.t" "$tmp/bf.t" || rc=1
+[ $rc -ne 0 ] && diff "$tmp/b0.t" "$tmp/bf.t" | head -4 | sed 's/^/# /'
+[ $rc -ne 0 ] && sed 's/^/# /' "$tmp/b.err" | tail -3
+ok $rc "emb-dynamic, every 7 over 40 steps (a last delta at the end): --since 0 == full export"
+
+# 3. SIGKILL while deltas are being written (one every step)
+ini "$tmp/c.ini" "$tmp/ck-c" 400 1 emb-dynamic
+"$g" train --fresh "$tmp/c.ini" >/dev/null 2>"$tmp/c1.err" &
+pid=$!
+i=0
+while [ $i -lt 100 ] && [ "$(ls "$tmp/ck-c/export" 2>/dev/null | grep -c '^delta-')" -lt 8 ]
+do
+    sleep 0.1
+    i=$((i + 1))
+done
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+n=$(ls "$tmp/ck-c/export" | grep -c '^delta-[0-9]*\.safetensors$')
+echo "# killed after $n deltas; $(ls "$tmp/ck-c/export" | grep -c '\.tmp\.') temp file(s) left"
+bad=0
+for f in "$tmp"/ck-c/export/delta-*.safetensors; do
+    "$g" inspect "$f" >/dev/null 2>&1 || bad=$((bad + 1))
+done
+[ "$n" -ge 8 ] && [ $bad -eq 0 ] && "$g" export -q "$tmp/c.ini" --since 0 --out "$tmp/c-kill"
+ok $? "after kill -9 every delta file verifies and they add up (--since 0 exits 0)"
+
+# resume: no checkpoint was written, so training starts over; the new deltas are diffed
+# against what the old ones add up to and continue their sequence
+sed -i 's/^steps = 400/steps = 20/' "$tmp/c.ini"
+"$g" train "$tmp/c.ini" >/dev/null 2>"$tmp/c2.err"
+rc=$?
+grep -q "incremental export continues after delta $n " "$tmp/c2.err" || rc=1
+ls "$tmp/ck-c/export" | grep -q '\.tmp\.' && rc=1
+[ $rc -ne 0 ] && sed 's/^/# /' "$tmp/c2.err" | tail -4
+ok $rc "the next run continues the sequence after delta $n, says so, removes the temp file"
+
+"$g" export -q "$tmp/c.ini" --since 0 --out "$tmp/c-since0" &&
+    "$g" export -q "$tmp/c.ini" --checkpoint "$tmp/ck-c" --out "$tmp/c-full"
+rc=$?
+tensors "$tmp/c-since0/tables.safetensors" >"$tmp/c0.t"
+tensors "$tmp/c-full/tables.safetensors" >"$tmp/cf.t"
+test -s "$tmp/c0.t" && cmp -s "$tmp/c0.t" "$tmp/cf.t" || rc=1
+[ $rc -ne 0 ] && diff "$tmp/c0.t" "$tmp/cf.t" | head -4 | sed 's/^/# /'
+ok $rc "old deltas + the restarted run's deltas == its final checkpoint's export, bitwise"
+
+# 4. errors
+mv "$tmp/ck-a/export/delta-0000000003.safetensors" "$tmp/d3"
+"$g" export -q "$tmp/a.ini" --since 0 --out "$tmp/x" 2>"$tmp/e1"
+[ $? -eq 1 ] && grep -q "delta 3 is missing (the sequence goes from 1 to 6)" "$tmp/e1"
+ok $? "a gap in the sequence is refused naming the missing delta"
+"$g" export -q "$tmp/a.ini" --since 1 --checkpoint "$tmp/ck-a" --out "$tmp/x" 2>"$tmp/e2"
+[ $? -eq 2 ] && grep -q "exclusive" "$tmp/e2"
+ok $? "--since with --checkpoint is a usage error"
