@@ -322,28 +322,3 @@ void ed_row_initial(const ed_store *s, const ed_table *t, float *out /* [D] */, 
         s->from_f16(out, tmp, t->dim);
     }
 }
-
-void ed_row_read(const ed_store *s, const ed_table *t, int64_t ref, float *out /* [D] */)
-{
-    char *rec = ed_record(t, ref);
-    if (t->pools[ref & 1].half) s->from_f16(out, ed_rec_row(rec), t->dim);
-    else memcpy(out, ed_rec_row(rec), (size_t)t->dim * sizeof(float));
-}
-
-/* ---- striped row locks ---- */
-
-static atomic_flag *ed_stripe(ed_table *t, uint64_t h)
-{
-    return &t->stripes[(h >> 40) & (ED_STRIPES - 1)];
-}
-
-void ed_stripe_lock(ed_table *t, uint64_t h)
-{
-    atomic_flag *f = ed_stripe(t, h);
-    while (atomic_flag_test_and_set_explicit(f, memory_order_acquire)) {}
-}
-
-void ed_stripe_unlock(ed_table *t, uint64_t h)
-{
-    atomic_flag_clear_explicit(ed_stripe(t, h), memory_order_release);
-}
