@@ -46,6 +46,10 @@ typedef struct ed_config {
     int64_t chunk_rows;     /* rows per embedding chunk (power of two) */
     int64_t probe_lanes;    /* thread groups of eq. 5 (power of two) */
     int32_t impl;           /* ed_impl */
+    const char *backing;    /* tiered mode: directory of the backing files; "" = off */
+    const char *cache_bytes;    /* tiered mode: cache budget per table, bytes or "auto" */
+    double target_hit_rate;     /* cache_bytes = auto: the hit rate the cache must reach */
+    int64_t profile_batches;    /* cache_bytes = auto: training lookups profiled first */
 } ed_config;
 
 /* ---- keys: the key structure (table.c) ---- */
@@ -177,7 +181,10 @@ typedef struct ed_meta {
     int64_t steps;          /* updates applied: row_step's per-row step (grm/opt.h) */
     int64_t count;          /* accesses (lookups): LFU order and the hot threshold */
     int64_t last;           /* step of the last access: LRU order and TTL */
+    int64_t flags;          /* ED_FLAG_*; in a backing file record: its XXH3-64 (tier.c) */
 } ed_meta;
+
+#define ED_FLAG_DIRTY 1     /* the cache record differs from its backing copy, or has none */
 
 /* One pool of fixed-size records in chunks of chunk_rows. Record layout:
  * ed_meta | row [D] (f32, or f16 in the cold pool) padded to 8 bytes | state [S*D] f32. */
@@ -228,6 +235,22 @@ typedef struct ed_candidate {
     int64_t ref;
 } ed_candidate;
 
+/* The backing tier of one table (tier.c). */
+typedef struct ed_tier {
+    int fd;                 /* the backing file, -1 when tiering is off */
+    char *path;             /* owned (malloc) */
+    ed_keys index;          /* id -> record number in the file */
+    int64_t nrec;           /* records in the file */
+    _Atomic int64_t file_only;      /* rows in the file and not in the cache */
+    _Atomic int64_t fetches, writebacks, bytes_read, bytes_written;
+    _Atomic int64_t prefetched;     /* rows brought in by prefetch (not by a lookup) */
+    int64_t *profile;       /* cache_bytes = auto: ids of the profiled batches, owned */
+    int64_t nprofile, profile_cap;
+    int64_t batches;        /* training lookups profiled so far */
+    int64_t max_batch;      /* largest distinct ids of one profiled batch */
+    int64_t chosen_rows;    /* the rows cache_bytes = auto chose; 0 before */
+} ed_tier;
+
 typedef struct ed_table {
     const char *name;       /* borrowed from the spec */
     int32_t dim;            /* D */
@@ -247,6 +270,9 @@ typedef struct ed_table {
     _Atomic int64_t lookups, misses, evictions, version;
     _Atomic int64_t last_sweep; /* step of the last TTL sweep */
 
+    int64_t max_rows;           /* live-row budget: cfg.max_rows, or the cache's rows when
+                                 * tiered (0 while cache_bytes = auto is profiling) */
+    ed_tier tier;
     ed_candidate *cand;         /* eviction workspace, owned (malloc) */
     int64_t cand_cap;
     ed_export exp;
@@ -263,6 +289,8 @@ typedef struct ed_store {
     ed_table *tables;           /* owned (malloc) [ntables] */
     ed_to_f16_fn to_f16;
     ed_from_f16_fn from_f16;
+    int tiered;                 /* backing given: a cache over a backing file per table */
+    int64_t cache_bytes;        /* tiered: budget per table; -1 = auto */
 } ed_store;
 
 /* ---- table.c ---- */
@@ -270,7 +298,7 @@ grm_status ed_keys_init(const ed_store *s, ed_keys *k, int64_t M, int32_t lanes)
 void ed_keys_fini(const ed_store *s, ed_keys *k);
 int64_t ed_keys_slots_for(int64_t rows, int32_t lanes);
 ed_slot *ed_keys_find_or_insert(ed_keys *k, int64_t id, uint64_t h, int *inserted);
-grm_status ed_keys_rebuild(const ed_store *s, ed_table *t, int64_t M);
+grm_status ed_keys_rebuild(const ed_store *s, ed_keys *k, int64_t M);
 void ed_keys_remove(ed_keys *k, ed_slot *slot);
 
 /* ---- chunks.c ---- */
@@ -363,13 +391,31 @@ static inline void ed_stripe_unlock(ed_table *t, uint64_t h)
 /* ---- evict.c ---- */
 grm_status ed_evict_ttl(const ed_store *s, ed_table *t, int64_t now);
 grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from);
-void ed_evict_ref(ed_table *t, int64_t ref);
+grm_status ed_evict_ref(const ed_store *s, ed_table *t, int64_t ref);
 
 /* ---- ops.c ---- */
 grm_status ed_lookup_batch(const ed_store *s, ed_table *t, float *out, const int64_t *ids,
                            int64_t n, int insert);
 grm_status ed_update_batch(const ed_store *s, ed_table *t, const int64_t *ids,
                            const float *grads, int64_t n, int64_t step);
+grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids, int64_t n);
+
+/* ---- tier.c ---- */
+grm_status ed_tier_open(const ed_store *s, ed_table *t);
+void ed_tier_close(const ed_store *s, ed_table *t);
+grm_status ed_tier_fetch(const ed_store *s, ed_table *t, int64_t ref, int64_t id, int64_t now);
+grm_status ed_tier_read_row(const ed_store *s, ed_table *t, int64_t id, float *out,
+                            int *found);
+grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n);
+grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref);
+int64_t ed_tier_collect(const ed_table *t, int64_t n);
+grm_status ed_tier_read_record(const ed_store *s, ed_table *t, int64_t index, char *buf);
+grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids, const float *w,
+                          const float *state, const int64_t *meta, int64_t n);
+
+/* ---- profile.c: cache_bytes = auto ---- */
+grm_status ed_profile_batch(const ed_store *s, ed_table *t, const int64_t *ids, int64_t n);
+int64_t ed_cache_row_bytes(const ed_table *t);
 
 /* ---- ckpt.c ---- */
 grm_status ed_export_table(const ed_store *s, ed_table *t);

@@ -1,18 +1,22 @@
 # emb-dynamic: see %reldir%/README.md
 plugin_LTLIBRARIES += %reldir%/emb-dynamic.la
 %canon_reldir%_emb_dynamic_la_SOURCES = %reldir%/plugin.c %reldir%/emb_dynamic.h \
-	%reldir%/table.c %reldir%/chunks.c %reldir%/evict.c %reldir%/ops.c %reldir%/ckpt.c
+	%reldir%/table.c %reldir%/chunks.c %reldir%/evict.c %reldir%/ops.c %reldir%/ckpt.c \
+	%reldir%/tier.c %reldir%/profile.c
+%canon_reldir%_emb_dynamic_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
 %canon_reldir%_emb_dynamic_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-%canon_reldir%_emb_dynamic_la_LIBADD = -lm -lpthread
+%canon_reldir%_emb_dynamic_la_LIBADD = -lm -lpthread $(XXHASH_LIBS)
 EXTRA_DIST += %reldir%/README.md
 
-check_PROGRAMS += tests/test-emb-dynamic tests/test-emb-dynamic-stress
-TESTS += tests/test-emb-dynamic tests/test-emb-dynamic-stress
+check_PROGRAMS += tests/test-emb-dynamic tests/test-emb-dynamic-stress tests/test-emb-tiered
+TESTS += tests/test-emb-dynamic tests/test-emb-dynamic-stress tests/test-emb-tiered
 tests_test_emb_dynamic_SOURCES = tests/test-emb-dynamic.c tests/emb-fakes.h tests/emb-fakes.c
 tests_test_emb_dynamic_LDADD = $(GRM_TEST_LIBS) -lm
 tests_test_emb_dynamic_stress_SOURCES = tests/test-emb-dynamic-stress.c tests/emb-fakes.h \
 	tests/emb-fakes.c
 tests_test_emb_dynamic_stress_LDADD = $(GRM_TEST_LIBS) -lm -lpthread
+tests_test_emb_tiered_SOURCES = tests/test-emb-tiered.c tests/emb-fakes.h tests/emb-fakes.c
+tests_test_emb_tiered_LDADD = $(GRM_TEST_LIBS) -lm
 
 # bench/bench_emb.py drives this C driver (emb-dynamic vs emb-static); make bench builds it.
 EXTRA_PROGRAMS += bench/bench-emb

@@ -24,13 +24,16 @@ typedef struct ed_job {
 } ed_job;
 
 /* Claim (or find) the key of id and, when this thread claimed it, create its record in
- * pool `pool`. Returns the slot, NULL when absent and insert is 0. */
+ * pool `pool` (tiered: read back from the backing file when the row is there). Returns the
+ * slot, NULL when absent and insert is 0; *st is not GRM_OK when the backing read failed
+ * (the record is then initialized, and the batch fails with *st). */
 static ed_slot *ed_acquire(const ed_job *j, int64_t id, uint64_t h, int insert, int pool,
-                           int *inserted)
+                           int *inserted, grm_status *st)
 {
     ed_table *t = j->t;
     ed_slot *slot;
     *inserted = 0;
+    *st = GRM_OK;
     if (!insert) {
         slot = ed_keys_find(&t->keys, id, h);
         if (slot != NULL) ed_wait_ref(slot);
@@ -40,7 +43,8 @@ static ed_slot *ed_acquire(const ed_job *j, int64_t id, uint64_t h, int insert, 
     if (slot == NULL) return NULL;
     if (*inserted) {
         const int64_t ref = (ed_pool_alloc(&t->pools[pool]) << 1) | pool;
-        ed_record_fill(j->s, t, ref, id, j->now);
+        if (j->s->tiered) *st = ed_tier_fetch(j->s, t, ref, id, j->now);
+        else ed_record_fill(j->s, t, ref, id, j->now);
         atomic_store_explicit(&slot->ref, ref, memory_order_release);
     } else {
         ed_wait_ref(slot);
@@ -83,7 +87,12 @@ static grm_status ed_lookup_one(ed_job *j, int64_t i, uint64_t h, ed_slot *slot,
         if (j->insert)
             return s->host->errorf(GRM_EINTERNAL, "emb-dynamic: table '%s': key structure "
                                    "full inserting id %lld", t->name, (long long)id);
-        ed_row_initial(s, t, out, id);
+        int found = 0;
+        if (s->tiered) {
+            const grm_status st = ed_tier_read_row(s, t, id, out, &found);
+            if (st != GRM_OK) return st;
+        }
+        if (!found) ed_row_initial(s, t, out, id);
         (*misses)++;
         return GRM_OK;
     }
@@ -93,6 +102,7 @@ static grm_status ed_lookup_one(ed_job *j, int64_t i, uint64_t h, ed_slot *slot,
     if (j->insert) {    // a training access: counts for LFU, LRU, TTL and promotion
         ed_meta *m = ed_rec_meta(ed_record(t, ref));
         m->count++;
+        m->flags |= ED_FLAG_DIRTY;
         if (m->last < j->now) m->last = j->now;
         if ((ref & 1) && m->count >= s->cfg.hot_threshold) ref = ed_promote(s, t, slot, ref);
     }
@@ -119,8 +129,8 @@ static grm_status ed_lookup_range(void *ctx, int64_t begin, int64_t end)
     for (int64_t i = begin; i < end && st == GRM_OK; i++) {
         const uint64_t h = ed_hash(j->ids[i]);
         int inserted;
-        ed_slot *slot = ed_acquire(j, j->ids[i], h, j->insert, pool, &inserted);
-        st = ed_lookup_one(j, i, h, slot, inserted, &misses);
+        ed_slot *slot = ed_acquire(j, j->ids[i], h, j->insert, pool, &inserted, &st);
+        if (st == GRM_OK) st = ed_lookup_one(j, i, h, slot, inserted, &misses);
     }
     atomic_fetch_add_explicit(&j->misses, misses, memory_order_relaxed);
     return st;
@@ -144,8 +154,8 @@ static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
             h[k] = ed_hash(j->ids[g + k]);
             ed_keys_prefetch(&t->keys, h[k]);
         }
-        for (int k = 0; k < m; k++) {
-            slot[k] = ed_acquire(j, j->ids[g + k], h[k], j->insert, pool, &inserted[k]);
+        for (int k = 0; k < m && st == GRM_OK; k++) {
+            slot[k] = ed_acquire(j, j->ids[g + k], h[k], j->insert, pool, &inserted[k], &st);
             if (slot[k] != NULL)
                 ed_record_prefetch(t, atomic_load_explicit(&slot[k]->ref,
                                                            memory_order_acquire));
@@ -185,6 +195,7 @@ static grm_status ed_update_one(ed_job *j, int64_t i, uint64_t h, ed_slot *slot)
     }
     if (st == GRM_OK) {
         m->steps = step;
+        m->flags |= ED_FLAG_DIRTY;
         if (m->last < j->now) m->last = j->now;
     }
     ed_stripe_unlock(t, h);
@@ -200,8 +211,8 @@ static grm_status ed_update_range(void *ctx, int64_t begin, int64_t end)
     for (int64_t i = begin; i < end && st == GRM_OK; i++) {
         const uint64_t h = ed_hash(j->ids[i]);
         int inserted;
-        ed_slot *slot = ed_acquire(j, j->ids[i], h, 1, j->s->cfg.fp16_cold, &inserted);
-        st = ed_update_one(j, i, h, slot);
+        ed_slot *slot = ed_acquire(j, j->ids[i], h, 1, j->s->cfg.fp16_cold, &inserted, &st);
+        if (st == GRM_OK) st = ed_update_one(j, i, h, slot);
     }
     return st;
 }
@@ -220,9 +231,10 @@ static grm_status ed_update_range_cpu(void *ctx, int64_t begin, int64_t end)
             h[k] = ed_hash(j->ids[g + k]);
             ed_keys_prefetch(&t->keys, h[k]);
         }
-        for (int k = 0; k < m; k++) {
+        for (int k = 0; k < m && st == GRM_OK; k++) {
             int inserted;
-            slot[k] = ed_acquire(j, j->ids[g + k], h[k], 1, j->s->cfg.fp16_cold, &inserted);
+            slot[k] = ed_acquire(j, j->ids[g + k], h[k], 1, j->s->cfg.fp16_cold, &inserted,
+                                 &st);
             if (slot[k] != NULL)
                 ed_record_prefetch(t, atomic_load_explicit(&slot[k]->ref,
                                                            memory_order_acquire));
@@ -269,8 +281,9 @@ grm_status ed_lookup_batch(const ed_store *s, ed_table *t, float *out /* [n, D] 
     } else {
         pthread_rwlock_unlock(&t->lock);
     }
-    if (st != GRM_OK || !insert || s->cfg.max_rows <= 0
-        || atomic_load(&t->keys.live) <= s->cfg.max_rows)
+    if (st == GRM_OK && insert && s->tiered && s->cache_bytes < 0 && t->max_rows == 0)
+        st = ed_profile_batch(s, t, ids, n);
+    if (st != GRM_OK || !insert || t->max_rows <= 0 || atomic_load(&t->keys.live) <= t->max_rows)
         return st;
     pthread_rwlock_wrlock(&t->lock);
     st = ed_evict_budget(s, t, j.now);
@@ -294,11 +307,50 @@ grm_status ed_update_batch(const ed_store *s, ed_table *t, const int64_t *ids /*
     for (int32_t i = 0; i < s->ntables; i++) ed_clock_advance(&s->tables[i], step);
 
     const int ttl = s->cfg.ttl_steps > 0 && step > t->last_sweep;
-    const int budget = s->cfg.max_rows > 0 && atomic_load(&t->keys.live) > s->cfg.max_rows;
+    const int budget = t->max_rows > 0 && atomic_load(&t->keys.live) > t->max_rows;
     if (!ttl && !budget) return GRM_OK;
     pthread_rwlock_wrlock(&t->lock);
     if (ttl && step > t->last_sweep) st = ed_evict_ttl(s, t, step);
     if (st == GRM_OK && budget) st = ed_evict_budget(s, t, step);
+    pthread_rwlock_unlock(&t->lock);
+    return st;
+}
+
+/* Bring the rows of ids [n] into the cache ahead of their lookup (seed 003 §2.2: batch
+ * i+1's rows are fetched while batch i computes). No access is counted; the rows are
+ * stamped with the step in progress, like the rows batch i looked up, so the eviction
+ * that follows (and any until batch i+1's own lookup) keeps both: prefetching batch i+1
+ * never evicts batch i. Runs on the calling thread only (the data thread calls it while
+ * the trainer's thread uses the host pool). */
+grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids /* [n] */,
+                             int64_t n)
+{
+    grm_status st;
+    ed_job j = { .s = s, .t = t, .ids = ids, .insert = 1 };
+    atomic_init(&j.misses, 0);
+
+    if ((st = ed_reserve(s, t, n)) != GRM_OK) return st;
+    j.now = atomic_load(&t->clock) + 1;     // the step in progress
+    int64_t fetched = 0;
+    for (int64_t i = 0; i < n && st == GRM_OK; i++) {
+        const uint64_t h = ed_hash(ids[i]);
+        int inserted;
+        ed_slot *slot = ed_acquire(&j, ids[i], h, 1, 0, &inserted, &st);
+        if (st != GRM_OK || slot == NULL) break;
+        fetched += inserted;
+        ed_stripe_lock(t, h);
+        ed_meta *m = ed_rec_meta(ed_record(t, atomic_load_explicit(&slot->ref,
+                                                                   memory_order_acquire)));
+        if (m->last < j.now) m->last = j.now;
+        ed_stripe_unlock(t, h);
+    }
+    atomic_fetch_add(&t->tier.prefetched, fetched);
+    atomic_fetch_add(&t->version, 1);
+    ed_release(t, n);
+    if (st != GRM_OK || t->max_rows <= 0 || atomic_load(&t->keys.live) <= t->max_rows)
+        return st;
+    pthread_rwlock_wrlock(&t->lock);
+    st = ed_evict_budget(s, t, j.now);
     pthread_rwlock_unlock(&t->lock);
     return st;
 }

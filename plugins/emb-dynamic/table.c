@@ -111,25 +111,25 @@ static grm_status ed_migrate_range(void *ctx, int64_t begin, int64_t end)
     return GRM_OK;
 }
 
-/* Replace the slot array by one of M slots holding the same live keys (tombstones are
+/* Replace the slot array of k by one of M slots holding the same live keys (tombstones are
  * dropped); only keys and references move (MTGRBoost §4.1 "Capacity Expansion"). Caller
  * holds the table's write lock. On failure the old array is kept. */
-grm_status ed_keys_rebuild(const ed_store *s, ed_table *t, int64_t M)
+grm_status ed_keys_rebuild(const ed_store *s, ed_keys *k, int64_t M)
 {
     ed_keys neu;
-    grm_status st = ed_keys_init(s, &neu, M, t->keys.lanes);
+    grm_status st = ed_keys_init(s, &neu, M, k->lanes);
     if (st != GRM_OK) return st;
-    ed_migrate_job j = { &t->keys, &neu };
-    if (s->cfg.impl == ED_IMPL_REF) st = ed_migrate_range(&j, 0, t->keys.M);
-    else st = s->host->parallel_for(t->keys.M, 65536, ed_migrate_range, &j);
+    ed_migrate_job j = { k, &neu };
+    if (s->cfg.impl == ED_IMPL_REF) st = ed_migrate_range(&j, 0, k->M);
+    else st = s->host->parallel_for(k->M, 65536, ed_migrate_range, &j);
     if (st != GRM_OK) {
         ed_keys_fini(s, &neu);
         return st;
     }
-    ed_keys_fini(s, &t->keys);
-    t->keys.slots = neu.slots;
-    t->keys.M = neu.M;
-    atomic_store(&t->keys.used, atomic_load(&neu.used));
-    atomic_store(&t->keys.live, atomic_load(&neu.live));
+    ed_keys_fini(s, k);
+    k->slots = neu.slots;
+    k->M = neu.M;
+    atomic_store(&k->used, atomic_load(&neu.used));
+    atomic_store(&k->live, atomic_load(&neu.live));
     return GRM_OK;
 }
