@@ -149,7 +149,7 @@ static const char *kv_dir(const char *sub)
 
 int main(void)
 {
-    tap_plan(17);
+    tap_plan(18);
     info = harness_plugin("emb-dynamic");
     ops = info->ops;
     const grm_plugin_info *oinfo = harness_plugin("opt-adam");
@@ -251,18 +251,22 @@ int main(void)
         for (int d = 0; d < D; d++) grad[i * D + d] = 0.25f;
     }
     const grm_emb_stats p0 = stats_of(pin);
-    grm_status pst = ops->lookup(pin, out, 0, bi, B, GRM_EMB_INSERT);
-    if (pst == GRM_OK) pst = ops->update(pin, 0, bi, grad, B, 1);
-    if (pst == GRM_OK) pst = ops->lookup(pin, out, 0, bi, B, GRM_EMB_INSERT);    // batch 2
-    const grm_emb_stats p1 = stats_of(pin);
-    if (pst == GRM_OK) pst = ops->prefetch(pin, 0, bj, B);                       // batch 3
-    const grm_emb_stats p2 = stats_of(pin);
+    // Step 1 trains batch j (so its rows exist), step 2 batch i, which moves j's rows to
+    // the file. Step 3: batch i again is in flight when batch j is prefetched.
+    grm_status pst = ops->lookup(pin, out, 0, bj, B, GRM_EMB_INSERT);
+    if (pst == GRM_OK) pst = ops->update(pin, 0, bj, grad, B, 1);
+    if (pst == GRM_OK) pst = ops->lookup(pin, out, 0, bi, B, GRM_EMB_INSERT);
     if (pst == GRM_OK) pst = ops->update(pin, 0, bi, grad, B, 2);
+    if (pst == GRM_OK) pst = ops->lookup(pin, out, 0, bi, B, GRM_EMB_INSERT);
+    const grm_emb_stats p1 = stats_of(pin);
+    if (pst == GRM_OK) pst = ops->prefetch(pin, 0, bj, B);
+    const grm_emb_stats p2 = stats_of(pin);
+    if (pst == GRM_OK) pst = ops->update(pin, 0, bi, grad, B, 3);
     const grm_emb_stats p3 = stats_of(pin);
-    tap_ok(pst == GRM_OK && p0.capacity == B && p2.evictions == p1.evictions
-           && p3.evictions == p1.evictions,
-           "cache of %lld rows = one batch: prefetching the next %d ids while batch i is "
-           "in flight evicts none of batch i (evictions %lld -> %lld -> %lld)",
+    tap_ok(pst == GRM_OK && p0.capacity == B && p1.evictions == B
+           && p2.evictions == p1.evictions && p3.evictions == p1.evictions,
+           "cache of %lld rows = one batch: prefetching the next %d ids (in the file) while "
+           "batch i is in flight evicts none of batch i (evictions %lld -> %lld -> %lld)",
            (long long)p0.capacity, B, (long long)p1.evictions, (long long)p2.evictions,
            (long long)p3.evictions);
     const int64_t miss0 = stats_of(pin).misses;
@@ -272,19 +276,27 @@ int main(void)
            "batch i+1's lookup finds every prefetched row (misses +%lld) and only then "
            "are batch i's %d rows moved out (evictions +%lld)",
            (long long)(p4.misses - miss0), B, (long long)(p4.evictions - p1.evictions));
-    // The rows of batch i came back exact: 2 updates of 0.25 each with Adam.
+    // The rows of batch i came back exact: 2 Adam updates, as in a store without a file.
     float again[B * D];
     pst = ops->lookup(pin, again, 0, bi, B, 0);
     void *ref = make_store(&spec, NULL);
     float want[B * D];
-    ops->lookup(ref, want, 0, bi, B, GRM_EMB_INSERT);
-    ops->update(ref, 0, bi, grad, B, 1);
+    ops->lookup(ref, want, 0, bj, B, GRM_EMB_INSERT);
+    ops->update(ref, 0, bj, grad, B, 1);
     ops->lookup(ref, want, 0, bi, B, GRM_EMB_INSERT);
     ops->update(ref, 0, bi, grad, B, 2);
+    ops->lookup(ref, want, 0, bi, B, GRM_EMB_INSERT);
+    ops->update(ref, 0, bi, grad, B, 3);
     ops->lookup(ref, want, 0, bi, B, 0);
     tap_ok(pst == GRM_OK && memcmp(again, want, sizeof want) == 0,
            "batch i's rows, now only in the backing file, read back bitwise as the "
            "in-memory store's");
+    // Ids in neither tier are left to the lookup: prefetch adds no row.
+    int64_t fresh[4] = { 777001, 777002, 777003, 777004 };
+    const int64_t rows0 = stats_of(pin).rows;
+    pst = ops->prefetch(pin, 0, fresh, 4);
+    tap_ok(pst == GRM_OK && stats_of(pin).rows == rows0,
+           "prefetch of 4 ids in neither tier adds no row (rows %lld)", (long long)rows0);
     ops->destroy(ref);
     ops->destroy(pin);
 

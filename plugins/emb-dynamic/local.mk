@@ -15,6 +15,9 @@ tests_test_emb_dynamic_LDADD = $(GRM_TEST_LIBS) -lm
 tests_test_emb_dynamic_stress_SOURCES = tests/test-emb-dynamic-stress.c tests/emb-fakes.h \
 	tests/emb-fakes.c
 tests_test_emb_dynamic_stress_LDADD = $(GRM_TEST_LIBS) -lm -lpthread
+# the tiered mode in training: bitwise against all-in-memory, prefetch, kill -9 and resume
+TESTS += tests/test-train-tiered.sh
+EXTRA_DIST += tests/test-train-tiered.sh
 tests_test_emb_tiered_SOURCES = tests/test-emb-tiered.c tests/emb-fakes.h tests/emb-fakes.c
 tests_test_emb_tiered_LDADD = $(GRM_TEST_LIBS) -lm
 

@@ -316,12 +316,15 @@ grm_status ed_update_batch(const ed_store *s, ed_table *t, const int64_t *ids /*
     return st;
 }
 
-/* Bring the rows of ids [n] into the cache ahead of their lookup (seed 003 §2.2: batch
- * i+1's rows are fetched while batch i computes). No access is counted; the rows are
- * stamped with the step in progress, like the rows batch i looked up, so the eviction
- * that follows (and any until batch i+1's own lookup) keeps both: prefetching batch i+1
- * never evicts batch i. Runs on the calling thread only (the data thread calls it while
- * the trainer's thread uses the host pool). */
+/* Bring the rows of ids [n] that live in the backing file into the cache ahead of their
+ * lookup (seed 003 §2.2: batch i+1's rows are fetched while batch i computes). Ids in
+ * neither tier are left to the lookup (a new row costs no I/O), so prefetching changes no
+ * row and adds none: a checkpoint taken meanwhile is the same, and the table's version
+ * (which keys the export snapshot) does not move. No access is counted; the rows are
+ * stamped with the step in progress, like the rows batch i looked up, so the eviction that
+ * follows (and any until batch i+1's own lookup) keeps both: prefetching batch i+1 never
+ * evicts batch i. Runs on the calling thread only (the data thread calls it while the
+ * trainer's thread uses the host pool). */
 grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids /* [n] */,
                              int64_t n)
 {
@@ -334,9 +337,15 @@ grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids 
     int64_t fetched = 0;
     for (int64_t i = 0; i < n && st == GRM_OK; i++) {
         const uint64_t h = ed_hash(ids[i]);
-        int inserted;
-        ed_slot *slot = ed_acquire(&j, ids[i], h, 1, 0, &inserted, &st);
-        if (st != GRM_OK || slot == NULL) break;
+        int inserted = 0;
+        ed_slot *slot = ed_keys_find(&t->keys, ids[i], h);
+        if (slot == NULL) {
+            if (ed_keys_find(&t->tier.index, ids[i], h) == NULL) continue;
+            slot = ed_acquire(&j, ids[i], h, 1, 0, &inserted, &st);
+            if (st != GRM_OK || slot == NULL) break;
+        } else {
+            ed_wait_ref(slot);
+        }
         fetched += inserted;
         ed_stripe_lock(t, h);
         ed_meta *m = ed_rec_meta(ed_record(t, atomic_load_explicit(&slot->ref,
@@ -345,7 +354,6 @@ grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids 
         ed_stripe_unlock(t, h);
     }
     atomic_fetch_add(&t->tier.prefetched, fetched);
-    atomic_fetch_add(&t->version, 1);
     ed_release(t, n);
     if (st != GRM_OK || t->max_rows <= 0 || atomic_load(&t->keys.live) <= t->max_rows)
         return st;
