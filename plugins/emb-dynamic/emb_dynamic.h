@@ -249,6 +249,9 @@ typedef struct ed_tier {
     int64_t batches;        /* training lookups profiled so far */
     int64_t max_batch;      /* largest distinct ids of one profiled batch */
     int64_t chosen_rows;    /* the rows cache_bytes = auto chose; 0 before */
+    char *wbuf;             /* write-back records staged for one pwrite, owned (malloc) */
+    int64_t wcap;           /* records it holds */
+    int64_t wfirst, wn;     /* file record of the first staged one; staged records */
 } ed_tier;
 
 typedef struct ed_table {
@@ -408,6 +411,7 @@ grm_status ed_tier_read_row(const ed_store *s, ed_table *t, int64_t id, float *o
                             int *found);
 grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n);
 grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref);
+grm_status ed_tier_flush(const ed_store *s, ed_table *t);
 int64_t ed_tier_collect(const ed_table *t, int64_t n);
 grm_status ed_tier_read_record(const ed_store *s, ed_table *t, int64_t index, char *buf);
 grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids, const float *w,

@@ -28,3 +28,11 @@ bench_bench_emb_SOURCES = bench/bench-emb.c
 bench_bench_emb_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
 bench_bench_emb_LDADD = $(GRM_TEST_LIBS) -lm
 EXTRA_DIST += bench/bench_emb.py bench/bench-emb-absl.cc
+
+# bench/bench_tiered.py drives this C driver (tiered vs in-memory emb-dynamic).
+EXTRA_PROGRAMS += bench/bench-tiered
+GRM_BENCH_BINS += bench/bench-tiered
+bench_bench_tiered_SOURCES = bench/bench-tiered.c
+bench_bench_tiered_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+bench_bench_tiered_LDADD = $(GRM_TEST_LIBS) -lm -lpthread
+EXTRA_DIST += bench/bench_tiered.py

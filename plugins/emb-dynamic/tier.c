@@ -116,6 +116,14 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
                                tr->path, strerror(errno));
     if ((st = ed_keys_init(s, &tr->index, ed_keys_slots_for(0, 1), 1)) != GRM_OK) return st;
     tr->nrec = 0;
+    // Write-back stages up to 1 MiB of records that follow each other in the file.
+    const size_t rb = t->pools[0].rec_bytes;
+    tr->wcap = rb >= (1u << 20) ? 1 : (int64_t)((1u << 20) / rb);
+    tr->wbuf = malloc((size_t)tr->wcap * rb);
+    tr->wn = 0;
+    if (tr->wbuf == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory for the "
+                               "write-back buffer", t->name);
     return GRM_OK;
 }
 
@@ -132,6 +140,8 @@ void ed_tier_close(const ed_store *s, ed_table *t)
     tr->path = NULL;
     free(tr->profile);
     tr->profile = NULL;
+    free(tr->wbuf);
+    tr->wbuf = NULL;
 }
 
 /* ---- fetch and write-back ---- */
@@ -187,14 +197,32 @@ grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n)
     return ed_keys_rebuild(s, k, ed_keys_slots_for(atomic_load(&k->live) + n, k->lanes));
 }
 
+/* Write the staged records out. Caller holds the write lock. */
+grm_status ed_tier_flush(const ed_store *s, ed_table *t)
+{
+    ed_tier *tr = &t->tier;
+    if (tr->wn == 0) return GRM_OK;
+    const size_t bytes = (size_t)tr->wn * t->pools[0].rec_bytes;
+    const ssize_t put = pwrite(tr->fd, tr->wbuf, bytes, ed_tier_offset(t, tr->wfirst));
+    const int64_t first = tr->wfirst, n = tr->wn;
+    tr->wn = 0;
+    if (put != (ssize_t)bytes) return ed_tier_io_error(s, t, "writing", first, put, bytes);
+    atomic_fetch_add_explicit(&tr->writebacks, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tr->bytes_written, (int64_t)bytes, memory_order_relaxed);
+    return GRM_OK;
+}
+
 /* A cache record leaves the cache: write it back when dirty (its file copy, if any, is
- * older), into its own file record or a new one at the end. Caller holds the write lock
- * and reserved room in the index (ed_tier_reserve). */
+ * older), into its own file record or a new one at the end. Records that follow each
+ * other in the file (every new one does: they are appended in eviction order) are staged
+ * and go out in one pwrite; ed_tier_flush writes the rest, before the write lock is let
+ * go. Caller holds the write lock and reserved room in the index (ed_tier_reserve). */
 grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref)
 {
     ed_tier *tr = &t->tier;
     char *rec = ed_record(t, ref);
     ed_meta *m = ed_rec_meta(rec);
+    grm_status st;
     atomic_fetch_add_explicit(&tr->file_only, 1, memory_order_relaxed);
     if (!(m->flags & ED_FLAG_DIRTY)) return GRM_OK;
     int inserted;
@@ -204,13 +232,14 @@ grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref)
                                t->name);
     if (inserted) atomic_store_explicit(&sl->ref, tr->nrec++, memory_order_relaxed);
     const int64_t index = atomic_load_explicit(&sl->ref, memory_order_relaxed);
-    const size_t n = t->pools[0].rec_bytes;
-    m->flags = (int64_t)ed_tier_sum(t, rec);
-    const ssize_t put = pwrite(tr->fd, rec, n, ed_tier_offset(t, index));
-    m->flags = 0;
-    if (put != (ssize_t)n) return ed_tier_io_error(s, t, "writing", index, put, n);
-    atomic_fetch_add_explicit(&tr->writebacks, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&tr->bytes_written, (int64_t)n, memory_order_relaxed);
+    if (tr->wn > 0 && (index != tr->wfirst + tr->wn || tr->wn == tr->wcap)
+        && (st = ed_tier_flush(s, t)) != GRM_OK)
+        return st;
+    if (tr->wn == 0) tr->wfirst = index;
+    const size_t rb = t->pools[0].rec_bytes;
+    char *dst = tr->wbuf + (size_t)tr->wn++ * rb;
+    memcpy(dst, rec, rb);
+    ed_rec_meta(dst)->flags = (int64_t)ed_tier_sum(t, dst);
     return GRM_OK;
 }
 
