@@ -7,7 +7,8 @@
  *   hit_rate=H lookup_hit_rate=L bytes_read=BR bytes_written=BW prefetched=P
  * hit_rate = 1 - (rows read from the backing file, by prefetch or lookup, plus rows created)
  * / ids: the cache's own hit rate. lookup_hit_rate = 1 - (rows the lookups had to read or
- * create) / ids: a prefetched row counts as a hit (its read was hidden). Usage: bench-tiered STREAM_FILE DIM (mem | BYTES | auto) BACKING_DIR
+ * create) / ids: a prefetched row counts as a hit (its read was hidden).
+ * Usage: bench-tiered STREAM_FILE DIM (mem | BYTES | auto) BACKING_DIR
  * STREAM_FILE: int64 nbatch, int64 B, then nbatch * B ids (a batch's ids may repeat).
  * GRM_TOP_BUILDDIR must be set. Wall time: the backing file's I/O is part of the cost. */
 #include <pthread.h>

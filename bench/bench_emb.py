@@ -5,7 +5,8 @@ abseil's absl::flat_hash_map holding the same rows, on one Zipf(1.05) id stream,
 structure load factors 0.5 and 0.75 and dims 16, 64, 128, all in one run.
 
 Drivers: bench/bench-emb (C, built by `make bench`) measures emb-dynamic (impl cpu: the
-grouped-prefetch loop; impl ref: the plain per-id loop; both on one thread) and emb-static; bench/bench-emb-absl.cc is compiled here
+grouped-prefetch loop; impl ref: the plain per-id loop; both on one thread) and emb-static;
+bench/bench-emb-absl.cc is compiled here
 with g++ against libabsl-dev (one thread). Without abseil, std::unordered_map is used and
 the peer is named `unordered_map`.
 

@@ -57,7 +57,8 @@ ini 2 "" "" >"$tmp/mem.ini"; run mem || echo "# mem failed"
 ini 2 "$tier" "" >"$tmp/t2.ini"; run t2 || echo "# t2 failed"
 ini 0 "$tier" "" >"$tmp/t0.ini"; run t0 || echo "# t0 failed"
 same_curve "$tmp/mem.jsonl" "$tmp/t2.jsonl" 0 && same_metrics "$tmp/mem.jsonl" "$tmp/t2.jsonl"
-ok $? "tiered (cache 47 rows, prefetch = 2): the 60 losses and the valid/test metrics are the in-memory run's, bitwise"
+ok $? "tiered (cache 47 rows, prefetch = 2): the 60 losses and the valid/test metrics \
+are the in-memory run's, bitwise"
 same_curve "$tmp/mem.jsonl" "$tmp/t0.jsonl" 0 && same_metrics "$tmp/mem.jsonl" "$tmp/t0.jsonl"
 ok $? "tiered without prefetch (rows fetched by the lookups): the same losses and metrics"
 
@@ -89,14 +90,16 @@ kill -9 $pid 2>/dev/null
 { wait $pid; } 2>/dev/null
 rc=$?
 pid=
-echo "# killed at exit $rc after $(losses "$tmp/crash.jsonl" | tail -1 | cut -d' ' -f1) logged steps"
+echo "# killed at exit $rc after" \
+    "$(losses "$tmp/crash.jsonl" | tail -1 | cut -d' ' -f1) logged steps"
 "$g" train --metrics-out "$tmp/resumed.jsonl" "$tmp/crash.ini" >/dev/null 2>"$tmp/resumed.err"
 rc2=$?
 [ $rc2 -ne 0 ] && sed 's/^/# /' "$tmp/resumed.err" | tail -3
 la=$(metric "$tmp/ref.jsonl" train loss); lb=$(metric "$tmp/resumed.jsonl" train loss)
 echo "# final loss $la vs $lb"
 test $rc -eq 137 && test $rc2 -eq 0 && [ -n "$la" ] && [ "$la" = "$lb" ]
-ok $? "killed by SIGKILL after step 20, the resumed tiered run ends with the uninterrupted run's loss"
+ok $? "killed by SIGKILL after step 20, the resumed tiered run ends with the \
+uninterrupted run's loss"
 losses "$tmp/ref.jsonl" >"$tmp/l1"; losses "$tmp/resumed.jsonl" >"$tmp/l2"
 [ -s "$tmp/l2" ] && awk 'NR == FNR { ref[$1] = $2; next }
     { n++; if (!($1 in ref) || ref[$1] != $2) { print "# step " $1 ": " $2; bad = 1 } }

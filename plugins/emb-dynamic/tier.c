@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <xxhash.h>
@@ -96,6 +97,7 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
         return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory",
                                t->name);
     snprintf(tr->path, len, "%s/%s.tier", s->cfg.backing, t->name);
+    mkdir(s->cfg.backing, 0700);   // one level, like the checkpoint directory; may exist
     // O_TRUNC: the file is this run's spill, never read across runs (checkpoints are).
     tr->fd = open(tr->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (tr->fd < 0)
