@@ -5,8 +5,9 @@
 # the same run with every row in memory, with the data thread prefetching the next batches'
 # rows (prefetch = 2) and without it; a tiered run checkpointing every step and writing rows
 # back every step, killed with SIGKILL once a checkpoint of step >= 20 exists (so inside a
-# write-back, a checkpoint or a step), resumes and ends bitwise as the uninterrupted run.
-# TAP output.
+# write-back, a checkpoint or a step), resumes and ends bitwise as the uninterrupted run; so
+# does one killed inside its 2000th write-back pwrite and one killed inside a checkpoint
+# save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL). TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
@@ -14,7 +15,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..6"
+echo "1..9"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
@@ -92,17 +93,53 @@ rc=$?
 pid=
 echo "# killed at exit $rc after" \
     "$(losses "$tmp/crash.jsonl" | tail -1 | cut -d' ' -f1) logged steps"
-"$g" train --metrics-out "$tmp/resumed.jsonl" "$tmp/crash.ini" >/dev/null 2>"$tmp/resumed.err"
-rc2=$?
-[ $rc2 -ne 0 ] && sed 's/^/# /' "$tmp/resumed.err" | tail -3
-la=$(metric "$tmp/ref.jsonl" train loss); lb=$(metric "$tmp/resumed.jsonl" train loss)
-echo "# final loss $la vs $lb"
-test $rc -eq 137 && test $rc2 -eq 0 && [ -n "$la" ] && [ "$la" = "$lb" ]
-ok $? "killed by SIGKILL after step 20, the resumed tiered run ends with the \
-uninterrupted run's loss"
-losses "$tmp/ref.jsonl" >"$tmp/l1"; losses "$tmp/resumed.jsonl" >"$tmp/l2"
-[ -s "$tmp/l2" ] && awk 'NR == FNR { ref[$1] = $2; next }
-    { n++; if (!($1 in ref) || ref[$1] != $2) { print "# step " $1 ": " $2; bad = 1 } }
-    END { print "# " n " resumed steps compared"; exit bad }' "$tmp/l1" "$tmp/l2" \
-    && same_metrics "$tmp/ref.jsonl" "$tmp/resumed.jsonl"
-ok $? "every resumed step's loss and the test metrics are the uninterrupted run's, bitwise"
+resume_same() {   # NAME: resume crash.ini into NAME.jsonl; 0 when it ends as ref.jsonl
+    "$g" train --metrics-out "$tmp/$1.jsonl" "$tmp/crash.ini" >/dev/null 2>"$tmp/$1.err"
+    rc2=$?
+    [ $rc2 -ne 0 ] && sed 's/^/# /' "$tmp/$1.err" | tail -3
+    la=$(metric "$tmp/ref.jsonl" train loss); lb=$(metric "$tmp/$1.jsonl" train loss)
+    echo "# final loss $la vs $lb"
+    test $rc2 -eq 0 && [ -n "$la" ] && [ "$la" = "$lb" ] || return 1
+    losses "$tmp/ref.jsonl" >"$tmp/l1"; losses "$tmp/$1.jsonl" >"$tmp/l2"
+    [ -s "$tmp/l2" ] && awk 'NR == FNR { ref[$1] = $2; next }
+        { n++; if (!($1 in ref) || ref[$1] != $2) { print "# step " $1 ": " $2; bad = 1 } }
+        END { print "# " n " resumed steps compared"; exit bad }' "$tmp/l1" "$tmp/l2" \
+        && same_metrics "$tmp/ref.jsonl" "$tmp/$1.jsonl"
+}
+resume_same resumed
+r=$?
+test $rc -eq 137 && test $r -eq 0
+ok $? "killed by SIGKILL after step 20, the resumed tiered run's losses (every step) and \
+test metrics are the uninterrupted run's, bitwise"
+
+# kill -9 inside a write-back (the 2000th pwrite to the backing file, ~step 18) and inside
+# a checkpoint save (the 4000th fwrite to a checkpoint's temporary, ~step 22)
+shim="$GRM_TOP_BUILDDIR/tests/.libs/kill-at-write.so"
+if ldd "$g" 2>/dev/null | grep -q libasan; then
+    skip "ASan must be the first library: no LD_PRELOAD" "kill -9 inside a write-back"
+    skip "ASan must be the first library: no LD_PRELOAD" "... resumes bitwise"
+    skip "ASan must be the first library: no LD_PRELOAD" "kill -9 inside a checkpoint save"
+    skip "ASan must be the first library: no LD_PRELOAD" "... resumes bitwise"
+    exit 0
+fi
+for what in "tier .tier 2000" "ckpt .grm.tmp 4000"; do
+    set -- $what
+    rm -rf "$ck"
+    GRM_KILL_MATCH=$2 GRM_KILL_AT=$3 LD_PRELOAD="$shim" "$g" train --quiet \
+        --metrics-out "$tmp/k$1.jsonl" "$tmp/crash.ini" >/dev/null 2>&1 &
+    pid=$!
+    { wait $pid; } 2>/dev/null
+    rc=$?
+    pid=
+    left=$(ls "$ck" 2>/dev/null | tr '\n' ' ')
+    echo "# exit $rc; left: $left"
+    case $1 in
+    tier) test $rc -eq 137 && [ -n "$left" ]
+        ok $? "SIGKILL inside the 2000th write-back pwrite (half a record written), after \
+checkpoints were saved" ;;
+    ckpt) test $rc -eq 137 && echo "$left" | grep -q '\.grm\.tmp\.'
+        ok $? "SIGKILL inside a checkpoint save (its temporary left half written)" ;;
+    esac
+    resume_same "r$1"
+    ok $? "... the resumed run's losses and metrics are the uninterrupted run's, bitwise"
+done

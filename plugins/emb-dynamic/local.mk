@@ -15,9 +15,15 @@ tests_test_emb_dynamic_LDADD = $(GRM_TEST_LIBS) -lm
 tests_test_emb_dynamic_stress_SOURCES = tests/test-emb-dynamic-stress.c tests/emb-fakes.h \
 	tests/emb-fakes.c
 tests_test_emb_dynamic_stress_LDADD = $(GRM_TEST_LIBS) -lm -lpthread
-# the tiered mode in training: bitwise against all-in-memory, prefetch, kill -9 and resume
+# the tiered mode in training: bitwise against all-in-memory, prefetch, kill -9 and resume;
+# kill-at-write.so (LD_PRELOAD) kills it inside a write-back or a checkpoint save
 TESTS += tests/test-train-tiered.sh
 EXTRA_DIST += tests/test-train-tiered.sh
+check_LTLIBRARIES += tests/kill-at-write.la
+tests_kill_at_write_la_SOURCES = tests/kill-at-write.c
+tests_kill_at_write_la_CFLAGS = $(AM_CFLAGS) -fvisibility=default
+tests_kill_at_write_la_LDFLAGS = -module -avoid-version -rpath /nowhere
+tests_kill_at_write_la_LIBADD = -ldl
 tests_test_emb_tiered_SOURCES = tests/test-emb-tiered.c tests/emb-fakes.h tests/emb-fakes.c
 tests_test_emb_tiered_LDADD = $(GRM_TEST_LIBS) -lm
 
