@@ -519,8 +519,8 @@ static const grm_param_decl ed_params[] = {
                         "threaded batches with F16C (cpu) or one-thread plain loops (ref)"
                         " (auto: ref on [pipeline] device = ref, else cpu)"),
     GRM_PARAM_DECL_STRING(ed_config, backing, "",
-                          "tiered mode: directory for the backing files (<table>.tier, "
-                          "scratch, removed at exit); the cache holds cache_bytes per table"),
+                          "tiered mode: directory for the backing files (<table>.tier.*, "
+                          "unlinked scratch); the cache holds cache_bytes per table"),
     GRM_PARAM_DECL_STRING(ed_config, cache_bytes, "",
                           "tiered mode: cache budget per table in bytes (64M, 1G, 512MiB) or "
                           "auto (chosen from the first profile_batches batches)"),

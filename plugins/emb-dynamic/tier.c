@@ -5,7 +5,7 @@
  * tier, LRU/LFU choosing what stays). A later access reads it back exactly (pread), so
  * training is bitwise that of the all-in-memory table.
  *
- * File <backing>/<table>.tier: a 64-byte header, then fixed-size records numbered from 0,
+ * File <backing>/<table>.tier.XXXXXX (mkostemp, unlinked at once): a 64-byte header, then fixed-size records numbered from 0,
  * each laid out as the cache record (ed_meta | row f32 [D] padded to 8 | state f32 [S*D]),
  * with ed_meta.flags holding the XXH3-64 of the record (that field taken as 0). An
  * in-memory key structure (table.c's, 16 bytes a slot) maps id -> record number. The file
@@ -86,7 +86,7 @@ static grm_status ed_tier_pread(const ed_store *s, ed_table *t, char *rec, int64
 grm_status ed_tier_open(const ed_store *s, ed_table *t)
 {
     ed_tier *tr = &t->tier;
-    const size_t len = strlen(s->cfg.backing) + strlen(t->name) + 8;
+    const size_t len = strlen(s->cfg.backing) + strlen(t->name) + 16;
     grm_status st;
     tr->fd = -1;
     if (strchr(t->name, '/') != NULL)
@@ -96,14 +96,17 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
     if (tr->path == NULL)
         return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory",
                                t->name);
-    snprintf(tr->path, len, "%s/%s.tier", s->cfg.backing, t->name);
+    snprintf(tr->path, len, "%s/%s.tier.XXXXXX", s->cfg.backing, t->name);
     mkdir(s->cfg.backing, 0700);   // one level, like the checkpoint directory; may exist
-    // O_TRUNC: the file is this run's spill, never read across runs (checkpoints are).
-    tr->fd = open(tr->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    // The file is this process's scratch, never read across runs (checkpoints are): it is
+    // unlinked at once, so nothing is left behind even by kill -9, and processes (ranks)
+    // sharing the directory never meet.
+    tr->fd = mkostemp(tr->path, O_CLOEXEC);
     if (tr->fd < 0)
         return s->host->errorf(GRM_EIO, "emb-dynamic: backing = %s: cannot create %s: %s; "
                                "give an existing, writable directory", s->cfg.backing,
                                tr->path, strerror(errno));
+    unlink(tr->path);
     ed_tier_header h;
     memset(&h, 0, sizeof(h));
     memcpy(h.magic, ED_TIER_MAGIC, 8);
@@ -132,10 +135,7 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
 void ed_tier_close(const ed_store *s, ed_table *t)
 {
     ed_tier *tr = &t->tier;
-    if (tr->fd >= 0) {
-        close(tr->fd);
-        unlink(tr->path);   // scratch: the checkpoint holds the rows
-    }
+    if (tr->fd >= 0) close(tr->fd);     // unlinked at open: its blocks go now
     tr->fd = -1;
     if (tr->index.slots != NULL) ed_keys_fini(s, &tr->index);
     free(tr->path);
