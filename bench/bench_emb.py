@@ -5,12 +5,15 @@ abseil's absl::flat_hash_map holding the same rows, on one Zipf(1.05) id stream,
 structure load factors 0.5 and 0.75 and dims 16, 64, 128, all in one run.
 
 Drivers: bench/bench-emb (C, built by `make bench`) measures emb-dynamic (impl cpu: the
-host pool; impl ref: one thread) and emb-static; bench/bench-emb-absl.cc is compiled here
+grouped-prefetch loop; impl ref: the plain per-id loop; both on one thread) and emb-static;
+bench/bench-emb-absl.cc is compiled here
 with g++ against libabsl-dev (one thread). Without abseil, std::unordered_map is used and
 the peer is named `unordered_map`.
 
 Output: one `bench=emb case=... ids_per_s=... peer=... ratio=...` line per comparison, then
-a table. ratio = emb-dynamic / peer (above 1: emb-dynamic faster)."""
+a table. ratio = emb-dynamic / peer (above 1: emb-dynamic faster). Each number is the median
+of --rounds alternated rounds (this build, --baseline's build, the peer), with the spread
+(max - min) / median beside it."""
 import argparse
 import os
 import shutil
@@ -67,6 +70,11 @@ def main():
     ap.add_argument("--grmhost", default=None)
     ap.add_argument("--build", default=os.environ.get("GRM_TOP_BUILDDIR", "."))
     ap.add_argument("--seconds", type=float, default=0.5)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="alternated rounds per case; medians are reported")
+    ap.add_argument("--baseline", default=None,
+                    help="a build directory whose plugins/ hold an earlier emb-dynamic: it "
+                         "runs in the same rounds as emb-dynamic-cpu@base, for before/after")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     src = os.environ.get("GRM_TOP_SRCDIR",
@@ -76,19 +84,42 @@ def main():
         subprocess.run(["make", "-C", build, "bench/bench-emb"], check=True,
                        stdout=subprocess.DEVNULL)
     env = dict(os.environ, GRM_TOP_BUILDDIR=build, GRM_TOP_SRCDIR=src)
+    base_env = None
+    if args.baseline:
+        base_env = dict(env, GRM_TOP_BUILDDIR=os.path.abspath(args.baseline))
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         peer_exe, peer = build_peer(src, build, tmp)
         for lf in LOAD_FACTORS:
             for d in DIMS:
                 ids = os.path.join(tmp, "ids.bin")
-                out = subprocess.run([driver, str(d), str(lf), ids, str(args.seconds)],
-                                     env=env, check=True, capture_output=True, text=True)
-                r = parse(out.stdout)
-                if peer_exe:
-                    po = subprocess.run([peer_exe, str(d), str(lf), ids, str(args.seconds)],
-                                        check=True, capture_output=True, text=True)
-                    r.update(parse(po.stdout))
+                runs = {}
+                # Alternated rounds: this build, the baseline build, the peer, again; each
+                # number is the median of its rounds.
+                for _ in range(args.rounds):
+                    cmd = [driver, str(d), str(lf), ids, str(args.seconds)]
+                    outs = [("", subprocess.run(cmd, env=env, check=True, capture_output=True,
+                                                text=True).stdout)]
+                    if base_env:
+                        outs.append(("@base", subprocess.run(cmd, env=base_env, check=True,
+                                                             capture_output=True,
+                                                             text=True).stdout))
+                    if peer_exe:
+                        outs.append(("", subprocess.run([peer_exe] + cmd[1:], check=True,
+                                                        capture_output=True,
+                                                        text=True).stdout))
+                    for tag, o in outs:
+                        for (store, op), kv in parse(o).items():
+                            if store.startswith("emb-static") and tag:
+                                continue
+                            runs.setdefault((store + tag, op), []).append(kv)
+                r = {}
+                for key, kvs in runs.items():
+                    kvs = sorted(kvs, key=lambda kv: float(kv["ids_per_s"]))
+                    med = dict(kvs[len(kvs) // 2])
+                    lo, hi = float(kvs[0]["ids_per_s"]), float(kvs[-1]["ids_per_s"])
+                    med["spread"] = "%.0f%%" % (100.0 * (hi - lo) / float(med["ids_per_s"]))
+                    r[key] = med
                 results.append((lf, d, r))
 
     def rate(r, store, op):
@@ -98,29 +129,47 @@ def main():
     table = []
     for lf, d, r in results:
         lfg = r[("emb-dynamic-cpu", "lookup")]["lf"]
+        # Everything runs on one thread (bench-emb starts a one-thread pool): find is a
+        # lookup of present ids, find-or-insert a training lookup (GRM_EMB_INSERT) of
+        # present ids, insert a training lookup of fresh ids; the peer's lookup is find.
         comps = [
             ("lookup", "emb-dynamic-cpu", "lookup", "emb-static-cpu", "lookup"),
-            ("lookup-1t", "emb-dynamic-ref", "lookup", "emb-static-ref", "lookup"),
-            ("lookup-1t", "emb-dynamic-ref", "lookup", peer, "lookup"),
-            ("train_lookup-1t", "emb-dynamic-ref", "train_lookup", peer, "lookup"),
-            ("insert-1t", "emb-dynamic-ref", "insert", peer, "insert"),
+            ("lookup", "emb-dynamic-cpu", "lookup", peer, "lookup"),
+            ("train_lookup", "emb-dynamic-cpu", "train_lookup", peer, "lookup"),
             ("insert", "emb-dynamic-cpu", "insert", peer, "insert"),
+            ("lookup-ref", "emb-dynamic-ref", "lookup", peer, "lookup"),
+            ("insert-ref", "emb-dynamic-ref", "insert", peer, "insert"),
         ]
+        if args.baseline:
+            comps += [
+                ("lookup-base", "emb-dynamic-cpu@base", "lookup", peer, "lookup"),
+                ("train_lookup-base", "emb-dynamic-cpu@base", "train_lookup", peer, "lookup"),
+                ("insert-base", "emb-dynamic-cpu@base", "insert", peer, "insert"),
+                ("lookup-gain", "emb-dynamic-cpu", "lookup", "emb-dynamic-cpu@base", "lookup"),
+                ("train_lookup-gain", "emb-dynamic-cpu", "train_lookup",
+                 "emb-dynamic-cpu@base", "train_lookup"),
+                ("insert-gain", "emb-dynamic-cpu", "insert", "emb-dynamic-cpu@base",
+                 "insert"),
+            ]
         for case, store, op, pstore, pop in comps:
             a, b = rate(r, store, op), rate(r, pstore, pop) if pstore else None
             if a is None:
                 continue
             ratio = "%.3f" % (a / b) if b else "n/a"
-            print("bench=emb case=%s-d%d-lf%.2f store=%s lf=%s ids_per_s=%.0f peer=%s "
-                  "peer_ids_per_s=%s ratio=%s" % (case, d, lf, store, lfg, a, pstore or "none",
-                                                  "%.0f" % b if b else "n/a", ratio))
-            table.append((case, d, lfg, store, a, pstore or "none", b, ratio))
+            sa = r[(store, op)]["spread"]
+            sb = r[(pstore, pop)]["spread"] if b else "n/a"
+            print("bench=emb case=%s-d%d-lf%.2f store=%s lf=%s ids_per_s=%.0f spread=%s peer=%s "
+                  "peer_ids_per_s=%s peer_spread=%s ratio=%s" % (
+                      case, d, lf, store, lfg, a, sa, pstore or "none",
+                      "%.0f" % b if b else "n/a", sb, ratio))
+            table.append((case, d, lfg, store, a, sa, pstore or "none", b, sb, ratio))
     print()
-    print("%-16s %4s %6s %-16s %12s %-16s %12s %7s" % ("case", "dim", "lf", "store", "Mids/s",
-                                                    "peer", "Mids/s", "ratio"))
-    for case, d, lfg, store, a, pstore, b, ratio in table:
-        print("%-16s %4d %6s %-16s %12.2f %-16s %12s %7s" % (
-            case, d, lfg, store, a / 1e6, pstore, "%.2f" % (b / 1e6) if b else "n/a", ratio))
+    print("%-18s %4s %6s %-20s %8s %6s %-20s %8s %6s %7s" % (
+        "case", "dim", "lf", "store", "Mids/s", "spread", "peer", "Mids/s", "spread", "ratio"))
+    for case, d, lfg, store, a, sa, pstore, b, sb, ratio in table:
+        print("%-18s %4d %6s %-20s %8.2f %6s %-20s %8s %6s %7s" % (
+            case, d, lfg, store, a / 1e6, sa, pstore, "%.2f" % (b / 1e6) if b else "n/a", sb,
+            ratio))
     return 0
 
 

@@ -1,6 +1,7 @@
 /* core/prefetch.c - the data thread: with [train] prefetch = N it assembles batches
  * (core/batch.c) into a ring of N + 1 slots ahead of the trainer (MTGRBoost §3 prefetch;
- * TurboGR's pipelined stages), so the data work overlaps the compute of the batches before.
+ * TurboGR's pipelined stages), so the data work overlaps the compute of the batches before;
+ * a store with a prefetch op (a tiered emb-dynamic) also gets each batch's keys then.
  * --batches-in-memory gives it a slot for every batch of the run (the benchmark peer). */
 #include "train.h"
 
@@ -10,6 +11,27 @@
 #include <string.h>
 
 /* ---- the data thread ---- */
+
+/* The rows of batch bt's keys brought into the store's fast tier while the trainer still
+ * computes the batches before (grm_emb_ops.prefetch, ABI 1.6; seed 003 §2.2: batch i+1's
+ * rows come in during batch i, which the store must not evict). Negatives are drawn by
+ * the trainer later and fetched by its lookup. One rank only: with several, a key's row
+ * lives in the store of the rank that owns it (core/dist.c). */
+static grm_status pf_prefetch_rows(grm__trainer *t, const grm__batch *bt)
+{
+    const grm_emb_ops *e = t->sp.eops;
+    if (t->sp.dist || !GRM_HAS_OP(grm_emb_ops, e, prefetch)) return GRM_OK;
+    for (int32_t T = 0; T < t->p->nphys; T++) {
+        const grm__batch_tab *w = &bt->tab[T];
+        if (w->nu <= 0) continue;
+        grm_status st = e->prefetch(t->p->emb.inst, T, w->keys, w->nu);
+        if (st != GRM_OK) {
+            grm_error_prefix("[embedding] %s: prefetch: ", t->p->emb.plugin->info->name);
+            return st;
+        }
+    }
+    return GRM_OK;
+}
 
 static void *pf_main(void *arg)
 {
@@ -35,6 +57,7 @@ static void *pf_main(void *arg)
         pthread_mutex_unlock(&pf->lock);
         double t0 = now_s();
         bt->st = grm__batch_assemble_train(t, bt, g);
+        if (bt->st == GRM_OK) bt->st = pf_prefetch_rows(t, bt);
         if (bt->st != GRM_OK) snprintf(bt->err, sizeof bt->err, "%s", grm_last_error());
         double dt = now_s() - t0;
         pthread_mutex_lock(&pf->lock);

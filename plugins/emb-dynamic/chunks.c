@@ -247,7 +247,7 @@ static grm_status ed_make_room(const ed_store *s, ed_table *t, int64_t n)
             return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': %lld keys exceed "
                                    "the largest key structure", t->name,
                                    (long long)(live + n));
-        if ((st = ed_keys_rebuild(s, t, M)) != GRM_OK) return st;
+        if ((st = ed_keys_rebuild(s, &t->keys, M)) != GRM_OK) return st;
         s->host->log(GRM_LOG_DEBUG, "emb-dynamic", "table '%s': key structure %lld -> %lld "
                      "slots (%lld live keys, %lld tombstones dropped)", t->name,
                      (long long)old_M, (long long)M, (long long)live,
@@ -300,6 +300,7 @@ void ed_record_fill(const ed_store *s, const ed_table *t, int64_t ref, int64_t i
     m->steps = 0;
     m->count = 0;
     m->last = now;
+    m->flags = ED_FLAG_DIRTY;   // not in a backing file yet
     if (p->half) {
         float tmp[ED_MAX_DIM];
         grm_row_init(tmp, t->dim, t->init, t->init_scale, t->seed, t->name_hash, id);
@@ -321,29 +322,4 @@ void ed_row_initial(const ed_store *s, const ed_table *t, float *out /* [D] */, 
         s->to_f16(tmp, out, t->dim);
         s->from_f16(out, tmp, t->dim);
     }
-}
-
-void ed_row_read(const ed_store *s, const ed_table *t, int64_t ref, float *out /* [D] */)
-{
-    char *rec = ed_record(t, ref);
-    if (t->pools[ref & 1].half) s->from_f16(out, ed_rec_row(rec), t->dim);
-    else memcpy(out, ed_rec_row(rec), (size_t)t->dim * sizeof(float));
-}
-
-/* ---- striped row locks ---- */
-
-static atomic_flag *ed_stripe(ed_table *t, uint64_t h)
-{
-    return &t->stripes[(h >> 40) & (ED_STRIPES - 1)];
-}
-
-void ed_stripe_lock(ed_table *t, uint64_t h)
-{
-    atomic_flag *f = ed_stripe(t, h);
-    while (atomic_flag_test_and_set_explicit(f, memory_order_acquire)) {}
-}
-
-void ed_stripe_unlock(ed_table *t, uint64_t h)
-{
-    atomic_flag_clear_explicit(ed_stripe(t, h), memory_order_release);
 }

@@ -55,7 +55,9 @@ static grm_status ed_export_locked(const ed_store *s, ed_table *t)
     const int64_t version = atomic_load(&t->version);
     if (e->version == version && e->ids != NULL) return GRM_OK;
 
-    const int64_t live = atomic_load(&t->keys.live);
+    // Tiered: the rows of both tiers (the cache's, then the file's that are not cached).
+    const int64_t cached = atomic_load(&t->keys.live);
+    const int64_t live = cached + (s->tiered ? atomic_load(&t->tier.file_only) : 0);
     grm_status st = ed_export_grow(s, t, e, live);
     if (st != GRM_OK) return st;
     if (t->cand_cap < live) {
@@ -70,7 +72,7 @@ static grm_status ed_export_locked(const ed_store *s, ed_table *t)
     for (int i = 0; i < 2; i++) {
         const ed_pool *p = &t->pools[i];
         const int64_t end = atomic_load(&p->next);
-        for (int64_t r = 0; r < end && n < live; r++) {
+        for (int64_t r = 0; r < end && n < cached; r++) {
             const ed_meta *m = ed_rec_meta(ed_pool_record(p, r));
             if (m->id == ED_KEY_EMPTY) continue;
             t->cand[n].id = m->id;
@@ -78,22 +80,38 @@ static grm_status ed_export_locked(const ed_store *s, ed_table *t)
             n++;
         }
     }
+    if (s->tiered) n = ed_tier_collect(t, n);     // refs -1 - record number
     if (n > 1) qsort(t->cand, (size_t)n, sizeof(*t->cand), ed_cand_by_id);
+    char *buf = NULL;       // one backing record
+    if (s->tiered && (buf = malloc(t->pools[0].rec_bytes)) == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory "
+                               "exporting", t->name);
 
     const size_t D = (size_t)t->dim, SD = (size_t)s->S * D;
     for (int64_t i = 0; i < n; i++) {
         const int64_t ref = t->cand[i].ref;
-        char *rec = ed_record(t, ref);
+        char *rec;
+        if (ref < 0) {
+            rec = buf;
+            if ((st = ed_tier_read_record(s, t, -1 - ref, buf)) != GRM_OK) {
+                free(buf);
+                return st;
+            }
+            memcpy(e->weight + (size_t)i * D, ed_rec_row(rec), D * sizeof(float));
+        } else {
+            rec = ed_record(t, ref);
+            ed_row_read(s, t, ref, e->weight + (size_t)i * D);
+        }
         const ed_meta *m = ed_rec_meta(rec);
         e->ids[i] = m->id;
-        ed_row_read(s, t, ref, e->weight + (size_t)i * D);
         if (SD > 0)
-            memcpy(e->state + (size_t)i * SD, ed_rec_state(&t->pools[ref & 1], rec),
-                   SD * sizeof(float));
+            memcpy(e->state + (size_t)i * SD,
+                   ed_rec_state(&t->pools[ref < 0 ? 0 : ref & 1], rec), SD * sizeof(float));
         e->meta[3 * i] = m->steps;
         e->meta[3 * i + 1] = m->count;
         e->meta[3 * i + 2] = m->last;
     }
+    free(buf);
     e->n = n;
     e->counters[0] = atomic_load(&t->clock);
     e->counters[1] = t->keys.M;
@@ -137,7 +155,7 @@ static const char *ed_dtype_name(int32_t dtype)
 static grm_status ed_commit(const ed_store *s, ed_table *t)
 {
     ed_stage *sg = &t->stage;
-    const int64_t n = sg->n[0];
+    int64_t n = sg->n[0];
     const int64_t *ids = sg->data[0];                  /* [n] */
     const float *w = sg->data[1];                      /* [n, D] */
     const float *state = sg->data[2];                  /* [n, S*D] */
@@ -152,7 +170,8 @@ static grm_status ed_commit(const ed_store *s, ed_table *t)
                                    "ids but %lld rows in '%s'", t->name, (long long)n,
                                    (long long)sg->n[k], t->tensor_names[k]);
 
-    // Keys first, into a fresh structure: a bad id leaves the table as it was.
+    // Keys first, into a fresh structure: a bad id leaves the table as it was. Tiered: the
+    // key structure is checked the same way, then left empty (the rows go to the file).
     int64_t M = ed_keys_slots_for(n, t->keys.lanes);
     if (counters[1] >= M && counters[1] <= (INT64_C(1) << 40)
         && (counters[1] & (counters[1] - 1)) == 0)
@@ -170,8 +189,19 @@ static grm_status ed_commit(const ed_store *s, ed_table *t)
                                    (long long)ids[i]);
         }
     }
-    ed_keys_fini(s, &t->keys);
-    t->keys = keys;
+    if (s->tiered) {
+        ed_keys_fini(s, &keys);
+        if ((st = ed_tier_commit(s, t, ids, w, state, meta, n)) != GRM_OK) return st;
+        ed_keys empty;
+        if ((st = ed_keys_init(s, &empty, t->keys.M, t->keys.lanes)) != GRM_OK) return st;
+        ed_keys_fini(s, &t->keys);
+        t->keys = empty;
+        for (int i = 0; i < 2; i++) ed_pool_reset(&t->pools[i]);
+        n = 0;      // nothing cached
+    } else {
+        ed_keys_fini(s, &t->keys);
+        t->keys = keys;
+    }
 
     for (int i = 0; i < 2; i++) ed_pool_reset(&t->pools[i]);
     for (int i = 0; i < (s->cfg.fp16_cold ? 2 : 1); i++)

@@ -8,9 +8,11 @@
 #define EMB_DYNAMIC_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <grm/emb.h>
 #include <grm/host.h>
@@ -44,6 +46,10 @@ typedef struct ed_config {
     int64_t chunk_rows;     /* rows per embedding chunk (power of two) */
     int64_t probe_lanes;    /* thread groups of eq. 5 (power of two) */
     int32_t impl;           /* ed_impl */
+    const char *backing;    /* tiered mode: directory of the backing files; "" = off */
+    const char *cache_bytes;    /* tiered mode: cache budget per table, bytes or "auto" */
+    double target_hit_rate;     /* cache_bytes = auto: the hit rate the cache must reach */
+    int64_t profile_batches;    /* cache_bytes = auto: training lookups profiled first */
 } ed_config;
 
 /* ---- keys: the key structure (table.c) ---- */
@@ -114,6 +120,59 @@ static inline uint64_t ed_probe_slot(const ed_probe *p, uint64_t r, uint32_t g)
     return ((p->h0 + r * p->step) & p->mask) + g;
 }
 
+/* ---- the key structure's read side, inline: every lookup runs it (table.c has the rest) */
+
+/* The probe of eq. 5 with its step left for later: round 0 needs only h0, and the step
+ * (a 64-bit modulo) is computed once a probe goes past its first T slots, which at load
+ * factors <= 3/4 most do not. ed_probe_lazy_step fills it in. */
+static inline ed_probe ed_probe_lazy(uint64_t h, int64_t M, int32_t T)
+{
+    ed_probe p;
+    p.mask = (uint64_t)M - 1;
+    p.h0 = h & p.mask & ~((uint64_t)T - 1);
+    p.rounds = (uint64_t)M / (uint64_t)T;
+    p.step = 0;
+    return p;
+}
+
+static inline void ed_probe_lazy_step(ed_probe *p, uint64_t h, int64_t M, int32_t T)
+{
+    p->step = ed_probe_start(h, M, T).step;
+}
+
+static inline ed_slot *ed_keys_find(const ed_keys *k, int64_t id, uint64_t h)
+{
+    ed_probe p = ed_probe_lazy(h, k->M, k->lanes);
+    for (uint64_t r = 0; r < p.rounds; r++) {
+        if (r == 1) ed_probe_lazy_step(&p, h, k->M, k->lanes);
+        for (uint32_t g = 0; g < (uint32_t)k->lanes; g++) {
+            ed_slot *sl = &k->slots[ed_probe_slot(&p, r, g)];
+            const int64_t key = atomic_load_explicit(&sl->key, memory_order_acquire);
+            if (key == id) return sl;
+            if (key == ED_KEY_EMPTY) return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* The reference of a found slot; waits while its inserter is still filling the row. */
+static inline int64_t ed_wait_ref(const ed_slot *slot)
+{
+    for (int spins = 0;; spins++) {
+        const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
+        if (ref != ED_REF_PENDING) return ref;
+        if (spins > 64) sched_yield();
+    }
+}
+
+/* Ask for the cache line of the first probe round of hash h (T = 4 slots of 16 bytes: one
+ * 64-byte line), so that the lines of a whole group of ids are in flight at once. */
+static inline void ed_keys_prefetch(const ed_keys *k, uint64_t h)
+{
+    const uint64_t h0 = h & ((uint64_t)k->M - 1) & ~((uint64_t)k->lanes - 1);
+    __builtin_prefetch(&k->slots[h0], 1, 3);
+}
+
 /* ---- embedding structure (chunks.c) ---- */
 
 /* Metadata kept beside every row (MTGRBoost §4.1: counters and timestamps for LRU/LFU). */
@@ -122,7 +181,10 @@ typedef struct ed_meta {
     int64_t steps;          /* updates applied: row_step's per-row step (grm/opt.h) */
     int64_t count;          /* accesses (lookups): LFU order and the hot threshold */
     int64_t last;           /* step of the last access: LRU order and TTL */
+    int64_t flags;          /* ED_FLAG_*; in a backing file record: its XXH3-64 (tier.c) */
 } ed_meta;
+
+#define ED_FLAG_DIRTY 1     /* the cache record differs from its backing copy, or has none */
 
 /* One pool of fixed-size records in chunks of chunk_rows. Record layout:
  * ed_meta | row [D] (f32, or f16 in the cold pool) padded to 8 bytes | state [S*D] f32. */
@@ -173,6 +235,25 @@ typedef struct ed_candidate {
     int64_t ref;
 } ed_candidate;
 
+/* The backing tier of one table (tier.c). */
+typedef struct ed_tier {
+    int fd;                 /* the backing file, -1 when tiering is off */
+    char *path;             /* owned (malloc) */
+    ed_keys index;          /* id -> record number in the file */
+    int64_t nrec;           /* records in the file */
+    _Atomic int64_t file_only;      /* rows in the file and not in the cache */
+    _Atomic int64_t fetches, writebacks, bytes_read, bytes_written;
+    _Atomic int64_t prefetched;     /* rows brought in by prefetch (not by a lookup) */
+    int64_t *profile;       /* cache_bytes = auto: ids of the profiled batches, owned */
+    int64_t nprofile, profile_cap;
+    int64_t batches;        /* training lookups profiled so far */
+    int64_t max_batch;      /* largest distinct ids of one profiled batch */
+    int64_t chosen_rows;    /* the rows cache_bytes = auto chose; 0 before */
+    char *wbuf;             /* write-back records staged for one pwrite, owned (malloc) */
+    int64_t wcap;           /* records it holds */
+    int64_t wfirst, wn;     /* file record of the first staged one; staged records */
+} ed_tier;
+
 typedef struct ed_table {
     const char *name;       /* borrowed from the spec */
     int32_t dim;            /* D */
@@ -192,6 +273,9 @@ typedef struct ed_table {
     _Atomic int64_t lookups, misses, evictions, version;
     _Atomic int64_t last_sweep; /* step of the last TTL sweep */
 
+    int64_t max_rows;           /* live-row budget: cfg.max_rows, or the cache's rows when
+                                 * tiered (0 while cache_bytes = auto is profiling) */
+    ed_tier tier;
     ed_candidate *cand;         /* eviction workspace, owned (malloc) */
     int64_t cand_cap;
     ed_export exp;
@@ -208,16 +292,16 @@ typedef struct ed_store {
     ed_table *tables;           /* owned (malloc) [ntables] */
     ed_to_f16_fn to_f16;
     ed_from_f16_fn from_f16;
+    int tiered;                 /* backing given: a cache over a backing file per table */
+    int64_t cache_bytes;        /* tiered: budget per table; -1 = auto */
 } ed_store;
 
 /* ---- table.c ---- */
 grm_status ed_keys_init(const ed_store *s, ed_keys *k, int64_t M, int32_t lanes);
 void ed_keys_fini(const ed_store *s, ed_keys *k);
 int64_t ed_keys_slots_for(int64_t rows, int32_t lanes);
-ed_slot *ed_keys_find(const ed_keys *k, int64_t id, uint64_t h);
 ed_slot *ed_keys_find_or_insert(ed_keys *k, int64_t id, uint64_t h, int *inserted);
-int64_t ed_wait_ref(const ed_slot *slot);
-grm_status ed_keys_rebuild(const ed_store *s, ed_table *t, int64_t M);
+grm_status ed_keys_rebuild(const ed_store *s, ed_keys *k, int64_t M);
 void ed_keys_remove(ed_keys *k, ed_slot *slot);
 
 /* ---- chunks.c ---- */
@@ -239,6 +323,19 @@ static inline char *ed_pool_record(const ed_pool *p, int64_t index)
 static inline char *ed_record(const ed_table *t, int64_t ref)
 {
     return ed_pool_record(&t->pools[ref & 1], ref >> 1);
+}
+
+/* Ask for the cache lines of the metadata and the row of record ref (records are not
+ * line-aligned, so the lines from its first byte to its row's last), at most ED_PF_LINES. */
+#define ED_PF_LINES 10
+static inline void ed_record_prefetch(const ed_table *t, int64_t ref)
+{
+    const char *rec = ed_record(t, ref);
+    const uintptr_t first = (uintptr_t)rec & ~(uintptr_t)63;
+    const uintptr_t last = (uintptr_t)rec + sizeof(ed_meta) + t->pools[ref & 1].row_bytes - 1;
+    int lines = (int)((last - first) / 64) + 1;
+    if (lines > ED_PF_LINES) lines = ED_PF_LINES;
+    for (int l = 0; l < lines; l++) __builtin_prefetch((const char *)first + 64 * l, 1, 3);
 }
 
 static inline ed_meta *ed_rec_meta(char *rec)
@@ -267,20 +364,62 @@ void ed_release(ed_table *t, int64_t n);
 void ed_record_fill(const ed_store *s, const ed_table *t, int64_t ref, int64_t id,
                     int64_t now);
 void ed_row_initial(const ed_store *s, const ed_table *t, float *out, int64_t id);
-void ed_row_read(const ed_store *s, const ed_table *t, int64_t ref, float *out);
-void ed_stripe_lock(ed_table *t, uint64_t h);
-void ed_stripe_unlock(ed_table *t, uint64_t h);
+
+/* ---- rows and row locks, inline: every lookup and update runs them ---- */
+
+static inline void ed_row_read(const ed_store *s, const ed_table *t, int64_t ref,
+                               float *out /* [D] */)
+{
+    char *rec = ed_record(t, ref);
+    if (t->pools[ref & 1].half) s->from_f16(out, ed_rec_row(rec), t->dim);
+    else memcpy(out, ed_rec_row(rec), (size_t)t->dim * sizeof(float));
+}
+
+static inline atomic_flag *ed_stripe(ed_table *t, uint64_t h)
+{
+    return &t->stripes[(h >> 40) & (ED_STRIPES - 1)];
+}
+
+static inline void ed_stripe_lock(ed_table *t, uint64_t h)
+{
+    atomic_flag *f = ed_stripe(t, h);
+    while (atomic_flag_test_and_set_explicit(f, memory_order_acquire)) {}
+}
+
+static inline void ed_stripe_unlock(ed_table *t, uint64_t h)
+{
+    atomic_flag_clear_explicit(ed_stripe(t, h), memory_order_release);
+}
 
 /* ---- evict.c ---- */
 grm_status ed_evict_ttl(const ed_store *s, ed_table *t, int64_t now);
 grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from);
-void ed_evict_ref(ed_table *t, int64_t ref);
+grm_status ed_evict_ref(const ed_store *s, ed_table *t, int64_t ref);
 
 /* ---- ops.c ---- */
 grm_status ed_lookup_batch(const ed_store *s, ed_table *t, float *out, const int64_t *ids,
                            int64_t n, int insert);
 grm_status ed_update_batch(const ed_store *s, ed_table *t, const int64_t *ids,
                            const float *grads, int64_t n, int64_t step);
+grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids, int64_t n);
+
+/* ---- tier.c ---- */
+grm_status ed_tier_open(const ed_store *s, ed_table *t);
+void ed_tier_close(const ed_store *s, ed_table *t);
+grm_status ed_tier_fetch(const ed_store *s, ed_table *t, int64_t ref, int64_t id, int64_t now);
+grm_status ed_tier_read_row(const ed_store *s, ed_table *t, int64_t id, float *out,
+                            int *found);
+grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n);
+grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref);
+grm_status ed_tier_flush(const ed_store *s, ed_table *t);
+int64_t ed_tier_collect(const ed_table *t, int64_t n);
+grm_status ed_tier_read_record(const ed_store *s, ed_table *t, int64_t index, char *buf);
+grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids, const float *w,
+                          const float *state, const int64_t *meta, int64_t n);
+
+/* ---- profile.c: cache_bytes = auto ---- */
+grm_status ed_profile_batch(const ed_store *s, ed_table *t, const int64_t *ids, int64_t n);
+int64_t ed_cache_row_bytes(const ed_table *t);
 
 /* ---- ckpt.c ---- */
 grm_status ed_export_table(const ed_store *s, ed_table *t);

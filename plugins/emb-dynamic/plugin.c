@@ -36,6 +36,21 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
                                                   - t->pools[1].rec_bytes)),
                      (long long)atomic_load(&t->lookups), (long long)atomic_load(&t->misses),
                      (long long)atomic_load(&t->evictions));
+    if (s->tiered) {
+        if (t->tier.fd >= 0)
+            s->host->log(GRM_LOG_INFO, "emb-dynamic", "table '%s': cache %lld of %lld rows "
+                         "(budget %lld), %lld fetched from %s (%lld by prefetch), %lld "
+                         "written back, %lld bytes read, %lld written", t->name,
+                         (long long)atomic_load(&t->keys.live),
+                         (long long)(atomic_load(&t->keys.live)
+                                     + atomic_load(&t->tier.file_only)),
+                         (long long)t->max_rows, (long long)atomic_load(&t->tier.fetches),
+                         t->tier.path, (long long)atomic_load(&t->tier.prefetched),
+                         (long long)atomic_load(&t->tier.writebacks),
+                         (long long)atomic_load(&t->tier.bytes_read),
+                         (long long)atomic_load(&t->tier.bytes_written));
+        ed_tier_close(s, t);
+    }
     ed_keys_fini(s, &t->keys);
     for (int i = 0; i < 2; i++) ed_pool_fini(s, &t->pools[i]);
     free(t->cand);
@@ -73,9 +88,11 @@ static grm_status ed_check_config(const ed_config *c)
         return ed_host->errorf(GRM_EINVAL, "emb-dynamic: max_rows = %lld needs an eviction "
                                "policy; set evict = lru or evict = lfu",
                                (long long)c->max_rows);
-    if (c->max_rows == 0 && c->evict != ED_EVICT_NONE)
+    if (c->max_rows == 0 && c->evict != ED_EVICT_NONE && (c->backing == NULL
+                                                          || c->backing[0] == '\0'))
         return ed_host->errorf(GRM_EINVAL, "emb-dynamic: evict = %s needs a row budget; set "
-                               "max_rows > 0", c->evict == ED_EVICT_LRU ? "lru" : "lfu");
+                               "max_rows > 0 (or backing and cache_bytes for a tiered "
+                               "table)", c->evict == ED_EVICT_LRU ? "lru" : "lfu");
     if (c->hot_threshold < 1)
         return ed_host->errorf(GRM_EINVAL, "emb-dynamic: hot_threshold = %lld; need >= 1",
                                (long long)c->hot_threshold);
@@ -91,6 +108,56 @@ static grm_status ed_check_config(const ed_config *c)
     if (c->impl != ED_IMPL_CPU && c->impl != ED_IMPL_REF && c->impl != ED_IMPL_AUTO)
         return ed_host->errorf(GRM_EINVAL, "emb-dynamic: impl = %d; expected cpu (0), ref "
                                "(1) or auto (2)", (int)c->impl);
+    return GRM_OK;
+}
+
+/* cache_bytes: "auto" (-1), or bytes with an optional k/K, M, G (x1000) or KiB, MiB, GiB
+ * (x1024) suffix; *out = 0 when empty. */
+static grm_status ed_parse_bytes(const char *text, int64_t *out)
+{
+    static const struct { const char *suffix; double mul; } units[] = {
+        { "", 1 }, { "k", 1e3 }, { "K", 1e3 }, { "M", 1e6 }, { "G", 1e9 },
+        { "KiB", 1024.0 }, { "MiB", 1048576.0 }, { "GiB", 1073741824.0 },
+    };
+    *out = 0;
+    if (text == NULL || text[0] == '\0') return GRM_OK;
+    if (strcmp(text, "auto") == 0) {
+        *out = -1;
+        return GRM_OK;
+    }
+    char *end;
+    const double v = strtod(text, &end);
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+        if (end != text && strcmp(end, units[i].suffix) == 0 && isfinite(v) && v > 0
+            && v * units[i].mul < 0x1p62) {
+            *out = (int64_t)(v * units[i].mul);
+            return GRM_OK;
+        }
+    return ed_host->errorf(GRM_EINVAL, "emb-dynamic: cache_bytes = '%s'; expected auto or a "
+                           "positive size in bytes such as 64M, 1.5G or 512MiB", text);
+}
+
+/* The tiered mode's constraints (backing given). */
+static grm_status ed_check_tiered(const ed_config *c, int64_t cache_bytes)
+{
+    if (c->backing == NULL || c->backing[0] == '\0') {
+        if (cache_bytes != 0)
+            return ed_host->errorf(GRM_EINVAL, "emb-dynamic: cache_bytes = %s needs a backing "
+                                   "tier; set backing = <directory>", c->cache_bytes);
+        return GRM_OK;
+    }
+    if (cache_bytes == 0)
+        return ed_host->errorf(GRM_EINVAL, "emb-dynamic: backing = %s needs a cache budget; "
+                               "set cache_bytes = <bytes> (64M, 1G) or auto", c->backing);
+    if (c->max_rows != 0)
+        return ed_host->errorf(GRM_EINVAL, "emb-dynamic: max_rows = %lld with backing = %s; "
+                               "a tiered table is bounded by cache_bytes: drop max_rows",
+                               (long long)c->max_rows, c->backing);
+    if (c->fp16_cold || c->ttl_steps != 0)
+        return ed_host->errorf(GRM_EINVAL, "emb-dynamic: backing = %s with %s; the tiered "
+                               "mode keeps rows exact and forever: drop %s", c->backing,
+                               c->fp16_cold ? "fp16_cold = true" : "ttl_steps",
+                               c->fp16_cold ? "fp16_cold" : "ttl_steps");
     return GRM_OK;
 }
 
@@ -130,6 +197,7 @@ static grm_status ed_table_init(ed_store *s, ed_table *t, const grm_emb_table_sp
     const ed_config *c = &s->cfg;
     grm_status st;
 
+    t->tier.fd = -1;
     t->name = sp->name;
     t->dim = sp->dim;
     t->init = sp->init;
@@ -173,13 +241,25 @@ static grm_status ed_table_init(ed_store *s, ed_table *t, const grm_emb_table_sp
     // The current and the next chunk (MTGRBoost §4.1).
     for (int i = 0; i < (c->fp16_cold ? 2 : 1); i++)
         if ((st = ed_pool_ensure(s, t, &t->pools[i], 2 * chunk)) != GRM_OK) return st;
+    t->max_rows = c->max_rows;
+    if (!s->tiered) return GRM_OK;
+    if ((st = ed_tier_open(s, t)) != GRM_OK) return st;
+    if (s->cache_bytes > 0) {
+        t->max_rows = s->cache_bytes / ed_cache_row_bytes(t);
+        if (t->max_rows < 1)
+            return ed_host->errorf(GRM_EINVAL, "emb-dynamic: table '%s': cache_bytes = %s "
+                                   "holds no row (a row costs %lld bytes); raise it",
+                                   sp->name, c->cache_bytes,
+                                   (long long)ed_cache_row_bytes(t));
+    }
     return GRM_OK;
 }
 
 static const ed_config ed_defaults = {
     .evict = ED_EVICT_NONE, .fp16_cold = 0, .max_rows = 0, .ttl_steps = 0,
     .hot_threshold = 8, .initial_rows = -1, .chunk_rows = 65536, .probe_lanes = 4,
-    .impl = ED_IMPL_CPU,
+    .impl = ED_IMPL_CPU, .backing = "", .cache_bytes = "", .target_hit_rate = 0.9,
+    .profile_batches = 20,
 };
 
 static grm_status ed_create(const void *config, const grm_emb_table_spec *tables,
@@ -195,6 +275,9 @@ static grm_status ed_create(const void *config, const grm_emb_table_spec *tables
         return ed_host->errorf(GRM_EINVAL, "emb-dynamic: create: %d tables at %p",
                                (int)ntables, (const void *)tables);
     if ((st = ed_check_config(cfg)) != GRM_OK) return st;
+    int64_t cache_bytes;
+    if ((st = ed_parse_bytes(cfg->cache_bytes, &cache_bytes)) != GRM_OK) return st;
+    if ((st = ed_check_tiered(cfg, cache_bytes)) != GRM_OK) return st;
     for (int32_t i = 0; i < ntables; i++)
         if ((st = ed_check_spec(cfg, tables, i)) != GRM_OK) return st;
 
@@ -210,6 +293,9 @@ static grm_status ed_create(const void *config, const grm_emb_table_spec *tables
     if (s == NULL) return ed_host->errorf(GRM_ENOMEM, "emb-dynamic: create: out of memory");
     s->host = ed_host;
     s->cfg = *cfg;
+    s->tiered = cache_bytes != 0;
+    s->cache_bytes = cache_bytes;
+    if (s->tiered && s->cfg.evict == ED_EVICT_NONE) s->cfg.evict = ED_EVICT_LRU;
     if (s->cfg.impl == ED_IMPL_AUTO)   /* the run's backend decides, once */
         s->cfg.impl = grm_backend_wants_ref(ed_host) ? ED_IMPL_REF : ED_IMPL_CPU;
     if (opt != NULL) s->opt = *opt;
@@ -296,6 +382,22 @@ static grm_status ed_update(void *inst, int32_t table, const int64_t *ids /* [n]
     return ed_update_batch(s, t, ids, grads, n, step);
 }
 
+static grm_status ed_prefetch(void *inst, int32_t table, const int64_t *ids /* [n] */,
+                              int64_t n)
+{
+    ed_store *s = inst;
+    ed_table *t = NULL;
+    grm_status st;
+
+    if ((st = ed_get_table(s, table, "prefetch", &t)) != GRM_OK) return st;
+    if (n < 0 || (n > 0 && ids == NULL))
+        return ed_host->errorf(GRM_EINVAL, "emb-dynamic: table '%s': prefetch of %lld ids at "
+                               "%p", t->name, (long long)n, (const void *)ids);
+    if (n == 0 || !s->tiered) return GRM_OK;   // all rows are in memory already
+    if ((st = ed_check_ids(t, ids, n)) != GRM_OK) return st;
+    return ed_prefetch_batch(s, t, ids, n);
+}
+
 /* ---- checkpoint tensors ---- */
 
 static void ed_describe(const ed_store *s, ed_table *t, int k, grm_named_tensor *out)
@@ -378,8 +480,9 @@ static grm_status ed_stats(void *inst, int32_t table, grm_emb_stats *out)
     if ((st = ed_get_table(s, table, "stats", &t)) != GRM_OK) return st;
     if (out == NULL) return ed_host->errorf(GRM_EINVAL, "emb-dynamic: stats: out is NULL");
     pthread_rwlock_rdlock(&t->lock);
-    out->rows = atomic_load(&t->keys.live);
-    out->capacity = t->keys.M / ED_GROW_DEN * ED_GROW_NUM;
+    out->rows = atomic_load(&t->keys.live) + atomic_load(&t->tier.file_only);
+    // Tiered: the cache's budget in rows (0 while cache_bytes = auto profiles).
+    out->capacity = s->tiered ? t->max_rows : t->keys.M / ED_GROW_DEN * ED_GROW_NUM;
     out->bytes = (int64_t)((size_t)t->keys.M * sizeof(ed_slot) + ed_pool_bytes(&t->pools[0])
                            + ed_pool_bytes(&t->pools[1]));
     out->lookups = atomic_load(&t->lookups);
@@ -415,6 +518,17 @@ static const grm_param_decl ed_params[] = {
     GRM_PARAM_DECL_ENUM(ed_config, impl, "auto", "cpu|ref|auto",
                         "threaded batches with F16C (cpu) or one-thread plain loops (ref)"
                         " (auto: ref on [pipeline] device = ref, else cpu)"),
+    GRM_PARAM_DECL_STRING(ed_config, backing, "",
+                          "tiered mode: directory for the backing files (<table>.tier.*, "
+                          "unlinked scratch); the cache holds cache_bytes per table"),
+    GRM_PARAM_DECL_STRING(ed_config, cache_bytes, "",
+                          "tiered mode: cache budget per table in bytes (64M, 1G, 512MiB) or "
+                          "auto (chosen from the first profile_batches batches)"),
+    GRM_PARAM_DECL_DOUBLE(ed_config, target_hit_rate, "0.9", GRM_PARAM_RANGE(0.01, 1),
+                          "cache_bytes = auto: the LRU hit rate (of re-references) the cache "
+                          "must reach"),
+    GRM_PARAM_DECL_INT(ed_config, profile_batches, "20", GRM_PARAM_RANGE(1, 100000),
+                       "cache_bytes = auto: training lookups profiled before choosing"),
     GRM_PARAM_DECL_END
 };
 
@@ -428,15 +542,17 @@ static const grm_emb_ops ed_ops = {
     .load = ed_load,
     .stats = ed_stats,
     .flags = GRM_EMB_ANY_ID,
+    .prefetch = ed_prefetch,
 };
 
 static const grm_plugin_info ed_info = {
     GRM_PLUGIN_INFO_HEADER,
     .kind = GRM_KIND_EMB,
     .name = "emb-dynamic",
-    .version = "1.0.0",
+    .version = "1.1.0",
     .description = "dynamic hash embedding tables: any int64 id, grown on demand, "
-                   "LRU/LFU/TTL eviction, FP16 cold rows (MTGRBoost 4.1, 5.2)",
+                   "LRU/LFU/TTL eviction, FP16 cold rows (MTGRBoost 4.1, 5.2), "
+                   "a RAM cache over a backing file (tiered mode)",
     .ops = &ed_ops,
     .params = ed_params,
     .config_size = sizeof(ed_config),

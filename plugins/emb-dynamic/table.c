@@ -53,39 +53,6 @@ void ed_keys_fini(const ed_store *s, ed_keys *k)
     k->M = 0;
 }
 
-/* The probe of eq. 5 with its step left for later: round 0 needs only h0, and the step
- * (a 64-bit modulo) is computed once a probe goes past its first T slots, which at load
- * factors <= 3/4 most do not. ed_probe_lazy_step fills it in. */
-static ed_probe ed_probe_lazy(uint64_t h, int64_t M, int32_t T)
-{
-    ed_probe p;
-    p.mask = (uint64_t)M - 1;
-    p.h0 = h & p.mask & ~((uint64_t)T - 1);
-    p.rounds = (uint64_t)M / (uint64_t)T;
-    p.step = 0;
-    return p;
-}
-
-static void ed_probe_lazy_step(ed_probe *p, uint64_t h, int64_t M, int32_t T)
-{
-    p->step = ed_probe_start(h, M, T).step;
-}
-
-ed_slot *ed_keys_find(const ed_keys *k, int64_t id, uint64_t h)
-{
-    ed_probe p = ed_probe_lazy(h, k->M, k->lanes);
-    for (uint64_t r = 0; r < p.rounds; r++) {
-        if (r == 1) ed_probe_lazy_step(&p, h, k->M, k->lanes);
-        for (uint32_t g = 0; g < (uint32_t)k->lanes; g++) {
-            ed_slot *sl = &k->slots[ed_probe_slot(&p, r, g)];
-            const int64_t key = atomic_load_explicit(&sl->key, memory_order_acquire);
-            if (key == id) return sl;
-            if (key == ED_KEY_EMPTY) return NULL;
-        }
-    }
-    return NULL;
-}
-
 /* Every thread looking for `id` walks the same sequence, and a slot only ever goes from
  * EMPTY to a key while batches run, so they all meet at the first EMPTY slot: one CAS
  * wins, the others re-read the slot and see either `id` (found) or another key (go on). */
@@ -113,16 +80,6 @@ ed_slot *ed_keys_find_or_insert(ed_keys *k, int64_t id, uint64_t h, int *inserte
         }
     }
     return NULL;    // full: cannot happen after ed_reserve
-}
-
-/* The reference of a found slot; waits while its inserter is still filling the row. */
-int64_t ed_wait_ref(const ed_slot *slot)
-{
-    for (int spins = 0;; spins++) {
-        const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
-        if (ref != ED_REF_PENDING) return ref;
-        if (spins > 64) sched_yield();
-    }
 }
 
 /* Removal leaves a tombstone so the probe sequences that pass this slot stay intact.
@@ -154,25 +111,25 @@ static grm_status ed_migrate_range(void *ctx, int64_t begin, int64_t end)
     return GRM_OK;
 }
 
-/* Replace the slot array by one of M slots holding the same live keys (tombstones are
+/* Replace the slot array of k by one of M slots holding the same live keys (tombstones are
  * dropped); only keys and references move (MTGRBoost §4.1 "Capacity Expansion"). Caller
  * holds the table's write lock. On failure the old array is kept. */
-grm_status ed_keys_rebuild(const ed_store *s, ed_table *t, int64_t M)
+grm_status ed_keys_rebuild(const ed_store *s, ed_keys *k, int64_t M)
 {
     ed_keys neu;
-    grm_status st = ed_keys_init(s, &neu, M, t->keys.lanes);
+    grm_status st = ed_keys_init(s, &neu, M, k->lanes);
     if (st != GRM_OK) return st;
-    ed_migrate_job j = { &t->keys, &neu };
-    if (s->cfg.impl == ED_IMPL_REF) st = ed_migrate_range(&j, 0, t->keys.M);
-    else st = s->host->parallel_for(t->keys.M, 65536, ed_migrate_range, &j);
+    ed_migrate_job j = { k, &neu };
+    if (s->cfg.impl == ED_IMPL_REF) st = ed_migrate_range(&j, 0, k->M);
+    else st = s->host->parallel_for(k->M, 65536, ed_migrate_range, &j);
     if (st != GRM_OK) {
         ed_keys_fini(s, &neu);
         return st;
     }
-    ed_keys_fini(s, &t->keys);
-    t->keys.slots = neu.slots;
-    t->keys.M = neu.M;
-    atomic_store(&t->keys.used, atomic_load(&neu.used));
-    atomic_store(&t->keys.live, atomic_load(&neu.live));
+    ed_keys_fini(s, k);
+    k->slots = neu.slots;
+    k->M = neu.M;
+    atomic_store(&k->used, atomic_load(&neu.used));
+    atomic_store(&k->live, atomic_load(&neu.live));
     return GRM_OK;
 }

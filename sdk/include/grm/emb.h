@@ -89,6 +89,16 @@ typedef struct grm_emb_ops {
     /* GRM_EMB_* capability bits; a store built before 1.3 (a shorter struct_size) reads as
      * 0: ids index rows, tables are never merged. since 1.3 */
     uint32_t flags;
+
+    /* (optional; if NULL, nothing is prefetched and lookups fetch what they miss) Bring
+     * the rows of ids [n] of `table` into the store's fast tier ahead of the lookup that
+     * will ask for them (the host calls it from its data thread with the next batch's ids
+     * while the current batch trains). It changes no row value and counts no access, and
+     * it must not evict the rows the current batch looked up before that batch's update
+     * (seed 003 §2.2). Thread-safe against one concurrent lookup or update of the
+     * trainer's thread; it must not use host->parallel_for. ids: borrowed for the call.
+     * GRM_EIO / GRM_EFORMAT when a slower tier fails. since 1.6 */
+    grm_status (*prefetch)(void *inst, int32_t table, const int64_t *ids, int64_t n);
 } grm_emb_ops;
 
 #ifdef __cplusplus

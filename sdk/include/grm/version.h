@@ -18,7 +18,7 @@ extern "C" {
 #define GRM_ABI_MAJOR 1
 /* Minor: bumped when an op or field is appended. A host accepts plugins of its own
  * minor or older; it refuses a plugin built for a newer minor. */
-#define GRM_ABI_MINOR 5
+#define GRM_ABI_MINOR 6
 
 /* History of the ABI (append-only within a major):
  *   1.0  the seven kinds, the host API, declared parameters.
@@ -32,7 +32,9 @@ extern "C" {
  *   1.5  GRM_KIND_HEAD and grm/head.h: heads are a kind of their own; grm_loss_io gains
  *        batch, step and the item table's rows with their slots (the head gathers the
  *        targets' and negatives' rows and sums their gradients itself). Dense-kind heads
- *        of 1.0-1.4 still load and run. */
+ *        of 1.0-1.4 still load and run.
+ *   1.6  grm_emb_ops.prefetch appended (optional: a tiered store brings the next batch's
+ *        rows into its cache while the current batch trains). */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"

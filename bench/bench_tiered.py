@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""bench/bench_tiered.py - emb-dynamic's tiered mode (a RAM cache over a backing file,
+issue 20) against the same store with every row in memory (DESIGN.md §8: the peer measured
+in the same run), on three id streams: Zipf(1.05) over 100K ids, ML-100K's items in each
+user's time order, Amazon Beauty's items in sequence order (both from $GRM_DATA_DIR; a
+missing data set is skipped with its reason). For each stream: cache budgets of 5, 10, 25
+and 50 % of the rows the stream touches, and cache_bytes = auto (marked `auto`), in
+alternated rounds (mem, 5 %, 10 %, 25 %, 50 %, auto, again); each number is the median of
+its rounds with the spread (max - min) / median.
+
+The loop (bench/bench-tiered.c): per batch of 1024 ids, lookup with INSERT of the unique
+ids, an Adam update of the same rows (dim 64), the next batch's rows prefetched on a second
+thread meanwhile. Printed: ids/s and the ratio to in-memory, the cache's hit rate (rows
+read from the file or created count as misses; first touches are misses at every size),
+the lookups' hit rate (a prefetched row is a hit: its read was hidden), bytes read from
+and written to the backing file. The backing file lives on the disk of --dir (default: a temporary
+directory under the build); a file that fits in RAM stays in the page cache, so this
+measures the store's own cost (syscalls, copies, checksums, eviction), not the device's.
+
+Peers not run: FBGEMM's SSD table (SSDTableBatchedEmbeddingBags) needs fbgemm-gpu's CUDA
+build, and TorchRec's key-value tables need fbgemm-gpu too; neither runs on this CPU-only
+machine."""
+import argparse
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+
+B = 1024
+DIM = 64
+PCTS = (5, 10, 25, 50)
+ROW_BYTES = 40 + 4 * DIM + 8 * DIM + 21   # record (meta, row, Adam state) + key slots
+
+
+def zipf_stream(n_ids=100000, n_batches=300, s=1.05, seed=7):
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    ranks = np.arange(1, n_ids + 1, dtype=np.float64)
+    p = ranks ** -s
+    p /= p.sum()
+    ids = rng.choice(n_ids, size=n_batches * B, p=p)
+    return [int(x) * 40503 % n_ids + 1 for x in ids]
+
+
+def zstd_lines(path):
+    out = subprocess.run(["zstd", "-dc", path], check=True, capture_output=True, text=True)
+    return out.stdout.splitlines()
+
+
+def ml100k_stream(data):
+    rows = [l.split("\t") for l in zstd_lines(os.path.join(data, "ml-100k", "u.data.zst"))]
+    rows.sort(key=lambda r: (int(r[0]), int(r[3])))
+    return [int(r[1]) for r in rows]
+
+
+def beauty_stream(data):
+    ids = []
+    for line in zstd_lines(os.path.join(data, "amazon-beauty", "Beauty.txt.zst")):
+        ids.extend(int(x) for x in line.split()[1:])
+    return ids
+
+
+def write_stream(path, ids):
+    nb = len(ids) // B
+    with open(path, "wb") as f:
+        f.write(struct.pack("<qq", nb, B))
+        f.write(struct.pack("<%dq" % (nb * B), *ids[:nb * B]))
+    return len(set(ids[:nb * B]))
+
+
+def parse(line):
+    return dict(p.split("=", 1) for p in line.split() if "=" in p)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--grmhost", default=None)
+    ap.add_argument("--build", default=os.environ.get("GRM_TOP_BUILDDIR", "."))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--dir", default=None, help="where the backing files go")
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    src = os.environ.get("GRM_TOP_SRCDIR",
+                         os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    data = os.environ.get("GRM_DATA_DIR", os.path.join(src, "..", "shared", "data"))
+    driver = os.path.join(build, "bench", "bench-tiered")
+    if not os.path.exists(driver):
+        subprocess.run(["make", "-C", build, "bench/bench-tiered"], check=True,
+                       stdout=subprocess.DEVNULL)
+    env = dict(os.environ, GRM_TOP_BUILDDIR=build, GRM_TOP_SRCDIR=src)
+    streams = [("zipf", zipf_stream)]
+    for name, fn in (("ml100k", ml100k_stream), ("beauty", beauty_stream)):
+        streams.append((name, lambda fn=fn: fn(data)))
+    table = []
+    with tempfile.TemporaryDirectory(dir=args.dir or build) as tmp:
+        back = os.path.join(tmp, "backing")
+        os.makedirs(back)
+        for name, fn in streams:
+            try:
+                ids = fn()
+            except (OSError, subprocess.CalledProcessError, ImportError) as e:
+                print("bench=tiered case=%s SKIP %s" % (name, str(e).splitlines()[0]))
+                continue
+            path = os.path.join(tmp, name + ".ids")
+            distinct = write_stream(path, ids)
+            modes = ["mem"] + [str(max(1, distinct * p // 100) * ROW_BYTES) for p in PCTS]
+            modes.append("auto")
+            labels = ["mem"] + ["%d%%" % p for p in PCTS] + ["auto"]
+            runs = {m: [] for m in modes}
+            for _ in range(args.rounds):
+                for m in modes:
+                    out = subprocess.run([driver, path, str(DIM), m, back], env=env,
+                                         check=True, capture_output=True, text=True).stdout
+                    runs[m].append(parse(out.strip().splitlines()[-1]))
+            med = {}
+            for m in modes:
+                rates = sorted(float(r["ids_per_s"]) for r in runs[m])
+                mid = statistics.median(rates)
+                med[m] = (mid, (rates[-1] - rates[0]) / mid, runs[m][-1])
+            base = med["mem"][0]
+            for m, label in zip(modes, labels):
+                rate, spread, r = med[m]
+                pct = 100.0 * int(r["cache_rows"]) / distinct if m != "mem" else 100.0
+                line = ("bench=tiered case=%s-%s rows=%d cache_rows=%s cache_pct=%.1f "
+                        "ids_per_s=%.0f spread=%.0f%% peer=mem peer_ids_per_s=%.0f "
+                        "ratio=%.3f hit_rate=%s lookup_hit_rate=%s bytes_read=%s "
+                        "bytes_written=%s" % (
+                            name, label, distinct, r["cache_rows"], pct, rate, 100 * spread,
+                            base, rate / base, r["hit_rate"], r["lookup_hit_rate"],
+                            r["bytes_read"], r["bytes_written"]))
+                print(line)
+                table.append((name, label, distinct, int(r["cache_rows"]), pct, rate,
+                              100 * spread, rate / base, float(r["hit_rate"]),
+                              int(r["bytes_read"])))
+    print()
+    print("%-7s %-5s %7s %9s %6s %10s %6s %6s %6s %12s" % (
+        "stream", "cache", "rows", "cache_rows", "pct", "Mids/s", "spread", "ratio", "hit",
+        "MB read"))
+    for name, label, rows, crow, pct, rate, spread, ratio, hit, br in table:
+        print("%-7s %-5s %7d %9d %6.1f %10.3f %5.0f%% %6.3f %6.3f %12.1f" % (
+            name, label, rows, crow, pct, rate / 1e6, spread, ratio, hit, br / 1e6))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,331 @@
+/* plugins/emb-dynamic/tier.c - the backing tier of emb-dynamic's tiered mode (issue 20):
+ * the key structure and record pools of the other files are the cache tier in RAM, and
+ * every row evicted from it goes, with its optimizer state and metadata, to a file-backed
+ * row store (seed 003 §2.1: a cache in fast memory over the whole table in a larger, slower
+ * tier, LRU/LFU choosing what stays). A later access reads it back exactly (pread), so
+ * training is bitwise that of the all-in-memory table.
+ *
+ * File <backing>/<table>.tier.XXXXXX (mkostemp, unlinked at once): a 64-byte header, then fixed-size records numbered from 0,
+ * each laid out as the cache record (ed_meta | row f32 [D] padded to 8 | state f32 [S*D]),
+ * with ed_meta.flags holding the XXH3-64 of the record (that field taken as 0). An
+ * in-memory key structure (table.c's, 16 bytes a slot) maps id -> record number. The file
+ * is scratch: a checkpoint holds every row of both tiers, and load() rewrites it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <xxhash.h>
+
+#include "emb_dynamic.h"
+
+#define ED_TIER_MAGIC "GRMTIER1"
+#define ED_TIER_VERSION 1
+#define ED_TIER_HEADER 64
+
+/* The header: magic, version, D, S, record bytes, table name hash, its own XXH3-64. */
+typedef struct ed_tier_header {
+    char magic[8];
+    uint32_t version;
+    uint32_t dim;
+    uint32_t S;
+    uint32_t pad;
+    uint64_t rec_bytes;
+    uint64_t name_hash;
+    uint64_t sum;
+    char reserved[ED_TIER_HEADER - 48];
+} ed_tier_header;
+
+static off_t ed_tier_offset(const ed_table *t, int64_t index)
+{
+    return (off_t)ED_TIER_HEADER + (off_t)index * (off_t)t->pools[0].rec_bytes;
+}
+
+/* XXH3-64 of a record with its flags (checksum) field taken as 0. */
+static uint64_t ed_tier_sum(const ed_table *t, char *rec)
+{
+    ed_meta *m = ed_rec_meta(rec);
+    const int64_t flags = m->flags;
+    m->flags = 0;
+    const uint64_t h = XXH3_64bits(rec, t->pools[0].rec_bytes);
+    m->flags = flags;
+    return h;
+}
+
+static grm_status ed_tier_io_error(const ed_store *s, const ed_table *t, const char *what,
+                                   int64_t index, ssize_t got, size_t want)
+{
+    const int e = errno;
+    return s->host->errorf(GRM_EIO, "emb-dynamic: %s: %s record %lld: %s; check the disk of "
+                           "backing = %s", t->tier.path, what, (long long)index,
+                           got < 0 ? strerror(e) : got < (ssize_t)want ? "short transfer"
+                           : "unknown error", s->cfg.backing);
+}
+
+static grm_status ed_tier_pread(const ed_store *s, ed_table *t, char *rec, int64_t index)
+{
+    const size_t n = t->pools[0].rec_bytes;
+    const ssize_t got = pread(t->tier.fd, rec, n, ed_tier_offset(t, index));
+    if (got != (ssize_t)n) return ed_tier_io_error(s, t, "reading", index, got, n);
+    ed_meta *m = ed_rec_meta(rec);
+    if (ed_tier_sum(t, rec) != (uint64_t)m->flags)
+        return s->host->errorf(GRM_EFORMAT, "emb-dynamic: %s: record %lld (id %lld) fails "
+                               "its checksum; the backing file was changed under the run: "
+                               "resume from the last checkpoint", t->tier.path,
+                               (long long)index, (long long)m->id);
+    atomic_fetch_add_explicit(&t->tier.bytes_read, (int64_t)n, memory_order_relaxed);
+    return GRM_OK;
+}
+
+/* ---- open and close ---- */
+
+grm_status ed_tier_open(const ed_store *s, ed_table *t)
+{
+    ed_tier *tr = &t->tier;
+    const size_t len = strlen(s->cfg.backing) + strlen(t->name) + 16;
+    grm_status st;
+    tr->fd = -1;
+    if (strchr(t->name, '/') != NULL)
+        return s->host->errorf(GRM_EINVAL, "emb-dynamic: table '%s': a tiered table's name "
+                               "names its backing file and may not hold '/'", t->name);
+    tr->path = malloc(len);
+    if (tr->path == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory",
+                               t->name);
+    snprintf(tr->path, len, "%s/%s.tier.XXXXXX", s->cfg.backing, t->name);
+    mkdir(s->cfg.backing, 0700);   // one level, like the checkpoint directory; may exist
+    // The file is this process's scratch, never read across runs (checkpoints are): it is
+    // unlinked at once, so nothing is left behind even by kill -9, and processes (ranks)
+    // sharing the directory never meet.
+    tr->fd = mkostemp(tr->path, O_CLOEXEC);
+    if (tr->fd < 0)
+        return s->host->errorf(GRM_EIO, "emb-dynamic: backing = %s: cannot create %s: %s; "
+                               "give an existing, writable directory", s->cfg.backing,
+                               tr->path, strerror(errno));
+    unlink(tr->path);
+    ed_tier_header h;
+    memset(&h, 0, sizeof(h));
+    memcpy(h.magic, ED_TIER_MAGIC, 8);
+    h.version = ED_TIER_VERSION;
+    h.dim = (uint32_t)t->dim;
+    h.S = (uint32_t)s->S;
+    h.rec_bytes = t->pools[0].rec_bytes;
+    h.name_hash = t->name_hash;
+    h.sum = XXH3_64bits(&h, offsetof(ed_tier_header, sum));
+    if (pwrite(tr->fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
+        return s->host->errorf(GRM_EIO, "emb-dynamic: %s: writing the header: %s",
+                               tr->path, strerror(errno));
+    if ((st = ed_keys_init(s, &tr->index, ed_keys_slots_for(0, 1), 1)) != GRM_OK) return st;
+    tr->nrec = 0;
+    // Write-back stages up to 1 MiB of records that follow each other in the file.
+    const size_t rb = t->pools[0].rec_bytes;
+    tr->wcap = rb >= (1u << 20) ? 1 : (int64_t)((1u << 20) / rb);
+    tr->wbuf = malloc((size_t)tr->wcap * rb);
+    tr->wn = 0;
+    if (tr->wbuf == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory for the "
+                               "write-back buffer", t->name);
+    return GRM_OK;
+}
+
+void ed_tier_close(const ed_store *s, ed_table *t)
+{
+    ed_tier *tr = &t->tier;
+    if (tr->fd >= 0) close(tr->fd);     // unlinked at open: its blocks go now
+    tr->fd = -1;
+    if (tr->index.slots != NULL) ed_keys_fini(s, &tr->index);
+    free(tr->path);
+    tr->path = NULL;
+    free(tr->profile);
+    tr->profile = NULL;
+    free(tr->wbuf);
+    tr->wbuf = NULL;
+}
+
+/* ---- fetch and write-back ---- */
+
+/* Fill the fresh cache record ref of id: from the backing file when the id is there, else
+ * initialized (ed_record_fill). Runs inside batches: the index only changes under the
+ * table's write lock. */
+grm_status ed_tier_fetch(const ed_store *s, ed_table *t, int64_t ref, int64_t id, int64_t now)
+{
+    const ed_slot *sl = ed_keys_find(&t->tier.index, id, ed_hash(id));
+    if (sl == NULL) {
+        ed_record_fill(s, t, ref, id, now);
+        return GRM_OK;
+    }
+    const int64_t index = atomic_load_explicit(&sl->ref, memory_order_relaxed);
+    char *rec = ed_record(t, ref);
+    const grm_status st = ed_tier_pread(s, t, rec, index);
+    if (st != GRM_OK) {
+        ed_record_fill(s, t, ref, id, now);     // a defined record; the batch fails
+        return st;
+    }
+    ed_rec_meta(rec)->flags = 0;                // clean: equal to its file copy
+    atomic_fetch_add_explicit(&t->tier.fetches, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&t->tier.file_only, 1, memory_order_relaxed);
+    return GRM_OK;
+}
+
+/* The row of id as stored in the backing file, into out [D]; *found = 0 when absent.
+ * For lookups without INSERT (evaluation): nothing is cached. */
+grm_status ed_tier_read_row(const ed_store *s, ed_table *t, int64_t id, float *out,
+                            int *found)
+{
+    const ed_slot *sl = ed_keys_find(&t->tier.index, id, ed_hash(id));
+    *found = 0;
+    if (sl == NULL) return GRM_OK;
+    char *rec = malloc(t->pools[0].rec_bytes);
+    if (rec == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory reading "
+                               "a backing row", t->name);
+    const grm_status st = ed_tier_pread(s, t, rec,
+                                        atomic_load_explicit(&sl->ref, memory_order_relaxed));
+    if (st == GRM_OK) memcpy(out, ed_rec_row(rec), (size_t)t->dim * sizeof(float));
+    free(rec);
+    *found = st == GRM_OK;
+    return st;
+}
+
+/* Room in the index for n more ids. Caller holds the table's write lock. */
+grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n)
+{
+    ed_keys *k = &t->tier.index;
+    if (atomic_load(&k->used) + n <= k->M / ED_GROW_DEN * ED_GROW_NUM) return GRM_OK;
+    return ed_keys_rebuild(s, k, ed_keys_slots_for(atomic_load(&k->live) + n, k->lanes));
+}
+
+/* Write the staged records out. Caller holds the write lock. */
+grm_status ed_tier_flush(const ed_store *s, ed_table *t)
+{
+    ed_tier *tr = &t->tier;
+    if (tr->wn == 0) return GRM_OK;
+    const size_t bytes = (size_t)tr->wn * t->pools[0].rec_bytes;
+    const ssize_t put = pwrite(tr->fd, tr->wbuf, bytes, ed_tier_offset(t, tr->wfirst));
+    const int64_t first = tr->wfirst, n = tr->wn;
+    tr->wn = 0;
+    if (put != (ssize_t)bytes) return ed_tier_io_error(s, t, "writing", first, put, bytes);
+    atomic_fetch_add_explicit(&tr->writebacks, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tr->bytes_written, (int64_t)bytes, memory_order_relaxed);
+    return GRM_OK;
+}
+
+/* A cache record leaves the cache: write it back when dirty (its file copy, if any, is
+ * older), into its own file record or a new one at the end. Records that follow each
+ * other in the file (every new one does: they are appended in eviction order) are staged
+ * and go out in one pwrite; ed_tier_flush writes the rest, before the write lock is let
+ * go. Caller holds the write lock and reserved room in the index (ed_tier_reserve). */
+grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref)
+{
+    ed_tier *tr = &t->tier;
+    char *rec = ed_record(t, ref);
+    ed_meta *m = ed_rec_meta(rec);
+    grm_status st;
+    atomic_fetch_add_explicit(&tr->file_only, 1, memory_order_relaxed);
+    if (!(m->flags & ED_FLAG_DIRTY)) return GRM_OK;
+    int inserted;
+    ed_slot *sl = ed_keys_find_or_insert(&tr->index, m->id, ed_hash(m->id), &inserted);
+    if (sl == NULL)
+        return s->host->errorf(GRM_EINTERNAL, "emb-dynamic: table '%s': backing index full",
+                               t->name);
+    if (inserted) atomic_store_explicit(&sl->ref, tr->nrec++, memory_order_relaxed);
+    const int64_t index = atomic_load_explicit(&sl->ref, memory_order_relaxed);
+    if (tr->wn > 0 && (index != tr->wfirst + tr->wn || tr->wn == tr->wcap)
+        && (st = ed_tier_flush(s, t)) != GRM_OK)
+        return st;
+    if (tr->wn == 0) tr->wfirst = index;
+    const size_t rb = t->pools[0].rec_bytes;
+    char *dst = tr->wbuf + (size_t)tr->wn++ * rb;
+    memcpy(dst, rec, rb);
+    ed_rec_meta(dst)->flags = (int64_t)ed_tier_sum(t, dst);
+    return GRM_OK;
+}
+
+/* ---- checkpoints ---- */
+
+/* Rows that live only in the file (not in the cache), as (id, -1 - record number) pairs
+ * appended to t->cand from position n; returns the new count. Caller holds the write
+ * lock and sized t->cand for n + file_only entries. */
+int64_t ed_tier_collect(const ed_table *t, int64_t n)
+{
+    const ed_keys *k = &t->tier.index;
+    for (int64_t i = 0; i < k->M; i++) {
+        const int64_t id = atomic_load_explicit(&k->slots[i].key, memory_order_relaxed);
+        if (id == ED_KEY_EMPTY || id == ED_KEY_TOMB) continue;
+        if (ed_keys_find(&t->keys, id, ed_hash(id)) != NULL) continue;
+        t->cand[n].id = id;
+        t->cand[n].ref = -1 - atomic_load_explicit(&k->slots[i].ref, memory_order_relaxed);
+        n++;
+    }
+    return n;
+}
+
+/* The file record `index` into the scratch record buf (rec_bytes). */
+grm_status ed_tier_read_record(const ed_store *s, ed_table *t, int64_t index, char *buf)
+{
+    return ed_tier_pread(s, t, buf, index);
+}
+
+/* Load: every row of the checkpoint goes to the file, records 0..n-1 in id order, and the
+ * cache starts empty (rows come back on first access). Caller holds the write lock; the
+ * cache's key structure and pools were reset by the caller. */
+grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids /* [n] */,
+                          const float *w /* [n, D] */, const float *state /* [n, S*D] */,
+                          const int64_t *meta /* [n, 3] */, int64_t n)
+{
+    ed_tier *tr = &t->tier;
+    const size_t D = (size_t)t->dim, SD = (size_t)s->S * D, rb = t->pools[0].rec_bytes;
+    grm_status st;
+    ed_keys index;
+    if ((st = ed_keys_init(s, &index, ed_keys_slots_for(n, 1), 1)) != GRM_OK) return st;
+    if (ftruncate(tr->fd, ED_TIER_HEADER) != 0) {
+        ed_keys_fini(s, &index);
+        return s->host->errorf(GRM_EIO, "emb-dynamic: %s: truncating: %s", tr->path,
+                               strerror(errno));
+    }
+    // Records go out in blocks of up to 1 MiB.
+    const int64_t per = rb >= (1u << 20) ? 1 : (int64_t)((1u << 20) / rb);
+    char *buf = calloc((size_t)per, rb);
+    if (buf == NULL) {
+        ed_keys_fini(s, &index);
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory writing "
+                               "the backing file", t->name);
+    }
+    for (int64_t b = 0; b < n && st == GRM_OK; b += per) {
+        const int64_t m = n - b < per ? n - b : per;
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t r = b + i;
+            char *rec = buf + (size_t)i * rb;
+            ed_meta *md = ed_rec_meta(rec);
+            md->id = ids[r];
+            md->steps = meta[3 * r];
+            md->count = meta[3 * r + 1];
+            md->last = meta[3 * r + 2];
+            memcpy(ed_rec_row(rec), w + (size_t)r * D, D * sizeof(float));
+            if (SD > 0)
+                memcpy(ed_rec_state(&t->pools[0], rec), state + (size_t)r * SD,
+                       SD * sizeof(float));
+            md->flags = (int64_t)ed_tier_sum(t, rec);
+            int inserted;
+            ed_slot *sl = ed_keys_find_or_insert(&index, ids[r], ed_hash(ids[r]), &inserted);
+            atomic_store_explicit(&sl->ref, r, memory_order_relaxed);
+        }
+        const size_t bytes = (size_t)m * rb;
+        const ssize_t put = pwrite(tr->fd, buf, bytes, ed_tier_offset(t, b));
+        if (put != (ssize_t)bytes) st = ed_tier_io_error(s, t, "writing", b, put, bytes);
+    }
+    free(buf);
+    if (st != GRM_OK) {
+        ed_keys_fini(s, &index);
+        return st;
+    }
+    ed_keys_fini(s, &tr->index);
+    tr->index = index;
+    tr->nrec = n;
+    atomic_store(&tr->file_only, n);
+    return GRM_OK;
+}

@@ -1,0 +1,375 @@
+/* tests/test-emb-tiered.c - emb-dynamic's tiered mode (issue 20: a cache in RAM over a
+ * backing file, seed 003 §2.1-2.3) against the same store with every row in memory. The
+ * expected values are the all-in-memory store's: a tiered table whose backing tier holds
+ * 10x its cache must give bitwise the same rows, optimizer state and per-row metadata
+ * after the same lookups and Adam updates, through evictions, write-backs, fetches,
+ * evaluation reads from the file and a checkpoint round trip. Also: prefetching batch i+1
+ * never evicts batch i (a stream that would under plain LRU), the auto cache size from a
+ * stream whose reuse distances are known, the checksum catching a changed backing file,
+ * and the configuration errors. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <grm/emb.h>
+#include <grm/rng.h>
+
+#include "emb-fakes.h"
+#include "harness.h"
+#include "tap.h"
+
+#define D 16
+#define R 6000          /* ids of the table */
+#define B 256           /* ids per batch */
+#define STEPS 60
+
+static const grm_opt_ops *adam_ops;
+static void *adam;
+static char dir[256];
+
+static void *try_store(const grm_emb_table_spec *spec, grm_status *status,
+                       const char *const *kv)
+{
+    int nkv = 0;
+    while (kv != NULL && kv[nkv] != NULL) nkv++;
+    const void *cfg = NULL;
+    grm_status st = harness_config_try(info, &cfg, kv, nkv);
+    void *s = NULL;
+    if (st == GRM_OK) {
+        grm_optimizer opt = { adam_ops, adam };
+        st = ops->create(cfg, spec, 1, &opt, &s);
+    }
+    if (status) *status = st;
+    return st == GRM_OK ? s : NULL;
+}
+
+static void *make_store(const grm_emb_table_spec *spec, const char *const *kv)
+{
+    grm_status st;
+    void *s = try_store(spec, &st, kv);
+    if (s == NULL) {
+        printf("Bail out! create: %s\n", harness_host()->last_error());
+        exit(1);
+    }
+    return s;
+}
+
+static grm_emb_stats stats_of(void *s)
+{
+    grm_emb_stats st;
+    memset(&st, 0, sizeof(st));
+    if (ops->stats(s, 0, &st) != GRM_OK) tap_diag("stats: %s", harness_host()->last_error());
+    return st;
+}
+
+/* n distinct ids of a skewed stream over [0, R): squares of uniforms favour small ranks. */
+static int64_t batch_ids(int64_t *ids, int64_t n, uint64_t *rng)
+{
+    int64_t k = 0;
+    while (k < n) {
+        const double u = grm_rng_uniform01(rng);
+        const int64_t id = (int64_t)(u * u * R) * 7919 + 11;    // sparse ids
+        int dup = 0;
+        for (int64_t i = 0; i < k && !dup; i++) dup = ids[i] == id;
+        if (!dup) ids[k++] = id;
+    }
+    return k;
+}
+
+/* Every exported tensor of a and b equal bitwise (the checkpoint's content). */
+static int same_export(void *a, void *b, const char *what)
+{
+    static const char *const names[] = { "t.ids", "t.weight", "t.opt_state", "t.meta" };
+    int ok = 1;
+    for (int k = 0; k < 4; k++) {
+        const grm_named_tensor x = find_tensor(a, names[k]);
+        const grm_named_tensor y = find_tensor(b, names[k]);
+        const size_t bytes = (size_t)x.tensor.shape[0] * (size_t)x.tensor.shape[1]
+                             * grm_dtype_size(x.tensor.dtype);
+        if (x.name == NULL || y.name == NULL || x.tensor.shape[0] != y.tensor.shape[0]
+            || x.tensor.shape[1] != y.tensor.shape[1]
+            || memcmp(x.tensor.data, y.tensor.data, bytes) != 0) {
+            tap_diag("%s: %s differs (%lld vs %lld rows)", what, names[k],
+                     (long long)x.tensor.shape[0], (long long)y.tensor.shape[0]);
+            ok = 0;
+        }
+    }
+    return ok;
+}
+
+/* Train a (all in memory) and b (tiered) on the same batches; 1 when every looked-up row
+ * matched bitwise. Also evaluates (lookups without INSERT) every 10 steps. */
+static int train_both(void *a, void *b, int64_t step0, int64_t steps, uint64_t seed,
+                      int64_t *mismatch)
+{
+    int64_t ids[B];
+    float ra[B * D], rb[B * D], g[B * D];
+    uint64_t rng = seed;
+    for (int64_t s = step0; s < step0 + steps; s++) {
+        const int64_t n = batch_ids(ids, B, &rng);
+        if (ops->lookup(a, ra, 0, ids, n, GRM_EMB_INSERT) != GRM_OK
+            || ops->lookup(b, rb, 0, ids, n, GRM_EMB_INSERT) != GRM_OK) {
+            tap_diag("lookup: %s", harness_host()->last_error());
+            return 0;
+        }
+        if (memcmp(ra, rb, sizeof(float) * (size_t)(n * D)) != 0) (*mismatch)++;
+        for (int64_t i = 0; i < n * D; i++) g[i] = (float)(grm_rng_uniform01(&rng) - 0.5);
+        if (ops->update(a, 0, ids, g, n, s) != GRM_OK
+            || ops->update(b, 0, ids, g, n, s) != GRM_OK) {
+            tap_diag("update: %s", harness_host()->last_error());
+            return 0;
+        }
+        if (s % 10 == 0) {      // evaluation: rows of the file read without caching them
+            for (int64_t i = 0; i < n; i++) ids[i] = (int64_t)i * 7919 * 23 + 11;
+            if (ops->lookup(a, ra, 0, ids, n, 0) != GRM_OK
+                || ops->lookup(b, rb, 0, ids, n, 0) != GRM_OK)
+                return 0;
+            if (memcmp(ra, rb, sizeof(float) * (size_t)(n * D)) != 0) (*mismatch)++;
+        }
+    }
+    return 1;
+}
+
+/* "backing=<dir>/<sub>", the directory made: each live store gets its own (the file is
+ * named after the table). Four rotating buffers. */
+static const char *kv_dir(const char *sub)
+{
+    static char kv[4][300];
+    static int next;
+    char *k = kv[next++ % 4];
+    char path[280];
+    snprintf(path, sizeof path, "%s/%s", dir, sub);
+    mkdir(path, 0700);
+    snprintf(k, 300, "backing=%s", path);
+    return k;
+}
+
+int main(void)
+{
+    tap_plan(18);
+    info = harness_plugin("emb-dynamic");
+    ops = info->ops;
+    const grm_plugin_info *oinfo = harness_plugin("opt-adam");
+    adam_ops = oinfo->ops;
+    if (adam_ops->create(harness_config(oinfo, NULL), &adam) != GRM_OK) {
+        printf("Bail out! opt-adam: %s\n", harness_host()->last_error());
+        return 1;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/grm-tiered-XXXXXX", tmp != NULL ? tmp : "/tmp");
+    if (mkdtemp(dir) == NULL) {
+        printf("Bail out! mkdtemp %s\n", dir);
+        return 1;
+    }
+    grm_emb_table_spec spec = { "t", R, D, GRM_EMB_INIT_UNIFORM, 0.05, 3 };
+
+    // ---- 1. backing 10x the cache: bitwise the all-in-memory store ----
+    void *mem = make_store(&spec, NULL);
+    // A row costs 32 + 8 (meta) + 64 (row) + 128 (Adam state) + 21 (key slot) bytes;
+    // 58000 bytes hold ~250 rows, under one batch: the floor of 2 batches does not apply
+    // to a given size, so the cache is overfilled only by the batch in flight.
+    const char *kv1[] = { kv_dir("a"), "cache_bytes=58000", "evict=lru", NULL };
+    void *tier = make_store(&spec, kv1);
+    int64_t mism = 0;
+    int ok = train_both(mem, tier, 1, STEPS, 42, &mism);
+    const grm_emb_stats sm = stats_of(mem), st = stats_of(tier);
+    tap_ok(ok && mism == 0, "tiered (cache %lld rows) and in-memory stores: %d training steps "
+           "of %d ids with Adam, every looked-up and evaluated row bitwise equal (%lld "
+           "mismatches)", (long long)st.capacity, STEPS, B, (long long)mism);
+    tap_ok(st.rows == sm.rows && st.rows >= 10 * st.capacity,
+           "both hold %lld rows; the backing tier holds >= 10x the cache's %lld (%lld "
+           "evictions)", (long long)st.rows, (long long)st.capacity,
+           (long long)st.evictions);
+    tap_ok(same_export(mem, tier, "after training"), "checkpoint tensors (ids, weight, "
+           "Adam state, meta) of both tiers equal the in-memory store's bitwise");
+
+    // ---- 2. checkpoint round trip into a fresh tiered store, then more training ----
+    const char *kv2[] = { kv_dir("b"), "cache_bytes=30000", "evict=lfu", NULL };
+    void *back = make_store(&spec, kv2);
+    static const char *const names[] = { "t.ids", "t.weight", "t.opt_state", "t.meta",
+                                         "t.counters" };
+    grm_status lst = GRM_OK;
+    for (int k = 4; k >= 0 && lst == GRM_OK; k--) {
+        grm_named_tensor x = find_tensor(tier, names[k]);
+        lst = ops->load(back, &x);
+    }
+    tap_ok(lst == GRM_OK && same_export(mem, back, "after load"),
+           "a fresh tiered store (LFU, smaller cache) loads the checkpoint: its export "
+           "equals the in-memory store's bitwise");
+    mism = 0;
+    ok = train_both(mem, back, STEPS + 1, 20, 43, &mism);
+    tap_ok(ok && mism == 0 && same_export(mem, back, "resumed"),
+           "20 more steps after the load: rows and export still bitwise equal (%lld "
+           "mismatches)", (long long)mism);
+    ops->destroy(back);
+
+    // ---- 3. the checksum catches a changed backing file ----
+    // Every record after the 64-byte header overwritten; then evaluation lookups of every
+    // id reach a row that lives only in the file.
+    // The file is unlinked at creation: reach it through this process's descriptors.
+    char prefix[400], path[400] = "";
+    snprintf(prefix, sizeof prefix, "%s/a/t.tier.", dir);
+    for (int d = 3; d < 1024 && path[0] == '\0'; d++) {
+        char link[64], target[512];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", d);
+        const ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = '\0';
+        if (strncmp(target, prefix, strlen(prefix)) == 0)
+            snprintf(path, sizeof path, "%s", link);
+    }
+    const int fd = path[0] != '\0' ? open(path, O_WRONLY) : -1;
+    const off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : 0;
+    int wrote = fd >= 0 && size > 64;
+    for (off_t at = 64; wrote && at < size; at += 8) wrote = pwrite(fd, "garbage!", 8, at) == 8;
+    if (fd >= 0) close(fd);
+    int64_t all[512];
+    float rows[512 * D];
+    grm_status cst = GRM_OK;
+    for (int64_t r0 = 0; r0 < R && cst == GRM_OK; r0 += 512) {
+        for (int64_t i = 0; i < 512; i++) all[i] = (r0 + i) * 7919 + 11;
+        cst = ops->lookup(tier, rows, 0, all, 512, 0);
+    }
+    tap_ok(wrote && cst == GRM_EFORMAT && has("checksum") && has("/a/t.tier."),
+           "a record of the backing file changed under the run: the read fails with "
+           "GRM_EFORMAT naming the file and the checksum");
+    ops->destroy(tier);
+    ops->destroy(mem);
+
+    // ---- 4. prefetch of batch i+1 never evicts batch i ----
+    // Cache of exactly B rows. Batch i fills it; batch i+1 is B other ids. Plain LRU
+    // making room for i+1 would evict all of batch i before its update.
+    char cb[64];
+    {
+        void *probe = make_store(&spec, (const char *[]){ kv_dir("c"), "cache_bytes=1M",
+                                                          NULL });
+        // rows per byte from the store itself: capacity = 1M / row cost
+        const grm_emb_stats ps = stats_of(probe);
+        snprintf(cb, sizeof cb, "cache_bytes=%lld",
+                 (long long)(1000000 / ps.capacity * B + 1000000 / ps.capacity / 2));
+        ops->destroy(probe);
+    }
+    void *pin = make_store(&spec, (const char *[]){ kv_dir("c"), cb, NULL });
+    int64_t bi[B], bj[B];
+    float out[B * D], grad[B * D];
+    for (int64_t i = 0; i < B; i++) {
+        bi[i] = 1000 + i;
+        bj[i] = 5000 + i;
+        for (int d = 0; d < D; d++) grad[i * D + d] = 0.25f;
+    }
+    const grm_emb_stats p0 = stats_of(pin);
+    // Step 1 trains batch j (so its rows exist), step 2 batch i, which moves j's rows to
+    // the file. Step 3: batch i again is in flight when batch j is prefetched.
+    grm_status pst = ops->lookup(pin, out, 0, bj, B, GRM_EMB_INSERT);
+    if (pst == GRM_OK) pst = ops->update(pin, 0, bj, grad, B, 1);
+    if (pst == GRM_OK) pst = ops->lookup(pin, out, 0, bi, B, GRM_EMB_INSERT);
+    if (pst == GRM_OK) pst = ops->update(pin, 0, bi, grad, B, 2);
+    if (pst == GRM_OK) pst = ops->lookup(pin, out, 0, bi, B, GRM_EMB_INSERT);
+    const grm_emb_stats p1 = stats_of(pin);
+    if (pst == GRM_OK) pst = ops->prefetch(pin, 0, bj, B);
+    const grm_emb_stats p2 = stats_of(pin);
+    if (pst == GRM_OK) pst = ops->update(pin, 0, bi, grad, B, 3);
+    const grm_emb_stats p3 = stats_of(pin);
+    tap_ok(pst == GRM_OK && p0.capacity == B && p1.evictions == B
+           && p2.evictions == p1.evictions && p3.evictions == p1.evictions,
+           "cache of %lld rows = one batch: prefetching the next %d ids (in the file) while "
+           "batch i is in flight evicts none of batch i (evictions %lld -> %lld -> %lld)",
+           (long long)p0.capacity, B, (long long)p1.evictions, (long long)p2.evictions,
+           (long long)p3.evictions);
+    const int64_t miss0 = stats_of(pin).misses;
+    if (pst == GRM_OK) pst = ops->lookup(pin, out, 0, bj, B, GRM_EMB_INSERT);
+    const grm_emb_stats p4 = stats_of(pin);
+    tap_ok(pst == GRM_OK && p4.misses == miss0 && p4.evictions == p1.evictions + B,
+           "batch i+1's lookup finds every prefetched row (misses +%lld) and only then "
+           "are batch i's %d rows moved out (evictions +%lld)",
+           (long long)(p4.misses - miss0), B, (long long)(p4.evictions - p1.evictions));
+    // The rows of batch i came back exact: 2 Adam updates, as in a store without a file.
+    float again[B * D];
+    pst = ops->lookup(pin, again, 0, bi, B, 0);
+    void *ref = make_store(&spec, NULL);
+    float want[B * D];
+    ops->lookup(ref, want, 0, bj, B, GRM_EMB_INSERT);
+    ops->update(ref, 0, bj, grad, B, 1);
+    ops->lookup(ref, want, 0, bi, B, GRM_EMB_INSERT);
+    ops->update(ref, 0, bi, grad, B, 2);
+    ops->lookup(ref, want, 0, bi, B, GRM_EMB_INSERT);
+    ops->update(ref, 0, bi, grad, B, 3);
+    ops->lookup(ref, want, 0, bi, B, 0);
+    tap_ok(pst == GRM_OK && memcmp(again, want, sizeof want) == 0,
+           "batch i's rows, now only in the backing file, read back bitwise as the "
+           "in-memory store's");
+    // Ids in neither tier are left to the lookup: prefetch adds no row.
+    int64_t fresh[4] = { 777001, 777002, 777003, 777004 };
+    const int64_t rows0 = stats_of(pin).rows;
+    pst = ops->prefetch(pin, 0, fresh, 4);
+    tap_ok(pst == GRM_OK && stats_of(pin).rows == rows0,
+           "prefetch of 4 ids in neither tier adds no row (rows %lld)", (long long)rows0);
+    ops->destroy(ref);
+    ops->destroy(pin);
+
+    // ---- 5. cache_bytes = auto ----
+    // Batches cycle over 4 disjoint sets of B ids, always in the same order: every
+    // re-reference has LRU stack distance 4B - 1, so the smallest cache reaching 0.9 of
+    // the re-references holds 4B rows (above the floor of 2 batches = 2B).
+    void *au = make_store(&spec, (const char *[]){ kv_dir("d"), "cache_bytes=auto",
+                                                   "profile_batches=8", NULL });
+    int64_t cyc[B];
+    grm_status ast = GRM_OK;
+    const grm_emb_stats a0 = stats_of(au);
+    for (int64_t s = 0; s < 16 && ast == GRM_OK; s++) {
+        for (int64_t i = 0; i < B; i++) cyc[i] = (s % 4) * 100000 + i;
+        ast = ops->lookup(au, out, 0, cyc, B, GRM_EMB_INSERT);
+        if (ast == GRM_OK) ast = ops->update(au, 0, cyc, grad, B, s + 1);
+    }
+    const grm_emb_stats a1 = stats_of(au);
+    tap_ok(ast == GRM_OK && a0.capacity == 0 && a1.capacity == 4 * B && a1.evictions == 0,
+           "auto: a stream cycling over 4 batches of %d ids (stack distance %d) gets a cache "
+           "of %lld rows (want %d) after 8 profiled batches, and evicts nothing (%lld)", B,
+           4 * B - 1, (long long)a1.capacity, 4 * B, (long long)a1.evictions);
+    ops->destroy(au);
+    au = make_store(&spec, (const char *[]){ kv_dir("d"), "cache_bytes=auto",
+                                             "profile_batches=4", NULL });
+    for (int64_t s = 0; s < 8 && ast == GRM_OK; s++) {
+        for (int64_t i = 0; i < B; i++) cyc[i] = s * 100000 + i;     // never reused
+        ast = ops->lookup(au, out, 0, cyc, B, GRM_EMB_INSERT);
+        if (ast == GRM_OK) ast = ops->update(au, 0, cyc, grad, B, s + 1);
+    }
+    const grm_emb_stats a2 = stats_of(au);
+    tap_ok(ast == GRM_OK && a2.capacity == 2 * B && a2.rows == 8 * B,
+           "auto: a stream that never reuses an id gets the floor, two batches' working set "
+           "(%lld rows, want %d); all %lld rows kept", (long long)a2.capacity, 2 * B,
+           (long long)a2.rows);
+    ops->destroy(au);
+
+    // ---- 6. configuration errors ----
+    grm_status est;
+    void *bad = try_store(&spec, &est, (const char *[]){ "cache_bytes=1M", NULL });
+    tap_ok(bad == NULL && est == GRM_EINVAL && has("backing"),
+           "cache_bytes without backing: GRM_EINVAL naming backing");
+    bad = try_store(&spec, &est, (const char *[]){ kv_dir("e"), NULL });
+    tap_ok(bad == NULL && est == GRM_EINVAL && has("cache_bytes"),
+           "backing without cache_bytes: GRM_EINVAL naming cache_bytes");
+    bad = try_store(&spec, &est, (const char *[]){ kv_dir("e"), "cache_bytes=lots", NULL });
+    tap_ok(bad == NULL && est == GRM_EINVAL && has("'lots'") && has("64M"),
+           "cache_bytes = lots: GRM_EINVAL quoting it and showing the form");
+    bad = try_store(&spec, &est, (const char *[]){ "backing=/nonexistent/grm", "cache_bytes=1M",
+                                                   NULL });
+    tap_ok(bad == NULL && est == GRM_EIO && has("/nonexistent/grm/t.tier."),
+           "backing in a missing directory: GRM_EIO naming the file");
+    bad = try_store(&spec, &est, (const char *[]){ kv_dir("e"), "cache_bytes=1M",
+                                                   "fp16_cold=true", NULL });
+    tap_ok(bad == NULL && est == GRM_EINVAL && has("fp16_cold"),
+           "backing with fp16_cold: GRM_EINVAL (the tiered mode keeps rows exact)");
+    bad = try_store(&spec, &est, (const char *[]){ kv_dir("e"), "cache_bytes=100", NULL });
+    tap_ok(bad == NULL && est == GRM_EINVAL && has("holds no row"),
+           "cache_bytes smaller than one row: GRM_EINVAL");
+
+    adam_ops->destroy(adam);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) tap_diag("could not remove %s", dir);
+    return tap_failed_ ? 1 : 0;
+}

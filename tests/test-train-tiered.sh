@@ -1,0 +1,145 @@
+#!/bin/sh
+# tests/test-train-tiered.sh - emb-dynamic's tiered mode in training (issue 20): a retrieval
+# run whose tables live mostly in a backing file (cache_bytes far below the rows; the file
+# holds >= 10x the cache) gives bitwise the losses and the validation and test metrics of
+# the same run with every row in memory, with the data thread prefetching the next batches'
+# rows (prefetch = 2) and without it; a tiered run checkpointing every step and writing rows
+# back every step, killed with SIGKILL once a checkpoint of step >= 20 exists (so inside a
+# write-back, a checkpoint or a step), resumes and ends bitwise as the uninterrupted run; so
+# does one killed inside its 2000th write-back pwrite and one killed inside a checkpoint
+# save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL). TAP output.
+set -u
+: "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
+g="$GRM_TOP_BUILDDIR/grmhost"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
+pid=
+trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
+. "$GRM_TOP_SRCDIR/tests/tap.sh"
+echo "1..9"
+
+"$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
+ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
+    ini_events "$tmp/ev.tsv"
+    ini_history
+    printf '[embedding]\nplugin = emb-dynamic\n%b\n' "$2"
+    ini_mlp_softmax
+    cat <<EOI
+[train]
+time_column = ts
+max_seq_len = 10
+batch_size = 32
+steps = 60
+log_every = 1
+eval_every = 30
+prefetch = $1
+EOI
+    [ -n "$3" ] && printf '[checkpoint]\ndir = %s\nevery = 1\nkeep = 3\n' "$3"
+    return 0
+}
+run() {   # NAME: train NAME.ini into NAME.jsonl
+    "$g" train --fresh --metrics-out "$tmp/$1.jsonl" "$tmp/$1.ini" >/dev/null 2>"$tmp/$1.err"
+    rc=$?
+    [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/$1.err" | tail -5
+    return $rc
+}
+same_metrics() {   # A B: the same valid and test hr@10 / ndcg@10, to the digit
+    for m in "valid hr@10" "test hr@10" "test ndcg@10"; do
+        a=$(metric "$1" $m); b=$(metric "$2" $m)
+        echo "# $m: $a vs $b"
+        [ -n "$a" ] && [ "$a" = "$b" ] || return 1
+    done
+}
+# A row of dim 16 with Adam costs 253 bytes in the cache (record + key slots): 12000 bytes
+# hold 47 rows of the ~700 the run touches.
+tier="backing = $tmp/tier\ncache_bytes = 12000\nevict = lru"
+mkdir -p "$tmp/tier"
+
+ini 2 "" "" >"$tmp/mem.ini"; run mem || echo "# mem failed"
+ini 2 "$tier" "" >"$tmp/t2.ini"; run t2 || echo "# t2 failed"
+ini 0 "$tier" "" >"$tmp/t0.ini"; run t0 || echo "# t0 failed"
+same_curve "$tmp/mem.jsonl" "$tmp/t2.jsonl" 0 && same_metrics "$tmp/mem.jsonl" "$tmp/t2.jsonl"
+ok $? "tiered (cache 47 rows, prefetch = 2): the 60 losses and the valid/test metrics \
+are the in-memory run's, bitwise"
+same_curve "$tmp/mem.jsonl" "$tmp/t0.jsonl" 0 && same_metrics "$tmp/mem.jsonl" "$tmp/t0.jsonl"
+ok $? "tiered without prefetch (rows fetched by the lookups): the same losses and metrics"
+
+# The store's summary at exit: rows of both tiers, fetched (by prefetch), written back.
+line=$(grep "cache .* of .* rows" "$tmp/t2.err" | head -1)
+echo "# $line"
+rows=$(echo "$line" | sed -n 's/.*cache [0-9]* of \([0-9]*\) rows (budget \([0-9]*\)).*/\1 \2/p')
+pre=$(echo "$line" | sed -n 's/.*(\([0-9]*\) by prefetch).*/\1/p')
+set -- $rows
+[ -n "${1:-}" ] && [ "$1" -ge $((10 * $2)) ] && [ "${pre:-0}" -gt 0 ]
+ok $? "the backing tier held >= 10x the cache's rows, and the data thread prefetched rows"
+
+# kill -9 of a tiered run that checkpoints every step, then resume
+ini 2 "$tier" "$tmp/ref" >"$tmp/ref.ini"
+"$g" train --quiet --metrics-out "$tmp/ref.jsonl" "$tmp/ref.ini" >/dev/null 2>"$tmp/ref.err"
+ok $? "uninterrupted tiered run: 60 steps, a checkpoint every step"
+ck="$tmp/ck"
+ini 2 "$tier" "$ck" >"$tmp/crash.ini"
+"$g" train --quiet --metrics-out "$tmp/crash.jsonl" "$tmp/crash.ini" >/dev/null 2>&1 &
+pid=$!
+i=0
+while [ $i -lt 6000 ]; do
+    s=$(ls "$ck" 2>/dev/null | sed -n 's/^step-0*\([0-9][0-9]*\)\.grm$/\1/p' | sort -n | tail -1)
+    [ "${s:-0}" -ge 20 ] && break
+    sleep 0.01
+    i=$((i + 1))
+done
+kill -9 $pid 2>/dev/null
+{ wait $pid; } 2>/dev/null
+rc=$?
+pid=
+echo "# killed at exit $rc after" \
+    "$(losses "$tmp/crash.jsonl" | tail -1 | cut -d' ' -f1) logged steps"
+resume_same() {   # NAME: resume crash.ini into NAME.jsonl; 0 when it ends as ref.jsonl
+    "$g" train --metrics-out "$tmp/$1.jsonl" "$tmp/crash.ini" >/dev/null 2>"$tmp/$1.err"
+    rc2=$?
+    [ $rc2 -ne 0 ] && sed 's/^/# /' "$tmp/$1.err" | tail -3
+    la=$(metric "$tmp/ref.jsonl" train loss); lb=$(metric "$tmp/$1.jsonl" train loss)
+    echo "# final loss $la vs $lb"
+    test $rc2 -eq 0 && [ -n "$la" ] && [ "$la" = "$lb" ] || return 1
+    losses "$tmp/ref.jsonl" >"$tmp/l1"; losses "$tmp/$1.jsonl" >"$tmp/l2"
+    [ -s "$tmp/l2" ] && awk 'NR == FNR { ref[$1] = $2; next }
+        { n++; if (!($1 in ref) || ref[$1] != $2) { print "# step " $1 ": " $2; bad = 1 } }
+        END { print "# " n " resumed steps compared"; exit bad }' "$tmp/l1" "$tmp/l2" \
+        && same_metrics "$tmp/ref.jsonl" "$tmp/$1.jsonl"
+}
+resume_same resumed
+r=$?
+test $rc -eq 137 && test $r -eq 0
+ok $? "killed by SIGKILL after step 20, the resumed tiered run's losses (every step) and \
+test metrics are the uninterrupted run's, bitwise"
+
+# kill -9 inside a write-back (the 2000th pwrite to the backing file, ~step 18) and inside
+# a checkpoint save (the 4000th fwrite to a checkpoint's temporary, ~step 22)
+shim="$GRM_TOP_BUILDDIR/tests/.libs/kill-at-write.so"
+if ldd "$g" 2>/dev/null | grep -q libasan; then
+    skip "ASan must be the first library: no LD_PRELOAD" "kill -9 inside a write-back"
+    skip "ASan must be the first library: no LD_PRELOAD" "... resumes bitwise"
+    skip "ASan must be the first library: no LD_PRELOAD" "kill -9 inside a checkpoint save"
+    skip "ASan must be the first library: no LD_PRELOAD" "... resumes bitwise"
+    exit 0
+fi
+for what in "tier .tier 2000" "ckpt .grm.tmp 4000"; do
+    set -- $what
+    rm -rf "$ck"
+    GRM_KILL_MATCH=$2 GRM_KILL_AT=$3 LD_PRELOAD="$shim" "$g" train --quiet \
+        --metrics-out "$tmp/k$1.jsonl" "$tmp/crash.ini" >/dev/null 2>&1 &
+    pid=$!
+    { wait $pid; } 2>/dev/null
+    rc=$?
+    pid=
+    left=$(ls "$ck" 2>/dev/null | tr '\n' ' ')
+    echo "# exit $rc; left: $left"
+    case $1 in
+    tier) test $rc -eq 137 && [ -n "$left" ]
+        ok $? "SIGKILL inside the 2000th write-back pwrite (half a record written), after \
+checkpoints were saved" ;;
+    ckpt) test $rc -eq 137 && echo "$left" | grep -q '\.grm\.tmp\.'
+        ok $? "SIGKILL inside a checkpoint save (its temporary left half written)" ;;
+    esac
+    resume_same "r$1"
+    ok $? "... the resumed run's losses and metrics are the uninterrupted run's, bitwise"
+done
