@@ -358,7 +358,7 @@ static void ln_row_bwd(float *dx, const float *g, const float *y, float rstd, in
 
 static float silu(float z)
 {
-    return z / (1.0f + expf(-z));
+    return z * hstu_sigmoid(z);
 }
 
 /* Rows [r0, r1): xn = LN(x) or x. */
@@ -376,12 +376,16 @@ static grm_status fwd_in_rows(void *ctx, int64_t r0, int64_t r1)
 }
 
 /* Rows [r0, r1): h1 = SiLU(z1) (eq. 1). */
+HSTU_VECTOR_CLONES
 static grm_status fwd_silu_rows(void *ctx, int64_t r0, int64_t r1)
 {
     const rows_job *j = ctx;
     const hstu *m = j->m;
-    for (int64_t e = r0 * m->P; e < r1 * m->P; e++)
-        m->h1[e] = silu(m->z1[e]);
+    // restrict locals: through m the store to h1 could alias m->P, and nothing vectorizes
+    float *restrict h1 = m->h1;
+    const float *restrict z1 = m->z1;
+    for (int64_t e = r0 * m->P, end = r1 * m->P; e < end; e++)
+        h1[e] = silu(z1[e]);
     return GRM_OK;
 }
 
@@ -560,13 +564,16 @@ static grm_status bwd_out_rows(void *ctx, int64_t r0, int64_t r1)
 }
 
 /* Rows [r0, r1): dh1 -> dz1 = dh1 SiLU'(z1) in place. */
+HSTU_VECTOR_CLONES
 static grm_status bwd_silu_rows(void *ctx, int64_t r0, int64_t r1)
 {
     const rows_job *j = ctx;
     const hstu *m = j->m;
-    for (int64_t e = r0 * m->P; e < r1 * m->P; e++) {
-        const float z = m->z1[e], sg = 1.0f / (1.0f + expf(-z));
-        m->dh1[e] *= sg * (1.0f + z * (1.0f - sg));
+    float *restrict dh1 = m->dh1;
+    const float *restrict z1 = m->z1;
+    for (int64_t e = r0 * m->P, end = r1 * m->P; e < end; e++) {
+        const float z = z1[e], sg = hstu_sigmoid(z);
+        dh1[e] *= sg * (1.0f + z * (1.0f - sg));
     }
     return GRM_OK;
 }

@@ -240,21 +240,24 @@ static void tile_scores(float *S, const tile_pair *tp, const hstu_attn_args *a, 
 
 /* A [bq, bk] = SiLU(S) * c, 0 above the diagonal. With dA (holding dO_i V_j^T): also
  * dS = dA * c * SiLU'(S), 0 above the diagonal, in place of dA. */
-static void tile_silu(float *A, float *dA, const float *S, const tile_pair *tp)
+HSTU_VECTOR_CLONES
+static void tile_silu(float *restrict A, float *restrict dA, const float *restrict S,
+                      const tile_pair *tp)
 {
     const int64_t n = tp->bq * tp->bk;
     const float c = (float)tp->c;
+    const int32_t *restrict pos = tp->pos;
     // branch-free: a masked element gets the factor 0 (S is finite there, so 0 * S is 0)
     if (dA == NULL) {
         for (int64_t e = 0; e < n; e++) {
-            const float s = S[e], keep = tp->pos[e] >= 0 ? c : 0.0f;
-            A[e] = s * keep / (1.0f + expf(-s));
+            const float s = S[e], keep = pos[e] >= 0 ? c : 0.0f;
+            A[e] = s * keep * hstu_sigmoid(s);
         }
         return;
     }
     for (int64_t e = 0; e < n; e++) {
-        const float s = S[e], sg = 1.0f / (1.0f + expf(-s));
-        const float keep = tp->pos[e] >= 0 ? c : 0.0f;
+        const float s = S[e], sg = hstu_sigmoid(s);
+        const float keep = pos[e] >= 0 ? c : 0.0f;
         A[e] = s * sg * keep;
         dA[e] *= keep * sg * (1.0f + s * (1.0f - sg));
     }
