@@ -9,6 +9,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void grm__rank_acc_init(grm__rank_acc *a, const grm_int_list *topk)
 {
@@ -167,16 +169,42 @@ void grm__metrics_close(grm__metrics *m)
     free(m);
 }
 
+size_t grm__json_escape(char *buf, size_t cap, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        char e[7] = { *c, 0 };
+        if (*c == '"' || *c == '\\') {
+            e[0] = '\\';
+            e[1] = (char)*c;
+            e[2] = 0;
+        } else if (*c < 0x20 || *c == 0x7f) {   /* control bytes, ESC among them: \u00XX */
+            memcpy(e, "\\u00", 4);
+            e[4] = hex[*c >> 4];
+            e[5] = hex[*c & 15];
+            e[6] = 0;
+        }
+        for (const char *q = e; *q; q++, n++)
+            if (n + 1 < cap) buf[n] = *q;
+    }
+    if (cap) buf[n < cap ? n : cap - 1] = '\0';
+    return n;
+}
+
 void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const char *name,
                        double value)
 {
     if (m->f) {
+        char es[256], en[256];
+        grm__json_escape(es, sizeof es, split);
+        grm__json_escape(en, sizeof en, name);
         if (isfinite(value))
             fprintf(m->f, "{\"step\":%lld,\"split\":\"%s\",\"name\":\"%s\",\"value\":%.9g}\n",
-                    (long long)step, split, name, value);
+                    (long long)step, es, en, value);
         else
             fprintf(m->f, "{\"step\":%lld,\"split\":\"%s\",\"name\":\"%s\",\"value\":null}\n",
-                    (long long)step, split, name);
+                    (long long)step, es, en);
         if ((fflush(m->f) != 0 || ferror(m->f)) && !m->err) m->err = errno ? errno : EIO;
     }
     for (int i = 0; i < m->n; i++)
@@ -205,6 +233,33 @@ void grm__metrics_summary(grm__metrics *m, FILE *f)
     for (int i = 0; i < m->n; i++)
         fprintf(f, "%-10s %-16s %10lld %12.6f\n", m->last[i].split, m->last[i].name,
                 (long long)m->last[i].step, m->last[i].value);
+}
+
+int64_t grm__metrics_tell(const grm__metrics *m)
+{
+    return m && m->f ? (int64_t)ftello(m->f) : -1;
+}
+
+grm_status grm__metrics_cut(grm__metrics *m, int64_t bytes, int64_t step)
+{
+    struct stat sb;
+    if (!m || !m->f || bytes < 0) return GRM_OK;
+    if (fflush(m->f) != 0 || fstat(fileno(m->f), &sb) != 0)
+        return grm_errorf(GRM_EIO, "%s: %s", m->path, strerror(errno));
+    if (sb.st_size == bytes) return GRM_OK;
+    if (sb.st_size < bytes) {   /* another file, or one cut by hand: leave it as it is */
+        grm__log(GRM_LOG_WARN, "grmhost", "%s: holds %lld bytes, fewer than the %lld it held "
+                 "at the checkpoint of step %lld; appending to it as it is", m->path,
+                 (long long)sb.st_size, (long long)bytes, (long long)step);
+        return GRM_OK;
+    }
+    if (ftruncate(fileno(m->f), (off_t)bytes) != 0)
+        return grm_errorf(GRM_EIO, "%s: cannot cut the records after step %lld: %s", m->path,
+                          (long long)step, strerror(errno));
+    grm__log(GRM_LOG_INFO, "grmhost", "%s: removed the %lld bytes written after the checkpoint "
+             "of step %lld; the resumed run writes them again", m->path,
+             (long long)(sb.st_size - bytes), (long long)step);
+    return GRM_OK;
 }
 
 grm_status grm__metrics_check(const grm__metrics *m)

@@ -225,6 +225,14 @@ void grm__metrics_close(grm__metrics *m);
 grm_status grm__metrics_check(const grm__metrics *m);
 void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const char *name,
                        double value);
+/* The metrics file's size in bytes (-1: no file), recorded in each checkpoint. */
+int64_t grm__metrics_tell(const grm__metrics *m);
+/* A resumed run: cut the file back to `bytes`, its size when the checkpoint of `step` was
+ * saved, so that the records a crashed run wrote after it are not there twice. */
+grm_status grm__metrics_cut(grm__metrics *m, int64_t bytes, int64_t step);
+/* JSON string contents of s into buf [cap] (NUL-terminated, cut to fit): `"` and `\`
+ * escaped, control bytes (ESC among them) as \u00XX. Returns the escaped length. */
+size_t grm__json_escape(char *buf, size_t cap, const char *s);
 /* Print every value emitted last for each (split, name) as a table. */
 void grm__metrics_summary(grm__metrics *m, FILE *f);
 

@@ -66,3 +66,11 @@ check_PROGRAMS += tests/test-backend
 TESTS += tests/test-backend
 tests_test_backend_SOURCES = tests/test-backend.c
 tests_test_backend_LDADD = $(GRM_TEST_LIBS)
+
+# Hostile checkpoints, --fresh, early-stop resume, the lock, resumed metrics (issue 25);
+# tests/ckpt-edit forges checkpoints for it (checksums recomputed, meaning wrong).
+check_PROGRAMS += tests/ckpt-edit
+tests_ckpt_edit_SOURCES = tests/ckpt-edit.c
+tests_ckpt_edit_LDADD = $(GRM_TEST_LIBS)
+TESTS += tests/test-train-resume.sh
+EXTRA_DIST += tests/test-train-resume.sh
