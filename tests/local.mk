@@ -74,3 +74,4 @@ tests_ckpt_edit_SOURCES = tests/ckpt-edit.c
 tests_ckpt_edit_LDADD = $(GRM_TEST_LIBS)
 TESTS += tests/test-train-resume.sh
 EXTRA_DIST += tests/test-train-resume.sh
+EXTRA_DIST += tests/kill-campaign.sh
