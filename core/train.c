@@ -271,10 +271,34 @@ out:
 
 /* ---- entry points ---- */
 
+/* SIGINT or SIGTERM: stop after this step (or stop this evaluation, grm__poll_stop). The
+ * watchers stop, so libuv gives both signals their default action back: a second one ends
+ * the process at once (issue 25 item 11). */
 static void on_signal(uv_signal_t *h, int signum)
 {
     grm__trainer *t = h->data;
     t->stop = signum;
+    uv_signal_stop(&t->sigint);
+    uv_signal_stop(&t->sigterm);
+    grm__log(GRM_LOG_WARN, "grmhost", "%s: stopping after this step or evaluation; a second "
+             "signal stops at once", signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+grm_status grm__poll_stop(grm__trainer *t)
+{
+    if (!t->loop_ok) return GRM_OK;   /* grmhost eval: signals keep their default action */
+    uv_run(&t->loop, UV_RUN_NOWAIT);
+    if (t->nranks > 1) {   /* every rank stops at the same batch */
+        int64_t sv = t->stop;
+        const grm_comm_handle *c = &t->p->comm_handle;
+        grm_status st = c->ops->allreduce(c->inst, &sv, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+        if (st != GRM_OK) return st;
+        t->stop = (int)sv;
+    }
+    if (!t->stop) return GRM_OK;
+    return grm_errorf(GRM_ECANCELED, "%s during the evaluation at step %lld: stopped it; "
+                      "`train` resumes from the newest checkpoint",
+                      t->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t->step);
 }
 
 /* A training job owns its [checkpoint] dir: rank 0 locks it (so a second job is refused

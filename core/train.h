@@ -522,6 +522,9 @@ grm_status grm__eval_setup(grm__trainer *t);
 void grm__eval_teardown(grm__trainer *t);
 /* Evaluate split (0 valid, 1 test); *score (optional) gets the model-selection metric. */
 grm_status grm__run_eval(grm__trainer *t, int split, int with_pop, double *score);
+/* Between evaluation batches: deliver pending signals (train.c); GRM_ECANCELED once
+ * SIGINT or SIGTERM came, agreed by every rank. */
+grm_status grm__poll_stop(grm__trainer *t);
 
 /* ---- checkpoint.c ---- */
 
