@@ -1,6 +1,7 @@
 /* core/main.c - grmhost, the command-line front end. The only place a status becomes an
  * exit code (0 ok, 1 failure, 2 usage or configuration error) and the only writer of
  * stdout (STYLE.md §6). */
+#include "config.h"
 #include "cli.h"
 #include "gen.h"
 #include "grmcol.h"

@@ -404,6 +404,39 @@ static grm_status check_devices(const grm__pipeline *p)
     return check_device(p, &p->opt_dense, dev, name, line);
 }
 
+/* [pipeline] plugin_dirs (issue 25 item 5): an INI that names plugin directories is code,
+ * since dlopen runs a library's constructors. So a relative directory is taken from the
+ * INI's own directory (not the working directory), and only the plugin files the INI names
+ * in a `plugin =` key are opened there (`check` included); files not named like plugins
+ * never are. */
+static grm_status load_plugin_dirs(grm__pipeline *p, const pipeline_cfg *pc)
+{
+    const char *path = p->cfg->path;
+    const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "pipeline"),
+                                        "plugin_dirs");
+    const char **names = calloc((size_t)p->cfg->nsec + 1, sizeof *names);
+    grm_status st = GRM_OK;
+    int n = 0;
+    if (!names) return grm_errorf(GRM_ENOMEM, "out of memory");
+    for (int i = 0; i < p->cfg->nsec; i++) {
+        const grm__kv *pk = grm__section_kv(&p->cfg->sec[i], "plugin");
+        if (pk) names[n++] = pk->value;
+    }
+    const char *slash = strrchr(path, '/');
+    for (int64_t i = 0; i < pc->plugin_dirs.n && st == GRM_OK; i++) {
+        const char *d = pc->plugin_dirs.v[i];
+        char dir[4096];
+        if (d[0] != '/' && slash)
+            snprintf(dir, sizeof dir, "%.*s/%s", (int)(slash - path), path, d);
+        else
+            snprintf(dir, sizeof dir, "%s", d);
+        if ((st = grm__registry_load_dir_named(p->reg, dir, names, n)) != GRM_OK)
+            grm_error_prefix("%s:%d: [pipeline] plugin_dirs: ", path, kv ? kv->line : 0);
+    }
+    free(names);
+    return st;
+}
+
 grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
 {
     grm_status st;
@@ -455,14 +488,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     p->set.threads = pc->threads;
     p->set.device = pc->device;
     if ((st = grm__registry_create(&p->reg)) != GRM_OK) goto fail;
-    for (int64_t i = 0; i < pc->plugin_dirs.n; i++) {
-        if ((st = grm__registry_load_dir(p->reg, pc->plugin_dirs.v[i])) != GRM_OK) {
-            const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "pipeline"),
-                                                "plugin_dirs");
-            grm_error_prefix("%s:%d: [pipeline] plugin_dirs: ", path, kv ? kv->line : 0);
-            goto fail;
-        }
-    }
+    if ((st = load_plugin_dirs(p, pc)) != GRM_OK) goto fail;
     if ((st = grm__registry_load_default(p->reg)) != GRM_OK) goto fail;
 
     /* [train] */
