@@ -412,6 +412,7 @@ static grm_status check_devices(const grm__pipeline *p)
 static grm_status load_plugin_dirs(grm__pipeline *p, const pipeline_cfg *pc)
 {
     const char *path = p->cfg->path;
+    if (pc->plugin_dirs.n == 0) return GRM_OK;
     const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "pipeline"),
                                         "plugin_dirs");
     const char **names = calloc((size_t)p->cfg->nsec + 1, sizeof *names);
