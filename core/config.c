@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The largest INI read (issue 25 item 12: one from /dev/zero was read until memory ran
+ * out). */
+#define GRM__INI_MAX (16 << 20)
+
 typedef struct parse_state {
     const char *name;       /* file name for messages */
     const char *text;       /* whole file, NUL-terminated */
@@ -186,6 +190,12 @@ grm_status grm__config_load(const char *path, grm__config **out)
     *out = NULL;
     if (!f) return grm_errorf(GRM_EIO, "%s: cannot open: %s", path, strerror(errno));
     for (;;) {
+        if (len > GRM__INI_MAX) {   /* /dev/zero, `yes |`: refuse before memory runs out */
+            free(text);
+            fclose(f);
+            return grm_errorf(GRM_EINVAL, "%s: longer than %d MiB; a pipeline INI is a few "
+                              "KB: check the path", path, GRM__INI_MAX >> 20);
+        }
         if (cap - len < 4096) {
             char *nt = realloc(text, cap ? cap * 2 : 8192);
             if (!nt) {

@@ -72,6 +72,8 @@ tests_test_backend_LDADD = $(GRM_TEST_LIBS)
 check_PROGRAMS += tests/ckpt-edit
 tests_ckpt_edit_SOURCES = tests/ckpt-edit.c
 tests_ckpt_edit_LDADD = $(GRM_TEST_LIBS)
-TESTS += tests/test-train-resume.sh tests/test-train-signal.sh tests/test-plugin-dirs.sh
-EXTRA_DIST += tests/test-train-resume.sh tests/test-train-signal.sh tests/test-plugin-dirs.sh
+TESTS += tests/test-train-resume.sh tests/test-train-signal.sh tests/test-plugin-dirs.sh \
+	tests/test-hostile-files.sh
+EXTRA_DIST += tests/test-train-resume.sh tests/test-train-signal.sh tests/test-plugin-dirs.sh \
+	tests/test-hostile-files.sh
 EXTRA_DIST += tests/kill-campaign.sh

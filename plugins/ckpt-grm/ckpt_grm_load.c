@@ -273,7 +273,9 @@ grm_status cg_open(const grm_host_api *host, const char *path, cg_file *f)
 {
     memset(f, 0, sizeof(*f));
     f->path = path;
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO named like a checkpoint blocked open() forever (issue 25 item 12);
+    // it changes nothing for the regular files accepted below.
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return host->errorf(GRM_EIO, "ckpt-grm: %s: cannot open: %s", path, strerror(errno));
     struct stat sb;
@@ -284,7 +286,8 @@ grm_status cg_open(const grm_host_api *host, const char *path, cg_file *f)
     }
     if (!S_ISREG(sb.st_mode)) {
         close(fd);
-        return host->errorf(GRM_EIO, "ckpt-grm: %s: not a regular file", path);
+        return host->errorf(GRM_EIO, "ckpt-grm: %s: not a regular file (a FIFO, device or "
+                            "directory); move it out of the checkpoint directory", path);
     }
     f->size = (size_t)sb.st_size;
     if (f->size > 0) {

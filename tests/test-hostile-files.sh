@@ -1,0 +1,55 @@
+#!/bin/sh
+# tests/test-hostile-files.sh - files that are not what their names say (issue 25 finding
+# 12): a FIFO named like the newest checkpoint is refused at once, naming it (open blocked
+# forever); an INI read from /dev/zero or a pipe of `yes` is refused past 16 MiB (it was read
+# until memory ran out); a .zst input that expands to one huge line is refused naming the
+# file (it attempted a 4 GiB allocation, naming none). Each command runs under `timeout`, so
+# a regression fails instead of hanging. TAP output.
+set -u
+: "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
+g="$GRM_TOP_BUILDDIR/grmhost"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-hostile-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+. "$GRM_TOP_SRCDIR/tests/tap.sh"
+echo "1..4"
+command -v timeout >/dev/null 2>&1 || skip_all "no timeout(1) to bound the commands"
+
+"$g" generate --users 60 --items 40 --clusters 2 --seed 4 --out "$tmp/ev.tsv" || exit 1
+ini() {   # $1 events file
+    printf '[pipeline]\nname = hostile\n'
+    ini_retrieval_dynamic "$1"
+    printf '[train]\nbatch_size = 16\nsteps = 3\n[checkpoint]\ndir = %s\n' "$tmp/ck"
+}
+ini "$tmp/ev.tsv" >"$tmp/p.ini"
+"$g" train -q "$tmp/p.ini" >/dev/null 2>&1 || exit 1
+mkfifo "$tmp/ck/step-0000000999.grm" || exit 1
+timeout 60 "$g" train "$tmp/p.ini" >/dev/null 2>"$tmp/fifo.err"
+rc=$?
+tail -1 "$tmp/fifo.err" | sed 's/^/# /'
+test $rc -ne 0 && test $rc -ne 124 \
+    && grep -q "$tmp/ck/step-0000000999.grm: not a regular file" "$tmp/fifo.err"
+ok $? "a FIFO named like the newest checkpoint is refused at once, naming it (exit $rc)"
+
+timeout 60 "$g" check /dev/zero >/dev/null 2>"$tmp/zero.err"
+rc=$?
+tail -1 "$tmp/zero.err" | sed 's/^/# /'
+test $rc -eq 2 && grep -q "/dev/zero: longer than 16 MiB" "$tmp/zero.err"
+ok $? "an INI from /dev/zero is refused past 16 MiB (exit $rc)"
+yes | timeout 60 "$g" check /dev/stdin >/dev/null 2>"$tmp/yes.err"
+rc=$?
+test $rc -eq 2 && grep -q "/dev/stdin: longer than 16 MiB" "$tmp/yes.err"
+ok $? "an INI from a pipe of yes is refused past 16 MiB (exit $rc)"
+
+if command -v zstd >/dev/null 2>&1; then
+    # 80 MB of one line, compressed to a few KB
+    head -c 80000000 /dev/zero | tr '\0' 7 | zstd -q -o "$tmp/bomb.tsv.zst" || exit 1
+    ini "$tmp/bomb.tsv.zst" | sed 's/^dir = .*/dir = /' >"$tmp/bomb.ini"
+    timeout 120 "$g" train "$tmp/bomb.ini" >/dev/null 2>"$tmp/bomb.err"
+    rc=$?
+    tail -1 "$tmp/bomb.err" | sed 's/^/# /'
+    test $rc -ne 0 && test $rc -ne 124 \
+        && grep -q "$tmp/bomb.tsv.zst: a line longer than 64 MiB" "$tmp/bomb.err"
+    ok $? "a .zst input expanding to one huge line is refused naming the file"
+else
+    skip "no zstd(1) to make the input" "a .zst input expanding to one huge line is refused"
+fi
