@@ -6,7 +6,8 @@
 # its best model again and trains nothing; --fresh moves an older, longer run aside
 # instead of losing the new run's checkpoints to it; a second trainer on one checkpoint
 # directory is refused while the first runs, and a dead one's lock is taken over; a run
-# cut and resumed leaves one metrics file that reads as the uninterrupted run's. TAP.
+# cut and resumed leaves one metrics file that reads as the uninterrupted run's; the files a
+# reshard killed midway left are removed by the rerun (finding 15). TAP.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
@@ -15,7 +16,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-resume-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..24"
+echo "1..26"
 
 "$g" generate --users 150 --items 90 --clusters 4 --seed 5 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 checkpoint dir, $2 steps, then extra [train] lines
@@ -174,3 +175,22 @@ sed 's/^name = resume/name = a "quoted" \\ name/' "$tmp/base.ini" \
 "$g" train -q --max-steps 1 "$tmp/q.ini" >/dev/null 2>&1
 grep -aq '"pipeline":"a \\"quoted\\" \\\\ name"' "$tmp/q/step-0000000001.grm"
 ok $? "a pipeline name with quotes and a backslash is escaped in the checkpoint metadata"
+
+# ---- a reshard cut short (finding 15) ----
+ini "$tmp/rs" 4 >"$tmp/rs.ini"
+"$g" train -q "$tmp/rs.ini" >/dev/null 2>&1 || exit 1
+# what a reshard to 2 ranks killed while staging leaves: its staged files (older grmhost: in
+# the new rank directories, which the rerun counted as another world size and refused)
+mkdir -p "$tmp/rs/rank-0-of-2" "$tmp/rs/rank-1-of-2" "$tmp/rs/.reshard-to-2/rank-0-of-2"
+cp "$tmp/rs/step-0000000004.grm" "$tmp/rs/rank-0-of-2/step-0000000004.grm.reshard"
+: >"$tmp/rs/rank-1-of-2/step-0000000004.grm.reshard.tmp.99999"
+cp "$tmp/rs/step-0000000004.grm" "$tmp/rs/.reshard-to-2/rank-0-of-2/step-0000000004.grm"
+"$g" reshard "$tmp/rs.ini" -n 2 >/dev/null 2>"$tmp/rs.err"
+rc=$?
+grep "removed\|several" "$tmp/rs.err" | sed 's/^/# /'
+test $rc -eq 0 && test -f "$tmp/rs/rank-0-of-2/step-0000000004.grm" \
+    && test -f "$tmp/rs/rank-1-of-2/step-0000000004.grm"
+ok $? "the rerun of a reshard cut short succeeds (exit $rc)"
+left=$(cd "$tmp/rs" && find . -name '*.reshard*' | tr '\n' ' ')
+[ -z "$left" ]
+ok $? "and removes what the cut one left${left:+: $left}"
