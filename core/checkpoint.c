@@ -143,7 +143,13 @@ static grm_status collect_state(grm__trainer *t, ckpt_list *l, int64_t *steps_bu
     memcpy(&s[GRM__ST_BEST_SCORE], &t->ck.best_score, sizeof(double));
     s[GRM__ST_BAD_EVALS] = t->ck.bad_evals;
     s[GRM__ST_STOPPED] = t->ck.stopped;
-    s[GRM__ST_METRICS_AT] = grm__metrics_tell(t->rep.metrics);
+    s[GRM__ST_METRICS_AT] = grm__metrics_tell(t->rep.metrics);   /* rank 0's file */
+    if (t->nranks > 1) {   /* every rank saves it, so the replicated state stays equal */
+        const grm_comm_handle *c = &p->comm_handle;
+        st = c->ops->allreduce(c->inst, &s[GRM__ST_METRICS_AT], 1, GRM_DTYPE_I64,
+                               GRM_REDUCE_MAX);
+        if (st != GRM_OK) return st;
+    }
     s[GRM__ST_WIN_N] = t->rep.loss_n;
     memcpy(&s[GRM__ST_WIN_SUM], &t->rep.loss_sum, sizeof(double));
     return ckl_add(l, "", "trainer.state", tensor1(s, GRM_DTYPE_I64, GRM__CKPT_STATE_N));
