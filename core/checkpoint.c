@@ -399,11 +399,19 @@ static grm_status load_visit(void *user, const grm_named_tensor *nt)
                               "expects %lld; it was written by a different model", c->path,
                               name, (long long)numel, (long long)want);
         if ((st = load_mark(c, name, c->nemb, c->nneed)) != GRM_OK) return st;
+        const float *v = nt->tensor.data;
+        for (int64_t k = 0; !optim && k < want; k++)
+            if (!isfinite(v[k]))   /* it said "lower the learning rates" at the first step */
+                return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' holds %g at element %lld: the "
+                                  "model had diverged when this checkpoint was saved", c->path,
+                                  name, (double)v[k], (long long)k);
         memcpy(optim ? dp->state : dp->value, nt->tensor.data, (size_t)want * sizeof(float));
         return GRM_OK;
     }
+    char shown[512];   /* a name read from the file */
     return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' belongs to no part of this pipeline; it was "
-                      "written by a different model (start over with --fresh)", c->path, name);
+                      "written by a different model (start over with --fresh)", c->path,
+                      grm__printable(shown, sizeof shown, name));
 }
 
 /* A restored scalar outside [lo, hi]: the file is damaged or forged (its checksums can be

@@ -38,6 +38,10 @@ void grm__assert_fail(const char *cond, const char *file, int line)
 void grm__log(int32_t level, const char *who, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void grm__log_set_level(int32_t level);   /* grm_log_level; default GRM_LOG_INFO */
+/* s as printable text into buf [cap] (NUL-terminated, cut to fit): control bytes (ESC
+ * among them), DEL and '\\' as \xNN, so that a name read from a file cannot drive the
+ * terminal; bytes >= 0x80 (UTF-8) pass. Returns buf. */
+const char *grm__printable(char *buf, size_t cap, const char *s);
 int32_t grm__log_level(void);
 
 /* ---- allocation and the thread pool (core/pool.c) ---- */

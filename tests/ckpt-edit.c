@@ -6,12 +6,14 @@
  *   ckpt-edit IN OUT EDIT...
  *     drop=PREFIX          drop every tensor whose name starts with PREFIX
  *     set=NAME:I:VALUE     set element I of the int64 tensor NAME to VALUE
+ *     nan=NAME:I           set element I of the f32 tensor NAME to NaN
  *     rename=OLD:NEW       rename tensor OLD
  *     dup=NAME             append a second copy of tensor NAME
  *     meta=TEXT            replace the metadata string
  *
  * Exit 0 on success, 1 with a message on stderr. Needs GRM_TOP_BUILDDIR (make check). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,6 +119,15 @@ int main(int argc, char **argv)
             if (!t || t->tensor.dtype != GRM_DTYPE_I64 || i < 0 || i >= numel(&t->tensor))
                 return fail("no such int64 element", argv[a]);
             ((int64_t *)t->tensor.data)[i] = strtoll(c2 + 1, NULL, 10);
+        } else if (strcmp(arg, "nan") == 0) {
+            char *c1 = strchr(val, ':');
+            if (!c1) return fail("nan=NAME:I", argv[a]);
+            *c1 = '\0';
+            grm_named_tensor *t = find(&l, val);
+            int64_t i = strtoll(c1 + 1, NULL, 10);
+            if (!t || t->tensor.dtype != GRM_DTYPE_F32 || i < 0 || i >= numel(&t->tensor))
+                return fail("no such f32 element", argv[a]);
+            ((float *)t->tensor.data)[i] = NAN;
         } else if (strcmp(arg, "rename") == 0) {
             char *c = strchr(val, ':');
             grm_named_tensor *t = c ? (*c = '\0', find(&l, val)) : NULL;
