@@ -16,7 +16,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-resume-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..26"
+echo "1..27"
 
 "$g" generate --users 150 --items 90 --clusters 4 --seed 5 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 checkpoint dir, $2 steps, then extra [train] lines
@@ -147,6 +147,14 @@ ok $? "after a kill -9 the lock is stale: the next run takes it over and removes
 test -e "$tmp/lk/step-0000000001.grm.tmp.$$"
 ok $? "a temporary whose writer still runs is left alone"
 rm -f "$tmp/lk/step-0000000001.grm.tmp.$$"
+
+# launch -n 2 with comm-single would start two rank-0 jobs on one directory
+"$g" launch -n 2 "$tmp/base.ini" >/dev/null 2>"$tmp/launch.err"
+rc=$?
+echo "# $(tail -1 "$tmp/launch.err")"
+test $rc -eq 2 && grep -q "base.ini:0: \[distributed\] plugin is comm-single (the default), \
+which runs one rank; launch -n N needs .plugin = comm-mpi." "$tmp/launch.err"
+ok $? "launch -n 2 refuses comm-single, naming the fix"
 
 # ---- a resumed metrics file reads as one run (finding 16) ----
 mini() { ini "$tmp/$1" 9 "log_every = 3" | sed 's/^log_every = 1$//'; }
