@@ -33,7 +33,8 @@ cp "$GRM_TOP_BUILDDIR/tests/plugins/.libs/dense-nan-eval.so" "$tmp/ini/plug/"
 "$g" generate --users 60 --items 40 --clusters 2 --seed 2 --out "$tmp/ini/ev.tsv" || exit 1
 {
     printf '[pipeline]\nname = dirs\nplugin_dirs = plug\n'
-    ini_retrieval_dynamic "$tmp/ini/ev.tsv" | sed 's/^dims = 32,16$/dims = 32,16\n[dense.1]\nplugin = dense-nan-eval/'
+    ini_retrieval_dynamic "$tmp/ini/ev.tsv" |
+        sed 's/^dims = 32,16$/dims = 32,16\n[dense.1]\nplugin = dense-nan-eval/'
 } >"$tmp/ini/p.ini"
 
 (cd "$tmp/elsewhere" && GRM_TEST_MARK="$tmp/mark" "$g" check ../ini/p.ini) >"$tmp/check.out" \
