@@ -307,7 +307,7 @@ static int is_uint(const char *s)
 /* ---- load ---- */
 
 /* The store's capability bits (0 for a store built before ABI 1.3). */
-static uint32_t emb_flags(const grm__pipeline *p)
+uint32_t grm__emb_flags(const grm__pipeline *p)
 {
     const grm_emb_ops *ops = p->emb.plugin->info->ops;
     if (ops->struct_size < offsetof(grm_emb_ops, flags) + sizeof ops->flags) return 0;
@@ -323,7 +323,7 @@ static const char *const init_names[] = { "zeros", "uniform", "normal" };
 static grm_status plan_tables(grm__pipeline *p)
 {
     grm_status st;
-    int any_id = (emb_flags(p) & GRM_EMB_ANY_ID) != 0;
+    int any_id = (grm__emb_flags(p) & GRM_EMB_ANY_ID) != 0;
     grm__sparse_feature_spec *specs = calloc((size_t)p->ntables + 1, sizeof *specs);
     if (!specs) return grm_errorf(GRM_ENOMEM, "out of memory");
     for (int32_t t = 0; t < p->ntables; t++) {
@@ -770,7 +770,7 @@ grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
     }
     /* a stream shows its largest ids only as it goes: a store indexed by id needs sizes */
     for (int32_t i = 0; p->set.input == GRM__INPUT_STREAM && i < p->nfeatures; i++)
-        if (p->features[i].rows == 0 && !(emb_flags(p) & GRM_EMB_ANY_ID)) {
+        if (p->features[i].rows == 0 && !(grm__emb_flags(p) & GRM_EMB_ANY_ID)) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] with [train] input = stream: "
                             "[embedding] %s sizes its tables before step 1, when the "
                             "stream's largest id is not yet known; give rows = N (ids in "
@@ -857,7 +857,7 @@ static void print_plan(FILE *f, const grm__pipeline *p)
     const grm__sparse_plan *pl = p->plan;
     fprintf(f, "%smerge plan (MTGRBoost §4.2): %d id space%s in %d table%s", ind, p->ntables,
             p->ntables == 1 ? "" : "s", p->nphys, p->nphys == 1 ? "" : "s");
-    if (!(emb_flags(p) & GRM_EMB_ANY_ID))
+    if (!(grm__emb_flags(p) & GRM_EMB_ANY_ID))
         fprintf(f, "; not merged: %s indexes rows by id (emb-dynamic takes any id)",
                 p->emb.plugin->info->name);
     fputc('\n', f);

@@ -216,6 +216,9 @@ void grm__rank_acc_init(grm__rank_acc *a, const grm_int_list *topk);
 void grm__rank_acc_add(grm__rank_acc *a, int64_t rank);
 void grm__rank_acc_merge(grm__rank_acc *into, const grm__rank_acc *from);
 
+/* The store's grm_emb_ops.flags (GRM_EMB_*; 0 for a store built before ABI 1.3). */
+uint32_t grm__emb_flags(const grm__pipeline *p);
+
 /* Metrics sink: JSON lines (one object per metric) and the final summary table. */
 typedef struct grm__metrics grm__metrics;
 grm_status grm__metrics_open(const char *path, grm__metrics **out);

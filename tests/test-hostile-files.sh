@@ -62,7 +62,8 @@ fi
 printf 'user\titem\tts\n' >"$tmp/big.tsv"
 head -n 200 "$tmp/ev.tsv" | tail -n +2 >>"$tmp/big.tsv"
 printf '1\t9223372036854775807\t99999\n' >>"$tmp/big.tsv"
-ini "$tmp/big.tsv" | sed 's/^dir = .*/dir = /' >"$tmp/big.ini"
+ini "$tmp/big.tsv" | sed 's/^dir = .*/dir = /; s/^plugin = emb-dynamic$/plugin = emb-static/' \
+    >"$tmp/big.ini"   # a store of row indices, sized from the largest id
 timeout 60 "$g" train "$tmp/big.ini" >/dev/null 2>"$tmp/big.err"
 rc=$?
 tail -1 "$tmp/big.err" | sed 's/^/# /'
