@@ -61,6 +61,16 @@ static int add(edit_list *l, const char *name, const grm_tensor *t)
     return 0;
 }
 
+/* Every name and payload the list owns (a renamed tensor's old name is freed at rename). */
+static void list_free(edit_list *l)
+{
+    for (int64_t i = 0; i < l->n; i++) {
+        free((char *)l->v[i].name);
+        free(l->v[i].tensor.data);
+    }
+    free(l->v);
+}
+
 static grm_status visit(void *user, const grm_named_tensor *t)
 {
     return add(user, t->name, &t->tensor) ? GRM_ENOMEM : GRM_OK;
@@ -96,6 +106,8 @@ int main(int argc, char **argv)
         for (int64_t i = 0; i < l.n; i++)
             printf("%s %d %" PRId64 "\n", l.v[i].name, (int)l.v[i].tensor.dtype,
                    numel(&l.v[i].tensor));
+        list_free(&l);
+        ops->destroy(ck);
         return 0;
     }
     for (int a = 3; a < argc; a++) {
@@ -106,8 +118,14 @@ int main(int argc, char **argv)
         *val++ = '\0';
         if (strcmp(arg, "drop") == 0) {
             int64_t k = 0;
-            for (int64_t i = 0; i < l.n; i++)
-                if (strncmp(l.v[i].name, val, strlen(val)) != 0) l.v[k++] = l.v[i];
+            for (int64_t i = 0; i < l.n; i++) {
+                if (strncmp(l.v[i].name, val, strlen(val)) != 0) {
+                    l.v[k++] = l.v[i];
+                } else {
+                    free((char *)l.v[i].name);
+                    free(l.v[i].tensor.data);
+                }
+            }
             if (k == l.n) return fail("no tensor starts with", val);
             l.n = k;
         } else if (strcmp(arg, "set") == 0) {
@@ -132,6 +150,7 @@ int main(int argc, char **argv)
             char *c = strchr(val, ':');
             grm_named_tensor *t = c ? (*c = '\0', find(&l, val)) : NULL;
             if (!t) return fail("no such tensor", argv[a]);
+            free((char *)t->name);
             t->name = strdup(c + 1);
         } else if (strcmp(arg, "dup") == 0) {
             grm_named_tensor *t = find(&l, val);
@@ -146,6 +165,7 @@ int main(int argc, char **argv)
     }
     if (ops->save(ck, argv[2], l.v, l.n, meta) != GRM_OK)
         return fail(argv[2], harness_host()->last_error());
+    list_free(&l);
     ops->destroy(ck);
     return 0;
 }
