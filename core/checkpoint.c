@@ -9,9 +9,14 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define XXH_INLINE_ALL   /* as core/grmcol.c and core/route.c: header-only xxHash */
@@ -186,15 +191,25 @@ static grm_status collect_state(grm__trainer *t, ckpt_list *l, int64_t *steps_bu
     if ((st = ckl_add(l, "", "trainer.param_steps",
                       tensor1(steps_buf, GRM_DTYPE_I64, t->dn.nparams))) != GRM_OK)
         return st;
-    /* step, seed, examples, batch size, then the early-stopping state */
-    t->ck.state[0] = t->step;
-    t->ck.state[1] = p->set.seed;
-    t->ck.state[2] = t->plan.nex_all;
-    t->ck.state[3] = p->set.batch_size;
-    t->ck.state[4] = t->ck.best_step;
-    memcpy(&t->ck.state[5], &t->ck.best_score, sizeof(double));
-    t->ck.state[6] = t->ck.bad_evals;
-    return ckl_add(l, "", "trainer.state", tensor1(t->ck.state, GRM_DTYPE_I64, 7));
+    int64_t *s = t->ck.state;   /* the layout of GRM__ST_* (core/train.h) */
+    s[GRM__ST_STEP] = t->step;
+    s[GRM__ST_SEED] = p->set.seed;
+    s[GRM__ST_EXAMPLES] = t->plan.nex_all;
+    s[GRM__ST_BATCH] = p->set.batch_size;
+    s[GRM__ST_BEST_STEP] = t->ck.best_step;
+    memcpy(&s[GRM__ST_BEST_SCORE], &t->ck.best_score, sizeof(double));
+    s[GRM__ST_BAD_EVALS] = t->ck.bad_evals;
+    s[GRM__ST_STOPPED] = t->ck.stopped;
+    s[GRM__ST_METRICS_AT] = grm__metrics_tell(t->rep.metrics);   /* rank 0's file */
+    if (t->nranks > 1) {   /* every rank saves it, so the replicated state stays equal */
+        const grm_comm_handle *c = &p->comm_handle;
+        st = c->ops->allreduce(c->inst, &s[GRM__ST_METRICS_AT], 1, GRM_DTYPE_I64,
+                               GRM_REDUCE_MAX);
+        if (st != GRM_OK) return st;
+    }
+    s[GRM__ST_WIN_N] = t->rep.loss_n;
+    memcpy(&s[GRM__ST_WIN_SUM], &t->rep.loss_sum, sizeof(double));
+    return ckl_add(l, "", "trainer.state", tensor1(s, GRM_DTYPE_I64, GRM__CKPT_STATE_N));
 }
 
 
@@ -322,6 +337,20 @@ uint64_t grm__ckpt_config_hash(const grm__config *cfg)
 }
 
 
+/* The sections whose plugin a checkpoint records: the store, the dense blocks, the head,
+ * the optimizers. */
+static int32_t nstages(const grm__pipeline *p)
+{
+    return p->ndense + 4;
+}
+
+static const grm__stage *stage_at(const grm__pipeline *p, int32_t i)
+{
+    if (i < p->ndense) return &p->dense[i];
+    const grm__stage *rest[4] = { &p->emb, &p->head, &p->opt_sparse, &p->opt_dense };
+    return rest[i - p->ndense];
+}
+
 /* Write a checkpoint named `file` in the checkpoint directory (NULL: step-N.ext, with
  * pruning of the oldest). */
 static grm_status save_ckpt_as(grm__trainer *t, const char *file)
@@ -329,7 +358,7 @@ static grm_status save_ckpt_as(grm__trainer *t, const char *file)
     grm__pipeline *p = t->p;
     const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
     const char *dir = t->ck.dir;
-    char path[4096 + 96], meta[1024];
+    char path[4096 + 96], meta[4096];
     ckpt_list l = { 0 };
     grm_status st;
     if (!dir[0]) return GRM_OK;
@@ -342,15 +371,30 @@ static grm_status save_ckpt_as(grm__trainer *t, const char *file)
     snprintf(path, sizeof path, "%s/%s.%s", dir, file ? file : stem,
              kops->extension(p->ckpt.inst));
     /* the manifest of the shard: world size, the sharding function (core/dist.h
-     * grm__dist_owner_of) and its replica group, the step */
+     * grm__dist_owner_of) and its replica group, the step, the plugin of each section
+     * (compared with the INI on resume, ckpt_check_meta) */
     const int64_t grp = p->set.sparse_group > 0 ? p->set.sparse_group : t->nranks;
-    snprintf(meta, sizeof meta, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
-             "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,\"rank\":%d,\"seed\":%lld,"
+    char name[512];
+    grm__json_escape(name, sizeof name, p->set.name);
+    size_t m = (size_t)snprintf(meta, sizeof meta, "{\"format\":\"grm-train\","
+             "\"grm_version\":\"%s\",\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,"
+             "\"rank\":%d,\"seed\":%lld,"
              "\"sharding\":\"fmix64(key) %% group + rank / group * group\","
-             "\"sparse_group\":%lld,\"config_hash\":\"%016llx\"}",
-             GRM_VERSION_STRING, p->set.name, (long long)t->step, t->nranks, t->rank,
+             "\"sparse_group\":%lld,\"config_hash\":\"%016llx\",\"plugins\":{",
+             GRM_VERSION_STRING, name, (long long)t->step, t->nranks, t->rank,
              (long long)p->set.seed, (long long)grp,
              (unsigned long long)grm__ckpt_config_hash(p->cfg));
+    for (int32_t i = 0; i < nstages(p) && m < sizeof meta; i++) {
+        const grm__stage *sg = stage_at(p, i);
+        m += (size_t)snprintf(meta + m, sizeof meta - m, "%s\"%s\":\"%s\"", i ? "," : "",
+                              sg->label, sg->plugin->info->name);
+    }
+    if (m < sizeof meta) m += (size_t)snprintf(meta + m, sizeof meta - m, "}}");
+    if (m >= sizeof meta) {
+        st = grm_errorf(GRM_EINTERNAL, "%s: checkpoint metadata longer than %zu bytes", path,
+                        sizeof meta);
+        goto out;
+    }
     if ((st = kops->save(p->ckpt.inst, path, l.v, l.n, meta)) != GRM_OK) goto out;
     if (!file) prune_ckpts(dir, kops->extension(p->ckpt.inst), p->set.ckpt_keep);
     if (!t->opts->quiet) grm__log(GRM_LOG_INFO, "grmhost", "checkpoint %s", path);
@@ -362,12 +406,76 @@ out:
 
 typedef struct load_ctx {
     grm__trainer *t;
-    int64_t loaded;
-    int64_t state[7];
-    int have_state;
+    int64_t state[GRM__CKPT_STATE_N];
+    int have_state, have_steps;
     int64_t *param_steps;
     const char *path;
+    /* every tensor the pipeline needs, to be found exactly once (issue 25 item 4): the
+     * store's, then each dense parameter, then its optimizer state */
+    char **need;              /* [nneed] names, owned */
+    uint8_t *seen;            /* [nneed] */
+    int32_t nemb, nneed;
 } load_ctx;
+
+static void load_ctx_fini(load_ctx *c)
+{
+    for (int32_t i = 0; i < c->nneed; i++) free(c->need[i]);
+    free(c->need);
+    free(c->seen);
+    free(c->param_steps);
+}
+
+/* The names of every tensor this pipeline's checkpoint holds besides trainer.*. */
+static grm_status load_ctx_init(load_ctx *c, grm__trainer *t, const char *path)
+{
+    ckpt_list l = { 0 };
+    grm_status st;
+    memset(c, 0, sizeof *c);
+    c->t = t;
+    c->path = path;
+    c->param_steps = calloc((size_t)t->dn.nparams + 1, sizeof *c->param_steps);
+    if (!c->param_steps) return grm_errorf(GRM_ENOMEM, "out of memory");
+    for (int32_t k = 0;; k++) {
+        grm_named_tensor nt;
+        st = t->sp.eops->tensors(t->p->emb.inst, k, &nt);
+        if (st == GRM_ENOTFOUND) break;
+        if (st != GRM_OK || (st = ckl_add(&l, "emb.", nt.name, nt.tensor)) != GRM_OK) goto out;
+    }
+    st = GRM_OK;
+    c->nemb = (int32_t)l.n;
+    for (int32_t i = 0; i < t->dn.nparams; i++) {
+        grm__dparam *dp = &t->dn.params[i];
+        if ((st = ckl_add(&l, "", dp->name, dp->shape)) != GRM_OK
+            || (t->dn.state_floats && (st = ckl_add(&l, "optim.", dp->name, dp->shape))))
+            goto out;
+    }
+    c->seen = calloc((size_t)l.n + 1, 1);
+    if (!c->seen) {
+        st = grm_errorf(GRM_ENOMEM, "out of memory");
+        goto out;
+    }
+    c->need = l.names;   /* the names change hands; the list's tensors are dropped */
+    c->nneed = (int32_t)l.n;
+    l.names = NULL;
+    l.n = 0;
+out:
+    ckl_free(&l);
+    return st;
+}
+
+/* Mark `name` seen; a second copy of a tensor is refused (a forged or spliced file). */
+static grm_status load_mark(load_ctx *c, const char *name, int32_t from, int32_t to)
+{
+    for (int32_t i = from; i < to; i++) {
+        if (strcmp(c->need[i], name) != 0) continue;
+        if (c->seen[i])
+            return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' appears twice; the file is damaged "
+                              "or was not written by grmhost", c->path, name);
+        c->seen[i] = 1;
+        return GRM_OK;
+    }
+    return GRM_OK;
+}
 
 static grm_status load_visit(void *user, const grm_named_tensor *nt)
 {
@@ -375,20 +483,26 @@ static grm_status load_visit(void *user, const grm_named_tensor *nt)
     grm__trainer *t = c->t;
     const char *name = nt->name;
     int64_t numel = 1;
+    grm_status st;
     for (int32_t d = 0; d < nt->tensor.ndim; d++) numel *= nt->tensor.shape[d];
     if (strncmp(name, "emb.", 4) == 0) {
         grm_named_tensor inner = { name + 4, nt->tensor };
-        grm_status st = t->sp.eops->load(t->p->emb.inst, &inner);
+        if ((st = load_mark(c, name, 0, c->nemb)) != GRM_OK) return st;
+        st = t->sp.eops->load(t->p->emb.inst, &inner);
         if (st != GRM_OK) {
             grm_error_prefix("%s: tensor '%s': ", c->path, name);
             return st;
         }
-        c->loaded++;
         return GRM_OK;
     }
-    if (strcmp(name, "trainer.state") == 0 && (numel == 4 || numel == 7)
+    if (strcmp(name, "trainer.state") == 0 && (numel == 4 || numel == 7
+                                                || numel == GRM__CKPT_STATE_N)
         && nt->tensor.dtype == GRM_DTYPE_I64) {
+        if (c->have_state)
+            return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' appears twice; the file is damaged "
+                              "or was not written by grmhost", c->path, name);
         memcpy(c->state, nt->tensor.data, (size_t)numel * sizeof(int64_t));
+        if (numel < GRM__CKPT_STATE_N) c->state[GRM__ST_METRICS_AT] = -1;
         c->have_state = 1;
         return GRM_OK;
     }
@@ -397,7 +511,11 @@ static grm_status load_visit(void *user, const grm_named_tensor *nt)
             return grm_errorf(GRM_EFORMAT, "%s: holds %lld dense parameters, this pipeline has "
                               "%d; it was written by a different model", c->path,
                               (long long)numel, t->dn.nparams);
+        if (c->have_steps)
+            return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' appears twice; the file is damaged "
+                              "or was not written by grmhost", c->path, name);
         memcpy(c->param_steps, nt->tensor.data, (size_t)numel * sizeof(int64_t));
+        c->have_steps = 1;
         return GRM_OK;
     }
     int optim = strncmp(name, "optim.", 6) == 0;
@@ -410,12 +528,103 @@ static grm_status load_visit(void *user, const grm_named_tensor *nt)
             return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' has %lld elements, this pipeline "
                               "expects %lld; it was written by a different model", c->path,
                               name, (long long)numel, (long long)want);
+        if ((st = load_mark(c, name, c->nemb, c->nneed)) != GRM_OK) return st;
+        const float *v = nt->tensor.data;
+        for (int64_t k = 0; !optim && k < want; k++)
+            if (!isfinite(v[k]))   /* it said "lower the learning rates" at the first step */
+                return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' holds %g at element %lld: the "
+                                  "model had diverged when this checkpoint was saved", c->path,
+                                  name, (double)v[k], (long long)k);
         memcpy(optim ? dp->state : dp->value, nt->tensor.data, (size_t)want * sizeof(float));
-        c->loaded++;
         return GRM_OK;
     }
+    char shown[512];   /* a name read from the file */
     return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' belongs to no part of this pipeline; it was "
-                      "written by a different model (start over with --fresh)", c->path, name);
+                      "written by a different model (start over with --fresh)", c->path,
+                      grm__printable(shown, sizeof shown, name));
+}
+
+/* A restored scalar outside [lo, hi]: the file is damaged or forged (its checksums can be
+ * right and its meaning wrong), and the trainer would index memory with it. */
+static grm_status out_of_range(const char *path, const char *what, int64_t v, int64_t lo,
+                               int64_t hi)
+{
+    return grm_errorf(GRM_EFORMAT, "%s: trainer.state: %s is %lld, outside [%lld, %lld]; the "
+                      "file is damaged or was not written for this pipeline", path, what,
+                      (long long)v, (long long)lo, (long long)hi);
+}
+
+/* Every restored scalar against the pipeline (issue 25 item 1). */
+static grm_status check_state(const grm__trainer *t, const load_ctx *c)
+{
+    const int64_t *s = c->state, step = s[GRM__ST_STEP];
+    const int64_t most = INT64_MAX / 2 / (t->p->set.accumulate > 0 ? t->p->set.accumulate : 1);
+    double best, win;
+    memcpy(&best, &s[GRM__ST_BEST_SCORE], sizeof best);
+    memcpy(&win, &s[GRM__ST_WIN_SUM], sizeof win);
+    if (step < 0 || step > most) return out_of_range(c->path, "the step", step, 0, most);
+    if (s[GRM__ST_EXAMPLES] < 0)
+        return out_of_range(c->path, "the example count", s[GRM__ST_EXAMPLES], 0, INT64_MAX);
+    if (s[GRM__ST_BATCH] < 1)
+        return out_of_range(c->path, "the batch size", s[GRM__ST_BATCH], 1, INT64_MAX);
+    if (s[GRM__ST_BEST_STEP] < 0 || s[GRM__ST_BEST_STEP] > step)
+        return out_of_range(c->path, "the best step", s[GRM__ST_BEST_STEP], 0, step);
+    if (s[GRM__ST_BAD_EVALS] < 0 || s[GRM__ST_BAD_EVALS] > step)
+        return out_of_range(c->path, "the evaluations since the best", s[GRM__ST_BAD_EVALS], 0,
+                            step);
+    if (s[GRM__ST_STOPPED] < 0 || s[GRM__ST_STOPPED] > 1)
+        return out_of_range(c->path, "the early-stop flag", s[GRM__ST_STOPPED], 0, 1);
+    if (s[GRM__ST_METRICS_AT] < -1)
+        return out_of_range(c->path, "the metrics file size", s[GRM__ST_METRICS_AT], -1,
+                            INT64_MAX);
+    if (s[GRM__ST_WIN_N] < 0 || s[GRM__ST_WIN_N] > step)
+        return out_of_range(c->path, "the steps not yet logged", s[GRM__ST_WIN_N], 0, step);
+    if ((s[GRM__ST_BEST_STEP] > 0 && !isfinite(best)) || !isfinite(win))
+        return grm_errorf(GRM_EFORMAT, "%s: trainer.state: a non-finite score or loss; the file "
+                          "is damaged or was not written for this pipeline", c->path);
+    for (int32_t i = 0; i < t->dn.nparams; i++)
+        if (c->param_steps[i] < 0 || c->param_steps[i] > step) {
+            char what[600];
+            snprintf(what, sizeof what, "the optimizer step count of '%s'",
+                     t->dn.params[i].name);
+            return out_of_range(c->path, what, c->param_steps[i], 0, step);
+        }
+    return GRM_OK;
+}
+
+/* The plugin of each section, as the checkpoint's metadata records it (save_ckpt_as),
+ * against the INI's: another plugin is another model, refused by name; another pipeline
+ * name or seed is warned about (the run continues, but not as the one that wrote it). */
+static grm_status check_meta(const grm__trainer *t, const load_ctx *c)
+{
+    const grm__pipeline *p = t->p;
+    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
+    char meta[4096], key[600], name[512];
+    if (kops->meta(p->ckpt.inst, c->path, meta, sizeof meta) != GRM_OK) return GRM_OK;
+    const char *plugins = strstr(meta, "\"plugins\":{");
+    for (int32_t i = 0; plugins && i < nstages(p); i++) {
+        const grm__stage *sg = stage_at(p, i);
+        snprintf(key, sizeof key, "\"%s\":\"", sg->label);
+        const char *at = strstr(plugins, key);
+        if (!at) continue;
+        at += strlen(key);
+        const char *end = strchr(at, '"');
+        const char *want = sg->plugin->info->name;
+        if (end && ((size_t)(end - at) != strlen(want) || strncmp(at, want, strlen(want))))
+            return grm_errorf(GRM_EFORMAT, "%s: was written with [%s] plugin = %.*s, the INI "
+                              "has %s; it is another model (restore the INI, or pass --fresh "
+                              "to start over)", c->path, sg->label, (int)(end - at), at, want);
+    }
+    grm__json_escape(name, sizeof name, p->set.name);
+    snprintf(key, sizeof key, "\"pipeline\":\"%s\",", name);
+    if (strstr(meta, "\"pipeline\":") && !strstr(meta, key))
+        grm__log(GRM_LOG_WARN, "grmhost", "%s: was written by another pipeline than [pipeline] "
+                 "name = %s (its metadata: %.200s)", c->path, p->set.name, meta);
+    if (c->state[GRM__ST_SEED] != p->set.seed)
+        grm__log(GRM_LOG_WARN, "grmhost", "%s: was written with [train] seed = %lld, the INI "
+                 "has %lld: the examples, negatives and dropout differ from the original run",
+                 c->path, (long long)c->state[GRM__ST_SEED], (long long)p->set.seed);
+    return GRM_OK;
 }
 
 /* Load checkpoint `path`: this rank's own, or (owned_only) one written by rank r mod N of N
@@ -433,11 +642,15 @@ static grm_status load_ckpt_as(grm__trainer *t, const char *path, int owned_only
         kops = fmt.ops;
         kinst = fmt.inst;
     }
-    load_ctx c = { .t = t, .path = path };
-    c.param_steps = calloc((size_t)t->dn.nparams + 1, sizeof *c.param_steps);
-    if (!c.param_steps) return grm_errorf(GRM_ENOMEM, "out of memory");
+    load_ctx c;
+    grm_status st = load_ctx_init(&c, t, path);
+    if (st != GRM_OK) {
+        load_ctx_fini(&c);
+        grm__ckpt_fmt_fini(&fmt);
+        return st;
+    }
     int64_t kept = 0, dropped = 0;
-    grm_status st = owned_only
+    st = owned_only
         ? grm__reshard_load_owned(t->p, kops, kinst, path, t->rank, t->nranks,
                                   load_visit, &c, &kept, &dropped)
         : kops->load(kinst, path, load_visit, &c);
@@ -447,24 +660,36 @@ static grm_status load_ckpt_as(grm__trainer *t, const char *path, int owned_only
     if (st == GRM_OK && !c.have_state)
         st = grm_errorf(GRM_EFORMAT, "%s: has no trainer.state tensor; not a grmhost training "
                         "checkpoint", path);
-    int64_t expect = t->dn.nparams * (t->dn.state_floats ? 2 : 1);
-    if (st == GRM_OK && c.loaded < expect)
-        st = grm_errorf(GRM_EFORMAT, "%s: restores %lld tensors, fewer than the %lld dense "
-                        "tensors of this pipeline", path, (long long)c.loaded,
-                        (long long)expect);
+    if (st == GRM_OK && !c.have_steps)
+        st = grm_errorf(GRM_EFORMAT, "%s: has no trainer.param_steps tensor; the file is "
+                        "damaged or was not written by grmhost", path);
+    int32_t missing = 0, first = -1;
+    for (int32_t i = 0; st == GRM_OK && i < c.nneed; i++)
+        if (!c.seen[i] && missing++ == 0) first = i;
+    if (missing)
+        st = grm_errorf(GRM_EFORMAT, "%s: has no tensor '%s'%s, which this pipeline needs; it "
+                        "was written by another pipeline, or is damaged", path, c.need[first],
+                        missing > 1 ? " (nor some others)" : "");
+    if (st == GRM_OK) st = check_state(t, &c);
+    if (st == GRM_OK) st = check_meta(t, &c);
     if (st == GRM_OK) {
-        t->step = c.state[0];
-        t->ck.best_step = c.state[4];
-        memcpy(&t->ck.best_score, &c.state[5], sizeof(double));
-        t->ck.bad_evals = c.state[6];
+        const int64_t *s = c.state;
+        t->step = s[GRM__ST_STEP];
+        t->ck.best_step = s[GRM__ST_BEST_STEP];
+        memcpy(&t->ck.best_score, &s[GRM__ST_BEST_SCORE], sizeof(double));
+        t->ck.bad_evals = s[GRM__ST_BAD_EVALS];
+        t->ck.stopped = (int)s[GRM__ST_STOPPED];
+        t->ck.metrics_at = s[GRM__ST_METRICS_AT];
+        t->rep.loss_n = s[GRM__ST_WIN_N];
+        memcpy(&t->rep.loss_sum, &s[GRM__ST_WIN_SUM], sizeof(double));
         for (int32_t i = 0; i < t->dn.nparams; i++) t->dn.params[i].steps = c.param_steps[i];
-        if (c.state[2] != t->plan.nex_all || c.state[3] != t->p->set.batch_size)
+        if (s[GRM__ST_EXAMPLES] != t->plan.nex_all || s[GRM__ST_BATCH] != t->p->set.batch_size)
             grm__log(GRM_LOG_WARN, "grmhost", "%s: written with %lld examples and batch size "
                      "%lld, now %lld and %lld: the example order differs from the original run",
-                     path, (long long)c.state[2], (long long)c.state[3],
+                     path, (long long)s[GRM__ST_EXAMPLES], (long long)s[GRM__ST_BATCH],
                      (long long)t->plan.nex_all, (long long)t->p->set.batch_size);
     }
-    free(c.param_steps);
+    load_ctx_fini(&c);
     grm__ckpt_fmt_fini(&fmt);
     return st;
 }
@@ -551,6 +776,11 @@ grm_status grm__ckpt_resume(grm__trainer *t)
                          "pass --fresh to start over");
         return st;
     }
+    if (t->total_steps > 0 && t->step > t->total_steps)
+        return grm_errorf(GRM_EINVAL, "%s: is at step %lld, past the %lld steps of this "
+                          "pipeline's [train] steps or epochs; raise them to train on, or pass "
+                          "--fresh to start over", path, (long long)t->step,
+                          (long long)t->total_steps);
     grm__log(GRM_LOG_INFO, "grmhost", "resuming from %s at step %lld (use --fresh to start "
              "over)", path, (long long)t->step);
     return GRM_OK;
@@ -600,6 +830,7 @@ grm_status grm__ckpt_track_best(grm__trainer *t, double score, int *stop)
                  "score in %lld runs (best %.4f at step %lld)", (long long)t->step,
                  (long long)t->ck.bad_evals, t->ck.best_score, (long long)t->ck.best_step);
         *stop = 1;
+        t->ck.stopped = 1;   /* saved with the final checkpoint: the run is finished */
     }
     return GRM_OK;
 }
@@ -610,8 +841,20 @@ grm_status grm__ckpt_track_best(grm__trainer *t, double score, int *stop)
  * with several (each rank writes the rows it owns and its copy of the dense state). A
  * directory written by another world size is refused, with `grmhost reshard` as the fix
  * (core/reshard.c rewrites it for this world size and moves the old files aside). */
+/* The pid a temporary "<name>.tmp.<pid>" names, or -1. */
+static long tmp_writer(const char *name)
+{
+    const char *at = strstr(name, ".tmp.");
+    char *end;
+    if (!at) return -1;
+    long pid = strtol(at + 5, &end, 10);
+    return end != at + 5 && *end == '\0' && pid > 0 ? pid : -1;
+}
+
 /* A save killed midway (kill -9, power loss) leaves its "<name>.tmp.<pid>" behind; resume
- * never reads one, but they would pile up. Only names of this trainer's checkpoints. */
+ * never reads one, but they would pile up. Only names of this trainer's checkpoints, and
+ * only those whose writer is gone: a process of that pid on this host may still be writing
+ * (issue 25 item 7: a second trainer deleted the first's in-flight file). */
 void grm__ckpt_remove_stale(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -623,10 +866,117 @@ void grm__ckpt_remove_stale(const char *dir)
             continue;
         char path[4096 + 256];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        long pid = tmp_writer(e->d_name);
+        if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM)) {
+            grm__log(GRM_LOG_WARN, "grmhost", "left %s: process %ld, which may be writing it, "
+                     "still runs", path, pid);
+            continue;
+        }
         if (unlink(path) == 0)
             grm__log(GRM_LOG_INFO, "grmhost", "removed %s, left by an interrupted save", path);
     }
     closedir(d);
+}
+
+/* ---- the lock of a checkpoint directory (issue 25 item 7) ---- */
+
+#define LOCK_NAME ".grmhost.lock"
+
+/* Take dir's lock for this process: an flock(2) on dir/.grmhost.lock, which the kernel
+ * releases when the process ends however it ends, holding "pid PID host HOST" while held
+ * (empty once released). A lock held by a live process refuses the run, naming it; a file
+ * left non-empty by a process that died (kill -9) is a stale lock, taken over with a note.
+ * flock is local to a host: on NFS the pid and host in the file are what is left. */
+grm_status grm__ckpt_lock(grm__trainer *t, const char *dir)
+{
+    char path[4096 + 32], held[256] = "", host[128] = "?";
+    grm_status st;
+    t->ck.lock_fd = -1;
+    if ((st = grm__ckpt_make_dirs(dir)) != GRM_OK) return st;
+    snprintf(path, sizeof path, "%s/%s", dir, LOCK_NAME);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return grm_errorf(GRM_EIO, "%s: cannot open the lock of the checkpoint directory: %s",
+                          path, strerror(errno));
+    ssize_t n = pread(fd, held, sizeof held - 1, 0);
+    held[n > 0 ? n : 0] = '\0';
+    held[strcspn(held, "\n")] = '\0';
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return grm_errorf(GRM_EINVAL, "%s: in use by another grmhost (%s, lock file %s); "
+                              "wait for it to end, or give this run another [checkpoint] dir",
+                              dir, held[0] ? held : "pid unknown", path);
+        return grm_errorf(GRM_EIO, "%s: cannot lock: %s", path, strerror(e));
+    }
+    if (held[0])
+        grm__log(GRM_LOG_WARN, "grmhost", "%s: taking over a stale lock (%s, which ended "
+                 "without releasing it)", path, held);
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = '\0';
+    char mine[256];
+    int len = snprintf(mine, sizeof mine, "pid %ld host %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, mine, (size_t)len, 0) != len) {
+        const int e = errno;
+        close(fd);
+        return grm_errorf(GRM_EIO, "%s: cannot write the lock: %s", path, strerror(e));
+    }
+    t->ck.lock_fd = fd;
+    return GRM_OK;
+}
+
+void grm__ckpt_unlock(grm__trainer *t)
+{
+    if (t->ck.lock_fd < 0) return;
+    if (ftruncate(t->ck.lock_fd, 0) != 0) { /* the flock is released all the same */ }
+    close(t->ck.lock_fd);
+    t->ck.lock_fd = -1;
+}
+
+/* --fresh (issue 25 item 2): an earlier run's checkpoints would prune the new run's (keep
+ * counts every step-S, and the old steps are newer) and be resumed by the next `train`.
+ * They are moved, never deleted, to dir/replaced-by-fresh-YYYYmmdd-HHMMSS[-K]/. */
+grm_status grm__ckpt_fresh(const char *dir)
+{
+    DIR *d = opendir(dir);
+    char aside[4096], from[4096 + 256], to[8192 + 256], stamp[32];
+    int64_t moved = 0;
+    if (!d) return GRM_OK;
+    time_t now = time(NULL);
+    struct tm tmv;
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", gmtime_r(&now, &tmv));
+    snprintf(aside, sizeof aside, "%s/replaced-by-fresh-%s", dir, stamp);
+    for (int k = 2; access(aside, F_OK) == 0; k++)
+        snprintf(aside, sizeof aside, "%s/replaced-by-fresh-%s-%d", dir, stamp, k);
+    struct dirent *e;
+    grm_status st = GRM_OK;
+    while ((e = readdir(d)) != NULL) {
+        int r, n;
+        const char *nm = e->d_name;
+        if (strncmp(nm, "step-", 5) != 0 && strncmp(nm, "best.", 5) != 0
+            && !grm__ckpt_is_rank_dir(nm, &r, &n) && strncmp(nm, "resharded-from-", 15) != 0)
+            continue;
+        if (moved == 0 && mkdir(aside, 0777) != 0) {
+            st = grm_errorf(GRM_EIO, "%s: cannot create it to move the earlier run's "
+                            "checkpoints aside: %s", aside, strerror(errno));
+            break;
+        }
+        snprintf(from, sizeof from, "%s/%s", dir, nm);
+        snprintf(to, sizeof to, "%s/%s", aside, nm);
+        if (rename(from, to) != 0) {
+            st = grm_errorf(GRM_EIO, "%s: cannot move it to %s: %s", from, aside,
+                            strerror(errno));
+            break;
+        }
+        moved++;
+    }
+    closedir(d);
+    if (moved)
+        grm__log(GRM_LOG_WARN, "grmhost", "--fresh: moved the %lld checkpoint files of the "
+                 "earlier run in %s to %s (delete it when it is not needed)", (long long)moved,
+                 dir, aside);
+    return st;
 }
 
 grm_status grm__ckpt_dir_of(grm__trainer *t)

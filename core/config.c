@@ -22,6 +22,10 @@
 
 enum { CONFIG_MAX_DEPTH = 16 };   /* nested includes */
 
+/* The largest INI read (issue 25 item 12: one from /dev/zero was read until memory ran
+ * out). */
+#define GRM__INI_MAX (16 << 20)
+
 typedef struct parse_state {
     const char *name;       /* file name for messages; cfg->files owns it */
     const char *text;       /* whole file, NUL-terminated */
@@ -416,6 +420,13 @@ static grm_status read_text(const char *path, char **text_out, char *message, si
         return GRM_EIO;
     }
     for (;;) {
+        if (len > GRM__INI_MAX) {   /* /dev/zero, `yes |`: refuse before memory runs out */
+            free(text);
+            fclose(f);
+            snprintf(message, cap, "%s: longer than %d MiB; a pipeline INI is a few KB: check "
+                     "the path", path, GRM__INI_MAX >> 20);
+            return GRM_EINVAL;
+        }
         if (tcap - len < 4096) {
             char *nt = realloc(text, tcap ? tcap * 2 : 8192);
             if (!nt) {

@@ -451,7 +451,9 @@ static grm_status inspect_run(const char *path, int groups)
            "ratio");
     uint64_t ct = 0, ut = 0;
     for (int32_t i = 0; i < m.ncols; i++) {
-        printf("%-24s %-10s %14llu %14llu %7.2f\n", m.fields[i].name,
+        char shown[256];   /* a column name read from the file: ESC must not reach the tty */
+        printf("%-24s %-10s %14llu %14llu %7.2f\n",
+               grm__printable(shown, sizeof shown, m.fields[i].name),
                grm__grmcol_type_name(m.fields[i].type), (unsigned long long)csum[i],
                (unsigned long long)usum[i], csum[i] ? (double)usum[i] / (double)csum[i] : 0.0);
         ct += csum[i];

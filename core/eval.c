@@ -179,6 +179,7 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
     int64_t nonfinite = 0;      /* users whose target scored NaN or inf */
     for (int64_t ib = 0; ib < nb; ib++) {
         int64_t b = 0;
+        if ((st = grm__poll_stop(t)) != GRM_OK) break;
         for (; u0 < ds->nusers && b < EB && seen < hi; u0++) {
             if (!ds->has_eval[u0]) continue;
             if (seen++ < lo) continue;
@@ -305,6 +306,7 @@ static grm_status run_eval_ranking(grm__trainer *t, int split, double *score)
     if ((st = eval_share(t, n, EB, &lo, &hi, &nb)) != GRM_OK) goto out;
     for (int64_t ib = 0; ib < nb; ib++) {   /* this rank's share of the rows */
         int64_t r0 = lo + ib * EB, b = hi - r0 < EB ? hi - r0 : EB;
+        if ((st = grm__poll_stop(t)) != GRM_OK) goto out;
         if (b < 0) b = 0;
         for (int64_t k = 0; k < b; k++) t->eb.users[k] = rows[r0 + k];
         t->eb.b = b;

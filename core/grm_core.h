@@ -38,6 +38,10 @@ void grm__assert_fail(const char *cond, const char *file, int line)
 void grm__log(int32_t level, const char *who, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void grm__log_set_level(int32_t level);   /* grm_log_level; default GRM_LOG_INFO */
+/* s as printable text into buf [cap] (NUL-terminated, cut to fit): control bytes (ESC
+ * among them), DEL and '\\' as \xNN, so that a name read from a file cannot drive the
+ * terminal; bytes >= 0x80 (UTF-8) pass. Returns buf. */
+const char *grm__printable(char *buf, size_t cap, const char *s);
 int32_t grm__log_level(void);
 
 /* ---- allocation and the thread pool (core/pool.c) ---- */
@@ -90,9 +94,14 @@ void grm__registry_destroy(grm__registry *reg);
 /* Load one .so and run every check of STYLE.md §5.4; on refusal the message is one line
  * naming the file, what it found, what was expected and the fix. */
 grm_status grm__registry_load_file(grm__registry *reg, const char *path);
-/* Load every *.so in dir (and in dir/<subdir>/.libs for build trees). Stops at the first
- * refused plugin. A missing dir is GRM_ENOTFOUND. */
+/* Load every plugin file in dir (and in dir/<subdir>/.libs for build trees). Stops at the
+ * first refused plugin. A missing dir is GRM_ENOTFOUND. */
 grm_status grm__registry_load_dir(grm__registry *reg, const char *dir);
+/* The same, but only the plugin files among names [n] (n < 0: all). Only files named like
+ * plugins (<kind>-<name>.so) are opened; one without the entry symbol is skipped with a
+ * warning. */
+grm_status grm__registry_load_dir_named(grm__registry *reg, const char *dir,
+                                        const char *const *names, int n);
 /* Load the default search path: GRM_PLUGIN_PATH (colon-separated), then the build tree
  * when grmhost runs from it, else the installed plugin directory. */
 grm_status grm__registry_load_default(grm__registry *reg);

@@ -376,7 +376,8 @@ grm_status grm__grmcol_open(const char *path, int *fd_out, grm__grmcol_meta *m,
 
     memset(m, 0, sizeof *m);
     *fd_out = -1;
-    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: open() of a FIFO would block before fstat could refuse it.
+    const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return col_fail(e, GRM_EIO, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         st = col_fail(e, GRM_EIO, "%s: not a regular file", path);

@@ -3,6 +3,7 @@
  * pipeline's [distributed] plugin = comm-mpi or comm-nccl joins them). A thin wrapper: it
  * builds the mpirun command line and execs it, so mpirun's exit status is the job's. */
 #include "cli.h"
+#include "grm_core.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -41,6 +42,30 @@ static int launch_which(const char *name, char *out)
         path += len + (end != NULL);
     }
     return 0;
+}
+
+/* N ranks need a communicator that runs N ranks: comm-single (the default of
+ * [distributed]) would start N unrelated one-rank jobs, each rank 0, on one checkpoint
+ * directory (issue 25 item 7). 0 (after printing why) when the INI among the forwarded
+ * arguments asks for it; an INI that does not load is left to train to report. */
+static int launch_comm_ok(char **fwd, int nfwd)
+{
+    const char *ini = NULL;
+    for (int i = 0; i < nfwd && !ini; i++)
+        if (fwd[i][0] != '-') ini = fwd[i];
+    grm__config *cfg = NULL;
+    if (!ini || grm__config_load(ini, &cfg) != GRM_OK) return 1;
+    const grm__section *sec = grm__config_section(cfg, "distributed");
+    const grm__kv *kv = sec ? grm__section_kv(sec, "plugin") : NULL;
+    const char *plugin = kv ? kv->value : "comm-single";
+    const int ok = strcmp(plugin, "comm-single") != 0;
+    if (!ok)
+        fprintf(stderr, "grmhost: %s:%d: [distributed] plugin is comm-single%s, which runs one "
+                "rank; launch -n N needs `plugin = comm-mpi` (CPU ranks) or comm-nccl (GPU) "
+                "there, or -n 1\n", ini, kv ? kv->line : sec ? sec->line : 0,
+                kv ? "" : " (the default)");
+    grm__config_destroy(cfg);
+    return ok;
 }
 
 int grm__launch_main(int argc, char **argv)
@@ -90,6 +115,11 @@ int grm__launch_main(int argc, char **argv)
     if (nfwd == 0) {
         free(fwd);
         return grm__cli_usage_error(usage_launch, "launch: expected a pipeline FILE.ini");
+    }
+
+    if (np > 1 && !launch_comm_ok(fwd, nfwd)) {
+        free(fwd);
+        return 2;
     }
 
     char mpirun[PATH_MAX], self[PATH_MAX];

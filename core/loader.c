@@ -4,6 +4,7 @@
  * file, what was found, what was expected and the fix: dlopen -> entry symbol -> list and
  * descriptors non-NULL -> descriptor struct_size -> abi_major -> abi_minor -> kind ->
  * ops struct_size and required ops -> unique name -> parameter table. */
+#include "config.h"
 #include "grm_core.h"
 
 #include <dirent.h>
@@ -157,7 +158,9 @@ static grm_status check_info(const grm__registry *reg, const grm_plugin_info *in
     return grm__params_check_decls(info, path);
 }
 
-grm_status grm__registry_load_file(grm__registry *reg, const char *path)
+/* in_dir: found by a directory scan, where a library without the entry symbol is a
+ * stray one, GRM_ENOTFOUND (skipped with a warning), not a broken plugin. */
+static grm_status load_file(grm__registry *reg, const char *path, int in_dir)
 {
     char real[PATH_MAX];
     if (!realpath(path, real))
@@ -178,8 +181,9 @@ grm_status grm__registry_load_file(grm__registry *reg, const char *path)
     memcpy(&entry, &sym, sizeof entry);
     if (!entry) {
         dlclose(h);
-        return grm_errorf(GRM_EABI, "%s: no %s symbol; not a grm plugin, or its entry lacks "
-                          "GRM_PLUGIN_EXPORT", real, GRM_PLUGIN_ENTRY_SYMBOL);
+        return grm_errorf(in_dir ? GRM_ENOTFOUND : GRM_EABI, "%s: no %s symbol; not a grm "
+                          "plugin, or its entry lacks GRM_PLUGIN_EXPORT", real,
+                          GRM_PLUGIN_ENTRY_SYMBOL);
     }
     const grm_plugin_info *const *list = entry(grm__host_api());
     if (!list || !list[0]) {
@@ -231,6 +235,11 @@ grm_status grm__registry_load_file(grm__registry *reg, const char *path)
     return GRM_OK;
 }
 
+grm_status grm__registry_load_file(grm__registry *reg, const char *path)
+{
+    return load_file(reg, path, 0);
+}
+
 static int ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
@@ -242,7 +251,22 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Collect *.so in dir, and in dir/<sub>/.libs (libtool build trees), sorted. */
+/* 1 when `name` is named like a plugin: <kind>-<name>.so (STYLE.md §3), kind one of
+ * kind_names. Nothing else in a plugin directory is opened: dlopen runs a library's
+ * constructors, and a directory may hold other libraries (issue 25 item 5). */
+static int plugin_file_name(const char *name)
+{
+    const size_t n = strlen(name);
+    if (n < 4 || strcmp(name + n - 3, ".so") != 0) return 0;
+    for (int32_t k = GRM_KIND_READER; k <= GRM_KIND_HEAD; k++) {
+        const size_t kl = strlen(kind_names[k]);
+        if (strncmp(name, kind_names[k], kl) == 0 && name[kl] == '-' && kl + 1 < n - 3)
+            return 1;
+    }
+    return 0;
+}
+
+/* Collect the plugin files in dir, and in dir/<sub>/.libs (libtool build trees). */
 static grm_status collect(const char *dir, char ***files, int *nfiles, int depth)
 {
     DIR *d = opendir(dir);
@@ -267,6 +291,12 @@ static grm_status collect(const char *dir, char ***files, int *nfiles, int depth
         /* below the top directory only libtool's .libs holds real plugins */
         if (depth > 0 && !ends_with(dir, "/.libs")) continue;
         if (!ends_with(e->d_name, ".so")) continue;
+        if (!plugin_file_name(e->d_name)) {
+            grm__log(GRM_LOG_WARN, "grmhost", "%s: skipped: not named like a plugin "
+                     "(<kind>-<name>.so, kind one of reader transform emb dense opt ckpt comm "
+                     "head)", path);
+            continue;
+        }
         char **nf = realloc(*files, (size_t)(*nfiles + 1) * sizeof *nf);
         if (!nf || !(nf[*nfiles] = strdup(path))) {
             if (nf) *files = nf;
@@ -280,18 +310,42 @@ static grm_status collect(const char *dir, char ***files, int *nfiles, int depth
     return st;
 }
 
-grm_status grm__registry_load_dir(grm__registry *reg, const char *dir)
+/* 1 when file's name without ".so" is one of names [n] (n < 0: any name). */
+static int wanted(const char *file, const char *const *names, int n)
+{
+    if (n < 0) return 1;
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    const size_t len = strlen(base) - 3;
+    for (int i = 0; i < n; i++)
+        if (strlen(names[i]) == len && strncmp(base, names[i], len) == 0) return 1;
+    return 0;
+}
+
+grm_status grm__registry_load_dir_named(grm__registry *reg, const char *dir,
+                                        const char *const *names, int nnames)
 {
     char **files = NULL;
     int n = 0;
     grm_status st = collect(dir, &files, &n, 0);
     if (st == GRM_OK) qsort(files, (size_t)n, sizeof *files, cmp_str);
     for (int i = 0; i < n; i++) {
-        if (st == GRM_OK) st = grm__registry_load_file(reg, files[i]);
+        if (st == GRM_OK && wanted(files[i], names, nnames)) {
+            st = load_file(reg, files[i], 1);
+            if (st == GRM_ENOTFOUND) {   /* a stray library named like a plugin */
+                grm__log(GRM_LOG_WARN, "grmhost", "%s: skipped", grm_last_error());
+                st = GRM_OK;
+            }
+        }
         free(files[i]);
     }
     free(files);
     return st;
+}
+
+grm_status grm__registry_load_dir(grm__registry *reg, const char *dir)
+{
+    return grm__registry_load_dir_named(reg, dir, NULL, -1);
 }
 
 /* True when the running executable lives in the configured build tree. */
@@ -307,6 +361,28 @@ static int running_from_build_tree(void)
     if (!realpath(GRM_BUILD_DIR, build)) return 0;
     return strcmp(exe, build) == 0 || (strncmp(exe, build, strlen(build)) == 0
                                       && exe[strlen(build)] == '/');
+}
+
+/* A build tree copied or moved elsewhere (grmhost, or libtool's .libs/grmhost, beside
+ * plugins/), or an installation moved as a whole (bin/grmhost beside lib/grm/plugins):
+ * the plugin directory found from the running executable, into buf [cap]; 0 if none. */
+static int plugins_near_exe(char *buf, size_t cap)
+{
+    static const char *const rel[] = { "plugins", "../plugins", "../lib/grm/plugins" };
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return 0;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return 0;
+    *slash = '\0';
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+        struct stat sb;
+        if ((size_t)snprintf(buf, cap, "%s/%s", exe, rel[i]) < cap && stat(buf, &sb) == 0
+            && S_ISDIR(sb.st_mode))
+            return 1;
+    }
+    return 0;
 }
 
 grm_status grm__registry_load_default(grm__registry *reg)
@@ -330,8 +406,14 @@ grm_status grm__registry_load_default(grm__registry *reg)
     }
     if (running_from_build_tree())
         return grm__registry_load_dir(reg, GRM_BUILD_DIR "/plugins");
+    char near[PATH_MAX];
+    if (plugins_near_exe(near, sizeof near)) return grm__registry_load_dir(reg, near);
     grm_status st = grm__registry_load_dir(reg, GRM_PLUGIN_DIR);
     if (st == GRM_ENOTFOUND && reg->n > 0) return GRM_OK;
+    if (st == GRM_ENOTFOUND)
+        grm_error_suffix("; no plugins beside grmhost either: set GRM_PLUGIN_PATH to the "
+                         "directory that holds them (a build tree's plugins/, an "
+                         "installation's lib/grm/plugins)");
     return st;
 }
 

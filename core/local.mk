@@ -15,13 +15,13 @@ libgrmcore_la_SOURCES = \
 	%reldir%/delta.c
 libgrmcore_la_SOURCES += %reldir%/sparse.h %reldir%/sparse.c
 libgrmcore_la_CPPFLAGS = $(AM_CPPFLAGS) $(INIH_CFLAGS) $(UV_CFLAGS) $(ZSTD_CFLAGS) $(BLAS_CFLAGS) \
-	-DGRM_PLUGIN_DIR='"$(plugindir)"' -DGRM_BUILD_DIR='"$(abs_top_builddir)"'
+	-DGRM_BUILD_DIR='"$(abs_top_builddir)"'
 libgrmcore_la_LIBADD = $(INIH_LIBS) $(UV_LIBS) $(ZSTD_LIBS) $(BLAS_LIBS) $(PTHREAD_LIBS) -lm
 
 bin_PROGRAMS += grmhost
 grmhost_SOURCES = %reldir%/main.c %reldir%/cli.h %reldir%/cli.c %reldir%/gen.h %reldir%/gen.c \
 	%reldir%/convert.c %reldir%/launch.c %reldir%/plot.c %reldir%/export.c
-grmhost_CPPFLAGS = $(AM_CPPFLAGS) $(ZSTD_CFLAGS) $(XXHASH_CFLAGS) -DGRM_PLUGIN_DIR='"$(plugindir)"'
+grmhost_CPPFLAGS = $(AM_CPPFLAGS) $(ZSTD_CFLAGS) $(XXHASH_CFLAGS)
 grmhost_LDADD = libgrmcore.la $(ZSTD_LIBS) -lm
 libgrmcore_la_SOURCES += %reldir%/dist.h %reldir%/dist.c
 libgrmcore_la_SOURCES += %reldir%/reshard.h %reldir%/reshard.c

@@ -34,3 +34,19 @@ void grm__log(int32_t level, const char *who, const char *fmt, ...)
     fputc('\n', stderr);
     pthread_mutex_unlock(&log_lock);
 }
+
+const char *grm__printable(char *buf, size_t cap, const char *s)
+{
+    size_t w = 0;
+    if (cap == 0) return buf;
+    for (const unsigned char *c = (const unsigned char *)s; *c && w + 1 < cap; c++) {
+        if (*c >= 0x20 && *c != 0x7f && *c != '\\') {
+            buf[w++] = (char)*c;
+        } else {
+            if (w + 5 > cap) break;
+            w += (size_t)snprintf(buf + w, cap - w, "\\x%02x", *c);
+        }
+    }
+    buf[w] = '\0';
+    return buf;
+}

@@ -1,6 +1,7 @@
 /* core/main.c - grmhost, the command-line front end. The only place a status becomes an
  * exit code (0 ok, 1 failure, 2 usage or configuration error) and the only writer of
  * stdout (STYLE.md §6). */
+#include "config.h"
 #include "cli.h"
 #include "gen.h"
 #include "grmcol.h"
@@ -57,13 +58,18 @@ static const char usage_train[] =
     "If [checkpoint] dir holds checkpoints, training resumes from the newest one,\n"
     "written by as many ranks as this job or by N ranks when this job has a\n"
     "multiple of N (each rank reads one file); other world sizes: grmhost reshard.\n"
-    "SIGINT or SIGTERM finish the current step, write a checkpoint and exit 0.\n"
+    "SIGINT or SIGTERM finish the current step, write a checkpoint and exit 0; during\n"
+    "an evaluation they stop it and exit 1 (train resumes from the newest checkpoint);\n"
+    "a second signal ends the process at once. A run early stopping ended is finished:\n"
+    "train tests its best model again and trains nothing. One job at a time may train\n"
+    "in a [checkpoint] dir (dir/.grmhost.lock names the holder's pid and host).\n"
     "\n"
     "options:\n"
     "  --set SECTION.KEY=VALUE\n"
     "                       override one key of the file (repeatable; later wins),\n"
     "                       e.g. --set train.batch_size=512 --set dense.0.dims=128,64\n"
-    "  --fresh              ignore existing checkpoints and start from step 0; a\n"
+    "  --fresh              start from step 0; an earlier run's checkpoints are moved\n"
+    "                       to DIR/replaced-by-fresh-<UTC time>/, never deleted, and a\n"
     "                       non-empty metrics file moves aside to FILE.N (logged)\n"
     "  --metrics-out FILE   append every metric as a JSON object per line ({\"time\",\n"
     "                       \"run\",\"pipeline\",\"step\",\"split\",\"name\",\"value\"}: UTC\n"

@@ -238,16 +238,41 @@ void grm__metrics_close(grm__metrics *m)
     free(m);
 }
 
+size_t grm__json_escape(char *buf, size_t cap, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        char e[7] = { *c, 0 };
+        if (*c == '"' || *c == '\\') {
+            e[0] = '\\';
+            e[1] = (char)*c;
+            e[2] = 0;
+        } else if (*c < 0x20 || *c == 0x7f) {   /* control bytes, ESC among them: \u00XX */
+            memcpy(e, "\\u00", 4);
+            e[4] = hex[*c >> 4];
+            e[5] = hex[*c & 15];
+            e[6] = 0;
+        }
+        for (const char *q = e; *q; q++, n++)
+            if (n + 1 < cap) buf[n] = *q;
+    }
+    if (cap) buf[n < cap ? n : cap - 1] = '\0';
+    return n;
+}
+
 void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const char *name,
                        double value)
 {
     if (m->f) {
-        char when[40], num[40] = "null";
+        char when[40], num[40] = "null", es[256], en[256];
         utc_now(when, sizeof when, NULL);
         if (isfinite(value)) snprintf(num, sizeof num, "%.9g", value);
+        grm__json_escape(es, sizeof es, split);
+        grm__json_escape(en, sizeof en, name);
         fprintf(m->f, "{\"time\":\"%s\",\"run\":\"%s\",\"pipeline\":\"%s\",\"step\":%lld,"
                 "\"split\":\"%s\",\"name\":\"%s\",\"value\":%s}\n", when, m->run, m->pipeline,
-                (long long)step, split, name, num);
+                (long long)step, es, en, num);
         if ((fflush(m->f) != 0 || ferror(m->f)) && !m->err) m->err = errno ? errno : EIO;
     }
     pthread_mutex_lock(&m->lock);
@@ -315,6 +340,55 @@ void grm__metrics_summary(grm__metrics *m, FILE *f)
     for (int i = 0; i < m->n; i++)
         fprintf(f, "%-10s %-16s %10lld %12.6f\n", m->last[i].split, m->last[i].name,
                 (long long)m->last[i].step, m->last[i].value);
+}
+
+int64_t grm__metrics_tell(const grm__metrics *m)
+{
+    return m && m->f ? (int64_t)ftello(m->f) : -1;
+}
+
+/* A resumed run goes on under the run id of the records before its checkpoint: the last
+ * "run" of the file's first `bytes` bytes, when there is one. */
+static void adopt_run(grm__metrics *m, int64_t bytes)
+{
+    char tail[4096];
+    FILE *f = fopen(m->path, "rb");
+    if (!f) return;
+    const int64_t from = bytes > (int64_t)sizeof tail - 1 ? bytes - (int64_t)sizeof tail + 1 : 0;
+    size_t n = 0;
+    if (fseeko(f, (off_t)from, SEEK_SET) == 0) n = fread(tail, 1, (size_t)(bytes - from), f);
+    fclose(f);
+    tail[n] = '\0';
+    const char *key = "\"run\":\"", *at = NULL;
+    for (const char *q = strstr(tail, key); q; q = strstr(q + 1, key)) at = q;
+    if (!at) return;
+    at += strlen(key);
+    const char *end = strchr(at, '"');
+    if (end && end > at && (size_t)(end - at) < sizeof m->run)
+        snprintf(m->run, sizeof m->run, "%.*s", (int)(end - at), at);
+}
+
+grm_status grm__metrics_cut(grm__metrics *m, int64_t bytes, int64_t step)
+{
+    struct stat sb;
+    if (!m || !m->f || bytes < 0) return GRM_OK;
+    if (fflush(m->f) != 0 || fstat(fileno(m->f), &sb) != 0)
+        return grm_errorf(GRM_EIO, "%s: %s", m->path, strerror(errno));
+    if (sb.st_size >= bytes) adopt_run(m, bytes);
+    if (sb.st_size == bytes) return GRM_OK;
+    if (sb.st_size < bytes) {   /* another file, or one cut by hand: leave it as it is */
+        grm__log(GRM_LOG_WARN, "grmhost", "%s: holds %lld bytes, fewer than the %lld it held "
+                 "at the checkpoint of step %lld; appending to it as it is", m->path,
+                 (long long)sb.st_size, (long long)bytes, (long long)step);
+        return GRM_OK;
+    }
+    if (ftruncate(fileno(m->f), (off_t)bytes) != 0)
+        return grm_errorf(GRM_EIO, "%s: cannot cut the records after step %lld: %s", m->path,
+                          (long long)step, strerror(errno));
+    grm__log(GRM_LOG_INFO, "grmhost", "%s: removed the %lld bytes written after the checkpoint "
+             "of step %lld; the resumed run writes them again", m->path,
+             (long long)(sb.st_size - bytes), (long long)step);
+    return GRM_OK;
 }
 
 grm_status grm__metrics_check(const grm__metrics *m)

@@ -324,7 +324,7 @@ static int is_uint(const char *s)
 /* ---- load ---- */
 
 /* The store's capability bits (0 for a store built before ABI 1.3). */
-static uint32_t emb_flags(const grm__pipeline *p)
+uint32_t grm__emb_flags(const grm__pipeline *p)
 {
     const grm_emb_ops *ops = p->emb.plugin->info->ops;
     if (ops->struct_size < offsetof(grm_emb_ops, flags) + sizeof ops->flags) return 0;
@@ -340,7 +340,7 @@ static const char *const init_names[] = { "zeros", "uniform", "normal" };
 static grm_status plan_tables(grm__pipeline *p)
 {
     grm_status st;
-    int any_id = (emb_flags(p) & GRM_EMB_ANY_ID) != 0;
+    int any_id = (grm__emb_flags(p) & GRM_EMB_ANY_ID) != 0;
     grm__sparse_feature_spec *specs = calloc((size_t)p->ntables + 1, sizeof *specs);
     if (!specs) return grm_errorf(GRM_ENOMEM, "out of memory");
     for (int32_t t = 0; t < p->ntables; t++) {
@@ -422,6 +422,41 @@ static grm_status check_devices(const grm__pipeline *p)
     return check_device(p, &p->opt_dense, dev, name, file, line);
 }
 
+/* [pipeline] plugin_dirs (issue 25 item 5): an INI that names plugin directories is code,
+ * since dlopen runs a library's constructors. So a relative directory is taken from the
+ * INI's own directory (not the working directory), and only the plugin files the INI names
+ * in a `plugin =` key are opened there (`check` included); files not named like plugins
+ * never are. */
+static grm_status load_plugin_dirs(grm__pipeline *p, const pipeline_cfg *pc)
+{
+    if (pc->plugin_dirs.n == 0) return GRM_OK;
+    const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "pipeline"),
+                                        "plugin_dirs");
+    // relative to the INI file the key came from (an include's, when it is there)
+    const char *path = grm__kv_file(kv, p->cfg->path);
+    const char **names = calloc((size_t)p->cfg->nsec + 1, sizeof *names);
+    grm_status st = GRM_OK;
+    int n = 0;
+    if (!names) return grm_errorf(GRM_ENOMEM, "out of memory");
+    for (int i = 0; i < p->cfg->nsec; i++) {
+        const grm__kv *pk = grm__section_kv(&p->cfg->sec[i], "plugin");
+        if (pk) names[n++] = pk->value;
+    }
+    const char *slash = strrchr(path, '/');
+    for (int64_t i = 0; i < pc->plugin_dirs.n && st == GRM_OK; i++) {
+        const char *d = pc->plugin_dirs.v[i];
+        char dir[4096];
+        if (d[0] != '/' && slash)
+            snprintf(dir, sizeof dir, "%.*s/%s", (int)(slash - path), path, d);
+        else
+            snprintf(dir, sizeof dir, "%s", d);
+        if ((st = grm__registry_load_dir_named(p->reg, dir, names, n)) != GRM_OK)
+            grm_error_prefix("%s:%d: [pipeline] plugin_dirs: ", path, kv ? kv->line : 0);
+    }
+    free(names);
+    return st;
+}
+
 grm_status grm__pipeline_load(const char *path, grm__pipeline **out)
 {
     return grm__pipeline_load_with(path, NULL, 0, out);
@@ -483,15 +518,7 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
     p->set.threads = pc->threads;
     p->set.device = pc->device;
     if ((st = grm__registry_create(&p->reg)) != GRM_OK) goto fail;
-    for (int64_t i = 0; i < pc->plugin_dirs.n; i++) {
-        if ((st = grm__registry_load_dir(p->reg, pc->plugin_dirs.v[i])) != GRM_OK) {
-            const grm__kv *kv = grm__section_kv(grm__config_section(p->cfg, "pipeline"),
-                                                "plugin_dirs");
-            grm_error_prefix("%s:%d: [pipeline] plugin_dirs: ", grm__kv_file(kv, path),
-                             kv ? kv->line : 0);
-            goto fail;
-        }
-    }
+    if ((st = load_plugin_dirs(p, pc)) != GRM_OK) goto fail;
     if ((st = grm__registry_load_default(p->reg)) != GRM_OK) goto fail;
 
     /* [train] */
@@ -775,7 +802,7 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
     }
     /* a stream shows its largest ids only as it goes: a store indexed by id needs sizes */
     for (int32_t i = 0; p->set.input == GRM__INPUT_STREAM && i < p->nfeatures; i++)
-        if (p->features[i].rows == 0 && !(emb_flags(p) & GRM_EMB_ANY_ID)) {
+        if (p->features[i].rows == 0 && !(grm__emb_flags(p) & GRM_EMB_ANY_ID)) {
             st = grm_errorf(GRM_EINVAL, "%s:%d: [feature.%s] with [train] input = stream: "
                             "[embedding] %s sizes its tables before step 1, when the "
                             "stream's largest id is not yet known; give rows = N (ids in "
@@ -877,7 +904,7 @@ static void print_plan(FILE *f, const grm__pipeline *p)
     const grm__sparse_plan *pl = p->plan;
     fprintf(f, "%smerge plan (MTGRBoost §4.2): %d id space%s in %d table%s", ind, p->ntables,
             p->ntables == 1 ? "" : "s", p->nphys, p->nphys == 1 ? "" : "s");
-    if (!(emb_flags(p) & GRM_EMB_ANY_ID))
+    if (!(grm__emb_flags(p) & GRM_EMB_ANY_ID))
         fprintf(f, "; not merged: %s indexes rows by id (emb-dynamic takes any id)",
                 p->emb.plugin->info->name);
     fputc('\n', f);

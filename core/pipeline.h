@@ -263,6 +263,9 @@ void grm__rank_acc_init(grm__rank_acc *a, const grm_int_list *topk);
 void grm__rank_acc_add(grm__rank_acc *a, int64_t rank);
 void grm__rank_acc_merge(grm__rank_acc *into, const grm__rank_acc *from);
 
+/* The store's grm_emb_ops.flags (GRM_EMB_*; 0 for a store built before ABI 1.3). */
+uint32_t grm__emb_flags(const grm__pipeline *p);
+
 /* Metrics sink: JSON lines (one object per metric) and the final summary table. */
 typedef struct grm__metrics grm__metrics;
 /* Open the sink (path NULL or "": the summary only). Every record carries its wall-clock
@@ -278,6 +281,15 @@ void grm__metrics_close(grm__metrics *m);
 grm_status grm__metrics_check(const grm__metrics *m);
 void grm__metrics_emit(grm__metrics *m, int64_t step, const char *split, const char *name,
                        double value);
+/* The metrics file's size in bytes (-1: no file), recorded in each checkpoint. */
+int64_t grm__metrics_tell(const grm__metrics *m);
+/* A resumed run: cut the file back to `bytes`, its size when the checkpoint of `step` was
+ * saved, so that the records a crashed run wrote after it are not there twice, and go on
+ * under the run id of the records before it (the file reads as one run). */
+grm_status grm__metrics_cut(grm__metrics *m, int64_t bytes, int64_t step);
+/* JSON string contents of s into buf [cap] (NUL-terminated, cut to fit): `"` and `\`
+ * escaped, control bytes (ESC among them) as \u00XX. Returns the escaped length. */
+size_t grm__json_escape(char *buf, size_t cap, const char *s);
 /* The latest value of each (split, name) in Prometheus' text format (thread-safe: the
  * --metrics-port thread calls it while the trainer emits). */
 void grm__metrics_prometheus(grm__metrics *m, FILE *f);

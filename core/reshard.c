@@ -235,6 +235,7 @@ static int32_t owner_in_group(int64_t key, int32_t I)
 /* ---- the job ---- */
 
 typedef struct rs_job {
+    char stage_dir[PATH_CAP];   /* dir/.reshard-to-M: this run's staged files */
     const grm__pipeline *p;
     const grm_ckpt_ops *kops;
     void *kinst;
@@ -645,18 +646,25 @@ static grm_status reshard_set(rs_job *j, const char *stem, int64_t expect_step)
         if (st != GRM_OK) return st;
     }
     GRM_ASSERT(j->dst[0].n == cap);
+    char name[512];
+    grm__json_escape(name, sizeof name, j->p->set.name);
     for (int32_t m = 0; m < j->M; m++) {
         rs_out *o = &j->dst[m];
-        char rd[PATH_CAP], meta[1024];
+        char rd[PATH_CAP], sd[PATH_CAP], meta[1024];
+        const char *file = strrchr(f0->path, '/') + 1;
         grm__ckpt_rank_dir(rd, sizeof rd, j->dir, m, j->M);
-        if (j->M > 1 && (st = grm__ckpt_make_dirs(rd)) != GRM_OK) return st;
-        if ((st = pathf(o->path, sizeof o->path, "%s/%s", rd, strrchr(f0->path, '/') + 1))
-            != GRM_OK || (st = pathf(o->stage, sizeof o->stage, "%s.reshard", o->path))
-            != GRM_OK)
+        /* staged under dir/.reshard-to-M/ (no rank-R-of-N name a resume or a rerun would
+         * count as a world size), moved into rd by publish */
+        if ((st = pathf(sd, sizeof sd, "%s/%s%s", j->stage_dir, j->M > 1 ? rd + strlen(j->dir)
+                        + 1 : "", "")) != GRM_OK
+            || (st = grm__ckpt_make_dirs(sd)) != GRM_OK)
+            return st;
+        if ((st = pathf(o->path, sizeof o->path, "%s/%s", rd, file)) != GRM_OK
+            || (st = pathf(o->stage, sizeof o->stage, "%s/%s", sd, file)) != GRM_OK)
             return st;
         snprintf(meta, sizeof meta, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
                  "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,\"rank\":%d,"
-                 "\"seed\":%lld,\"resharded_from\":%d}", GRM_VERSION_STRING, j->p->set.name,
+                 "\"seed\":%lld,\"resharded_from\":%d}", GRM_VERSION_STRING, name,
                  (long long)((const int64_t *)state->t.data)[0],
                  (int)j->M, (int)m, (long long)seed, (int)j->N);
         if ((st = j->kops->save(j->kinst, o->stage, o->v, o->n, meta)) != GRM_OK) return st;
@@ -672,6 +680,10 @@ static grm_status publish(rs_job *j)
 {
     for (int32_t m = 0; m < j->M; m++) {
         rs_out *o = &j->dst[m];
+        char rd[PATH_CAP];
+        grm__ckpt_rank_dir(rd, sizeof rd, j->dir, m, j->M);
+        grm_status st = grm__ckpt_make_dirs(rd);
+        if (st != GRM_OK) return st;
         if (rename(o->stage, o->path) != 0)
             return grm_errorf(GRM_EIO, "%s: cannot rename to %s: %s", o->stage, o->path,
                               strerror(errno));
@@ -797,6 +809,83 @@ static grm_status check_target(const rs_job *j, int force)
     return GRM_OK;
 }
 
+/* Remove dir/.reshard-to-*: the staging directories of a reshard that was killed
+ * (issue 25 item 15; its staged files once sat in rank-R-of-M directories, where the
+ * rerun counted them as a second world size and refused). Two levels: files, and the
+ * rank-R-of-M directories holding files. */
+static int staged_name(const char *name)
+{
+    const size_t n = strlen(name);
+    return (n > 8 && strcmp(name + n - 8, ".reshard") == 0) || strstr(name, ".reshard.tmp.");
+}
+
+/* Staged files of grmhost before dir/.reshard-to-M existed: <file>.reshard(.tmp.PID) in dir
+ * and in rank-R-of-M directories; a rank directory holding nothing else is removed. */
+static void remove_old_debris(const char *dir, int quiet)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char sub[PATH_CAP], f[PATH_CAP];
+    int r, n;
+    while (d && (e = readdir(d)) != NULL) {
+        if (staged_name(e->d_name) && !pathf(f, sizeof f, "%s/%s", dir, e->d_name)
+            && unlink(f) == 0 && !quiet)
+            grm__log(GRM_LOG_INFO, WHO, "removed %s, left by a reshard that was cut short", f);
+        if (!grm__ckpt_is_rank_dir(e->d_name, &r, &n)
+            || pathf(sub, sizeof sub, "%s/%s", dir, e->d_name))
+            continue;
+        DIR *rd = opendir(sub);
+        struct dirent *x;
+        int other = 0, staged = 0;
+        while (rd && (x = readdir(rd)) != NULL) {
+            if (x->d_name[0] == '.') continue;
+            if (staged_name(x->d_name)) staged++;
+            else other++;
+        }
+        if (rd) closedir(rd);
+        if (other || !staged) continue;
+        rd = opendir(sub);
+        while (rd && (x = readdir(rd)) != NULL)
+            if (x->d_name[0] != '.' && !pathf(f, sizeof f, "%s/%s", sub, x->d_name)) unlink(f);
+        if (rd) closedir(rd);
+        if (rmdir(sub) == 0 && !quiet)
+            grm__log(GRM_LOG_INFO, WHO, "removed %s, left by a reshard that was cut short",
+                     sub);
+    }
+    if (d) closedir(d);
+}
+
+static void remove_debris(const char *dir, int quiet)
+{
+    remove_old_debris(dir, quiet);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, ".reshard-to-", 12) != 0) continue;
+        char top[PATH_CAP], sub[PATH_CAP], f[PATH_CAP];
+        if (pathf(top, sizeof top, "%s/%s", dir, e->d_name) != GRM_OK) continue;
+        DIR *t = opendir(top);
+        struct dirent *x;
+        while (t && (x = readdir(t)) != NULL) {
+            if (x->d_name[0] == '.' || pathf(sub, sizeof sub, "%s/%s", top, x->d_name))
+                continue;
+            DIR *r = opendir(sub);
+            struct dirent *y;
+            while (r && (y = readdir(r)) != NULL)
+                if (y->d_name[0] != '.' && !pathf(f, sizeof f, "%s/%s", sub, y->d_name))
+                    unlink(f);
+            if (r) closedir(r);
+            if (rmdir(sub) != 0) unlink(sub);
+        }
+        if (t) closedir(t);
+        if (rmdir(top) == 0 && !quiet)
+            grm__log(GRM_LOG_INFO, WHO, "removed %s, left by a reshard that was cut short",
+                     top);
+    }
+    closedir(d);
+}
+
 grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
 {
     if (!ini || !o || o->to < 1 || o->to > 65536 || o->from < 0)
@@ -817,6 +906,10 @@ grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
     }
     if ((st = j.kops->create(p->ckpt.config.data, &j.kinst)) != GRM_OK) goto out;
     j.ext = j.kops->extension(j.kinst);
+    remove_debris(j.dir, o->quiet);
+    if ((st = pathf(j.stage_dir, sizeof j.stage_dir, "%s/.reshard-to-%d", j.dir, (int)j.M))
+        != GRM_OK)
+        goto out;
     if ((st = find_world(j.dir, j.ext, o->from, &j.N)) != GRM_OK) goto out;
     if (j.N == j.M) {
         st = grm_errorf(GRM_EINVAL, "%s: the checkpoints are already of %d rank%s; nothing to "
@@ -880,6 +973,7 @@ grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
     fprintf(out, "the %d-rank checkpoints were moved (not deleted) to %s\n", (int)j.N, aside);
 out:
     unstage(&j);
+    if (j.stage_dir[0]) remove_debris(j.dir, 1);   /* the staging directories, now empty */
     free(j.src);
     free(j.dst);
     free(j.rows);

@@ -248,8 +248,18 @@ grm_status grm__sparse_setup(grm__trainer *t)
     for (int32_t i = 0; i < p->nfeatures; i++) {
         grm__feature *f = &p->features[i];
         grm_emb_table_spec *ts = &p->tables[f->table_idx];
-        int64_t need = (t->ranking ? ds->fmax[i] : f->is_sequence ? ds->max_item
-                                                                  : ds->max_user) + 1;
+        const int64_t top = t->ranking ? ds->fmax[i] : f->is_sequence ? ds->max_item
+                                                                      : ds->max_user;
+        const int64_t most = p->plan->tables[p->plan->slots[f->table_idx].table].max_id;
+        /* a store of row indices sizes its table from the largest id: refuse one it cannot
+         * key here (top + 1 overflowed for INT64_MAX: "rows = 0", issue 25 item 14); a
+         * hash store meets it in the batch that holds it, naming the id */
+        if (top > most && !(grm__emb_flags(p) & GRM_EMB_ANY_ID))
+            return grm_errorf(GRM_EINVAL, "[feature.%s]: the data holds id %lld, above %lld, "
+                              "the largest id table '%s' can key; remap the ids (transform-"
+                              "basic mod or hash)", f->name, (long long)top, (long long)most,
+                              f->table);
+        const int64_t need = top < INT64_MAX ? top + 1 : INT64_MAX;
         if (f->rows == 0 && ts->rows < need) ts->rows = need;
         if (f->rows > ts->rows) ts->rows = f->rows;
     }

@@ -94,6 +94,7 @@ static void teardown(grm__trainer *t)
     grm__pipeline *p = t->p;
     grm__prefetch_stop(t);   /* the data thread reads t->ds and the stream until it stops */
     grm__delta_stop(t, NULL);
+    grm__ckpt_unlock(t);
     grm__stream_free(t);
     grm__dataset_destroy(t->ds);
     t->ds = NULL;
@@ -308,10 +309,56 @@ out:
 
 /* ---- entry points ---- */
 
+/* SIGINT or SIGTERM: stop after this step (or stop this evaluation, grm__poll_stop). The
+ * watchers stop, so libuv gives both signals their default action back: a second one ends
+ * the process at once (issue 25 item 11). */
 static void on_signal(uv_signal_t *h, int signum)
 {
     grm__trainer *t = h->data;
     t->stop = signum;
+    uv_signal_stop(&t->sigint);
+    uv_signal_stop(&t->sigterm);
+    grm__log(GRM_LOG_WARN, "grmhost", "%s: stopping after this step or evaluation; a second "
+             "signal stops at once", signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+grm_status grm__poll_stop(grm__trainer *t)
+{
+    if (!t->loop_ok) return GRM_OK;   /* grmhost eval: signals keep their default action */
+    uv_run(&t->loop, UV_RUN_NOWAIT);
+    if (t->nranks > 1) {   /* every rank stops at the same batch */
+        int64_t sv = t->stop;
+        const grm_comm_handle *c = &t->p->comm_handle;
+        grm_status st = c->ops->allreduce(c->inst, &sv, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+        if (st != GRM_OK) return st;
+        t->stop = (int)sv;
+    }
+    if (!t->stop) return GRM_OK;
+    return grm_errorf(GRM_ECANCELED, "%s during the evaluation at step %lld: stopped it; "
+                      "`train` resumes from the newest checkpoint",
+                      t->stop == SIGINT ? "SIGINT" : "SIGTERM", (long long)t->step);
+}
+
+/* A training job owns its [checkpoint] dir: rank 0 locks it (so a second job is refused
+ * before it touches a file) and, with --fresh, moves an earlier run's checkpoints aside;
+ * the other ranks learn whether that worked. */
+static grm_status claim_ckpt_dir(grm__trainer *t)
+{
+    const char *dir = t->p->set.ckpt_dir;
+    const grm_comm_handle *c = &t->p->comm_handle;
+    grm_status st = GRM_OK;
+    if (t->rank == 0) {
+        st = grm__ckpt_lock(t, dir);
+        if (st == GRM_OK && t->opts->fresh) st = grm__ckpt_fresh(dir);
+    }
+    if (t->nranks == 1) return st;
+    int64_t failed = st != GRM_OK;
+    grm_status cst = c->ops->allreduce(c->inst, &failed, 1, GRM_DTYPE_I64, GRM_REDUCE_MAX);
+    if (st != GRM_OK) return st;
+    if (cst != GRM_OK) return cst;
+    return failed ? grm_errorf(GRM_EIO, "%s: rank 0 could not claim the checkpoint directory "
+                               "(its error says why)", dir)
+                  : GRM_OK;
 }
 
 static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, grm__trainer *t,
@@ -319,6 +366,7 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, grm__trai
 {
     grm_status st;
     memset(t, 0, sizeof *t);
+    t->ck.lock_fd = -1;
     t->p = p;
     t->lopts = *opts;
     t->opts = opts = &t->lopts;
@@ -340,6 +388,7 @@ static grm_status prepare(grm__pipeline *p, const grm__run_opts *opts, grm__trai
         if (grm__log_level() > GRM_LOG_WARN) grm__log_set_level(GRM_LOG_WARN);
     }
     if ((st = grm__ckpt_dir_of(t)) != GRM_OK) return st;
+    if (training && p->set.ckpt_dir[0] && (st = claim_ckpt_dir(t)) != GRM_OK) return st;
     double t0 = now_s();
     if (p->set.input == GRM__INPUT_STREAM) {
         if ((st = grm__stream_start(t, training)) != GRM_OK) return st;
@@ -398,7 +447,21 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     if (st != GRM_OK) goto out;
 
     if (t.ck.dir[0]) grm__ckpt_remove_stale(t.ck.dir);   /* train only: eval may run beside */
-    if (t.ck.dir[0] && !opts->fresh && (st = grm__ckpt_resume(&t)) != GRM_OK) goto out;
+    if (t.ck.dir[0] && !opts->fresh) {
+        if ((st = grm__ckpt_resume(&t)) != GRM_OK) goto out;
+        if (t.ck.metrics_at >= 0) {   /* the file reads as one run (issue 25 item 16) */
+            if ((st = grm__metrics_cut(t.rep.metrics, t.ck.metrics_at, t.step)) != GRM_OK)
+                goto out;
+            t.rep.read_logged = 1;
+        }
+    }
+    /* a run early stopping ended is finished: a resume (after a kill during its final
+     * evaluation, say) tests the best model again and trains nothing */
+    int early_stopped = t.ck.stopped;
+    if (early_stopped && !opts->quiet)
+        grm__log(GRM_LOG_INFO, "grmhost", "the run stopped early at step %lld (best step "
+                 "%lld); testing the best model again, training nothing (--fresh starts over)",
+                 (long long)t.step, (long long)t.ck.best_step);
     if ((st = grm__delta_start(&t)) != GRM_OK) goto out;
     if (uv_loop_init(&t.loop) == 0) {
         t.loop_ok = 1;
@@ -417,20 +480,19 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     int64_t last_g = limit * s->accumulate;
     if (t.plan.total_mb && last_g > t.plan.total_mb) last_g = t.plan.total_mb;
     if ((st = grm__prefetch_start(&t, t.step * s->accumulate + 1, last_g)) != GRM_OK) goto out;
-    double start = now_s(), last_print = 0, loss_sum = 0;
-    int64_t samples = 0, loss_n = 0, start_step = t.step;
+    double start = now_s(), last_print = 0;
+    int64_t samples = 0, start_step = t.step;
     /* every epoch by default; a stream's epoch ends when its reader starts the next pass */
     int64_t eval_every = s->eval_every ? s->eval_every : t.steps_per_epoch;
     int64_t ckpt_every = s->ckpt_every ? s->ckpt_every : t.steps_per_epoch;
     int64_t pass_seen = -1;
-    int early_stopped = 0;
-    while (t.step < limit && !t.stop) {
+    while (!early_stopped && t.step < limit && !t.stop) {
         double loss = 0;
         int64_t b = 0;
         if ((st = train_step(&t, &loss, &b)) != GRM_OK) goto out;
         if (t.src.all_ended) {   /* no step was taken */
             limit = t.step;
-            if (loss_n == 0) break;
+            if (t.rep.loss_n == 0) break;
             /* the last log line below */
         }
         if (t.nranks > 1) {   /* a signal to one rank stops every rank after the same step */
@@ -443,8 +505,8 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         }
         if (!t.src.all_ended) {
             samples += b;
-            loss_sum += loss;
-            loss_n++;
+            t.rep.loss_sum += loss;
+            t.rep.loss_n++;
         }
         const int new_pass = t.src.stream && pass_seen >= 0 && t.src.step_pass != pass_seen;
         pass_seen = t.src.step_pass;
@@ -453,13 +515,13 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         double eta_base = el / (double)(t.step - start_step) * (double)t.step;
         /* the progress line and the logs show one loss: the mean over the steps since the
          * last logged step (one step's loss jumps around too much to read) */
-        const double mean_loss = loss_n ? loss_sum / (double)loss_n : loss;
+        const double mean_loss = t.rep.loss_n ? t.rep.loss_sum / (double)t.rep.loss_n : loss;
         if (t.step % s->log_every == 0 || t.step == limit) {
             if ((st = grm__report_step(&t, b, mean_loss, sps)) != GRM_OK) goto out;
             if (!tty && !opts->quiet)
                 grm__report_progress(&t, mean_loss, (double)samples / el, eta_base, 0, 0);
-            loss_sum = 0;
-            loss_n = 0;
+            t.rep.loss_sum = 0;
+            t.rep.loss_n = 0;
         }
         if (tty && (el - last_print > 0.25 || t.step == limit)) {
             grm__report_progress(&t, mean_loss, sps, eta_base, 1, 0);
@@ -492,7 +554,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         if (st == GRM_OK) st = grm__delta_write(&t);
         goto out;
     }
-    if ((st = grm__ckpt_save(&t)) != GRM_OK) goto out;
+    if (t.step > start_step && (st = grm__ckpt_save(&t)) != GRM_OK) goto out;
     if ((st = grm__delta_write(&t)) != GRM_OK) goto out;
     double el = now_s() - start;
     grm__report_trained(&t, el, t.step - start_step, samples);

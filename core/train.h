@@ -283,13 +283,28 @@ typedef struct grm__eval_bufs {
 
 /* ---- checkpoint.c ---- */
 
+/* trainer.state, as checkpoints store it (int64 each; doubles as their bits). Files of 4 or
+ * 7 entries, written before the fields after bad_evals existed, load with those fields 0. */
+enum {
+    GRM__ST_STEP, GRM__ST_SEED, GRM__ST_EXAMPLES, GRM__ST_BATCH,
+    GRM__ST_BEST_STEP, GRM__ST_BEST_SCORE, GRM__ST_BAD_EVALS,
+    GRM__ST_STOPPED,          /* 1: early stopping ended the run */
+    GRM__ST_METRICS_AT,       /* bytes of the metrics file when it was saved (-1: none) */
+    GRM__ST_WIN_N,            /* steps in the loss window not yet logged */
+    GRM__ST_WIN_SUM,          /* their summed loss (double bits) */
+    GRM__CKPT_STATE_N
+};
+
 typedef struct grm__ckpt_state {
     char dir[4096];           /* checkpoint directory of this rank ("" for none) */
     int32_t other;            /* [checkpoint] dir also holds checkpoints of this many ranks */
-    int64_t state[7];         /* trainer.state as checkpoints store it */
+    int64_t state[GRM__CKPT_STATE_N];   /* trainer.state as checkpoints store it */
     double best_score;        /* early stopping: best validation score so far */
     int64_t best_step;        /* its step (0: none yet) */
     int64_t bad_evals;        /* validation runs since it */
+    int stopped;              /* early stopping ended the run: it is finished */
+    int64_t metrics_at;       /* resumed: the metrics file's bytes at the save (-1: none) */
+    int lock_fd;              /* the open lock file of dir (-1: none) */
 } grm__ckpt_state;
 
 /* ---- report.c: metrics, time per stage ---- */
@@ -304,6 +319,8 @@ typedef struct grm__report {
     double t_read0;           /* input = stream: src.read_s when step 1 began */
     double read_most[2];      /* the slowest rank's t_read, the largest rank's peak KB */
     int read_logged;          /* read_most is in the metrics */
+    double loss_sum;          /* the loss window: losses of the steps since the last log */
+    int64_t loss_n;           /* and their count (checkpointed, so a resumed run logs as one) */
     int64_t tokens;           /* tokens trained on so far, for throughput */
     int64_t step_tokens;      /* tokens of the last step, all ranks */
     int64_t my_tokens, my_samples;   /* this rank's tokens and samples of the last step */
@@ -533,12 +550,21 @@ grm_status grm__eval_queries(grm__trainer *t, const float **q);
  * `grmhost export` writes and what incremental export diffs. */
 grm_status grm__table_rows(grm__trainer *t, int32_t s, int64_t **keys, float **rows,
                            int64_t *n, int64_t *dim);
+/* Between evaluation batches: deliver pending signals (train.c); GRM_ECANCELED once
+ * SIGINT or SIGTERM came, agreed by every rank. */
+grm_status grm__poll_stop(grm__trainer *t);
 
 /* ---- checkpoint.c ---- */
 
 /* This rank's checkpoint directory; a directory of several other world sizes is refused. */
 grm_status grm__ckpt_dir_of(grm__trainer *t);
-/* Remove the temporaries a killed save left behind. */
+/* Lock dir for this process (a live holder refuses, a dead one's lock is taken over);
+ * unlock releases it (no lock: nothing). */
+grm_status grm__ckpt_lock(grm__trainer *t, const char *dir);
+void grm__ckpt_unlock(grm__trainer *t);
+/* --fresh: move an earlier run's checkpoints in dir aside (replaced-by-fresh-*). */
+grm_status grm__ckpt_fresh(const char *dir);
+/* Remove the temporaries a killed save left behind (whose writer is gone). */
 void grm__ckpt_remove_stale(const char *dir);
 /* Resume from the newest checkpoint (this job's own, or N other ranks'). */
 grm_status grm__ckpt_resume(grm__trainer *t);

@@ -72,3 +72,13 @@ tests_test_backend_LDADD = $(GRM_TEST_LIBS)
 TESTS += tests/test-check.sh tests/test-watch.sh tests/test-prepare.sh tests/test-install-docs.sh
 EXTRA_DIST += tests/test-check.sh tests/test-watch.sh tests/test-prepare.sh \
 	tests/test-install-docs.sh
+# Hostile checkpoints, --fresh, early-stop resume, the lock, resumed metrics (issue 25);
+# tests/ckpt-edit forges checkpoints for it (checksums recomputed, meaning wrong).
+check_PROGRAMS += tests/ckpt-edit
+tests_ckpt_edit_SOURCES = tests/ckpt-edit.c
+tests_ckpt_edit_LDADD = $(GRM_TEST_LIBS)
+TESTS += tests/test-train-resume.sh tests/test-train-signal.sh tests/test-plugin-dirs.sh \
+	tests/test-hostile-files.sh
+EXTRA_DIST += tests/test-train-resume.sh tests/test-train-signal.sh tests/test-plugin-dirs.sh \
+	tests/test-hostile-files.sh
+EXTRA_DIST += tests/kill-campaign.sh

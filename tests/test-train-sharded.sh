@@ -58,7 +58,7 @@ run() {   # $1 ranks, $2 name, then grmhost arguments; output in $tmp/$2.out
 }
 
 ini_events "$tmp/ev.tsv" | retr_ini whole "$tmp/ckw" >"$tmp/w.ini"
-ini_events "$tmp/ev.tsv" | retr_ini sharded "$tmp/ckw" >"$tmp/s.ini"
+ini_events "$tmp/ev.tsv" | retr_ini sharded "$tmp/cks" >"$tmp/s.ini"   # --fresh moves a dir's runs aside
 run 2 w train --fresh --metrics-out "$tmp/w.jsonl" "$tmp/w.ini"
 rcw=$?
 for n in 2 4; do

@@ -301,9 +301,19 @@ static int text_parse_f32(const char *s, size_t n, float *out)
 /* "'value'" for messages, cut to TEXT_QUOTE_MAX bytes. */
 static void text_why_value(char *why, const char *col, const text_field *f, const char *what)
 {
-    const int cut = f->n > TEXT_QUOTE_MAX;
-    snprintf(why, TEXT_WHY_MAX, "column '%s': '%.*s%s' %s", col,
-             (int)(cut ? TEXT_QUOTE_MAX : f->n), f->p, cut ? "..." : "", what);
+    // The field as printable text: a NUL byte printed nothing ("'7' is not an integer" for
+    // "7\0x") and an ESC reached the terminal raw (issue 25 items 13 and 14).
+    char shown[4 * TEXT_QUOTE_MAX + 8];
+    size_t w = 0;
+    const size_t n = f->n > TEXT_QUOTE_MAX ? TEXT_QUOTE_MAX : f->n;
+    for (size_t i = 0; i < n; i++) {
+        const unsigned char c = (unsigned char)f->p[i];
+        if (c >= 0x20 && c != 0x7f && c != '\\') shown[w++] = (char)c;   // UTF-8 passes
+        else w += (size_t)snprintf(shown + w, sizeof shown - w, "\\x%02x", c);
+    }
+    shown[w] = '\0';
+    snprintf(why, TEXT_WHY_MAX, "column '%s': '%s%s' %s", col, shown,
+             f->n > TEXT_QUOTE_MAX ? "..." : "", what);
 }
 
 /* Parse one scalar field into element `at` of values (I64 or F32). */

@@ -12,6 +12,9 @@ static const grm_device text_cpu = { GRM_DEVICE_CPU, 0 };
 
 /* First size of the line buffer; it doubles whenever a line does not fit. */
 #define TEXT_BUF_INIT ((size_t)1 << 16)
+/* The longest line read: far beyond any real row (a history of a million ids is 8 MB),
+ * and short of what one decompressed line of a hostile .zst file takes (issue 25 item 12). */
+#define TEXT_LINE_MAX ((size_t)64 << 20)
 
 static int text_ends_with(const char *s, const char *suffix)
 {
@@ -153,8 +156,14 @@ grm_status text_src_line(text_src *src, char **line, size_t *len)
         if (src->cap - src->end < 2) {
             void *p = src->buf;
             size_t cap = src->cap;
+            if (2 * src->cap > TEXT_LINE_MAX)   /* a zstd bomb, or no line breaks */
+                return src->host->errorf(GRM_EFORMAT, "%s: a line longer than "
+                                         "%zu MiB; not delimited text, or its line breaks "
+                                         "are missing", src->path, TEXT_LINE_MAX >> 20);
             const grm_status st = text_grow(src->host, &p, &cap, 2 * src->cap);
-            if (st != GRM_OK) return st;
+            if (st != GRM_OK)
+                return src->host->errorf(st, "%s: out of memory for a line of "
+                                         "%zu bytes", src->path, src->end);
             src->buf = p;
             src->cap = cap;
         }

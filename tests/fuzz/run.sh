@@ -1,8 +1,10 @@
 #!/bin/sh
 # tests/fuzz/run.sh - build the libFuzzer targets with clang (-fsanitize=fuzzer,address,
 # undefined) and run each for a bounded time over its seed corpus: fuzz_grmcol (the grmcol
-# reader, core/grmcol.c), fuzz_text (reader-text's parser) and fuzz_safetensors
-# (ckpt-safetensors' header parser). Run by `make fuzz`.
+# reader, core/grmcol.c), fuzz_text (reader-text's parser), fuzz_safetensors
+# (ckpt-safetensors' header parser), fuzz_ini (the INI loader and the declared-parameter
+# checks, core/config.c and core/params.c) and fuzz_ckpt (ckpt-grm's checkpoint loading).
+# Run by `make fuzz`.
 # Usage: run.sh [SRCDIR [BUILDDIR]]; env CLANG (default clang), FUZZ_TIME seconds per
 # target (default 30). Skips cleanly (exit 0) without clang or
 # libFuzzer. Exit 1 when a target finds a crash; the input is left in BUILDDIR/fuzz/.
@@ -35,13 +37,22 @@ echo "fuzz: building targets in $out"
 $cc $flags -o "$out/fuzz-grmcol" "$src/tests/fuzz/fuzz_grmcol.c" "$src/core/grmcol.c" \
     -lzstd || exit 1
 $cc $flags -I"$src/plugins/reader-text" -o "$out/fuzz-text" "$src/tests/fuzz/fuzz_text.c" \
+    "$src/tests/fuzz/fuzz_host.c" \
     "$src/plugins/reader-text/plugin.c" "$src/plugins/reader-text/text_ref.c" \
     "$src/plugins/reader-text/text_src.c" -lzstd -lm || exit 1
 $cc $flags -I"$src/plugins/ckpt-safetensors" -o "$out/fuzz-safetensors" \
     "$src/tests/fuzz/fuzz_safetensors.c" "$src/plugins/ckpt-safetensors/st_parse.c" || exit 1
+$cc $flags -o "$out/fuzz-ini" "$src/tests/fuzz/fuzz_ini.c" "$src/core/config.c" \
+    "$src/core/params.c" "$src/core/error.c" "$src/core/log.c" \
+    $(pkg-config --cflags --libs inih) -lm || exit 1
+$cc $flags -I"$src/plugins/ckpt-grm" -I"$src/plugins/ckpt-common" -o "$out/fuzz-ckpt" \
+    "$src/tests/fuzz/fuzz_ckpt.c" "$src/tests/fuzz/fuzz_host.c" \
+    "$src/plugins/ckpt-grm/plugin.c" "$src/plugins/ckpt-grm/ckpt_grm_load.c" \
+    "$src/plugins/ckpt-grm/ckpt_grm_save.c" "$src/plugins/ckpt-common/ckpt_file.c" \
+    -lzstd -lxxhash || exit 1
 
 status=0
-for t in grmcol text safetensors; do
+for t in grmcol text safetensors ini ckpt; do
     # New inputs go to the build tree's corpus; the seeds in the source tree stay as they are.
     mkdir -p "$out/corpus-$t"
     seeds=
