@@ -92,6 +92,7 @@ struct ssm_head {
     ssm_loss_fn loss;           /* picked at create from cfg.impl (STYLE.md §7) */
     ssm_share_fn share;         /* the same, for share_k > 0 */
     ssm_bce_fn bce;             /* the same, for loss = bce */
+    ssm_full_fn full;           /* the same, for catalog = all */
     double *work;               /* owned: [work_cap], see ssm_work_doubles */
     int64_t work_cap;
 
@@ -148,6 +149,30 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
         return host->errorf(GRM_EINVAL, "head-sampled-softmax: row_negatives: per-row "
                             "negatives need share_k >= 1 (with share_k = 0 every row uses "
                             "all negatives); set share_k = 1 or row_negatives = 0");
+    if (cfg->catalog != SSM_CATALOG_SAMPLED && cfg->catalog != SSM_CATALOG_ALL)
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: catalog: %d is not sampled (0) "
+                            "or all (1)", (int)cfg->catalog);
+    if (!(cfg->label_smoothing >= 0 && cfg->label_smoothing < 1))
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: label_smoothing: %g out of "
+                            "range [0, 1)", cfg->label_smoothing);
+    if (cfg->label_smoothing > 0 && cfg->catalog != SSM_CATALOG_ALL)
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: label_smoothing: %g spreads "
+                            "the target over every item, which needs catalog = all; set "
+                            "catalog = all or label_smoothing = 0", cfg->label_smoothing);
+    if (cfg->catalog == SSM_CATALOG_ALL) {
+        // every item is a class: nothing is sampled, and the in-batch positives are items
+        // of the catalog already
+        const char *bad = cfg->in_batch ? "in_batch = true (the batch's positives are in the "
+                                          "catalog already); set in_batch = false"
+                        : cfg->logq ? "logq = true (nothing is sampled, there is no Q to "
+                                      "correct); set logq = false"
+                        : cfg->share_k > 0 ? "share_k (logit sharing is for sampled "
+                                             "negatives); set share_k = 0"
+                        : cfg->loss == SSM_LOSS_BCE ? "loss = bce; use loss = softmax"
+                        : NULL;
+        if (bad != NULL)
+            return host->errorf(GRM_EINVAL, "head-sampled-softmax: catalog = all: %s", bad);
+    }
     if (cfg->loss == SSM_LOSS_BCE) {
         // SASRec's loss (Kang & McAuley 2018, §III-E): each row against its positive and
         // its own (share_k = 1) or all (share_k = 0) sampled negatives; the softmax-only
@@ -177,6 +202,7 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
     h->loss = ref ? ssm_loss_ref : ssm_loss_cpu;
     h->share = ref ? ssm_share_loss_ref : ssm_share_loss_cpu;
     h->bce = ref ? ssm_bce_ref : ssm_bce_cpu;
+    h->full = ref ? ssm_full_ref : ssm_full_cpu;
     if (cfg->negatives > 0) {
         const size_t n = (size_t)cfg->negatives;
         h->drawn_idx = malloc(n * sizeof *h->drawn_idx);
@@ -288,9 +314,12 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
         r = B > 0 ? R / B : 0;
     }
     const int64_t nunit = 2 * B + R;
-    const int bce = h->cfg.loss == SSM_LOSS_BCE;
+    const int bce = h->cfg.loss == SSM_LOSS_BCE, full = h->cfg.catalog == SSM_CATALOG_ALL;
     grm_status st2 = GRM_OK;
-    if (bce) {
+    if (full) {
+        const int64_t fl = ssm_full_work_floats(B, R, D, host->num_threads());
+        st2 = grow(h, (void **)&h->work, &h->work_cap, (fl + 1) / 2, sizeof(double));
+    } else if (bce) {
         st2 = grow(h, (void **)&h->work, &h->work_cap, ssm_bce_work_doubles(B, R, r),
                    sizeof(double));
     } else if (h->cfg.share_k > 0) {
@@ -338,7 +367,11 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
         pos = pp;
         neg = R > 0 ? np : neg;
     }
-    if (bce) {
+    if (full) {
+        st = h->full(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, pred, pos, neg,
+                     io->pos_ids, io->neg_ids, io->weights, h->cfg.label_smoothing,
+                     h->cfg.temperature, B, R, D, (float *)h->work);
+    } else if (bce) {
         st = h->bce(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, pred, pos, neg,
                     io->pos_ids, io->neg_ids, io->weights, h->cfg.temperature, B, R, r, D,
                     h->work);
@@ -420,6 +453,21 @@ grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
     if (n == NULL)
         return host->errorf(GRM_EINVAL, "head-sampled-softmax: negatives: n is NULL");
     *n = 0;
+    if (h->cfg.catalog == SSM_CATALOG_ALL) {
+        // every item, in the catalog's order: the trainer looks up and updates every row
+        if (catalog == NULL || catalog->n <= 0 || catalog->ids == NULL)
+            return host->errorf(GRM_EINVAL, "head-sampled-softmax: negatives: the catalog is "
+                                "empty; catalog = all has no items to score");
+        if (ids == NULL || catalog->n > max)
+            return host->errorf(GRM_EINVAL, "head-sampled-softmax: catalog = all: the "
+                                "catalog's %lld items exceed the %lld negatives a step can "
+                                "hold; use catalog = sampled with negatives and logq = true",
+                                (long long)catalog->n, (long long)max);
+        memcpy(ids, catalog->ids, (size_t)catalog->n * sizeof *ids);
+        h->ndrawn = catalog->n;
+        *n = catalog->n;
+        return GRM_OK;
+    }
     const int64_t want = h->cfg.negatives < max ? h->cfg.negatives : max;
     if (want <= 0) {
         h->ndrawn = 0;
@@ -491,5 +539,12 @@ const grm_param_decl ssm_params_decl[] = {
                        "with share_k >= 1: 0: each row owns nneg/rows negatives (must divide); "
                        "r >= 1: each row owns r, nneg >= rows r, the rest unused (set "
                        "negatives = batch_size x max_seq_len x r for token rows)"),
+    GRM_PARAM_DECL_ENUM(ssm_config, catalog, "sampled", "sampled|all",
+                        "sampled: the positive against the drawn (and in-batch) negatives; all: "
+                        "cross-entropy over every item of the catalog, in blocks (negatives, "
+                        "sampler, in_batch, logq and share_k unused; set in_batch = false)"),
+    GRM_PARAM_DECL_DOUBLE(ssm_config, label_smoothing, "0", GRM_PARAM_RANGE(0, 0.999),
+                          "catalog = all: target (1 - eps) on the positive plus eps / K on "
+                          "each of the K items (torch cross_entropy's label_smoothing)"),
     GRM_PARAM_DECL_END
 };

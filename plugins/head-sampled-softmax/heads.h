@@ -20,6 +20,9 @@ enum ssm_sampler { SSM_SAMPLER_UNIFORM = 0, SSM_SAMPLER_POPULARITY = 1 };
 /* Losses of head-sampled-softmax; the ENUM order of "softmax|bce". */
 enum ssm_loss_kind { SSM_LOSS_SOFTMAX = 0, SSM_LOSS_BCE = 1 };
 
+/* The classes of the softmax; the ENUM order of "sampled|all". */
+enum ssm_catalog { SSM_CATALOG_SAMPLED = 0, SSM_CATALOG_ALL = 1 };
+
 typedef struct ssm_config {
     int64_t negatives;          /* negatives drawn per step */
     int32_t sampler;            /* enum ssm_sampler */
@@ -35,6 +38,8 @@ typedef struct ssm_config {
     int32_t loss;               /* enum ssm_loss_kind */
     int64_t row_negatives;      /* share_k >= 1: 0: each row owns nneg / rows negatives;
                                  * r >= 1: each row owns r, slots past rows r unused */
+    int32_t catalog;            /* enum ssm_catalog: sampled negatives or every item */
+    double label_smoothing;     /* catalog = all: epsilon of the smoothed target */
 } ssm_config;
 
 /* ---- the heads (heads.c; numerics in heads_ref.c, heads_cpu.c) ---- */
@@ -108,6 +113,41 @@ grm_status ssm_share_loss_cpu(const grm_host_api *host, double *loss, float *d_p
 /* Chunks the cpu share path splits the groups into, and the floats of work it needs. */
 int64_t ssm_share_chunks(int64_t groups, int32_t threads);
 int64_t ssm_share_work_floats(int64_t k, int64_t r, int64_t D, int64_t chunks);
+
+/* Full-catalog cross-entropy (catalog = all; "Turning Dross Into Gold Loss", Klenitskiy &
+ * Vasilev 2023, §3: SASRec trained with the softmax over every item). Row b's classes are its
+ * positive (logit u_b . pos_b / T) and the C catalog rows cat [C, D] whose id differs from
+ * pos_ids[b] (the catalog's copy of the positive is masked, so the target is counted once
+ * and a positive missing from the catalog is still a class). With K_b classes and label
+ * smoothing eps (the target distribution (1 - eps) onehot + eps / K_b, as torch's
+ * cross_entropy(label_smoothing = eps)):
+ *   loss_b = lse_b - (1 - eps) s_pos - eps / K_b sum_k s_k,  loss = sum_b w_b loss_b / sum w.
+ * With eps = 0 this is ssm_loss_ref with R = C and in_batch off. Gradients overwritten (each
+ * may be NULL): d_pos gets the positive's logit, d_cat [C, D] the catalog columns'.
+ * ssm_full_ref (plain loops, double, O(C) work) and ssm_full_cpu (heads_full.c: blocks of
+ * items by OpenBLAS with a running log-sum-exp, O(threads x block^2) work) have this type;
+ * work holds ssm_full_work_floats(B, C, D, threads) floats (8-byte aligned). */
+typedef grm_status (*ssm_full_fn)(const grm_host_api *host, double *loss, float *d_pred,
+                                  float *d_pos, float *d_cat, const float *pred,
+                                  const float *pos, const float *cat, const int64_t *pos_ids,
+                                  const int64_t *cat_ids, const float *weights,
+                                  double smoothing, double temperature, int64_t B, int64_t C,
+                                  int64_t D, float *work);
+grm_status ssm_full_ref(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
+                        float *d_cat, const float *pred, const float *pos, const float *cat,
+                        const int64_t *pos_ids, const int64_t *cat_ids, const float *weights,
+                        double smoothing, double temperature, int64_t B, int64_t C, int64_t D,
+                        float *work);
+grm_status ssm_full_cpu(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
+                        float *d_cat, const float *pred, const float *pos, const float *cat,
+                        const int64_t *pos_ids, const int64_t *cat_ids, const float *weights,
+                        double smoothing, double temperature, int64_t B, int64_t C, int64_t D,
+                        float *work);
+int64_t ssm_full_work_floats(int64_t B, int64_t C, int64_t D, int32_t threads);
+/* Floating-point operations of ssm_full_cpu on B rows and C items: forward (logits and the
+ * softmax-weighted sum of rows, 4 B C D) or backward (the logits recomputed and d_cat,
+ * 4 B C D). */
+double ssm_full_flops(int64_t B, int64_t C, int64_t D, int32_t backward);
 
 /* Sampled binary cross-entropy (SASRec, Kang & McAuley 2018, §III-E "Network Training":
  * each token's positive next item and its sampled negatives): for row b with query u_b,

@@ -152,6 +152,63 @@ grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
     return GRM_OK;
 }
 
+/* ---- full-catalog cross-entropy (catalog = all) ---- */
+
+grm_status ssm_full_ref(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
+                        float *d_cat, const float *pred, const float *pos, const float *cat,
+                        const int64_t *pos_ids, const int64_t *cat_ids, const float *weights,
+                        double smoothing, double temperature, int64_t B, int64_t C, int64_t D,
+                        float *work)
+{
+    double wsum;
+    grm_status wst = ssm_ref_begin(host, d_pred, d_pos, d_cat, C, weights, B, D, &wsum);
+    if (wst != GRM_OK)
+        return wst;
+    const double inv_t = 1.0 / temperature, eps = smoothing;
+    double *s = (double *)work;                             /* [C] logits of row b */
+    double total = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const float *u = pred + b * D;                      /* [D] */
+        const double w = weights != NULL ? (double)weights[b] : 1.0;
+        const double sp = dot(u, pos + b * D, D) * inv_t;
+        double mx = sp, sum = sp;
+        int64_t K = 1;
+        for (int64_t j = 0; j < C; j++) {
+            if (cat_ids != NULL && pos_ids != NULL && cat_ids[j] == pos_ids[b]) {
+                s[j] = -INFINITY;                           // the positive, counted once
+                continue;
+            }
+            s[j] = dot(u, cat + j * D, D) * inv_t;
+            mx = fmax(mx, s[j]);
+            sum += s[j];
+            K++;
+        }
+        double z = exp(sp - mx);
+        for (int64_t j = 0; j < C; j++)
+            z += s[j] == -INFINITY ? 0.0 : exp(s[j] - mx);
+        const double lse = mx + log(z), ek = eps / (double)K;
+        // smoothed target: (1 - eps) on the positive, eps / K on every class
+        total += w * (lse - (1.0 - eps) * sp - ek * sum);
+        const double c = w / wsum * inv_t;
+        const double gp = c * (exp(sp - lse) - (1.0 - eps) - ek);
+        if (d_pred != NULL)
+            axpy(d_pred + b * D, gp, pos + b * D, D);
+        if (d_pos != NULL)
+            axpy(d_pos + b * D, gp, u, D);
+        for (int64_t j = 0; j < C; j++) {
+            if (s[j] == -INFINITY)
+                continue;
+            const double g = c * (exp(s[j] - lse) - ek);
+            if (d_pred != NULL)
+                axpy(d_pred + b * D, g, cat + j * D, D);
+            if (d_cat != NULL)
+                axpy(d_cat + j * D, g, u, D);
+        }
+    }
+    *loss = B > 0 ? total / wsum : 0.0;
+    return GRM_OK;
+}
+
 /* ---- sampled binary cross-entropy (SASRec) ---- */
 
 /* softplus(x) = log(1 + exp(x)), stable: max(x, 0) + log1p(exp(-|x|)). */
