@@ -93,6 +93,7 @@ struct ssm_head {
     ssm_share_fn share;         /* the same, for share_k > 0 */
     ssm_bce_fn bce;             /* the same, for loss = bce */
     ssm_full_fn full;           /* the same, for catalog = all */
+    ssm_tok_fn tok;             /* the same, for share_k = 1 on item rows in place */
     double *work;               /* owned: [work_cap], see ssm_work_doubles */
     int64_t work_cap;
 
@@ -102,7 +103,8 @@ struct ssm_head {
     float *unit;                /* [2 B + R, D] normalized pred, pos, neg (l2norm) */
     float *norms;               /* [2 B + R] their norms before normalization */
     int64_t *perm;              /* [B] token-level shuffle (share_k) */
-    int64_t neg16_cap, negq_cap, unit_cap, norms_cap, perm_cap;
+    float *drows;               /* [nitems, D] gradients of the rows in place (ssm_tok_*) */
+    int64_t neg16_cap, negq_cap, unit_cap, norms_cap, perm_cap, drows_cap;
 
     /* popularity table, cached per catalog (ids, counts, n) */
     double *cdf;                /* owned: [cdf_n] cumulative counts^alpha */
@@ -203,6 +205,7 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
     h->share = ref ? ssm_share_loss_ref : ssm_share_loss_cpu;
     h->bce = ref ? ssm_bce_ref : ssm_bce_cpu;
     h->full = ref ? ssm_full_ref : ssm_full_cpu;
+    h->tok = ref ? ssm_tok_ref : ssm_tok_cpu;
     if (cfg->negatives > 0) {
         const size_t n = (size_t)cfg->negatives;
         h->drawn_idx = malloc(n * sizeof *h->drawn_idx);
@@ -233,6 +236,7 @@ void ssm_destroy(ssm_head *h)
     free(h->unit);
     free(h->norms);
     free(h->perm);
+    free(h->drows);
     free(h->cdf);
     free(h->drawn_idx);
     free(h->drawn_ids);
@@ -261,6 +265,51 @@ static grm_status grow(ssm_head *h, void **buf, int64_t *cap, int64_t need, size
     return GRM_OK;
 }
 
+/* The logQ of the step's negatives (*logq NULL without logq): only known for negatives this
+ * head drew itself. */
+static grm_status step_logq(const ssm_head *h, const grm_loss_io *io, const double **logq)
+{
+    const int64_t R = io->nneg;
+    *logq = NULL;
+    if (!h->cfg.logq || R <= 0)
+        return GRM_OK;
+    int same = h->ndrawn == R && io->neg_ids != NULL;
+    for (int64_t j = 0; same && j < R; j++)
+        same = io->neg_ids[j] == h->drawn_ids[j];
+    if (!same)
+        return h->host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: logq needs the "
+                               "negatives drawn by this head's negatives op, but io->neg_ids "
+                               "differ from the last draw; set logq = false to use other "
+                               "negatives");
+    *logq = h->drawn_logq;
+    return GRM_OK;
+}
+
+/* The negatives each of B rows owns among R (share_k >= 1), into *r; 0 when shared. */
+static grm_status step_r(const ssm_head *h, int64_t B, int64_t R, int64_t *r)
+{
+    *r = 0;
+    if (h->cfg.share_k > 0 && h->cfg.row_negatives > 0) {
+        // the trainer draws one fixed count per step before it knows the step's rows
+        // (tokens): row i owns neg [i r, (i+1) r), the slots past rows r are unused
+        *r = h->cfg.row_negatives;
+        if (R < B * *r)
+            return h->host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: io->nneg %lld is "
+                                   "less than io->rows %lld x row_negatives %lld; raise "
+                                   "negatives to at least the most rows of a step x "
+                                   "row_negatives (batch_size x max_seq_len for tokens)",
+                                   (long long)R, (long long)B, (long long)*r);
+    } else if (h->cfg.share_k > 0) {
+        if ((B == 0 && R != 0) || (B > 0 && R % B != 0))
+            return h->host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: io->nneg %lld is "
+                                   "not a multiple of io->rows %lld; with share_k each row "
+                                   "owns nneg / rows negatives (rows [i r, (i+1) r) of "
+                                   "io->neg)", (long long)R, (long long)B);
+        *r = B > 0 ? R / B : 0;
+    }
+    return GRM_OK;
+}
+
 grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
 {
     const grm_host_api *host = h->host;
@@ -282,37 +331,9 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
         return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: io->neg is NULL with "
                             "io->nneg = %lld", (long long)R);
     const double *logq = NULL;
-    if (h->cfg.logq && R > 0) {
-        // Q of each slot is only known for negatives this head drew itself
-        int same = h->ndrawn == R && io->neg_ids != NULL;
-        for (int64_t j = 0; same && j < R; j++)
-            same = io->neg_ids[j] == h->drawn_ids[j];
-        if (!same)
-            return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: logq needs the "
-                                "negatives drawn by this head's negatives op, but io->neg_ids "
-                                "differ from the last draw; set logq = false to use other "
-                                "negatives");
-        logq = h->drawn_logq;
-    }
     int64_t r = 0;              /* negatives per row (share_k) */
-    if (h->cfg.share_k > 0 && h->cfg.row_negatives > 0) {
-        // the trainer draws one fixed count per step before it knows the step's rows
-        // (tokens): row i owns neg [i r, (i+1) r), the slots past rows r are unused
-        r = h->cfg.row_negatives;
-        if (R < B * r)
-            return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: io->nneg %lld is "
-                                "less than io->rows %lld x row_negatives %lld; raise "
-                                "negatives to at least the most rows of a step x "
-                                "row_negatives (batch_size x max_seq_len for tokens)",
-                                (long long)R, (long long)B, (long long)r);
-    } else if (h->cfg.share_k > 0) {
-        if ((B == 0 && R != 0) || (B > 0 && R % B != 0))
-            return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: io->nneg %lld is "
-                                "not a multiple of io->rows %lld; with share_k each row owns "
-                                "nneg / rows negatives (rows [i r, (i+1) r) of io->neg)",
-                                (long long)R, (long long)B);
-        r = B > 0 ? R / B : 0;
-    }
+    if ((st = step_logq(h, io, &logq)) != GRM_OK || (st = step_r(h, B, R, &r)) != GRM_OK)
+        return st;
     const int64_t nunit = 2 * B + R;
     const int bce = h->cfg.loss == SSM_LOSS_BCE, full = h->cfg.catalog == SSM_CATALOG_ALL;
     grm_status st2 = GRM_OK;
@@ -402,6 +423,73 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
         mlp_l2norm_bwd(io->d_pos, io->d_pos, raw_pos, h->norms + B, B, D);
     if (io->d_neg != NULL && R > 0)
         mlp_l2norm_bwd(io->d_neg, io->d_neg, raw_neg, h->norms + 2 * B, R, D);
+    return GRM_OK;
+}
+
+int ssm_rows_in_place(const ssm_head *h)
+{
+    return h->cfg.share_k == 1 && h->cfg.loss == SSM_LOSS_SOFTMAX
+           && h->cfg.catalog == SSM_CATALOG_SAMPLED && !h->cfg.neg_fp16;
+}
+
+grm_status ssm_loss_in_place(ssm_head *h, grm_loss_io *io)
+{
+    const grm_host_api *host = h->host;
+    grm_status st = check_io(host, "head-sampled-softmax", io);
+    if (st != GRM_OK)
+        return st;
+    const int64_t B = io->rows, R = io->nneg, D = io->dim, N = io->nitems;
+    const int train = io->d_pred != NULL;
+    if (D != h->dim)
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: pred has %lld columns, "
+                            "the head was created for %lld", (long long)D, (long long)h->dim);
+    if (R < 0 || N < 0 || (B > 0 && (io->pred == NULL || io->pos_slots == NULL))
+        || (R > 0 && io->neg_slots == NULL) || (train && io->d_item_rows == NULL))
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: item_rows needs pred, "
+                            "pos_slots, neg_slots%s, nneg >= 0 and nitems >= 0",
+                            train ? " and d_item_rows" : "");
+    const double *logq = NULL;
+    int64_t r = 0;
+    if ((st = step_logq(h, io, &logq)) != GRM_OK || (st = step_r(h, B, R, &r)) != GRM_OK)
+        return st;
+    for (int64_t i = 0; i < B + B * r; i++) {
+        const int64_t k = i < B ? io->pos_slots[i] : io->neg_slots[i - B];
+        if (k < 0 || k >= N)
+            return host->errorf(GRM_EINVAL, "head: item slot %lld (%s position %lld) outside "
+                                "[0, %lld)", (long long)k, i < B ? "target" : "negative",
+                                (long long)(i < B ? i : i - B), (long long)N);
+    }
+    const int64_t fl = ssm_tok_work_floats(B, N, r, D, host->num_threads());
+    st = grow(h, (void **)&h->work, &h->work_cap, (fl + 1) / 2, sizeof(double));
+    if (st == GRM_OK && train)
+        st = grow(h, (void **)&h->drows, &h->drows_cap, N * D, sizeof(float));
+    if (st == GRM_OK && h->cfg.l2norm)
+        st = grow(h, (void **)&h->unit, &h->unit_cap, (N + B) * D, sizeof(float));
+    if (st == GRM_OK && h->cfg.l2norm)
+        st = grow(h, (void **)&h->norms, &h->norms_cap, N + B, sizeof(float));
+    if (st != GRM_OK)
+        return st;
+    const float *pred = io->pred, *rows = io->item_rows;   /* [B, D], [N, D] */
+    if (h->cfg.l2norm) {
+        // each unique row normalized once, however many slots name it; its gradient is
+        // the sum over them, taken back through the normalization once
+        mlp_l2norm_fwd(h->unit, h->norms, rows, N, D);
+        mlp_l2norm_fwd(h->unit + N * D, h->norms + N, pred, B, D);
+        rows = h->unit;
+        pred = h->unit + N * D;
+    }
+    st = h->tok(host, &io->loss, io->d_pred, train ? h->drows : NULL, pred, rows, N,
+                io->pos_slots, io->neg_slots, io->pos_ids, io->neg_ids, io->weights, logq,
+                h->cfg.temperature, B, r, D, (float *)h->work);
+    if (st != GRM_OK || !train)
+        return st;
+    if (h->cfg.l2norm) {
+        mlp_l2norm_bwd(io->d_pred, io->d_pred, io->pred, h->norms + N, B, D);
+        mlp_l2norm_bwd(h->drows, h->drows, io->item_rows, h->norms, N, D);
+    }
+    const float s = grm_loss_io_grad_scale(io);
+    head_scale(io->d_pred, B * D, s);
+    for (int64_t i = 0; i < N * D; i++) io->d_item_rows[i] += s * h->drows[i];
     return GRM_OK;
 }
 
