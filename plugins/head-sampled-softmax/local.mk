@@ -12,7 +12,8 @@ plugin_LTLIBRARIES += %reldir%/head-sampled-softmax.la
 %canon_reldir%_head_sampled_softmax_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS) $(HEADS_CPPFLAGS)
 %canon_reldir%_head_sampled_softmax_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 %canon_reldir%_head_sampled_softmax_la_LIBADD = $(BLAS_LIBS) -lm
-EXTRA_DIST += %reldir%/README.md tests/ref/heads.py tests/ref/heads_bce.py tests/ref/heads_full.py
+EXTRA_DIST += %reldir%/README.md tests/ref/heads.py tests/ref/heads_bce.py tests/ref/heads_full.py \
+	bench/bench_head.py
 
 check_PROGRAMS += tests/test-heads
 TESTS += tests/test-heads
@@ -28,3 +29,10 @@ check_PROGRAMS += tests/test-heads-token
 TESTS += tests/test-heads-token
 tests_test_heads_token_SOURCES = tests/test-heads-token.c tests/dense-checks.h tests/dense-checks.c
 tests_test_heads_token_LDADD = $(GRM_TEST_LIBS) -lm
+
+# bench/bench_head.py drives this C timing driver (built by `make bench`).
+EXTRA_PROGRAMS += bench/bench-head
+GRM_BENCH_BINS += bench/bench-head
+bench_bench_head_SOURCES = bench/bench-head.c
+bench_bench_head_CPPFLAGS = $(AM_CPPFLAGS) -I$(srcdir)/tests
+bench_bench_head_LDADD = $(GRM_TEST_LIBS) -lm
