@@ -8,12 +8,15 @@ Cases (shapes of a real step):
          grm: the rows read in place (plugins/head-sampled-softmax/heads_tok.c); peer: the
          way the reference HSTU code computes it, the negatives' rows gathered per token
          into [B, r, D], bmm against the queries, logsumexp, autograd.
+  tok4   the same with TurboGR's logit sharing, share_k = 4 (eq. 2): each token against the
+         4 r = 512 negatives of its group (a token-level shuffle; the peer groups tokens in
+         order, the same work). grm: one tile of the group's rows, three sgemm.
   full   catalog = all: a Beauty SASRec step, B = 717 tokens against all N = 12101 items,
          D = 64. grm: blocks of items with a running log-sum-exp (heads_full.c); peer:
          logits = U E^T and torch.nn.functional.cross_entropy, autograd.
 Rounds alternate grm and the peer (--rounds, each the median of --reps calls); the median
 round is printed with the spread (max - min) / median of the rounds. mfu = useful flops
-(tok: 6 B r D; full: 6 B N D) / time / the SGEMM peak measured in the same run
+(tok: 6 B k r D; full: 6 B N D) / time / the SGEMM peak measured in the same run
 (bench/bench-hstu --sgemm). Prints `bench=head case=... grm_ms=.. peer=torch peer_ms=..
 ratio=.. mfu=..` (ratio = peer_ms / grm_ms, > 1: grm is faster).
 """
@@ -26,8 +29,9 @@ import sys
 from timing import median_ms
 
 CASES = {
-    "tok": dict(rows=1364, items=1682, dim=50, r=128),
-    "full": dict(rows=717, items=12101, dim=64, r=0),
+    "tok": dict(rows=1364, items=1682, dim=50, r=128, k=1),
+    "tok4": dict(rows=1364, items=1682, dim=50, r=128, k=4),
+    "full": dict(rows=717, items=12101, dim=64, r=0, k=1),
 }
 
 
@@ -43,12 +47,15 @@ def run(exe, args, build):
 def torch_step(torch, case, c):
     F = torch.nn.functional
     g = torch.Generator().manual_seed(3)
-    B, N, D, r = c["rows"], c["items"], c["dim"], c["r"]
+    B, N, D, r, k = c["rows"], c["items"], c["dim"], c["r"], c["k"]
     u = torch.randn(B, D, generator=g).requires_grad_()
     table = (torch.randn(N, D, generator=g) * 0.1).requires_grad_()
     tgt = torch.randint(0, N, (B,), generator=g)
-    if case == "tok":
-        neg = torch.randint(0, N, (B, r), generator=g)
+    if case.startswith("tok"):
+        # token b's negatives: those of its group of k tokens (in order), [B, k r]
+        own = torch.randint(0, N, (B, r), generator=g)
+        assert B % k == 0, "rows must be a multiple of k"
+        neg = own.view(B // k, k * r).repeat_interleave(k, dim=0)
         mask = neg == tgt[:, None]
 
         def step():
@@ -92,20 +99,21 @@ def main():
         step = torch_step(torch, case, c)
         gt, pt, flops = [], [], 0.0
         for _ in range(args.rounds):
-            o = run(drv, ["--" + case, "--threads", str(args.threads), "--rows",
+            o = run(drv, ["--" + case.rstrip("0123456789"), "--threads", str(args.threads), "--rows",
                           str(c["rows"]), "--items", str(c["items"]), "--dim", str(c["dim"]),
-                          "--r", str(max(c["r"], 1)), "--reps", str(args.reps)], args.build)
+                          "--r", str(max(c["r"], 1)), "--k", str(c["k"]), "--reps",
+                          str(args.reps)], args.build)
             gt.append(float(o["grm_ms"]))
             flops = float(o["flops"])
             pt.append(median_ms(step, args.reps))
         gm, pm = sorted(gt)[len(gt) // 2], sorted(pt)[len(pt) // 2]
         gs, ps = (max(gt) - min(gt)) / gm, (max(pt) - min(pt)) / pm
         mfu = flops / (gm * 1e6) / peak
-        print("bench=head case=%s rows=%d items=%d dim=%d r=%d threads=%d grm_ms=%.2f "
+        print("bench=head case=%s rows=%d items=%d dim=%d r=%d k=%d threads=%d grm_ms=%.2f "
               "grm_spread=%.2f peer=torch-%s peer_ms=%.2f peer_spread=%.2f ratio=%.2f "
               "mfu=%.3f sgemm_gflops=%.1f" % (case, c["rows"], c["items"], c["dim"], c["r"],
-                                               args.threads, gm, gs, torch.__version__, pm,
-                                               ps, pm / gm, mfu, peak))
+                                               c["k"], args.threads, gm, gs,
+                                               torch.__version__, pm, ps, pm / gm, mfu, peak))
         rows.append((case, gm, pm, pm / gm, mfu))
     print("# %-5s %9s %9s %6s %5s" % ("case", "grm ms", "torch ms", "ratio", "mfu"))
     for case, gm, pm, ratio, mfu in rows:

@@ -1,5 +1,6 @@
-/* tests/test-heads-token.c - head-sampled-softmax with per-token negatives (share_k = 1)
- * on the batch's item rows read in place (plugins/head-sampled-softmax/heads_tok.c and its
+/* tests/test-heads-token.c - head-sampled-softmax with per-token negatives (share_k = 1, and
+ * TurboGR's groups share_k = 3 with a partial last group) on the batch's item rows read in
+ * place (plugins/head-sampled-softmax/heads_tok.c and its
  * reference ssm_tok_ref): loss, d_pred and the summed item-row gradients against the
  * gathered path (the rows copied out, ssm_share_loss_ref, which tests/test-heads.c holds to
  * torch) with l2norm, logQ, masked negatives, unused slots (row_negatives), weights and
@@ -20,15 +21,16 @@ static const grm_head_ops *ops(void)
     return harness_plugin("head-sampled-softmax")->ops;
 }
 
-static void *tok_head(const char *impl, int l2norm, int logq)
+static void *tok_head(const char *impl, int l2norm, int logq, int k)
 {
     const grm_plugin_info *info = harness_plugin("head-sampled-softmax");
-    char im[32], l[32], lq[32], n[32];
+    char im[32], l[32], lq[32], n[32], sk[32];
+    snprintf(sk, sizeof sk, "share_k=%d", k);
     snprintf(im, sizeof im, "impl=%s", impl);
     snprintf(l, sizeof l, "l2norm=%s", l2norm ? "true" : "false");
     snprintf(lq, sizeof lq, "logq=%s", logq ? "true" : "false");
     snprintf(n, sizeof n, "negatives=%d", R);
-    const char *kvs[] = { "share_k=1", "row_negatives=6", "in_batch=false", "temperature=0.1",
+    const char *kvs[] = { sk, "row_negatives=6", "in_batch=false", "temperature=0.1",
                           im, l, lq, n };
     const void *cfg = NULL;
     void *inst = NULL;
@@ -132,9 +134,9 @@ static grm_status in_place(void *h, const tok_data *d, float gs, double *loss, f
 }
 
 /* 4 checks: the in-place path of impl against the gathered reference path. */
-static void test_case(const char *impl, int l2norm, int logq)
+static void test_case(const char *impl, int l2norm, int logq, int k)
 {
-    void *hg = tok_head("ref", l2norm, logq), *hp = tok_head(impl, l2norm, logq);
+    void *hg = tok_head("ref", l2norm, logq, k), *hp = tok_head(impl, l2norm, logq, k);
     static tok_data d;
     tok_fill(&d, hg, 17 + (uint64_t)l2norm);
     int64_t again = 0;   // the same draw for the second head (its logQ state)
@@ -145,8 +147,8 @@ static void test_case(const char *impl, int l2norm, int logq)
     grm_status st = gathered(hg, &d, 0.5f, &lg, dpg, drg);
     grm_status st2 = in_place(hp, &d, 0.5f, &lp, dpp, drp);
     char name[96];
-    snprintf(name, sizeof name, "share_k = 1 in place (%s, l2norm %d, logq %d)", impl, l2norm,
-             logq);
+    snprintf(name, sizeof name, "share_k = %d in place (%s, l2norm %d, logq %d)", k, impl,
+             l2norm, logq);
     tap_ok(st == GRM_OK && st2 == GRM_OK && fabs(lg - lp) <= 1e-5 * fabs(lg),
            "%s: loss %.9g = gathered %.9g (%s)", name, lp, lg,
            st2 == GRM_OK ? "ok" : grm_last_error());
@@ -165,7 +167,7 @@ static void test_case(const char *impl, int l2norm, int logq)
 
 static void test_bad_slot(void)
 {
-    void *h = tok_head("blas", 0, 0);
+    void *h = tok_head("blas", 0, 0, 1);
     static tok_data d;
     tok_fill(&d, h, 5);
     d.nslot[40] = N;
@@ -178,11 +180,13 @@ static void test_bad_slot(void)
 
 int main(void)
 {
-    tap_plan(4 * 4 + 1);
-    test_case("blas", 1, 1);
-    test_case("ref", 1, 1);
-    test_case("blas", 0, 0);
-    test_case("ref", 0, 1);
+    tap_plan(6 * 4 + 1);
+    test_case("blas", 1, 1, 1);
+    test_case("ref", 1, 1, 1);
+    test_case("blas", 0, 0, 1);
+    test_case("ref", 0, 1, 1);
+    test_case("blas", 1, 1, 3);
+    test_case("ref", 0, 1, 3);
     test_bad_slot();
     return tap_done();
 }

@@ -310,6 +310,17 @@ static grm_status step_r(const ssm_head *h, int64_t B, int64_t R, int64_t *r)
     return GRM_OK;
 }
 
+/* The token-level shuffle of eq. 2 into h->perm [io->rows], keyed by the seed and the
+ * step's negatives (a pure function of the data: replays exactly, changes every step). */
+static void share_perm(ssm_head *h, const grm_loss_io *io)
+{
+    uint64_t key = grm_mix64(h->seed ^ 0x9b05688c2b3e6c1fULL);
+    for (int64_t j = 0; io->neg_ids != NULL && j < io->nneg; j++)
+        key = grm_mix64(key ^ (uint64_t)io->neg_ids[j]);
+    key = grm_mix64(key ^ (uint64_t)io->rows);
+    ssm_shuffle(h->perm, io->rows, key);
+}
+
 grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
 {
     const grm_host_api *host = h->host;
@@ -397,13 +408,7 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
                     io->pos_ids, io->neg_ids, io->weights, h->cfg.temperature, B, R, r, D,
                     h->work);
     } else if (h->cfg.share_k > 0) {
-        // the token-level shuffle of eq. 2, keyed by the seed and the step's negatives
-        // (a pure function of the data: replays exactly, changes every step)
-        uint64_t key = grm_mix64(h->seed ^ 0x9b05688c2b3e6c1fULL);
-        for (int64_t j = 0; io->neg_ids != NULL && j < R; j++)
-            key = grm_mix64(key ^ (uint64_t)io->neg_ids[j]);
-        key = grm_mix64(key ^ (uint64_t)B);
-        ssm_shuffle(h->perm, B, key);
+        share_perm(h, io);
         st = h->share(host, &io->loss, io->d_pred, io->d_pos, io->d_neg, pred, pos, neg,
                       io->pos_ids, io->neg_ids, io->weights, logq, h->perm, h->cfg.share_k,
                       h->cfg.temperature, B, r, D, (float *)h->work);
@@ -428,7 +433,7 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
 
 int ssm_rows_in_place(const ssm_head *h)
 {
-    return h->cfg.share_k == 1 && h->cfg.loss == SSM_LOSS_SOFTMAX
+    return h->cfg.share_k >= 1 && h->cfg.loss == SSM_LOSS_SOFTMAX
            && h->cfg.catalog == SSM_CATALOG_SAMPLED && !h->cfg.neg_fp16;
 }
 
@@ -459,8 +464,11 @@ grm_status ssm_loss_in_place(ssm_head *h, grm_loss_io *io)
                                 "[0, %lld)", (long long)k, i < B ? "target" : "negative",
                                 (long long)(i < B ? i : i - B), (long long)N);
     }
-    const int64_t fl = ssm_tok_work_floats(B, N, r, D, host->num_threads());
+    const int64_t k = h->cfg.share_k;
+    const int64_t fl = ssm_tok_work_floats(B, N, k, r, D, host->num_threads());
     st = grow(h, (void **)&h->work, &h->work_cap, (fl + 1) / 2, sizeof(double));
+    if (st == GRM_OK && k > 1)
+        st = grow(h, (void **)&h->perm, &h->perm_cap, B, sizeof(int64_t));
     if (st == GRM_OK && train)
         st = grow(h, (void **)&h->drows, &h->drows_cap, N * D, sizeof(float));
     if (st == GRM_OK && h->cfg.l2norm)
@@ -478,9 +486,11 @@ grm_status ssm_loss_in_place(ssm_head *h, grm_loss_io *io)
         rows = h->unit;
         pred = h->unit + N * D;
     }
+    if (k > 1)
+        share_perm(h, io);
     st = h->tok(host, &io->loss, io->d_pred, train ? h->drows : NULL, pred, rows, N,
                 io->pos_slots, io->neg_slots, io->pos_ids, io->neg_ids, io->weights, logq,
-                h->cfg.temperature, B, r, D, (float *)h->work);
+                k > 1 ? h->perm : NULL, k, h->cfg.temperature, B, r, D, (float *)h->work);
     if (st != GRM_OK || !train)
         return st;
     if (h->cfg.l2norm) {

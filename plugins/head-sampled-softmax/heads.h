@@ -114,36 +114,42 @@ grm_status ssm_share_loss_cpu(const grm_host_api *host, double *loss, float *d_p
 int64_t ssm_share_chunks(int64_t groups, int32_t threads);
 int64_t ssm_share_work_floats(int64_t k, int64_t r, int64_t D, int64_t chunks);
 
-/* Per-token negatives read in place (share_k = 1 in a run, io->item_rows set): row b's
- * positive is rows[pos_slots[b]] and its r negatives rows[neg_slots[b r + j]], j < r, all
- * rows of the batch's unique item table rows [nrows, D]; the loss is share_k = 1's (row b
- * against its own r negatives, those with the positive's id masked, logq [B r] or NULL
- * subtracted). Nothing is gathered: each token's r logits are computed as a tile from the
- * cached rows, the log-sum-exp fused, and the gradients go straight to d_pred [B, D]
- * (overwritten) and d_rows [nrows, D] (overwritten: the sum over every slot of a row).
- * ssm_tok_ref (plain loops, double) and ssm_tok_cpu (token chunks on the thread pool, each
- * with its own copy of d_rows, summed in chunk order) have this type; work holds
- * ssm_tok_work_floats(B, nrows, D, threads) floats (8-byte aligned). */
+/* Per-token negatives read in place (share_k = k >= 1 in a run, io->item_rows set): row b's
+ * positive is rows[pos_slots[b]] and it owns r negatives rows[neg_slots[b r + j]], j < r,
+ * all rows of the batch's unique item rows [nrows, D]. k = 1: row b against its own r;
+ * k > 1: TurboGR eq. 2, the rows at shuffled positions [g k, (g+1) k) of perm [B] form a
+ * group and each is scored against the negatives of all its members (ssm_share_loss_ref's
+ * loss; perm NULL: identity). Negatives with the row's positive id are masked, logq [B r]
+ * (or NULL) subtracted. Nothing is gathered to [B r, D]: each group copies its members' k r
+ * rows into a tile once, the logits are one sgemm of the group's queries against the tile,
+ * the log-sum-exp is fused, d_pred and the tile's gradient are two more sgemm, and the
+ * tile's rows are added into d_rows [nrows, D] (overwritten: the sum over every slot of a
+ * row); d_pred [B, D] overwritten. ssm_tok_ref (plain loops, double) and ssm_tok_cpu (group
+ * chunks on the thread pool, each with its own copy of d_rows, summed in chunk order) have
+ * this type; work holds ssm_tok_work_floats(B, nrows, k, r, D, threads) floats (8-byte
+ * aligned). */
 typedef grm_status (*ssm_tok_fn)(const grm_host_api *host, double *loss, float *d_pred,
                                  float *d_rows, const float *pred, const float *rows,
                                  int64_t nrows, const int64_t *pos_slots,
                                  const int64_t *neg_slots, const int64_t *pos_ids,
                                  const int64_t *neg_ids, const float *weights,
-                                 const double *logq, double temperature, int64_t B, int64_t r,
-                                 int64_t D, float *work);
+                                 const double *logq, const int64_t *perm, int64_t k,
+                                 double temperature, int64_t B, int64_t r, int64_t D,
+                                 float *work);
 grm_status ssm_tok_ref(const grm_host_api *host, double *loss, float *d_pred, float *d_rows,
                        const float *pred, const float *rows, int64_t nrows,
                        const int64_t *pos_slots, const int64_t *neg_slots,
                        const int64_t *pos_ids, const int64_t *neg_ids, const float *weights,
-                       const double *logq, double temperature, int64_t B, int64_t r, int64_t D,
-                       float *work);
+                       const double *logq, const int64_t *perm, int64_t k, double temperature,
+                       int64_t B, int64_t r, int64_t D, float *work);
 grm_status ssm_tok_cpu(const grm_host_api *host, double *loss, float *d_pred, float *d_rows,
                        const float *pred, const float *rows, int64_t nrows,
                        const int64_t *pos_slots, const int64_t *neg_slots,
                        const int64_t *pos_ids, const int64_t *neg_ids, const float *weights,
-                       const double *logq, double temperature, int64_t B, int64_t r, int64_t D,
-                       float *work);
-int64_t ssm_tok_work_floats(int64_t B, int64_t nrows, int64_t r, int64_t D, int32_t threads);
+                       const double *logq, const int64_t *perm, int64_t k, double temperature,
+                       int64_t B, int64_t r, int64_t D, float *work);
+int64_t ssm_tok_work_floats(int64_t B, int64_t nrows, int64_t k, int64_t r, int64_t D,
+                            int32_t threads);
 
 /* Full-catalog cross-entropy (catalog = all; "Turning Dross Into Gold Loss", Klenitskiy &
  * Vasilev 2023, §3: SASRec trained with the softmax over every item). Row b's classes are its
@@ -235,7 +241,7 @@ void ssm_destroy(ssm_head *h);
 int64_t ssm_dim(const ssm_head *h);
 grm_status ssm_loss(ssm_head *h, grm_loss_io *io);
 /* 1 when the head's loss on item rows runs in place (ssm_loss_in_place): per-token
- * negatives (share_k = 1) of the softmax, sampled, fp32. */
+ * negatives (share_k >= 1) of the softmax, sampled, fp32. */
 int ssm_rows_in_place(const ssm_head *h);
 /* The loss on io->item_rows without gathering (ssm_tok_*): d_pred written and scaled by
  * grad_scale, the rows' gradients scaled and added into io->d_item_rows. Needs the 1.5
