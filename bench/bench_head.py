@@ -99,8 +99,8 @@ def main():
         step = torch_step(torch, case, c)
         gt, pt, flops = [], [], 0.0
         for _ in range(args.rounds):
-            o = run(drv, ["--" + case.rstrip("0123456789"), "--threads", str(args.threads), "--rows",
-                          str(c["rows"]), "--items", str(c["items"]), "--dim", str(c["dim"]),
+            o = run(drv, ["--" + case.rstrip("0123456789"), "--threads", str(args.threads),
+                          "--rows", str(c["rows"]), "--items", str(c["items"]), "--dim", str(c["dim"]),
                           "--r", str(max(c["r"], 1)), "--k", str(c["k"]), "--reps",
                           str(args.reps)], args.build)
             gt.append(float(o["grm_ms"]))
