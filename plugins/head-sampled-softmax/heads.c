@@ -116,6 +116,18 @@ struct ssm_head {
     int64_t *drawn_ids;         /* owned: [negatives] ids */
     double *drawn_logq;         /* owned: [negatives] log expected count of each slot */
     int64_t ndrawn;             /* -1: nothing drawn yet */
+
+    /* mixed negatives (logq with in_batch; Yang et al. 2020, "Mixed Negative Sampling"):
+     * each negative's logQ is the log of its expected count among a row's B - 1 in-batch
+     * positives (drawn from the data, p_data = count / total) and R sampled ones (p_s) */
+    double *drawn_pd, *drawn_ps;   /* owned: [negatives] p_data, p_s of each drawn slot */
+    int64_t *mix_ids;           /* owned: [mix_n] the catalog's ids, increasing */
+    double *mix_pd, *mix_ps;    /* owned: [mix_n] their p_data and p_s */
+    int64_t mix_n;
+    const int64_t *mix_src;     /* identity of the catalog they came from */
+    double mix_floor;           /* p_data of an id outside the catalog: 1 / total */
+    double *mixq;               /* [R + B] the step's corrections, grown */
+    int64_t mixq_cap;
 };
 
 grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t in_dim,
@@ -211,7 +223,10 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
         h->drawn_idx = malloc(n * sizeof *h->drawn_idx);
         h->drawn_ids = malloc(n * sizeof *h->drawn_ids);
         h->drawn_logq = malloc(n * sizeof *h->drawn_logq);
-        if (h->drawn_idx == NULL || h->drawn_ids == NULL || h->drawn_logq == NULL) {
+        h->drawn_pd = malloc(n * sizeof *h->drawn_pd);
+        h->drawn_ps = malloc(n * sizeof *h->drawn_ps);
+        if (h->drawn_idx == NULL || h->drawn_ids == NULL || h->drawn_logq == NULL
+            || h->drawn_pd == NULL || h->drawn_ps == NULL) {
             st = host->errorf(GRM_ENOMEM, "head-sampled-softmax: create: cannot allocate "
                               "the draw buffers for %lld negatives",
                               (long long)cfg->negatives);
@@ -241,6 +256,12 @@ void ssm_destroy(ssm_head *h)
     free(h->drawn_idx);
     free(h->drawn_ids);
     free(h->drawn_logq);
+    free(h->drawn_pd);
+    free(h->drawn_ps);
+    free(h->mix_ids);
+    free(h->mix_pd);
+    free(h->mix_ps);
+    free(h->mixq);
     free(h);
 }
 
@@ -310,6 +331,39 @@ static grm_status step_r(const ssm_head *h, int64_t B, int64_t R, int64_t *r)
     return GRM_OK;
 }
 
+static int cmp_id(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Mixed negatives (Yang et al. 2020, §3; the correction of Yi et al. 2019 applied to both
+ * kinds): *logq becomes h->mixq [R + B], log((B - 1) p_data + R p_s) of each sampled
+ * negative and, at R + k, of row k's positive as an in-batch negative. */
+static grm_status mixed_logq(ssm_head *h, const grm_loss_io *io, const double **logq)
+{
+    const int64_t B = io->rows, R = io->nneg;
+    if (io->pos_ids == NULL || h->mix_ids == NULL)
+        return h->host->errorf(GRM_EINVAL, "head-sampled-softmax: loss: logq with in_batch "
+                               "needs io->pos_ids and a draw from a catalog with counts");
+    grm_status st = grow(h, (void **)&h->mixq, &h->mixq_cap, R + B, sizeof(double));
+    if (st != GRM_OK)
+        return st;
+    const double nb = (double)(B - 1), nr = (double)R;
+    for (int64_t j = 0; j < R; j++)
+        h->mixq[j] = log(nb * h->drawn_pd[j] + nr * h->drawn_ps[j]);
+    for (int64_t k = 0; k < B; k++) {
+        const int64_t *hit = bsearch(&io->pos_ids[k], h->mix_ids, (size_t)h->mix_n,
+                                     sizeof *h->mix_ids, cmp_id);
+        const int64_t i = hit != NULL ? hit - h->mix_ids : -1;
+        const double pd = i >= 0 ? h->mix_pd[i] : h->mix_floor;
+        const double ps = i >= 0 ? h->mix_ps[i] : 0.0;
+        h->mixq[R + k] = log(nb * pd + nr * ps);
+    }
+    *logq = h->mixq;
+    return GRM_OK;
+}
+
 /* The token-level shuffle of eq. 2 into h->perm [io->rows], keyed by the seed and the
  * step's negatives (a pure function of the data: replays exactly, changes every step). */
 static void share_perm(ssm_head *h, const grm_loss_io *io)
@@ -344,6 +398,8 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
     const double *logq = NULL;
     int64_t r = 0;              /* negatives per row (share_k) */
     if ((st = step_logq(h, io, &logq)) != GRM_OK || (st = step_r(h, B, R, &r)) != GRM_OK)
+        return st;
+    if (logq != NULL && h->cfg.in_batch && (st = mixed_logq(h, io, &logq)) != GRM_OK)
         return st;
     const int64_t nunit = 2 * B + R;
     const int bce = h->cfg.loss == SSM_LOSS_BCE, full = h->cfg.catalog == SSM_CATALOG_ALL;
@@ -544,6 +600,57 @@ static grm_status popularity_table(ssm_head *h, const grm_catalog *catalog)
     return GRM_OK;
 }
 
+/* The catalog's ids in increasing order with p_data and p_s (mixed negatives), rebuilt when
+ * the catalog changes. cdf: the popularity table, or NULL (uniform). */
+static grm_status mix_table(ssm_head *h, const grm_catalog *catalog, const double *cdf)
+{
+    const grm_host_api *host = h->host;
+    if (h->mix_ids != NULL && h->mix_src == catalog->ids && h->mix_n == catalog->n)
+        return GRM_OK;
+    if (catalog->counts == NULL)
+        return host->errorf(GRM_EINVAL, "head-sampled-softmax: negatives: logq with in_batch "
+                            "corrects the in-batch negatives by their popularity, but "
+                            "catalog->counts is NULL; set logq = false or in_batch = false");
+    const int64_t n = catalog->n;
+    int64_t *pairs = malloc((size_t)(2 * n) * sizeof *pairs);   /* (id, index), by id */
+    int64_t *ids = malloc((size_t)n * sizeof *ids);
+    double *pd = malloc((size_t)n * sizeof *pd), *ps = malloc((size_t)n * sizeof *ps);
+    if (pairs == NULL || ids == NULL || pd == NULL || ps == NULL) {
+        free(pairs);
+        free(ids);
+        free(pd);
+        free(ps);
+        return host->errorf(GRM_ENOMEM, "head-sampled-softmax: negatives: cannot allocate "
+                            "the mixed-negatives table for %lld items", (long long)n);
+    }
+    double total = 0;
+    for (int64_t i = 0; i < n; i++) {
+        pairs[2 * i] = catalog->ids[i];
+        pairs[2 * i + 1] = i;
+        total += (double)catalog->counts[i];
+    }
+    qsort(pairs, (size_t)n, 2 * sizeof *pairs, cmp_id);
+    const double inv = total > 0 ? 1.0 / total : 1.0;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t k = pairs[2 * i + 1];
+        ids[i] = pairs[2 * i];
+        pd[i] = (double)catalog->counts[k] * inv;
+        ps[i] = cdf == NULL ? 1.0 / (double)n
+                            : (cdf[k] - (k > 0 ? cdf[k - 1] : 0.0)) / cdf[n - 1];
+    }
+    free(pairs);
+    free(h->mix_ids);
+    free(h->mix_pd);
+    free(h->mix_ps);
+    h->mix_ids = ids;
+    h->mix_pd = pd;
+    h->mix_ps = ps;
+    h->mix_n = n;
+    h->mix_src = catalog->ids;
+    h->mix_floor = inv;
+    return GRM_OK;
+}
+
 grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
                          const grm_catalog *catalog, uint64_t seed)
 {
@@ -587,6 +694,12 @@ grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
     // logQ = log of the slot's expected count, R * p(item) (TF sampled_softmax_loss
     // with a with-replacement sampler); it makes sum_j exp(s_j - logQ_j) estimate the
     // partition function over the whole catalog (Yi et al. 2019)
+    const int mixed = h->cfg.logq && h->cfg.in_batch;
+    if (mixed) {
+        grm_status st = mix_table(h, catalog, cdf);
+        if (st != GRM_OK)
+            return st;
+    }
     const double logR = log((double)want);
     for (int64_t j = 0; j < want; j++) {
         const int64_t k = h->drawn_idx[j];
@@ -598,6 +711,8 @@ grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
         ids[j] = catalog->ids[k];
         h->drawn_ids[j] = ids[j];
         h->drawn_logq[j] = logR + log(p);
+        h->drawn_ps[j] = p;
+        h->drawn_pd[j] = mixed ? (double)catalog->counts[k] * h->mix_floor : 0.0;
     }
     h->ndrawn = want;
     *n = want;
@@ -617,7 +732,8 @@ const grm_param_decl ssm_params_decl[] = {
                           "logits are divided by the temperature"),
     GRM_PARAM_DECL_BOOL(ssm_config, in_batch, "true", "other rows' positives are negatives too"),
     GRM_PARAM_DECL_BOOL(ssm_config, logq, "false",
-                        "subtract log Q (expected count) from sampled-negative logits"),
+                        "subtract log Q (expected count) from sampled-negative logits; with "
+                        "in_batch, from in-batch ones too (mixed negatives, Yang et al. 2020)"),
     GRM_PARAM_DECL_ENUM(ssm_config, impl, "auto", "blas|ref|auto",
                         "loss implementation: OpenBLAS GEMMs or plain loops"
                         " (auto: ref on [pipeline] device = ref, else the fast path)"),

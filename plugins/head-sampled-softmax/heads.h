@@ -58,7 +58,8 @@ grm_status head_weight_sum(const grm_host_api *host, const char *who, const floa
                            int64_t B, double *wsum);
 
 /* Sampled softmax over [positive, R sampled negatives, B-1 in-batch positives] for each
- * row b; see README.md. logq [R] (or NULL) is subtracted from the negatives' logits.
+ * row b; see README.md. logq (or NULL) is subtracted from the negatives' logits: [R], or with
+ * in_batch [R + B], the in-batch positive of row k at R + k.
  * Gradient outputs (each may be NULL) are overwritten. ssm_loss_ref (plain loops, double)
  * and ssm_loss_cpu (heads_cpu.c: OpenBLAS GEMMs, row and item chunks on the thread pool)
  * have this type. work holds ssm_work_doubles(B, R, in_batch) doubles. */

@@ -120,7 +120,7 @@ grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
                 s[1 + R + k] = -INFINITY;
                 continue;
             }
-            s[1 + R + k] = dot(u, pos + k * D, D) * inv_t;
+            s[1 + R + k] = dot(u, pos + k * D, D) * inv_t - (logq != NULL ? logq[R + k] : 0.0);
             mx = fmax(mx, s[1 + R + k]);
         }
         // loss_b = logsumexp(s) - s[0], stabilized by the max
