@@ -10,9 +10,12 @@
  * line 12). At the end of the catalog each row knows its log-sum-exp, its loss and d_pred.
  * Pass 2, item blocks on the thread pool: the block's tile is recomputed for every row,
  * turned into the logit gradients and d_cat_blk = G^T U (sgemm), so each item row is
- * written by one thread. Flops: 4 B C D in pass 1, 4 B C D in pass 2 (ssm_full_flops). */
+ * written by one thread. Flops: 4 B C D in pass 1, 4 B C D in pass 2 (ssm_full_flops). The
+ * exponentials are a branch-free polynomial the compiler vectorizes (full_exp), and each row
+ * finds the column it masks once, by id, so the tiles are never compared id by id. */
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "heads.h"
@@ -29,9 +32,10 @@ static int64_t full_slots(int32_t threads)
 
 int64_t ssm_full_work_floats(int64_t B, int64_t C, int64_t D, int32_t threads)
 {
-    // cpu: the chunks' tiles, [4, B] doubles (lse, coef, eps / K, loss), the rows' sum [D];
+    // cpu: the chunks' tiles, [4, B] doubles (lse, coef, eps / K, loss), the catalog's
+    // (id, column) pairs [C, 2] and each row's masked column [B] (int64), the rows' sum [D];
     // ref: C doubles of logits
-    const int64_t cpu = full_slots(threads) * FULL_SLOT + 8 * B + D;
+    const int64_t cpu = full_slots(threads) * FULL_SLOT + 8 * B + 4 * C + 2 * B + D;
     const int64_t ref = 2 * (C + 1);
     return cpu > ref ? cpu : ref;
 }
@@ -50,6 +54,8 @@ typedef struct full_ctx {
     const float *pred, *pos, *cat;
     const int64_t *pos_ids, *cat_ids;
     const float *weights;
+    const int64_t *jm;          /* [B] the catalog column of row b's positive, -1: none */
+    int32_t dup;                /* the catalog repeats an id: mask by comparing every id */
     double inv_t, eps, wsum;
     int64_t B, C, D, pa, pb, nblocks;
 } full_ctx;
@@ -57,6 +63,47 @@ typedef struct full_ctx {
 static int masked(const full_ctx *c, int64_t b, int64_t j)
 {
     return c->cat_ids != NULL && c->pos_ids != NULL && c->cat_ids[j] == c->pos_ids[b];
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* GCC vectorizes full_exp only at -O3 and with comparisons that cannot trap */
+#define FULL_VECTORIZE __attribute__((optimize("O3", "no-trapping-math")))
+#else
+#define FULL_VECTORIZE
+#endif
+
+/* x [n] = exp(a x + b), branch-free so that the compiler vectorizes it: Cephes expf's range
+ * reduction (x = k ln 2 + r, ln 2 split in two) and degree-5 polynomial, relative error
+ * about 2e-7 (the tests hold the result to torch at rtol 1e-4). Arguments are clamped to
+ * [-87, 88]: exp(-87) = 1.6e-38 stands for 0 (a masked -inf; the caller zeroes those). */
+FULL_VECTORIZE static void full_exp(float *x, int64_t n, float a, float b)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = a * x[i] + b;
+        v = v < -87.0f ? -87.0f : v;
+        v = v > 88.0f ? 88.0f : v;
+        const float k = (v * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round */
+        const float r = v - k * 0.693359375f + k * 2.12194440e-4f;
+        float p = 1.9875691500e-4f;
+        p = p * r + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        p = p * r * r + r + 1.0f;
+        union { int32_t i; float f; } e;
+        e.i = ((int32_t)k + 127) << 23;                    /* 2^k */
+        x[i] = p * e.f;
+    }
+}
+
+/* The column of block [j0, j0 + n) that row b masks (its positive's id), -1 for none, or
+ * -2 when the catalog has repeated ids (the per-element check of masked() decides). */
+static int64_t masked_col(const full_ctx *c, int64_t b, int64_t j0, int64_t n)
+{
+    if (c->dup) return -2;
+    const int64_t j = c->jm != NULL ? c->jm[b] : -1;
+    return j >= j0 && j < j0 + n ? j - j0 : -1;
 }
 
 /* The end of pass 1 for row b: loss, d_pred (A holds sum_j exp(s_j - m) cat_j) and d_pos. */
@@ -126,19 +173,28 @@ static grm_status full_rows(void *vctx, int64_t lo, int64_t hi)
                             U, K, N, K, 0.0f, S, (int)n);
                 for (int64_t i = 0; i < M; i++) {
                     float *s = S + i * n;                   /* [n] */
+                    const int64_t jl = masked_col(c, r0 + i, j0, n);
                     float bm = -INFINITY;
                     double bs = 0;
-                    for (int64_t k = 0; k < n; k++) {
-                        if (masked(c, r0 + i, j0 + k)) {
-                            s[k] = -INFINITY;               // expf(-inf) = 0 below
-                            if (nmask[i]++ == 0) jmask[i] = j0 + k;
-                            continue;
+                    if (jl == -2) {
+                        for (int64_t k = 0; k < n; k++) {
+                            if (masked(c, r0 + i, j0 + k)) {
+                                s[k] = -INFINITY;
+                                if (nmask[i]++ == 0) jmask[i] = j0 + k;
+                                continue;
+                            }
+                            s[k] *= inv_tf;
                         }
-                        const float v = s[k] * inv_tf;
-                        s[k] = v;
-                        bs += v;
-                        bm = v > bm ? v : bm;
+                    } else {
+                        for (int64_t k = 0; k < n; k++) s[k] *= inv_tf;
+                        if (jl >= 0) {
+                            s[jl] = -INFINITY;
+                            if (nmask[i]++ == 0) jmask[i] = j0 + jl;
+                        }
                     }
+                    for (int64_t k = 0; k < n; k++) bm = s[k] > bm ? s[k] : bm;
+                    if (c->eps > 0)                         // the smoothed target's share
+                        for (int64_t k = 0; k < n; k++) bs += s[k] != -INFINITY ? s[k] : 0.0f;
                     sum[i] += bs;
                     if ((double)bm > m[i]) {                // the max moved: rescale
                         const double r = exp(m[i] - (double)bm);
@@ -150,12 +206,12 @@ static grm_status full_rows(void *vctx, int64_t lo, int64_t hi)
                         m[i] = bm;
                     }
                     const float mf = (float)m[i];
+                    full_exp(s, n, 1.0f, -mf);
+                    if (jl >= 0) s[jl] = 0.0f;
+                    for (int64_t k = 0; jl == -2 && k < n; k++)
+                        if (masked(c, r0 + i, j0 + k)) s[k] = 0.0f;
                     float bz = 0;
-                    for (int64_t k = 0; k < n; k++) {
-                        const float e = expf(s[k] - mf);
-                        s[k] = e;
-                        bz += e;
-                    }
+                    for (int64_t k = 0; k < n; k++) bz += s[k];
                     z[i] += bz;
                 }
                 if (A != NULL)
@@ -192,13 +248,15 @@ static grm_status full_items(void *vctx, int64_t lo, int64_t hi)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)n, K, 1.0f,
                             U, K, N, K, 0.0f, S, (int)n);
                 for (int64_t i = 0; i < M; i++) {
-                    const int64_t b = r0 + i;
+                    const int64_t b = r0 + i, jl = masked_col(c, b, j0, n);
                     float *s = S + i * n;                   /* [n] */
                     const float lse = (float)c->lse[b], cf = (float)c->coef[b];
                     const float ek = (float)c->ek[b];
-                    for (int64_t k = 0; k < n; k++)
-                        s[k] = masked(c, b, j0 + k) ? 0.0f
-                                                    : cf * (expf(s[k] * inv_tf - lse) - ek);
+                    full_exp(s, n, inv_tf, -lse);
+                    for (int64_t k = 0; k < n; k++) s[k] = cf * (s[k] - ek);
+                    if (jl >= 0) s[jl] = 0.0f;
+                    for (int64_t k = 0; jl == -2 && k < n; k++)
+                        if (masked(c, b, j0 + k)) s[k] = 0.0f;
                 }
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, K, (int)M, 1.0f,
                             S, (int)n, U, K, 1.0f, dN, K);
@@ -206,6 +264,12 @@ static grm_status full_items(void *vctx, int64_t lo, int64_t hi)
         }
     }
     return GRM_OK;
+}
+
+static int full_cmp_id(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
 }
 
 grm_status ssm_full_cpu(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
@@ -233,9 +297,25 @@ grm_status ssm_full_cpu(const grm_host_api *host, double *loss, float *d_pred, f
                      .eps = smoothing, .wsum = wsum, .B = B, .C = C, .D = D,
                      .pa = B < slots ? B : slots, .nblocks = nblocks,
                      .pb = nblocks < slots ? (nblocks > 0 ? nblocks : 1) : slots };
+    int64_t *pairs = (int64_t *)(rowd + 4 * B), *jm = pairs + 2 * C;   /* [C, 2], [B] */
+    if (pos_ids != NULL && cat_ids != NULL) {
+        // each row's masked column found once, by id, instead of comparing B x C ids
+        for (int64_t j = 0; j < C; j++) {
+            pairs[2 * j] = cat_ids[j];
+            pairs[2 * j + 1] = j;
+        }
+        qsort(pairs, (size_t)C, 2 * sizeof *pairs, full_cmp_id);
+        for (int64_t j = 1; j < C && !ctx.dup; j++) ctx.dup = pairs[2 * j] == pairs[2 * j - 2];
+        for (int64_t b = 0; b < B; b++) {
+            const int64_t *hit = bsearch(&pos_ids[b], pairs, (size_t)C, 2 * sizeof *pairs,
+                                         full_cmp_id);
+            jm[b] = hit != NULL ? hit[1] : -1;
+        }
+        ctx.jm = jm;
+    }
     if (smoothing > 0 && d_pred != NULL) {
         // the sum of the catalog rows, for the eps / K share of every class in d_pred
-        float *nsum = (float *)(rowd + 4 * B);              /* [D] */
+        float *nsum = (float *)(jm + B);                    /* [D] */
         for (int64_t d = 0; d < D; d++) {
             double acc = 0;
             for (int64_t j = 0; j < C; j++) acc += (double)cat[j * D + d];
