@@ -700,17 +700,18 @@ grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
         if (st != GRM_OK)
             return st;
     }
-    const double logR = log((double)want);
+    const double logR = log((double)want), pu = 1.0 / (double)catalog->n;
+    const double logqu = logR + log(pu);   /* uniform: one value (a step may draw 10^5) */
     for (int64_t j = 0; j < want; j++) {
         const int64_t k = h->drawn_idx[j];
         double p;
         if (cdf == NULL)
-            p = 1.0 / (double)catalog->n;
+            p = pu;
         else
             p = (cdf[k] - (k > 0 ? cdf[k - 1] : 0.0)) / cdf[catalog->n - 1];
         ids[j] = catalog->ids[k];
         h->drawn_ids[j] = ids[j];
-        h->drawn_logq[j] = logR + log(p);
+        h->drawn_logq[j] = cdf == NULL ? logqu : logR + log(p);
         h->drawn_ps[j] = p;
         h->drawn_pd[j] = mixed ? (double)catalog->counts[k] * h->mix_floor : 0.0;
     }
