@@ -107,7 +107,8 @@ void grm__report_profile(const grm__trainer *t, double loop_s, int64_t steps)
                 : "samples, ids, targets, segment unique, keys" },
         { "data wait", t->rep.t_wait, 1, "the trainer waiting for the data thread" },
         { "lookup", t->rep.t_lookup, 1, "negatives merged, store lookup, pooling" },
-        { "dense fwd", t->rep.t_fwd, 1, "dense blocks and head forward, loss" },
+        { "dense fwd", t->rep.t_fwd - t->rep.t_head, 1, "dense blocks forward" },
+        { "head", t->rep.t_head, 1, "the head's loss and gradients (query, item rows)" },
         { "dense bwd", t->rep.t_bwd, 1, "dense backward, row gradient sums" },
         { "optimizer", t->rep.t_opt, 1,
           t->sp.async ? "dense optimizer (sparse rows: on their thread)"

@@ -316,6 +316,7 @@ typedef struct grm__report {
     double t_read, t_plan, t_ckpt, t_eval;   /* --profile: seconds in each stage */
     double t_wait;            /* seconds the trainer waited for the data thread */
     double t_async;           /* seconds the trainer waited for the sparse thread */
+    double t_head;            /* seconds of t_fwd in the head's loss and its gradients */
     double t_read0;           /* input = stream: src.read_s when step 1 began */
     double read_most[2];      /* the slowest rank's t_read, the largest rank's peak KB */
     int read_logged;          /* read_most is in the metrics */

@@ -6,7 +6,7 @@
  * popularity frequencies (chi-square). Errors with status and message. The TurboGR options:
  * l2norm, share_k (intra-batch logit sharing, eq. 2) and neg_fp16 against the PyTorch
  * reference tests/ref/heads.py (loss and every gradient, l2norm on/off, temperature,
- * in-batch, logQ), central differences through the normalization, share_k = 1 and
+ * in-batch, logQ of sampled and, mixed, in-batch negatives), central differences through the normalization, share_k = 1 and
  * share_k >= B against per-row and whole-batch losses computed without any grouping, blas
  * vs ref for share_k, and fp16 negatives against fp32. */
 #include <math.h>
@@ -987,6 +987,17 @@ static void test_opt_errors(void)
     dc_expect(opt_loss(h, &c, &d, &l, t1, t2, t3), GRM_EINVAL, "io->nneg 7 is not a multiple "
               "of io->rows 3", "share_k with nneg not a multiple of rows");
     ops->destroy(h);
+    // mixed negatives weigh the in-batch ones by popularity: no counts, no correction
+    const char *mix[] = { "logq=true", "in_batch=true", "negatives=4" };
+    inst = NULL;
+    st = harness_config_try(info, &cfg, mix, 3);
+    if (st == GRM_OK) st = ops->create(cfg, 4, 1, &inst);
+    int64_t ids[4], n = 0, cids[3] = { 1, 2, 3 };
+    const grm_catalog nocounts = { 3, cids, NULL };
+    if (st == GRM_OK) st = ops->negatives(inst, ids, &n, 4, &nocounts, 1);
+    dc_expect(st, GRM_EINVAL, "catalog->counts is NULL; set logq = false or in_batch = false",
+              "logq with in_batch on a catalog without counts");
+    ops->destroy(inst);
 }
 
 static void test_ssm_options(void)
@@ -1490,7 +1501,7 @@ static void test_ssm_item_rows(void)
 
 int main(void)
 {
-    tap_plan(48 + 5 * 5 + 2 + 7 + 3 + 5 + 3 + 3 + 5 * 5 + 2 + 2 * 4 + 4 + 7 + 2);
+    tap_plan(48 + 5 * 5 + 2 + 7 + 3 + 5 + 3 + 3 + 5 * 5 + 2 + 2 * 4 + 4 + 7 + 2 + 1);
     test_bce();
     test_ssm_loss();
     test_negatives();

@@ -1,9 +1,10 @@
 #!/bin/sh
 # tests/test-pipelines-hstu.sh - the quality pipelines of issue 7:
 # share/pipelines/beauty-hstu.ini, ml100k-hstu.ini, ml100k-sasrec.ini, ml1m-hstu.ini and
-# beauty-sasrec-bce.ini pass `grmhost check` and wire the components they claim
+# beauty-sasrec-bce.ini, beauty-sasrec-ce.ini pass `grmhost check` and wire the components they claim
 # (dense-hstu with the bias terms of each file, the L2-normalised sampled softmax, the
-# S3-Rec code's post-norm SASRec with BCE); ml1m-hstu.ini reads a small synthetic
+# S3-Rec code's post-norm SASRec with BCE, SASRec with the full-catalog cross-entropy and
+# its cadence in epochs); ml1m-hstu.ini reads a small synthetic
 # file in MovieLens-1M's `UserID::MovieID::Rating::Timestamp` format written here (its
 # path rewritten by sed) and trains a few steps on it;
 # ml100k-hstu.ini, trained briefly on the real MovieLens 100K (GRM_DATA_DIR), beats the
@@ -17,7 +18,7 @@ pl="$GRM_TOP_SRCDIR/share/pipelines"
 data="${GRM_DATA_DIR:-}/ml-100k/u.data.zst"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-pipelines-hstu-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "1..16"
+echo "1..18"
 
 # check NAME FILE.ini [check options]: `grmhost check` exits 0; its wiring is left in
 # $tmp/NAME.check
@@ -45,6 +46,7 @@ check beauty-hstu "$pl/beauty-hstu.ini" --set "reader.path=$tmp/beauty.txt"
 check ml100k-hstu "$pl/ml100k-hstu.ini" --set "reader.path=$tmp/u.data"
 check ml100k-sasrec "$pl/ml100k-sasrec.ini" --set "reader.path=$tmp/u.data"
 check beauty-sasrec-bce "$pl/beauty-sasrec-bce.ini" --set "reader.path=$tmp/beauty.txt"
+check beauty-sasrec-ce "$pl/beauty-sasrec-ce.ini" --set "reader.path=$tmp/beauty.txt"
 
 # ml1m-hstu.ini on a synthetic ratings.dat: 40 users, 25..44 ratings each over 300
 # movies, timestamps increasing per user (seeded awk, the same file every run).
@@ -72,6 +74,10 @@ ok $? "ml100k-sasrec: two dense-sasrec blocks"
     && [ "$(has beauty-sasrec-bce 'loss = bce')" -eq 1 ] && [ "$(has beauty-sasrec-bce 'batch_size = 256')" -eq 1 ] \
     && [ "$(has beauty-sasrec-bce 'select_k = 20')" -eq 1 ]
 ok $? "beauty-sasrec-bce: two post-norm blocks of 2 heads, BCE, batch 256, selection on NDCG@20 (S3-Rec code)"
+[ "$(has beauty-sasrec-ce 'catalog = all')" -eq 1 ] && [ "$(has beauty-sasrec-ce 'in_batch = false')" -eq 1 ] \
+    && [ "$(has beauty-sasrec-ce 'eval_every = 0')" -eq 1 ] \
+    && [ "$(has beauty-sasrec-ce 'dense-sasrec')" -ge 2 ]
+ok $? "beauty-sasrec-ce: two SASRec blocks, full-catalog cross-entropy, validation every epoch"
 
 "$host" train --fresh --max-steps 3 --metrics-out "$tmp/m1m.jsonl" "$tmp/ml1m.ini" \
     >"$tmp/m1m.out" 2>"$tmp/m1m.err"

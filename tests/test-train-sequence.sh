@@ -135,8 +135,8 @@ ok $? "the number of samples per step varies with the sequence lengths"
 
 "$g" train --fresh --profile --max-steps 20 "$tmp/t.ini" >/dev/null 2>"$tmp/p.err"
 rc=$?
-for stage in read+transform balance batch "data wait" lookup "dense fwd" "dense bwd" optimizer \
-    checkpoint evaluation "data work hidden behind compute:"; do
+for stage in read+transform balance batch "data wait" lookup "dense fwd" head "dense bwd" \
+    optimizer checkpoint evaluation "data work hidden behind compute:"; do
     grep -q "^  $stage " "$tmp/p.err" || { echo "# no '$stage' line"; rc=1; }
 done
 grep -q "^  data work hidden behind compute: [0-9.]*% ([0-9.]* s of batch assembly" \

@@ -20,6 +20,9 @@ enum ssm_sampler { SSM_SAMPLER_UNIFORM = 0, SSM_SAMPLER_POPULARITY = 1 };
 /* Losses of head-sampled-softmax; the ENUM order of "softmax|bce". */
 enum ssm_loss_kind { SSM_LOSS_SOFTMAX = 0, SSM_LOSS_BCE = 1 };
 
+/* The classes of the softmax; the ENUM order of "sampled|all". */
+enum ssm_catalog { SSM_CATALOG_SAMPLED = 0, SSM_CATALOG_ALL = 1 };
+
 typedef struct ssm_config {
     int64_t negatives;          /* negatives drawn per step */
     int32_t sampler;            /* enum ssm_sampler */
@@ -35,6 +38,8 @@ typedef struct ssm_config {
     int32_t loss;               /* enum ssm_loss_kind */
     int64_t row_negatives;      /* share_k >= 1: 0: each row owns nneg / rows negatives;
                                  * r >= 1: each row owns r, slots past rows r unused */
+    int32_t catalog;            /* enum ssm_catalog: sampled negatives or every item */
+    double label_smoothing;     /* catalog = all: epsilon of the smoothed target */
 } ssm_config;
 
 /* ---- the heads (heads.c; numerics in heads_ref.c, heads_cpu.c) ---- */
@@ -53,7 +58,8 @@ grm_status head_weight_sum(const grm_host_api *host, const char *who, const floa
                            int64_t B, double *wsum);
 
 /* Sampled softmax over [positive, R sampled negatives, B-1 in-batch positives] for each
- * row b; see README.md. logq [R] (or NULL) is subtracted from the negatives' logits.
+ * row b; see README.md. logq (or NULL) is subtracted from the negatives' logits: [R], or with
+ * in_batch [R + B], the in-batch positive of row k at R + k.
  * Gradient outputs (each may be NULL) are overwritten. ssm_loss_ref (plain loops, double)
  * and ssm_loss_cpu (heads_cpu.c: OpenBLAS GEMMs, row and item chunks on the thread pool)
  * have this type. work holds ssm_work_doubles(B, R, in_batch) doubles. */
@@ -109,6 +115,78 @@ grm_status ssm_share_loss_cpu(const grm_host_api *host, double *loss, float *d_p
 int64_t ssm_share_chunks(int64_t groups, int32_t threads);
 int64_t ssm_share_work_floats(int64_t k, int64_t r, int64_t D, int64_t chunks);
 
+/* Per-token negatives read in place (share_k = k >= 1 in a run, io->item_rows set): row b's
+ * positive is rows[pos_slots[b]] and it owns r negatives rows[neg_slots[b r + j]], j < r,
+ * all rows of the batch's unique item rows [nrows, D]. k = 1: row b against its own r;
+ * k > 1: TurboGR eq. 2, the rows at shuffled positions [g k, (g+1) k) of perm [B] form a
+ * group and each is scored against the negatives of all its members (ssm_share_loss_ref's
+ * loss; perm NULL: identity). Negatives with the row's positive id are masked, logq [B r]
+ * (or NULL) subtracted. Nothing is gathered to [B r, D]: each group copies its members' k r
+ * rows into a tile once, the logits are one sgemm of the group's queries against the tile,
+ * the log-sum-exp is fused, d_pred and the tile's gradient are two more sgemm, and the
+ * tile's rows are added into d_rows [nrows, D] (overwritten: the sum over every slot of a
+ * row); d_pred [B, D] overwritten. ssm_tok_ref (plain loops, double) and ssm_tok_cpu (group
+ * chunks on the thread pool, each with its own copy of d_rows, summed in chunk order) have
+ * this type; work holds ssm_tok_work_floats(B, nrows, k, r, D, threads) floats (8-byte
+ * aligned). */
+typedef grm_status (*ssm_tok_fn)(const grm_host_api *host, double *loss, float *d_pred,
+                                 float *d_rows, const float *pred, const float *rows,
+                                 int64_t nrows, const int64_t *pos_slots,
+                                 const int64_t *neg_slots, const int64_t *pos_ids,
+                                 const int64_t *neg_ids, const float *weights,
+                                 const double *logq, const int64_t *perm, int64_t k,
+                                 double temperature, int64_t B, int64_t r, int64_t D,
+                                 float *work);
+grm_status ssm_tok_ref(const grm_host_api *host, double *loss, float *d_pred, float *d_rows,
+                       const float *pred, const float *rows, int64_t nrows,
+                       const int64_t *pos_slots, const int64_t *neg_slots,
+                       const int64_t *pos_ids, const int64_t *neg_ids, const float *weights,
+                       const double *logq, const int64_t *perm, int64_t k, double temperature,
+                       int64_t B, int64_t r, int64_t D, float *work);
+grm_status ssm_tok_cpu(const grm_host_api *host, double *loss, float *d_pred, float *d_rows,
+                       const float *pred, const float *rows, int64_t nrows,
+                       const int64_t *pos_slots, const int64_t *neg_slots,
+                       const int64_t *pos_ids, const int64_t *neg_ids, const float *weights,
+                       const double *logq, const int64_t *perm, int64_t k, double temperature,
+                       int64_t B, int64_t r, int64_t D, float *work);
+int64_t ssm_tok_work_floats(int64_t B, int64_t nrows, int64_t k, int64_t r, int64_t D,
+                            int32_t threads);
+
+/* Full-catalog cross-entropy (catalog = all; "Turning Dross Into Gold Loss", Klenitskiy &
+ * Vasilev 2023, §3: SASRec trained with the softmax over every item). Row b's classes are its
+ * positive (logit u_b . pos_b / T) and the C catalog rows cat [C, D] whose id differs from
+ * pos_ids[b] (the catalog's copy of the positive is masked, so the target is counted once
+ * and a positive missing from the catalog is still a class). With K_b classes and label
+ * smoothing eps (the target distribution (1 - eps) onehot + eps / K_b, as torch's
+ * cross_entropy(label_smoothing = eps)):
+ *   loss_b = lse_b - (1 - eps) s_pos - eps / K_b sum_k s_k,  loss = sum_b w_b loss_b / sum w.
+ * With eps = 0 this is ssm_loss_ref with R = C and in_batch off. Gradients overwritten (each
+ * may be NULL): d_pos gets the positive's logit, d_cat [C, D] the catalog columns'.
+ * ssm_full_ref (plain loops, double, O(C) work) and ssm_full_cpu (heads_full.c: blocks of
+ * items by OpenBLAS with a running log-sum-exp, O(threads x block^2) work) have this type;
+ * work holds ssm_full_work_floats(B, C, D, threads) floats (8-byte aligned). */
+typedef grm_status (*ssm_full_fn)(const grm_host_api *host, double *loss, float *d_pred,
+                                  float *d_pos, float *d_cat, const float *pred,
+                                  const float *pos, const float *cat, const int64_t *pos_ids,
+                                  const int64_t *cat_ids, const float *weights,
+                                  double smoothing, double temperature, int64_t B, int64_t C,
+                                  int64_t D, float *work);
+grm_status ssm_full_ref(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
+                        float *d_cat, const float *pred, const float *pos, const float *cat,
+                        const int64_t *pos_ids, const int64_t *cat_ids, const float *weights,
+                        double smoothing, double temperature, int64_t B, int64_t C, int64_t D,
+                        float *work);
+grm_status ssm_full_cpu(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
+                        float *d_cat, const float *pred, const float *pos, const float *cat,
+                        const int64_t *pos_ids, const int64_t *cat_ids, const float *weights,
+                        double smoothing, double temperature, int64_t B, int64_t C, int64_t D,
+                        float *work);
+int64_t ssm_full_work_floats(int64_t B, int64_t C, int64_t D, int32_t threads);
+/* Floating-point operations of ssm_full_cpu on B rows and C items: forward (logits and the
+ * softmax-weighted sum of rows, 4 B C D) or backward (the logits recomputed and d_cat,
+ * 4 B C D). */
+double ssm_full_flops(int64_t B, int64_t C, int64_t D, int32_t backward);
+
 /* Sampled binary cross-entropy (SASRec, Kang & McAuley 2018, §III-E "Network Training":
  * each token's positive next item and its sampled negatives): for row b with query u_b,
  *   loss_b = softplus(-u_b . pos_b / T) + sum_{j in N(b)} softplus(u_b . neg_j / T)
@@ -163,6 +241,13 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
 void ssm_destroy(ssm_head *h);
 int64_t ssm_dim(const ssm_head *h);
 grm_status ssm_loss(ssm_head *h, grm_loss_io *io);
+/* 1 when the head's loss on item rows runs in place (ssm_loss_in_place): per-token
+ * negatives (share_k >= 1) of the softmax, sampled, fp32. */
+int ssm_rows_in_place(const ssm_head *h);
+/* The loss on io->item_rows without gathering (ssm_tok_*): d_pred written and scaled by
+ * grad_scale, the rows' gradients scaled and added into io->d_item_rows. Needs the 1.5
+ * fields (the caller checks struct_size). */
+grm_status ssm_loss_in_place(ssm_head *h, grm_loss_io *io);
 grm_status ssm_negatives(ssm_head *h, int64_t *ids, int64_t *n, int64_t max,
                          const grm_catalog *catalog, uint64_t seed);
 

@@ -79,7 +79,9 @@ static grm_status ssm_rows(void *vctx, int64_t lo, int64_t hi)
             double v;
             if (k < c0) {
                 masked = k != self && c->pos_ids != NULL && c->pos_ids[k] == pid;
-                v = (double)s[k] * c->inv_t;
+                // in-batch positives carry their own logQ after the R sampled ones
+                v = (double)s[k] * c->inv_t
+                    - (c->in_batch && k != self && c->logq != NULL ? c->logq[c->R + k] : 0.0);
             } else {
                 masked = c->neg_ids != NULL && c->pos_ids != NULL && c->neg_ids[k - c0] == pid;
                 v = (double)s[k] * c->inv_t - (c->logq != NULL ? c->logq[k - c0] : 0.0);

@@ -120,7 +120,7 @@ grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
                 s[1 + R + k] = -INFINITY;
                 continue;
             }
-            s[1 + R + k] = dot(u, pos + k * D, D) * inv_t;
+            s[1 + R + k] = dot(u, pos + k * D, D) * inv_t - (logq != NULL ? logq[R + k] : 0.0);
             mx = fmax(mx, s[1 + R + k]);
         }
         // loss_b = logsumexp(s) - s[0], stabilized by the max
@@ -146,6 +146,119 @@ grm_status ssm_loss_ref(const grm_host_api *host, double *loss, float *d_pred,
                       : (d_pos != NULL ? d_pos + (i - 1 - R) * D : NULL);
             if (dv != NULL)
                 axpy(dv, gi, u, D);
+        }
+    }
+    *loss = B > 0 ? total / wsum : 0.0;
+    return GRM_OK;
+}
+
+/* ---- per-token negatives read in place (share_k >= 1, item_rows) ---- */
+
+grm_status ssm_tok_ref(const grm_host_api *host, double *loss, float *d_pred, float *d_rows,
+                       const float *pred, const float *rows, int64_t nrows,
+                       const int64_t *pos_slots, const int64_t *neg_slots,
+                       const int64_t *pos_ids, const int64_t *neg_ids, const float *weights,
+                       const double *logq, const int64_t *perm, int64_t k, double temperature,
+                       int64_t B, int64_t r, int64_t D, float *work)
+{
+    double wsum;
+    grm_status wst = ssm_ref_begin(host, d_pred, NULL, d_rows, nrows, weights, B, D, &wsum);
+    if (wst != GRM_OK)
+        return wst;
+    const double inv_t = 1.0 / temperature;
+    double *s = (double *)work;                             /* [k r] logits of a row */
+    double total = 0;
+    for (int64_t q = 0; q < B; q++) {                       /* shuffled position q */
+        const int64_t b = perm != NULL ? perm[q] : q, g0 = q / k * k;
+        const int64_t m = B - g0 < k ? B - g0 : k, n = m * r;   /* the group's negatives */
+        const float *u = pred + b * D, *p = rows + pos_slots[b] * D;   /* [D] */
+        const double w = weights != NULL ? (double)weights[b] : 1.0;
+        const double sp = dot(u, p, D) * inv_t;
+        double mx = sp;
+        for (int64_t j = 0; j < n; j++) {
+            const int64_t mb = perm != NULL ? perm[g0 + j / r] : g0 + j / r;
+            const int64_t slot = mb * r + j % r;
+            if (neg_ids != NULL && pos_ids != NULL && neg_ids[slot] == pos_ids[b]) {
+                s[j] = -INFINITY;
+                continue;
+            }
+            s[j] = dot(u, rows + neg_slots[slot] * D, D) * inv_t
+                   - (logq != NULL ? logq[slot] : 0.0);
+            mx = fmax(mx, s[j]);
+        }
+        double z = exp(sp - mx);
+        for (int64_t j = 0; j < n; j++)
+            z += s[j] == -INFINITY ? 0.0 : exp(s[j] - mx);
+        const double lse = mx + log(z), c = w / wsum * inv_t;
+        total += w * (lse - sp);
+        const double gp = c * (exp(sp - lse) - 1.0);
+        if (d_pred != NULL) axpy(d_pred + b * D, gp, p, D);
+        if (d_rows != NULL) axpy(d_rows + pos_slots[b] * D, gp, u, D);
+        for (int64_t j = 0; j < n; j++) {
+            if (s[j] == -INFINITY)
+                continue;
+            const int64_t mb = perm != NULL ? perm[g0 + j / r] : g0 + j / r;
+            const int64_t row = neg_slots[mb * r + j % r];
+            const double g = c * exp(s[j] - lse);
+            if (d_pred != NULL) axpy(d_pred + b * D, g, rows + row * D, D);
+            if (d_rows != NULL) axpy(d_rows + row * D, g, u, D);
+        }
+    }
+    *loss = B > 0 ? total / wsum : 0.0;
+    return GRM_OK;
+}
+
+/* ---- full-catalog cross-entropy (catalog = all) ---- */
+
+grm_status ssm_full_ref(const grm_host_api *host, double *loss, float *d_pred, float *d_pos,
+                        float *d_cat, const float *pred, const float *pos, const float *cat,
+                        const int64_t *pos_ids, const int64_t *cat_ids, const float *weights,
+                        double smoothing, double temperature, int64_t B, int64_t C, int64_t D,
+                        float *work)
+{
+    double wsum;
+    grm_status wst = ssm_ref_begin(host, d_pred, d_pos, d_cat, C, weights, B, D, &wsum);
+    if (wst != GRM_OK)
+        return wst;
+    const double inv_t = 1.0 / temperature, eps = smoothing;
+    double *s = (double *)work;                             /* [C] logits of row b */
+    double total = 0;
+    for (int64_t b = 0; b < B; b++) {
+        const float *u = pred + b * D;                      /* [D] */
+        const double w = weights != NULL ? (double)weights[b] : 1.0;
+        const double sp = dot(u, pos + b * D, D) * inv_t;
+        double mx = sp, sum = sp;
+        int64_t K = 1;
+        for (int64_t j = 0; j < C; j++) {
+            if (cat_ids != NULL && pos_ids != NULL && cat_ids[j] == pos_ids[b]) {
+                s[j] = -INFINITY;                           // the positive, counted once
+                continue;
+            }
+            s[j] = dot(u, cat + j * D, D) * inv_t;
+            mx = fmax(mx, s[j]);
+            sum += s[j];
+            K++;
+        }
+        double z = exp(sp - mx);
+        for (int64_t j = 0; j < C; j++)
+            z += s[j] == -INFINITY ? 0.0 : exp(s[j] - mx);
+        const double lse = mx + log(z), ek = eps / (double)K;
+        // smoothed target: (1 - eps) on the positive, eps / K on every class
+        total += w * (lse - (1.0 - eps) * sp - ek * sum);
+        const double c = w / wsum * inv_t;
+        const double gp = c * (exp(sp - lse) - (1.0 - eps) - ek);
+        if (d_pred != NULL)
+            axpy(d_pred + b * D, gp, pos + b * D, D);
+        if (d_pos != NULL)
+            axpy(d_pos + b * D, gp, u, D);
+        for (int64_t j = 0; j < C; j++) {
+            if (s[j] == -INFINITY)
+                continue;
+            const double g = c * (exp(s[j] - lse) - ek);
+            if (d_pred != NULL)
+                axpy(d_pred + b * D, g, cat + j * D, D);
+            if (d_cat != NULL)
+                axpy(d_cat + j * D, g, u, D);
         }
     }
     *loss = B > 0 ? total / wsum : 0.0;

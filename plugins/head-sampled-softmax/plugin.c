@@ -69,6 +69,8 @@ static grm_status ssm_op_loss(void *vinst, grm_loss_io *io)
         }
         return st;
     }
+    if (ssm_rows_in_place(inst))   /* per-token negatives: read in place, nothing gathered */
+        return ssm_loss_in_place(inst, io);
     const int64_t D = ssm_dim(inst), B = io->rows, R = io->nneg;
     const int train = io->d_pred != NULL;
     if (io->pos_slots == NULL || (R > 0 && io->neg_slots == NULL)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/ref/heads.py - PyTorch (CPU, float64) reference for head-sampled-softmax, written
 from the papers and the README: sampled softmax with shared negatives (Jean et al. 2015),
-logQ correction log(R p_j) (Yi et al. 2019), in-batch negatives, optional L2 normalization
+logQ correction log(R p_j) (Yi et al. 2019), in-batch negatives (with logQ: mixed negative
+sampling, Yang et al. 2020, log((B - 1) p_data + R p_j) on both kinds), optional L2 normalization
 of query and item rows (HSTU's cosine logits), and TurboGR §4.3.3 eq. 2 intra-batch logit
 sharing (each row owns r = R / B negatives; after a token-level shuffle, rows at shuffled
 positions [g k, (g+1) k) share their negatives). Checked by tests/test-heads.c.
@@ -90,11 +91,23 @@ def main():
         cat_counts = list(read(f, "<%dq" % ncat))
 
     logq = torch.zeros(R, dtype=torch.float64)
+    logq_ib = torch.zeros(B, dtype=torch.float64)
     if logq_mode == 1:
-        # expected count of each slot in R draws with replacement: log(R p)
+        # expected count of each slot in R draws with replacement: log(R p); with in-batch
+        # negatives (mixed negative sampling) the expected count among a row's B - 1
+        # in-batch positives (data popularity) and R draws: log((B - 1) p_data + R p)
         w = {i: c ** alpha for i, c in zip(cat_ids, cat_counts)}
         total = sum(w.values())
-        logq = torch.tensor([math.log(R * w[i] / total) for i in neg_ids], dtype=torch.float64)
+        ctot = sum(cat_counts)
+        pd = {i: c / ctot for i, c in zip(cat_ids, cat_counts)}
+
+        def q(i):
+            if not in_batch:
+                return R * w[i] / total
+            return (B - 1) * pd.get(i, 1.0 / ctot) + R * w.get(i, 0.0) / total
+        logq = torch.tensor([math.log(q(i)) for i in neg_ids], dtype=torch.float64)
+        if in_batch:
+            logq_ib = torch.tensor([math.log(q(i)) for i in pos_ids], dtype=torch.float64)
 
     leaves = [t.clone().requires_grad_() for t in (pred, pos, neg)]
     u, p, n = leaves
@@ -114,7 +127,7 @@ def main():
             if in_batch:
                 for k in range(B):
                     if k != b and pos_ids[k] != pos_ids[b]:
-                        row.append((u[b] * p[k]).sum() / tau)
+                        row.append((u[b] * p[k]).sum() / tau - logq_ib[k])
             s = torch.stack(row)
             per_row.append(torch.logsumexp(s, 0) - s[0])
     else:
