@@ -62,12 +62,12 @@ nobase_dist_doc_DATA = sdk/examples/transform-filter/README.md \
 	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/filter.c \
 	sdk/examples/head-hinge/README.md sdk/examples/head-hinge/Makefile \
 	sdk/examples/head-hinge/hinge.c \
-	plugins/ckpt-grm/README.md plugins/ckpt-safetensors/README.md plugins/comm-mpi/README.md plugins/comm-nccl/README.md \
+	plugins/ckpt-grm/README.md plugins/ckpt-safetensors/README.md plugins/comm-mpi/README.md \
+	plugins/comm-nccl/README.md \
 	plugins/comm-single/README.md plugins/dense-hstu/README.md plugins/dense-mlp/README.md \
 	plugins/dense-mmoe/README.md plugins/dense-sasrec/README.md plugins/emb-dynamic/README.md \
 	plugins/emb-static/README.md plugins/opt-adagrad/README.md \
 	plugins/opt-adam/README.md plugins/opt-sgd/README.md plugins/reader-grmcol/README.md \
-	plugins/reader-text/README.md plugins/transform-basic/README.md
-# TODO(issue-23): head-bce and head-sampled-softmax have no README.md yet (their local.mk
-# lists one); add them here when they do. tests/test-install-docs.sh checks that every
-# plugins/*/README.md is installed.
+	plugins/reader-text/README.md plugins/transform-basic/README.md \
+	plugins/head-bce/README.md plugins/head-sampled-softmax/README.md
+# tests/test-install-docs.sh checks that every plugins/*/README.md is installed.
