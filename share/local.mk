@@ -57,7 +57,7 @@ GRM_MAN_NAME_plot = draw a run's loss and validation metrics with gnuplot
 # Documentation under $(docdir) (share/doc/grm): the repository's design notes and
 # README, the results page, the SDK examples (buildable from there with pkg-config) and
 # every plugin's README, under the same relative paths as in the source tree.
-dist_doc_DATA += README.md DESIGN.md docs/RESULTS.md
+dist_doc_DATA += README.md DESIGN.md docs/RESULTS.md docs/design-card.md docs/STYLE.md
 nobase_dist_doc_DATA = sdk/examples/transform-filter/README.md \
 	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/filter.c \
 	sdk/examples/head-hinge/README.md sdk/examples/head-hinge/Makefile \

@@ -50,9 +50,11 @@ else
 fi
 
 [ -s "$doc/README.md" ] && [ -s "$doc/DESIGN.md" ] && [ -s "$doc/RESULTS.md" ] &&
+    [ -s "$doc/design-card.md" ] && [ -s "$doc/STYLE.md" ] &&
     [ -s "$doc/grmcol.md" ] && [ -s "$doc/sdk/examples/transform-filter/filter.c" ] &&
     [ -s "$doc/sdk/examples/head-hinge/Makefile" ]
-ok $? "share/doc/grm holds the README, design notes, results page, grmcol format and SDK examples"
+ok $? "share/doc/grm holds the README, design notes and card, style guide, results page, grmcol \
+format and SDK examples"
 missing=""
 for r in "$GRM_TOP_SRCDIR"/plugins/*/README.md; do
     rel=${r#"$GRM_TOP_SRCDIR"/}
