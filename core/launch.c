@@ -50,20 +50,32 @@ static int launch_which(const char *name, char *out)
  * arguments asks for it; an INI that does not load is left to train to report. */
 static int launch_comm_ok(char **fwd, int nfwd)
 {
-    const char *ini = NULL;
-    for (int i = 0; i < nfwd && !ini; i++)
-        if (fwd[i][0] != '-') ini = fwd[i];
+    const char *ini = NULL, *set = NULL;
+    for (int i = 0; i < nfwd; i++) {
+        const char *v = NULL;
+        if (!strcmp(fwd[i], "--set") && i + 1 < nfwd) v = fwd[++i];
+        else if (!strncmp(fwd[i], "--set=", 6)) v = fwd[i] + 6;
+        else if (fwd[i][0] != '-' && !ini) ini = fwd[i];
+        if (v && !strncmp(v, "distributed.plugin=", 19)) set = v + 19;   /* the last wins */
+    }
+    if (set) return strcmp(set, "comm-single") != 0
+                    || (fprintf(stderr, "grmhost: --set distributed.plugin=comm-single runs one "
+                                "rank; launch -n N needs comm-mpi (CPU ranks) or comm-nccl "
+                                "(GPU), or -n 1\n"), 0);
     grm__config *cfg = NULL;
     if (!ini || grm__config_load(ini, &cfg) != GRM_OK) return 1;
     const grm__section *sec = grm__config_section(cfg, "distributed");
     const grm__kv *kv = sec ? grm__section_kv(sec, "plugin") : NULL;
     const char *plugin = kv ? kv->value : "comm-single";
     const int ok = strcmp(plugin, "comm-single") != 0;
-    if (!ok)
-        fprintf(stderr, "grmhost: %s:%d: [distributed] plugin is comm-single%s, which runs one "
+    if (!ok) {
+        char where[64] = "";
+        if (kv) snprintf(where, sizeof where, ":%d", kv->line);
+        fprintf(stderr, "grmhost: %s%s: [distributed] plugin is comm-single%s, which runs one "
                 "rank; launch -n N needs `plugin = comm-mpi` (CPU ranks) or comm-nccl (GPU) "
-                "there, or -n 1\n", ini, kv ? kv->line : sec ? sec->line : 0,
-                kv ? "" : " (the default)");
+                "there (or --set distributed.plugin=comm-mpi), or -n 1\n",
+                grm__kv_file(kv, ini), where, kv ? "" : " (the default)");
+    }
     grm__config_destroy(cfg);
     return ok;
 }

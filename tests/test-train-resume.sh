@@ -16,7 +16,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-resume-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..27"
+echo "1..28"
 
 "$g" generate --users 150 --items 90 --clusters 4 --seed 5 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 checkpoint dir, $2 steps, then extra [train] lines
@@ -152,9 +152,15 @@ rm -f "$tmp/lk/step-0000000001.grm.tmp.$$"
 "$g" launch -n 2 "$tmp/base.ini" >/dev/null 2>"$tmp/launch.err"
 rc=$?
 echo "# $(tail -1 "$tmp/launch.err")"
-test $rc -eq 2 && grep -q "base.ini:0: \[distributed\] plugin is comm-single (the default), \
+test $rc -eq 2 && grep -q "base.ini: \[distributed\] plugin is comm-single (the default), \
 which runs one rank; launch -n N needs .plugin = comm-mpi." "$tmp/launch.err"
 ok $? "launch -n 2 refuses comm-single, naming the fix"
+"$g" launch -n 2 "$tmp/base.ini" --set distributed.plugin=comm-single >/dev/null \
+    2>"$tmp/launch2.err"
+rc=$?
+test $rc -eq 2 && grep -q "^grmhost: --set distributed.plugin=comm-single runs one rank" \
+    "$tmp/launch2.err"
+ok $? "launch reads --set: distributed.plugin=comm-single given there is refused too"
 
 # ---- a resumed metrics file reads as one run (finding 16) ----
 mini() { ini "$tmp/$1" 9 "log_every = 3" | sed 's/^log_every = 1$//'; }
