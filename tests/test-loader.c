@@ -138,10 +138,10 @@ int main(void)
         grm__registry *reg;
         grm__registry_create(&reg);
         grm_status st = grm__registry_load_dir(reg, fixdir);
-        int fix = 0;   /* dense-nan-eval.so and dense-legacy-ssm.so, beside them, load */
+        int nfix = 0;   /* dense-nan-eval.so and dense-legacy-ssm.so, beside them, load */
         for (int32_t i = 0; i < grm__registry_count(reg); i++)
-            fix += strstr(grm__registry_at(reg, i)->path, "/fix-") != NULL;
-        tap_ok(st == GRM_OK && fix == 0 && grm__registry_count(reg) > 0,
+            nfix += strstr(grm__registry_at(reg, i)->path, "/fix-") != NULL;
+        tap_ok(st == GRM_OK && nfix == 0 && grm__registry_count(reg) > 0,
                "a directory scan skips files not named like plugins (fix-*.so), unopened");
         grm__registry_destroy(reg);
         const char *dir = harness_tmpdir("loader");
