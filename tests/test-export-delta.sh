@@ -85,29 +85,32 @@ test -s "$tmp/b0.t" && cmp -s "$tmp/b0.t" "$tmp/bf.t" || rc=1
 ok $rc "emb-dynamic, every 7 over 40 steps (a last delta at the end): --since 0 == full export"
 
 # 3. SIGKILL while deltas are being written (one every step)
-ini "$tmp/c.ini" "$tmp/ck-c" 400 1 emb-dynamic
+# (a run far longer than the wait: on a fast machine 400 steps ended before the kill, left
+# a final checkpoint, and the "restart" below resumed it instead of starting over)
+ini "$tmp/c.ini" "$tmp/ck-c" 10000000 1 emb-dynamic
 "$g" train --fresh "$tmp/c.ini" >/dev/null 2>"$tmp/c1.err" &
 pid=$!
 i=0
-while [ $i -lt 100 ] && [ "$(ls "$tmp/ck-c/export" 2>/dev/null | grep -c '^delta-')" -lt 8 ]
+while [ $i -lt 600 ] && [ "$(ls "$tmp/ck-c/export" 2>/dev/null | grep -c '^delta-')" -lt 8 ]
 do
     sleep 0.1
     i=$((i + 1))
 done
 kill -9 $pid 2>/dev/null
 wait $pid 2>/dev/null
+krc=$?
 n=$(ls "$tmp/ck-c/export" | grep -c '^delta-[0-9]*\.safetensors$')
 echo "# killed after $n deltas; $(ls "$tmp/ck-c/export" | grep -c '\.tmp\.') temp file(s) left"
 bad=0
 for f in "$tmp"/ck-c/export/delta-*.safetensors; do
     "$g" inspect "$f" >/dev/null 2>&1 || bad=$((bad + 1))
 done
-[ "$n" -ge 8 ] && [ $bad -eq 0 ] && "$g" export -q "$tmp/c.ini" --since 0 --out "$tmp/c-kill"
+[ $krc -eq 137 ] && [ "$n" -ge 8 ] && [ $bad -eq 0 ] && "$g" export -q "$tmp/c.ini" --since 0 --out "$tmp/c-kill"
 ok $? "after kill -9 every delta file verifies and they add up (--since 0 exits 0)"
 
 # resume: no checkpoint was written, so training starts over; the new deltas are diffed
 # against what the old ones add up to and continue their sequence
-sed -i 's/^steps = 400/steps = 20/' "$tmp/c.ini"
+sed -i 's/^steps = 10000000$/steps = 20/' "$tmp/c.ini"
 "$g" train "$tmp/c.ini" >/dev/null 2>"$tmp/c2.err"
 rc=$?
 grep -q "incremental export continues after delta $n " "$tmp/c2.err" || rc=1
