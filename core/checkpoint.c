@@ -337,6 +337,172 @@ uint64_t grm__ckpt_config_hash(const grm__config *cfg)
 }
 
 
+grm_status grm__ckpt_read_meta(const grm_ckpt_ops *ops, void *inst, const char *path,
+                               char **out)
+{
+    *out = malloc(GRM__CKPT_META_CAP);
+    if (!*out) return grm_errorf(GRM_ENOMEM, "out of memory");
+    grm_status st = ops->meta(inst, path, *out, GRM__CKPT_META_CAP);
+    if (st != GRM_OK) {
+        free(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+/* 1 when [sec] key defines the model a checkpoint holds, so that resuming under another
+ * value trains another model than the one saved (issue 25 item 4): every key of the
+ * sections that compute the model or feed it — the store, the dense blocks, the head, the
+ * optimizers, the features and the transforms — and [train]'s keys that shape the
+ * examples. Run control ([train] steps, epochs, eval_every, ...; [checkpoint]; [reader]'s
+ * paths, which move with the data) may change between runs; batch_size is compared with
+ * the trainer's state (load_ckpt_as). */
+static int model_key(const char *sec, const char *key)
+{
+    static const char *const model_secs[] = { "embedding", "head", "dense.", "optimizer.",
+                                              "feature.", "transform." };
+    static const char *const train_keys[] = { "task", "label_columns", "valid_fraction",
+                                              "test_fraction", "user_column",
+                                              "sequence_column", "time_column", "item_table",
+                                              "max_seq_len", "batching", "batch_tokens",
+                                              "accumulate" };
+    for (size_t i = 0; i < sizeof model_secs / sizeof *model_secs; i++) {
+        const size_t n = strlen(model_secs[i]);
+        if (strncmp(sec, model_secs[i], n) == 0 && (model_secs[i][n - 1] == '.' || !sec[n]))
+            return 1;
+    }
+    if (strcmp(sec, "train") != 0) return 0;
+    for (size_t i = 0; i < sizeof train_keys / sizeof *train_keys; i++)
+        if (strcmp(key, train_keys[i]) == 0) return 1;
+    return 0;
+}
+
+/* Append the JSON-escaped s to b at *n (b NULL: count only). */
+static size_t put_escaped(char *b, size_t n, const char *s)
+{
+    const size_t k = grm__json_escape(NULL, 0, s);
+    if (b) grm__json_escape(b + n, k + 1, s);
+    return n + k;
+}
+
+static size_t put_raw(char *b, size_t n, const char *s)
+{
+    const size_t k = strlen(s);
+    if (b) memcpy(b + n, s, k + 1);
+    return n + k;
+}
+
+char *grm__ckpt_settings_json(const grm__config *cfg)
+{
+    char *b = NULL;
+    for (int pass = 0; pass < 2; pass++) {   /* count, then write */
+        size_t n = put_raw(b, 0, "{");
+        int first = 1;
+        for (int i = 0; i < cfg->nsec; i++) {
+            const grm__section *sec = &cfg->sec[i];
+            for (int k = 0; k < sec->nkv; k++) {
+                if (!model_key(sec->name, sec->kv[k].key)) continue;
+                n = put_raw(b, n, first ? "\"[" : ",\"[");
+                n = put_escaped(b, n, sec->name);
+                n = put_raw(b, n, "] ");
+                n = put_escaped(b, n, sec->kv[k].key);
+                n = put_raw(b, n, "\":\"");
+                n = put_escaped(b, n, sec->kv[k].value);
+                n = put_raw(b, n, "\"");
+                first = 0;
+            }
+        }
+        n = put_raw(b, n, "}");
+        if (!pass && !(b = malloc(n + 1))) return NULL;
+    }
+    return b;
+}
+
+const char *grm__ckpt_meta_settings(const char *meta, size_t *len)
+{
+    const char *at = strstr(meta, "\"settings\":{");
+    if (!at) return NULL;
+    const char *q = at + strlen("\"settings\":{");
+    int in_str = 0;
+    for (; *q; q++) {   /* to the object's closing brace: strings hold no raw braces' meaning */
+        if (in_str && *q == '\\' && q[1]) q++;
+        else if (*q == '"') in_str = !in_str;
+        else if (!in_str && *q == '}') {
+            *len = (size_t)(q + 1 - at);
+            return at;
+        }
+    }
+    return NULL;
+}
+
+/* The next JSON string of an object's members at *p (after spaces, commas and colons): its
+ * escaped span [*s, *s + *n). 0 at the object's end or on anything else. */
+static int next_json_str(const char **p, const char **s, size_t *n)
+{
+    const char *q = *p;
+    while (*q == ' ' || *q == ',' || *q == ':' || *q == '{') q++;
+    if (*q != '"') return 0;
+    const char *b = ++q;
+    while (*q && *q != '"') q += (*q == '\\' && q[1]) ? 2 : 1;
+    if (*q != '"') return 0;
+    *s = b;
+    *n = (size_t)(q - b);
+    *p = q + 1;
+    return 1;
+}
+
+/* The value of key [k, k + kn) in settings object `obj`, or NULL. */
+static const char *settings_get(const char *obj, const char *k, size_t kn, size_t *vn)
+{
+    const char *p = strchr(obj, '{'), *ks, *vs;
+    size_t ksn;
+    while (p && next_json_str(&p, &ks, &ksn) && next_json_str(&p, &vs, vn))
+        if (ksn == kn && memcmp(ks, k, kn) == 0) return vs;
+    return NULL;
+}
+
+/* Warn, in one line naming each key, about every model setting (model_key) the checkpoint's
+ * run had and the INI has not, or has with another value: resuming goes on, but trains
+ * another model than the one saved. Returns how many differ. */
+static int compare_settings(const char *path, const char *saved, size_t saved_len,
+                            const grm__config *cfg)
+{
+    char *now = grm__ckpt_settings_json(cfg), *was = strndup(saved, saved_len);
+    size_t cap = 1024, n = 0;
+    char *msg = malloc(cap);
+    int ndiff = 0;
+    if (!now || !was || !msg) goto out;
+    msg[0] = '\0';
+    for (int pass = 0; pass < 2; pass++) {   /* saved keys, then keys only the INI has */
+        const char *a = pass ? now : was, *b = pass ? was : now;
+        const char *p = strchr(a, '{'), *ks, *vs, *ws;
+        size_t kn, vn, wn;
+        while (p && next_json_str(&p, &ks, &kn) && next_json_str(&p, &vs, &vn)) {
+            ws = settings_get(b, ks, kn, &wn);
+            if (pass ? ws != NULL : (ws && wn == vn && memcmp(ws, vs, vn) == 0)) continue;
+            if (ndiff++ >= 12) continue;   /* the first dozen by name, then a count */
+            int w = pass ? snprintf(msg + n, cap - n, "%s%.*s unset (the INI: %.*s)",
+                                    n ? "; " : "", (int)kn, ks, (int)vn, vs)
+                  : ws ? snprintf(msg + n, cap - n, "%s%.*s = %.*s (the INI: %.*s)",
+                                  n ? "; " : "", (int)kn, ks, (int)vn, vs, (int)wn, ws)
+                       : snprintf(msg + n, cap - n, "%s%.*s = %.*s (the INI: unset)",
+                                  n ? "; " : "", (int)kn, ks, (int)vn, vs);
+            if (w > 0 && n + (size_t)w < cap) n += (size_t)w;
+            else msg[n] = '\0';   /* a value too long to name: the key is counted */
+        }
+    }
+    if (ndiff)
+        grm__log(GRM_LOG_WARN, "grmhost", "%s: was written with other model settings than "
+                 "the INI's, so this run trains another model than the one saved: %s%s (restore "
+                 "them, or pass --fresh to start over)", path, msg,
+                 ndiff > 12 ? "; and more" : "");
+out:
+    free(now);
+    free(was);
+    free(msg);
+    return ndiff;
+}
+
 /* The sections whose plugin a checkpoint records: the store, the dense blocks, the head,
  * the optimizers. */
 static int32_t nstages(const grm__pipeline *p)
@@ -358,13 +524,25 @@ static grm_status save_ckpt_as(grm__trainer *t, const char *file)
     grm__pipeline *p = t->p;
     const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
     const char *dir = t->ck.dir;
-    char path[4096 + 96], meta[4096];
+    char path[4096 + 96];
     ckpt_list l = { 0 };
     grm_status st;
     if (!dir[0]) return GRM_OK;
-    if ((st = grm__ckpt_make_dirs(dir)) != GRM_OK) return st;
-    int64_t *steps_buf = calloc((size_t)t->dn.nparams + 1, sizeof *steps_buf);
-    if (!steps_buf) return grm_errorf(GRM_ENOMEM, "out of memory");
+    /* the model's settings (compared on resume, compare_settings) are as long as the INI */
+    char *settings = grm__ckpt_settings_json(p->cfg);
+    const size_t cap = 4096 + (settings ? strlen(settings) : 0);
+    char *meta = settings ? malloc(cap) : NULL;
+    if (!meta) {
+        free(settings);
+        return grm_errorf(GRM_ENOMEM, "out of memory");
+    }
+    int64_t *steps_buf = NULL;
+    if ((st = grm__ckpt_make_dirs(dir)) != GRM_OK) goto out;
+    steps_buf = calloc((size_t)t->dn.nparams + 1, sizeof *steps_buf);
+    if (!steps_buf) {
+        st = grm_errorf(GRM_ENOMEM, "out of memory");
+        goto out;
+    }
     if ((st = collect_state(t, &l, steps_buf)) != GRM_OK) goto out;
     char stem[32];
     grm__ckpt_step_stem(stem, sizeof stem, t->step);
@@ -376,7 +554,7 @@ static grm_status save_ckpt_as(grm__trainer *t, const char *file)
     const int64_t grp = p->set.sparse_group > 0 ? p->set.sparse_group : t->nranks;
     char name[512];
     grm__json_escape(name, sizeof name, p->set.name);
-    size_t m = (size_t)snprintf(meta, sizeof meta, "{\"format\":\"grm-train\","
+    size_t m = (size_t)snprintf(meta, cap, "{\"format\":\"grm-train\","
              "\"grm_version\":\"%s\",\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,"
              "\"rank\":%d,\"seed\":%lld,"
              "\"sharding\":\"fmix64(key) %% group + rank / group * group\","
@@ -384,15 +562,15 @@ static grm_status save_ckpt_as(grm__trainer *t, const char *file)
              GRM_VERSION_STRING, name, (long long)t->step, t->nranks, t->rank,
              (long long)p->set.seed, (long long)grp,
              (unsigned long long)grm__ckpt_config_hash(p->cfg));
-    for (int32_t i = 0; i < nstages(p) && m < sizeof meta; i++) {
+    for (int32_t i = 0; i < nstages(p) && m < cap; i++) {
         const grm__stage *sg = stage_at(p, i);
-        m += (size_t)snprintf(meta + m, sizeof meta - m, "%s\"%s\":\"%s\"", i ? "," : "",
+        m += (size_t)snprintf(meta + m, cap - m, "%s\"%s\":\"%s\"", i ? "," : "",
                               sg->label, sg->plugin->info->name);
     }
-    if (m < sizeof meta) m += (size_t)snprintf(meta + m, sizeof meta - m, "}}");
-    if (m >= sizeof meta) {
+    if (m < cap) m += (size_t)snprintf(meta + m, cap - m, "},\"settings\":%s}", settings);
+    if (m >= cap) {
         st = grm_errorf(GRM_EINTERNAL, "%s: checkpoint metadata longer than %zu bytes", path,
-                        sizeof meta);
+                        cap);
         goto out;
     }
     if ((st = kops->save(p->ckpt.inst, path, l.v, l.n, meta)) != GRM_OK) goto out;
@@ -401,6 +579,8 @@ static grm_status save_ckpt_as(grm__trainer *t, const char *file)
 out:
     ckl_free(&l);
     free(steps_buf);
+    free(meta);
+    free(settings);
     return st;
 }
 
@@ -595,12 +775,13 @@ static grm_status check_state(const grm__trainer *t, const load_ctx *c)
 /* The plugin of each section, as the checkpoint's metadata records it (save_ckpt_as),
  * against the INI's: another plugin is another model, refused by name; another pipeline
  * name or seed is warned about (the run continues, but not as the one that wrote it). */
-static grm_status check_meta(const grm__trainer *t, const load_ctx *c)
+static grm_status check_meta(const grm__trainer *t, const load_ctx *c,
+                             const grm_ckpt_ops *kops, void *kinst)
 {
     const grm__pipeline *p = t->p;
-    const grm_ckpt_ops *kops = p->ckpt.plugin->info->ops;
-    char meta[4096], key[600], name[512];
-    if (kops->meta(p->ckpt.inst, c->path, meta, sizeof meta) != GRM_OK) return GRM_OK;
+    char *meta, key[600], name[512];
+    if (grm__ckpt_read_meta(kops, kinst, c->path, &meta) != GRM_OK) return GRM_OK;
+    grm_status st = GRM_OK;
     const char *plugins = strstr(meta, "\"plugins\":{");
     for (int32_t i = 0; plugins && i < nstages(p); i++) {
         const grm__stage *sg = stage_at(p, i);
@@ -610,11 +791,16 @@ static grm_status check_meta(const grm__trainer *t, const load_ctx *c)
         at += strlen(key);
         const char *end = strchr(at, '"');
         const char *want = sg->plugin->info->name;
-        if (end && ((size_t)(end - at) != strlen(want) || strncmp(at, want, strlen(want))))
-            return grm_errorf(GRM_EFORMAT, "%s: was written with [%s] plugin = %.*s, the INI "
-                              "has %s; it is another model (restore the INI, or pass --fresh "
-                              "to start over)", c->path, sg->label, (int)(end - at), at, want);
+        if (end && ((size_t)(end - at) != strlen(want) || strncmp(at, want, strlen(want)))) {
+            st = grm_errorf(GRM_EFORMAT, "%s: was written with [%s] plugin = %.*s, the INI "
+                            "has %s; it is another model (restore the INI, or pass --fresh "
+                            "to start over)", c->path, sg->label, (int)(end - at), at, want);
+            goto out;
+        }
     }
+    size_t slen;
+    const char *settings = grm__ckpt_meta_settings(meta, &slen);
+    if (settings) compare_settings(c->path, settings, slen, p->cfg);
     grm__json_escape(name, sizeof name, p->set.name);
     snprintf(key, sizeof key, "\"pipeline\":\"%s\",", name);
     if (strstr(meta, "\"pipeline\":") && !strstr(meta, key))
@@ -624,7 +810,9 @@ static grm_status check_meta(const grm__trainer *t, const load_ctx *c)
         grm__log(GRM_LOG_WARN, "grmhost", "%s: was written with [train] seed = %lld, the INI "
                  "has %lld: the examples, negatives and dropout differ from the original run",
                  c->path, (long long)c->state[GRM__ST_SEED], (long long)p->set.seed);
-    return GRM_OK;
+out:
+    free(meta);
+    return st;
 }
 
 /* Load checkpoint `path`: this rank's own, or (owned_only) one written by rank r mod N of N
@@ -671,7 +859,7 @@ static grm_status load_ckpt_as(grm__trainer *t, const char *path, int owned_only
                         "was written by another pipeline, or is damaged", path, c.need[first],
                         missing > 1 ? " (nor some others)" : "");
     if (st == GRM_OK) st = check_state(t, &c);
-    if (st == GRM_OK) st = check_meta(t, &c);
+    if (st == GRM_OK) st = check_meta(t, &c, kops, kinst);
     if (st == GRM_OK) {
         const int64_t *s = c.state;
         t->step = s[GRM__ST_STEP];

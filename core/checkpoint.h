@@ -20,6 +20,18 @@ grm_status grm__ckpt_make_dirs(const char *dir);
 /* XXH64 of the parsed configuration (sections, keys, values in order): "config_hash". */
 uint64_t grm__ckpt_config_hash(const grm__config *cfg);
 
+/* The metadata of checkpoint `path` in a buffer of GRM__CKPT_META_CAP bytes (*out, free()d
+ * by the caller), read with `ops`/`inst`. */
+#define GRM__CKPT_META_CAP ((size_t)1 << 20)
+grm_status grm__ckpt_read_meta(const grm_ckpt_ops *ops, void *inst, const char *path,
+                               char **out);
+/* The "settings" object a checkpoint records (`"[section] key":"value"` of every key that
+ * defines the model; checkpoint.c model_key), JSON-escaped, in a malloc()ed string (NULL:
+ * out of memory). Compared with the INI on resume, copied by reshard. */
+char *grm__ckpt_settings_json(const grm__config *cfg);
+/* The `"settings":{...}` member of metadata `meta`, as a span into it (NULL: none). */
+const char *grm__ckpt_meta_settings(const char *meta, size_t *len);
+
 /* A checkpoint format picked by a file's extension: any ckpt-* plugin in the registry, so
  * that a run whose [checkpoint] plugin changed resumes from the other format's files, and
  * `grmhost inspect/export/recommend` read either. */

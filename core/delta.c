@@ -523,12 +523,13 @@ grm_status grm__delta_write(grm__trainer *t)
         st = dx_add(&o, dp->name, dp->value, GRM_DTYPE_F32, dp->shape.ndim, dp->shape.shape, 0);
     }
     if (st == GRM_OK) {
-        char path[4096 + 64], meta[512];
+        char path[4096 + 64], meta[1024], name[512];
         const int64_t seq = dx->base.seq + 1;
         delta_path(path, sizeof path, dx->dir, seq);
+        grm__json_escape(name, sizeof name, p->set.name);   /* a '"' in it stays JSON */
         snprintf(meta, sizeof meta, "{\"format\":\"grm-delta\",\"seq\":%lld,\"step\":%lld,"
                  "\"pipeline\":\"%s\",\"config_hash\":\"%016llx\",\"rows\":%lld,"
-                 "\"removed\":%lld}", (long long)seq, (long long)t->step, p->set.name,
+                 "\"removed\":%lld}", (long long)seq, (long long)t->step, name,
                  (unsigned long long)grm__ckpt_config_hash(p->cfg), (long long)changed,
                  (long long)removed_n);
         st = dx->fmt.ops->save(dx->fmt.inst, path, o.v, o.n, meta);

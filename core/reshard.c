@@ -249,6 +249,8 @@ typedef struct rs_job {
     rs_out *dst;             /* [M] */
     int64_t *rows, *moved;   /* [nphys] per table: rows written (group 0), rows that changed
                                 rank */
+    char *settings;          /* rank 0's "settings":{...} member, carried to the new files
+                                (NULL: it had none), owned */
 } rs_job;
 
 /* Table of tensor name (the longest "emb.<table>." prefix), or -1. */
@@ -288,7 +290,7 @@ static grm_status load_sources(rs_job *j, const char *stem, int64_t expect_step)
     grm_status st;
     for (int32_t r = 0; r < j->N; r++) {
         rs_file *f = &j->src[r];
-        char rd[PATH_CAP], meta[1024];
+        char rd[PATH_CAP], *meta;
         grm__ckpt_rank_dir(rd, sizeof rd, j->dir, r, j->N);
         if ((st = pathf(f->path, sizeof f->path, "%s/%s.%s", rd, stem, j->ext)) != GRM_OK)
             return st;
@@ -304,13 +306,27 @@ static grm_status load_sources(rs_job *j, const char *stem, int64_t expect_step)
             return grm_errorf(GRM_ENOTFOUND, "%s: missing (rank %d of %d has no checkpoint "
                               "of %s); restore it, or pass --step with a step every rank "
                               "wrote", f->path, (int)r, (int)j->N, stem);
-        if ((st = j->kops->meta(j->kinst, f->path, meta, sizeof meta)) != GRM_OK) return st;
+        if ((st = grm__ckpt_read_meta(j->kops, j->kinst, f->path, &meta)) != GRM_OK)
+            return st;
         long long ws, rk;
         if (meta_int(meta, "world_size", &ws) && meta_int(meta, "rank", &rk)
-            && (ws != j->N || rk != r))
+            && (ws != j->N || rk != r)) {
+            free(meta);
             return grm_errorf(GRM_EFORMAT, "%s: written by rank %lld of %lld but it sits "
                               "where rank %d of %d belongs; put the file back where it came "
                               "from", f->path, rk, ws, (int)r, (int)j->N);
+        }
+        size_t slen;
+        const char *set = grm__ckpt_meta_settings(meta, &slen);
+        if (r == 0) {   /* each file set (a step, then best) carries its own */
+            free(j->settings);
+            j->settings = NULL;
+        }
+        if (r == 0 && set && !(j->settings = strndup(set, slen))) {
+            free(meta);
+            return grm_errorf(GRM_ENOMEM, "out of memory");
+        }
+        free(meta);
         if (!j->quiet) grm__log(GRM_LOG_INFO, WHO, "reading %s", f->path);
         if ((st = j->kops->load(j->kinst, f->path, file_visit, f)) != GRM_OK) return st;
         const rs_tensor *ts = file_find(f, "trainer.state");
@@ -650,7 +666,7 @@ static grm_status reshard_set(rs_job *j, const char *stem, int64_t expect_step)
     grm__json_escape(name, sizeof name, j->p->set.name);
     for (int32_t m = 0; m < j->M; m++) {
         rs_out *o = &j->dst[m];
-        char rd[PATH_CAP], sd[PATH_CAP], meta[1024];
+        char rd[PATH_CAP], sd[PATH_CAP];
         const char *file = strrchr(f0->path, '/') + 1;
         grm__ckpt_rank_dir(rd, sizeof rd, j->dir, m, j->M);
         /* staged under dir/.reshard-to-M/ (no rank-R-of-N name a resume or a rerun would
@@ -662,12 +678,18 @@ static grm_status reshard_set(rs_job *j, const char *stem, int64_t expect_step)
         if ((st = pathf(o->path, sizeof o->path, "%s/%s", rd, file)) != GRM_OK
             || (st = pathf(o->stage, sizeof o->stage, "%s/%s", sd, file)) != GRM_OK)
             return st;
-        snprintf(meta, sizeof meta, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
+        const size_t mcap = 1024 + (j->settings ? strlen(j->settings) : 0);
+        char *meta = malloc(mcap);
+        if (!meta) return grm_errorf(GRM_ENOMEM, "out of memory");
+        snprintf(meta, mcap, "{\"format\":\"grm-train\",\"grm_version\":\"%s\","
                  "\"pipeline\":\"%s\",\"step\":%lld,\"world_size\":%d,\"rank\":%d,"
-                 "\"seed\":%lld,\"resharded_from\":%d}", GRM_VERSION_STRING, name,
+                 "\"seed\":%lld,\"resharded_from\":%d%s%s}", GRM_VERSION_STRING, name,
                  (long long)((const int64_t *)state->t.data)[0],
-                 (int)j->M, (int)m, (long long)seed, (int)j->N);
-        if ((st = j->kops->save(j->kinst, o->stage, o->v, o->n, meta)) != GRM_OK) return st;
+                 (int)j->M, (int)m, (long long)seed, (int)j->N, j->settings ? "," : "",
+                 j->settings ? j->settings : "");
+        st = j->kops->save(j->kinst, o->stage, o->v, o->n, meta);
+        free(meta);
+        if (st != GRM_OK) return st;
         o->staged = 1;
         if (!j->quiet) grm__log(GRM_LOG_INFO, WHO, "wrote %s (%lld tensors)", o->path,
                                 (long long)o->n);
@@ -978,6 +1000,7 @@ out:
     free(j.dst);
     free(j.rows);
     free(j.moved);
+    free(j.settings);
     if (j.kinst) j.kops->destroy(j.kinst);
     grm__pipeline_destroy(p);
     return st;

@@ -16,7 +16,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-resume-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..28"
+echo "1..31"
 
 "$g" generate --users 150 --items 90 --clusters 4 --seed 5 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 checkpoint dir, $2 steps, then extra [train] lines
@@ -81,6 +81,28 @@ sed 's/^\[train\]/[train]\nseed = 99/' "$tmp/negstep.ini" | sed "s|$tmp/negstep|
 "$g" train --max-steps 1 "$tmp/seed.ini" >/dev/null 2>"$tmp/seed.err"
 test $? -eq 0 && grep -q "written with \[train\] seed = .*, the INI has 99" "$tmp/seed.err"
 ok $? "another seed than the checkpoint's is warned about by name"
+# settings that change the model but no shape (finding 4: activation, window, negatives),
+# each run from its own copy of the seed-99 run's checkpoint
+for d in set same; do mkdir -p "$tmp/$d" && cp "$tmp/base/step-0000000007.grm" "$tmp/$d/"; done
+sed "s|^dir = .*|dir = $tmp/same|" "$tmp/seed.ini" >"$tmp/same.ini"
+sed 's/^window = 10$/window = 6/; s/^negatives = 64$/negatives = 32/' "$tmp/seed.ini" \
+    | sed "s|^dir = .*|dir = $tmp/set|" \
+    | sed 's/^plugin = dense-mlp$/plugin = dense-mlp\nactivation = tanh/' >"$tmp/set.ini"
+"$g" train --max-steps 1 "$tmp/set.ini" >/dev/null 2>"$tmp/set.err"
+rc=$?
+echo "# $(grep "other model settings" "$tmp/set.err" | cut -c1-300)"
+test $rc -eq 0 && grep -q "other model settings.*\[feature.history\] window = 10 (the INI: 6)" \
+    "$tmp/set.err" && grep -q "\[head\] negatives = 64 (the INI: 32)" "$tmp/set.err" \
+    && grep -q "\[dense.0\] activation unset (the INI: tanh)" "$tmp/set.err"
+ok $? "another window, number of negatives and activation are warned about by name"
+"$g" train --max-steps 1 "$tmp/same.ini" >/dev/null 2>"$tmp/same.err"
+test $? -eq 0 && grep -q "resuming from $tmp/same/step-0000000007" "$tmp/same.err" \
+    && ! grep -q "other model settings" "$tmp/same.err"
+ok $? "the same settings are not warned about"
+"$g" eval --checkpoint "$tmp/same/step-0000000007.grm" "$tmp/set.ini" >/dev/null \
+    2>"$tmp/evset.err"
+grep -q "other model settings.*window = 10 (the INI: 6)" "$tmp/evset.err"
+ok $? "eval warns about them too"
 
 # ---- an early-stopped run is finished (finding 3) ----
 es_ini() { ini "$tmp/es" 400 "eval_every = 2
