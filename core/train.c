@@ -311,8 +311,10 @@ out:
 /* ---- entry points ---- */
 
 /* SIGINT or SIGTERM: stop after this step (or stop this evaluation, grm__poll_stop). The
- * watchers stop, so libuv gives both signals their default action back: a second one ends
- * the process at once (issue 25 item 11). */
+ * watchers are one-shot (SA_RESETHAND): the kernel gives a signal its default action back
+ * as it delivers it, so a second one ends the process at once even inside a long step,
+ * before this callback has run at the next poll (issue 25 item 11); the other signal's
+ * watcher stops here. */
 static void on_signal(uv_signal_t *h, int signum)
 {
     grm__trainer *t = h->data;
@@ -469,8 +471,8 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         uv_signal_init(&t.loop, &t.sigint);
         uv_signal_init(&t.loop, &t.sigterm);
         t.sigint.data = t.sigterm.data = &t;
-        uv_signal_start(&t.sigint, on_signal, SIGINT);
-        uv_signal_start(&t.sigterm, on_signal, SIGTERM);
+        uv_signal_start_oneshot(&t.sigint, on_signal, SIGINT);
+        uv_signal_start_oneshot(&t.sigterm, on_signal, SIGTERM);
     }
     grm__report_start(&t);
 

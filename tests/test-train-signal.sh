@@ -2,7 +2,8 @@
 # tests/test-train-signal.sh - SIGINT during an evaluation stops it between two batches of
 # users (issue 25 finding 11: signals were ignored until the evaluation ended, 88-100 s on
 # 300k users), names the step and where `train` resumes, and writes no metric of the
-# evaluation it cut; the run then resumes from its newest checkpoint. TAP output.
+# evaluation it cut; the run then resumes from its newest checkpoint. A second signal
+# inside a long training step ends the process at once, saving nothing. TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
@@ -10,7 +11,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-signal-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..4"
+echo "1..6"
 
 # 20,000 users against 20,000 items: one evaluation takes seconds, one batch of users far less
 "$g" generate --users 20000 --items 20000 --clusters 8 --seed 3 --out "$tmp/ev.tsv" || exit 1
@@ -49,3 +50,30 @@ grep "resuming" "$tmp/r.err" | sed 's/^/# /'
 test $rc -eq 0 && grep -q "resuming from $tmp/ck/step-0000000001.grm at step 1" "$tmp/r.err" \
     && grep -q '"step":2,"split":"valid"' "$tmp/r.jsonl"
 ok $? "train resumes from step 1 and evaluates step 2 again"
+
+# a second SIGINT inside one long step (an MLP of 4096 x 4096 on 4096 samples: seconds a
+# step here) ends the process by that signal at once; the first alone would have let the
+# step finish and checkpointed it
+sed 's/^dims = 32,16$/dims = 4096,4096,16/; s/^batch_size = 32$/batch_size = 4096/' \
+    "$tmp/s.ini" | sed "s|^dir = .*|dir = $tmp/ck2|; s/^eval_every = 2$/eval_every = 0/" \
+    >"$tmp/long.ini"
+"$g" train --fresh "$tmp/long.ini" >/dev/null 2>"$tmp/long.err" &
+pid=$!
+i=0   # until the first step has begun
+while [ $i -lt 6000 ] && ! grep -q "^grmhost: training " "$tmp/long.err" 2>/dev/null; do
+    sleep 0.01; i=$((i + 1))
+done
+sleep 0.2
+kill -INT $pid
+sleep 0.3
+t0=$(date +%s.%N)
+kill -INT $pid
+wait $pid
+rc=$?
+pid=
+el=$(echo "$(date +%s.%N) $t0" | awk '{ printf "%.2f", $1 - $2 }')
+echo "# exit $rc ${el}s after the second SIGINT: $(tail -1 "$tmp/long.err")"
+test $rc -eq 130
+ok $? "a second SIGINT inside a step ends the process by SIGINT (exit 130)"
+! ls "$tmp/ck2" 2>/dev/null | grep -q '^step-'
+ok $? "and saves nothing of the cut step"
