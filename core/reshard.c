@@ -168,8 +168,10 @@ static grm_status scan_dir(const char *dir, const char *ext, int64_t want, int64
     return GRM_OK;
 }
 
-/* The world size whose checkpoints dir holds: o->from, or the only one found. */
-static grm_status find_world(const char *dir, const char *ext, int32_t from, int32_t *world)
+/* The world size whose checkpoints dir holds: o->from, or the only one found; `target`
+ * (> 0: a reshard to it was cut short after it published, grm__reshard) is not counted. */
+static grm_status find_world(const char *dir, const char *ext, int32_t from, int32_t target,
+                             int32_t *world)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -200,6 +202,12 @@ static grm_status find_world(const char *dir, const char *ext, int32_t from, int
                           "--from", dir, (int)from, from == 1 ? "" : "s",
                           from == 1 ? "step-S.ext files" : "rank-R-of-N directories");
     }
+    if (target > 0 && nseen > 1)
+        for (int k = 0; k < nseen; k++)
+            if (seen[k] == target) {
+                seen[k] = seen[--nseen];
+                break;
+            }
     if (nseen == 0)
         return grm_errorf(GRM_ENOTFOUND, "%s: holds no checkpoints (no step-S.%s file, no "
                           "rank-R-of-N directory); train first, or check [checkpoint] dir",
@@ -928,11 +936,39 @@ grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
     }
     if ((st = j.kops->create(p->ckpt.config.data, &j.kinst)) != GRM_OK) goto out;
     j.ext = j.kops->extension(j.kinst);
-    remove_debris(j.dir, o->quiet);
     if ((st = pathf(j.stage_dir, sizeof j.stage_dir, "%s/.reshard-to-%d", j.dir, (int)j.M))
         != GRM_OK)
         goto out;
-    if ((st = find_world(j.dir, j.ext, o->from, &j.N)) != GRM_OK) goto out;
+    /* dir/.reshard-to-M outlives a reshard to M killed after it published the M-rank files
+     * and before it moved the sources aside: then both world sizes are there, and this
+     * rerun redoes it from the sources (the files it rewrites are the ones it wrote) */
+    struct stat sb;
+    const int cut = stat(j.stage_dir, &sb) == 0 && S_ISDIR(sb.st_mode);
+    remove_debris(j.dir, o->quiet);
+    if ((st = find_world(j.dir, j.ext, o->from, cut ? j.M : 0, &j.N)) != GRM_OK) goto out;
+    int cut_after_publish = 0;
+    for (int32_t m = 0; cut && j.N != j.M && m < j.M && !cut_after_publish; m++) {
+        char rd[PATH_CAP];
+        int64_t newest = -1;
+        grm__ckpt_rank_dir(rd, sizeof rd, j.dir, m, j.M);
+        if (stat(rd, &sb) == 0 && scan_dir(rd, j.ext, -1, &newest, NULL, 0) == GRM_OK)
+            cut_after_publish = newest >= 0;
+    }
+    for (int32_t r = 0; cut_after_publish && j.N > 1 && r < j.N; r++) {
+        char rd[PATH_CAP];
+        grm__ckpt_rank_dir(rd, sizeof rd, j.dir, r, j.N);
+        if (stat(rd, &sb) != 0) {
+            st = grm_errorf(GRM_EINVAL, "%s: a reshard to %d ranks was cut short while it "
+                            "moved the %d-rank checkpoints aside (%s is gone, the %d-rank "
+                            "files are complete): move the other rank-*-of-%d directories "
+                            "into %s/resharded-from-%d too", j.dir, (int)j.M, (int)j.N, rd,
+                            (int)j.M, (int)j.N, j.dir, (int)j.N);
+            goto out;
+        }
+    }
+    if (cut_after_publish && !o->quiet)
+        grm__log(GRM_LOG_INFO, WHO, "%s: a reshard to %d ranks was cut short after it wrote "
+                 "them; redoing it from the %d-rank checkpoints", j.dir, (int)j.M, (int)j.N);
     if (j.N == j.M) {
         st = grm_errorf(GRM_EINVAL, "%s: the checkpoints are already of %d rank%s; nothing to "
                         "reshard", j.dir, (int)j.M, j.M == 1 ? "" : "s");
@@ -949,7 +985,7 @@ grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
         goto out;
     }
     if ((st = pick_step(&j, o->step)) != GRM_OK) goto out;
-    if ((st = check_target(&j, o->force)) != GRM_OK) goto out;
+    if ((st = check_target(&j, o->force || cut_after_publish)) != GRM_OK) goto out;
     j.src = calloc((size_t)j.N, sizeof *j.src);
     j.dst = calloc((size_t)j.M, sizeof *j.dst);
     j.rows = calloc((size_t)p->nphys + 1, sizeof *j.rows);

@@ -16,7 +16,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-resume-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..31"
+echo "1..32"
 
 "$g" generate --users 150 --items 90 --clusters 4 --seed 5 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 checkpoint dir, $2 steps, then extra [train] lines
@@ -237,3 +237,19 @@ ok $? "the rerun of a reshard cut short succeeds (exit $rc)"
 left=$(cd "$tmp/rs" && find . -name '*.reshard*' | tr '\n' ' ')
 [ -z "$left" ]
 ok $? "and removes what the cut one left${left:+: $left}"
+# killed after it published the 2-rank files and before it moved the 1-rank ones aside:
+# the sources are back at the top, both world sizes are there, .reshard-to-2/ is left
+for f in "$tmp"/rs/resharded-from-1/*; do mv "$f" "$tmp/rs/"; done
+rmdir "$tmp/rs/resharded-from-1"
+for r in 0 1; do cp "$tmp/rs/rank-$r-of-2/step-0000000004.grm" "$tmp/rs-r$r.grm"; done
+mkdir -p "$tmp/rs/.reshard-to-2/rank-1-of-2"
+"$g" reshard "$tmp/rs.ini" -n 2 >/dev/null 2>"$tmp/rs2.err"
+rc=$?
+echo "# $(grep "cut short\|several" "$tmp/rs2.err" | head -1)"
+test $rc -eq 0 && grep -q "cut short after it wrote them; redoing it" "$tmp/rs2.err" \
+    && cmp -s "$tmp/rs-r0.grm" "$tmp/rs/rank-0-of-2/step-0000000004.grm" \
+    && cmp -s "$tmp/rs-r1.grm" "$tmp/rs/rank-1-of-2/step-0000000004.grm" \
+    && test -f "$tmp/rs/resharded-from-1/step-0000000004.grm" \
+    && ! ls "$tmp/rs" | grep -q '^step-' && ! test -e "$tmp/rs/.reshard-to-2"
+ok $? "a reshard cut between publishing and moving aside is redone: the same 2-rank files, \
+the sources moved aside"
