@@ -25,6 +25,7 @@ static const char usage_main[] =
     "  eval FILE.ini --checkpoint DIR|FILE\n"
     "                     evaluate a checkpoint: HR@K, NDCG@K on validation and test\n"
     "  check FILE.ini     validate the file and print the wired pipeline\n"
+    "  profile FILE.ini   choose a tiered table's cache size from the data (the curve)\n"
     "  plugins [NAME]     list plugins, or show one plugin's parameters\n"
     "  generate           write the synthetic sample data of the quick start\n"
     "  launch -n N FILE.ini [train options]\n"
@@ -150,6 +151,30 @@ static const char usage_generate[] =
     "  --clusters N      taste clusters (default 40)\n"
     "  --seed N          seed (default 1)\n";
 
+static const char usage_profile[] =
+    "usage: grmhost profile [OPTIONS] FILE.ini\n"
+    "\n"
+    "Choose the cache of emb-dynamic's tiered mode from the data: run the pipeline's first\n"
+    "batches with [embedding] cache_bytes = auto, the backing files in a scratch directory\n"
+    "removed afterwards, and nothing else kept (no checkpoint, metrics, export or\n"
+    "evaluation), and print for each table the LRU hit rate of the re-references at cache\n"
+    "sizes of 1/32 .. 1 of the rows seen (the miss-ratio curve, from every access's stack\n"
+    "distance), the size that reaches the target hit rate, and the choice: never below two\n"
+    "batches' working set (the batch in training and the one prefetched). Put the printed\n"
+    "cache_bytes in [embedding], or keep cache_bytes = auto, which makes the same choice\n"
+    "at the start of every run. The steps train as `train` would (negatives included).\n"
+    "\n"
+    "options:\n"
+    "  --batches N          profile the first N batches (default [embedding]\n"
+    "                       profile_batches: 20); reuse farther apart is not seen\n"
+    "  --target R           hit rate to reach, 0.01 .. 1 (default [embedding]\n"
+    "                       target_hit_rate: 0.9)\n"
+    "  --set SECTION.KEY=VALUE\n"
+    "                       override one key (repeatable; later wins)\n"
+    "  -h, --help           this text\n"
+    "Exit 0 when every table was profiled, 2 for a configuration error (a store other than\n"
+    "emb-dynamic), 1 for another failure.\n";
+
 static const char usage_reshard[] =
     "usage: grmhost reshard [OPTIONS] FILE.ini -n M\n"
     "\n"
@@ -178,7 +203,7 @@ static const char usage_reshard[] =
 
 enum { OPT_FRESH = 256, OPT_METRICS, OPT_CKPT, OPT_MAXSTEPS, OPT_OUT, OPT_USERS, OPT_ITEMS,
        OPT_CLUSTERS, OPT_SEED, OPT_PROFILE, OPT_FROM, OPT_STEP, OPT_FORCE, OPT_INMEM, OPT_SET,
-       OPT_ORIGIN, OPT_PORT };
+       OPT_ORIGIN, OPT_PORT, OPT_BATCHES, OPT_TARGET };
 
 enum { MAX_SETS = 64 };   /* --set options of one command */
 
@@ -247,6 +272,95 @@ static int cmd_run(int argc, char **argv, int eval)
     st = eval ? grm__eval(p, &o) : grm__train(p, &o);
     grm__pipeline_destroy(p);
     grm__pool_fini();
+    return st == GRM_OK ? 0 : grm__cli_fail(st);
+}
+
+static int cmd_profile(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "batches", required_argument, NULL, OPT_BATCHES },
+        { "target", required_argument, NULL, OPT_TARGET },
+        { "set", required_argument, NULL, OPT_SET },
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    const char *sets[MAX_SETS];
+    int nsets = 0, c;
+    int64_t batches = 0;
+    const char *target = NULL;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_BATCHES:
+            if (!grm__cli_parse_count(optarg, 1, 100000, &batches))
+                return grm__cli_usage_error(usage_profile, "--batches: '%s' is not a count "
+                                            "in 1 .. 100000", optarg);
+            break;
+        case OPT_TARGET: target = optarg; break;
+        case OPT_SET:
+            if (nsets >= MAX_SETS - 8)
+                return grm__cli_usage_error(usage_profile, "more than %d --set options",
+                                            MAX_SETS - 8);
+            sets[nsets++] = optarg;
+            break;
+        case 'h': fputs(usage_profile, stdout); return 0;
+        default: return grm__cli_bad_option(usage_profile);
+        }
+    }
+    if (optind != argc - 1)
+        return grm__cli_usage_error(usage_profile, "expected exactly one FILE.ini");
+    char scratch[] = "/tmp/grm-profile-XXXXXX";
+    if (!mkdtemp(scratch)) {
+        fprintf(stderr, "grmhost: profile: cannot make a scratch directory under /tmp: %s\n",
+                strerror(errno));
+        return 1;
+    }
+    const int nuser = nsets;
+    char backing[64], nb[64], tg[64];
+    snprintf(backing, sizeof backing, "embedding.backing=%s", scratch);
+    sets[nsets++] = backing;
+    sets[nsets++] = "embedding.cache_bytes=auto";
+    if (batches) {
+        snprintf(nb, sizeof nb, "embedding.profile_batches=%lld", (long long)batches);
+        sets[nsets++] = nb;
+    }
+    if (target) {
+        snprintf(tg, sizeof tg, "embedding.target_hit_rate=%s", target);
+        sets[nsets++] = tg;
+    }
+    sets[nsets++] = "checkpoint.dir=";
+    sets[nsets++] = "train.metrics_out=";
+    sets[nsets++] = "train.early_stop=0";
+    /* the pipeline as given first: its store must be emb-dynamic before the keys of its
+     * tiered mode are set */
+    grm__pipeline *p = NULL;
+    grm_status st = grm__pipeline_load_with(argv[optind], sets, nuser, &p);
+    if (st == GRM_OK && strcmp(p->emb.plugin->info->name, "emb-dynamic") != 0)
+        st = grm_errorf(GRM_EINVAL, "%s: [embedding] plugin is %s; profile chooses the cache "
+                        "of emb-dynamic's tiered mode (plugin = emb-dynamic)", argv[optind],
+                        p->emb.plugin->info->name);
+    if (p) grm__pipeline_destroy(p);
+    p = NULL;
+    if (st == GRM_OK) st = grm__pipeline_load_with(argv[optind], sets, nsets, &p);
+    if (st == GRM_OK) {
+        /* the batches profiled, one more in which the choice is made */
+        grm__run_opts o = { .fresh = 1, .ids_only = 1 };
+        int64_t pb = 20;
+        const grm__section *es = grm__config_section(p->cfg, "embedding");
+        const grm__kv *kv = es ? grm__section_kv(es, "profile_batches") : NULL;
+        if (kv) pb = strtoll(kv->value, NULL, 10);
+        o.max_steps = pb + 1;
+        grm__log(GRM_LOG_INFO, "grmhost", "profile: the first %lld batches of %s with "
+                 "cache_bytes = auto (backing files in %s, removed after)", (long long)pb,
+                 argv[optind], scratch);
+        st = grm__train(p, &o);
+    }
+    if (p) grm__pipeline_destroy(p);
+    grm__pool_fini();
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);   /* mkdtemp's name: no quote in it */
+    if (system(cmd) != 0)
+        fprintf(stderr, "grmhost: warning: profile: could not remove %s\n", scratch);
     return st == GRM_OK ? 0 : grm__cli_fail(st);
 }
 
@@ -439,7 +553,7 @@ static int cmd_reshard(int argc, char **argv)
 
 static const char *const commands[] = { "train", "eval", "check", "plugins", "generate",
                                         "convert", "inspect", "launch", "reshard", "plot",
-                                        "recommend", "export" };
+                                        "recommend", "export", "profile" };
 
 /* Run COMMAND (argv[0]) with its arguments; -1 when there is no such command. */
 static int run_command(int argc, char **argv)
@@ -448,6 +562,7 @@ static int run_command(int argc, char **argv)
     if (!strcmp(cmd, "train")) return cmd_run(argc, argv, 0);
     if (!strcmp(cmd, "eval")) return cmd_run(argc, argv, 1);
     if (!strcmp(cmd, "check")) return cmd_check(argc, argv);
+    if (!strcmp(cmd, "profile")) return cmd_profile(argc, argv);
     if (!strcmp(cmd, "plugins")) return cmd_plugins(argc, argv);
     if (!strcmp(cmd, "generate")) return cmd_generate(argc, argv);
     if (!strcmp(cmd, "convert")) return grm__convert_main(argc, argv);

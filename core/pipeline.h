@@ -214,6 +214,8 @@ typedef struct grm__run_opts {
     int batches_in_memory;         /* benchmark: assemble every batch before step 1 */
     int serve_metrics;             /* --metrics-port given: serve them on 127.0.0.1 */
     int metrics_port;              /* its port (0: any free one, logged) */
+    int ids_only;                  /* `grmhost profile`: run the steps for their id stream;
+                                      no checkpoint, export or evaluation after them */
 } grm__run_opts;
 
 grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts);

@@ -557,6 +557,7 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
         if (st == GRM_OK) st = grm__delta_write(&t);
         goto out;
     }
+    if (opts->ids_only) goto out;   /* grmhost profile: the store has seen the ids */
     if (t.step > start_step && (st = grm__ckpt_save(&t)) != GRM_OK) goto out;
     if ((st = grm__delta_write(&t)) != GRM_OK) goto out;
     double el = now_s() - start;

@@ -25,7 +25,7 @@ dist_doc_DATA = share/doc/grmcol.md share/doc/export.md
 # help2man, so the page and `grmhost COMMAND --help` never disagree; built when configure
 # finds help2man, installed by `make install`.
 GRM_MAN_COMMANDS = train eval check plugins generate convert inspect launch reshard plot \
-	recommend export
+	recommend export profile
 if HAVE_HELP2MAN
 man1_MANS = share/man/grmhost.1 $(GRM_MAN_COMMANDS:%=share/man/grmhost-%.1)
 CLEANFILES += $(man1_MANS)
@@ -52,6 +52,7 @@ GRM_MAN_NAME_launch = train a pipeline on N ranks under mpirun
 GRM_MAN_NAME_reshard = rewrite a pipeline's checkpoint for another number of ranks
 GRM_MAN_NAME_recommend = write the top-K items of every user from a checkpoint
 GRM_MAN_NAME_export = write a checkpoint's tables, dense weights and manifest for serving
+GRM_MAN_NAME_profile = choose a tiered embedding table's cache size from the data
 GRM_MAN_NAME_plot = draw a run's loss and validation metrics with gnuplot
 
 # Documentation under $(docdir) (share/doc/grm): the repository's design notes and

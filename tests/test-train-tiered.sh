@@ -7,7 +7,9 @@
 # back every step, killed with SIGKILL once a checkpoint of step >= 20 exists (so inside a
 # write-back, a checkpoint or a step), resumes and ends bitwise as the uninterrupted run; so
 # does one killed inside its 2000th write-back pwrite and one killed inside a checkpoint
-# save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL). TAP output.
+# save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL).
+# `grmhost profile` prints the miss-ratio curve and the cache auto would choose, keeping
+# nothing. TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
@@ -15,7 +17,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..9"
+echo "1..12"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
@@ -143,3 +145,24 @@ checkpoints were saved" ;;
     resume_same "r$1"
     ok $? "... the resumed run's losses and metrics are the uninterrupted run's, bitwise"
 done
+
+# grmhost profile: the curve and the choice of cache_bytes = auto, nothing kept
+ini 2 "backing = $tmp/never\ncache_bytes = 12000" "$tmp/ck-never" >"$tmp/prof.ini"
+ls -d /tmp/grm-profile-* 2>/dev/null | sort >"$tmp/scratch-before"
+"$g" profile --batches 6 --target 0.5 "$tmp/prof.ini" >"$tmp/prof.out" 2>"$tmp/prof.err"
+rc=$?
+grep "cache_bytes = auto" "$tmp/prof.err" | cut -c1-240 | sed 's/^/# /'
+test $rc -eq 0 && grep -q "cache_bytes = auto profiled [0-9]* ids of 6 batches.*LRU hit rate \
+of the re-references: .* target 0.500 reached at [0-9]* rows; two batches' working set \
+[0-9]* rows; cache = [0-9]* rows = [0-9]* bytes" "$tmp/prof.err"
+ok $? "profile prints the hit-rate curve at 1/32 .. 1 of the rows and the cache it chooses"
+ls -d /tmp/grm-profile-* 2>/dev/null | sort >"$tmp/scratch-after"
+! test -e "$tmp/never" && ! test -e "$tmp/ck-never" && cmp -s "$tmp/scratch-before" \
+    "$tmp/scratch-after" && ! grep -q "checkpoint\|test: hr@" "$tmp/prof.err"
+ok $? "and keeps nothing: no backing file, checkpoint or evaluation; its scratch is removed"
+sed 's/^plugin = emb-dynamic$/plugin = emb-static/' "$tmp/prof.ini" \
+    | grep -v "^backing\|^cache_bytes" >"$tmp/prof-static.ini"
+"$g" profile "$tmp/prof-static.ini" >/dev/null 2>"$tmp/prof-static.err"
+test $? -eq 2 && grep -q "\[embedding\] plugin is emb-static; profile chooses the cache of \
+emb-dynamic's tiered mode" "$tmp/prof-static.err"
+ok $? "profile of another store is a configuration error naming it"
