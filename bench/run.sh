@@ -7,7 +7,16 @@
 set -u
 src=${GRM_TOP_SRCDIR:-.}
 build=${GRM_TOP_BUILDDIR:-.}
-py=${PYTHON3:-python3}
+# the peers' python: PYTHON3 when set, else bench/setup-venv.sh's venv (current PyTorch
+# from PyPI) when it exists, else python3 (Debian's torch: an older peer, said so below)
+venv="$build/bench/venv/bin/python"
+if [ -n "${PYTHON3:-}" ]; then py=$PYTHON3
+elif [ -x "$venv" ]; then py=$venv
+else py=${GRM_PYTHON3:-python3}
+fi
+export PYTHON3="$py"   # for the bench_*.sh that run python themselves
+echo "# peers: $("$py" -c 'import torch; print("torch", torch.__version__)' 2>/dev/null \
+    || echo "no torch") from $py$([ -x "$venv" ] || echo "; bench/setup-venv.sh installs current PyTorch")"
 only=${BENCH:-}
 status=0
 for f in "$src"/bench/bench_*.py "$src"/bench/bench_*.sh; do
