@@ -122,9 +122,13 @@ if ldd "$g" 2>/dev/null | grep -q libasan; then
     skip "ASan must be the first library: no LD_PRELOAD" "... resumes bitwise"
     skip "ASan must be the first library: no LD_PRELOAD" "kill -9 inside a checkpoint save"
     skip "ASan must be the first library: no LD_PRELOAD" "... resumes bitwise"
-    exit 0
+    kills=
+else
+    kills="tier .tier 2000|ckpt .grm.tmp 4000"
 fi
-for what in "tier .tier 2000" "ckpt .grm.tmp 4000"; do
+IFS='|'
+for what in $kills; do
+    IFS=' '
     set -- $what
     rm -rf "$ck"
     GRM_KILL_MATCH=$2 GRM_KILL_AT=$3 LD_PRELOAD="$shim" "$g" train --quiet \
@@ -145,6 +149,8 @@ checkpoints were saved" ;;
     resume_same "r$1"
     ok $? "... the resumed run's losses and metrics are the uninterrupted run's, bitwise"
 done
+IFS=' 	
+'
 
 # grmhost profile: the curve and the choice of cache_bytes = auto, nothing kept
 ini 2 "backing = $tmp/never\ncache_bytes = 12000" "$tmp/ck-never" >"$tmp/prof.ini"
