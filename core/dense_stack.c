@@ -82,6 +82,9 @@ grm_status grm__dense_forward(grm__trainer *t, const grm__batch *bt, int trainin
             grm_error_prefix("[%s] %s forward: ", stg->label, stg->plugin->info->name);
             return st;
         }
+        if (training)   /* right after the forward: a block may count what it just saw */
+            t->rep.flops_dense += ops->flops(stg->inst, x.shape[0], 0)
+                                  + ops->flops(stg->inst, x.shape[0], 1);
         if (t->seqrank && i == t->dn.S - 1) last_tokens(t, bt, 0);
     }
     return GRM_OK;

@@ -149,6 +149,15 @@ static grm_status legacy_loss(grm__head *h, grm_loss_io *io, const grm_backend *
     return st;
 }
 
+double grm__head_flops(const grm__head *h, int64_t rows, int64_t nneg)
+{
+    if (h->ops && GRM_HAS_OP(grm_head_ops, h->ops, flops))
+        return h->ops->flops(h->inst, rows, nneg, 0) + h->ops->flops(h->inst, rows, nneg, 1);
+    if (h->legacy)
+        return h->legacy->flops(h->inst, rows, 0) + h->legacy->flops(h->inst, rows, 1);
+    return 0;
+}
+
 grm_status grm__head_loss(grm__head *h, grm_loss_io *io, const grm_backend *be, void *work)
 {
     grm_status st = h->ops ? h->ops->loss(h->inst, io) : legacy_loss(h, io, be, work);

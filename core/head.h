@@ -38,6 +38,9 @@ grm_status grm__head_params(grm__head *h, int32_t index, grm_named_tensor *value
 /* The loss of io (host-filled as for a grm_head_ops head: pred, item rows and slots). A
  * legacy head runs its forward first and its backward after, and the adapter gathers and
  * sums the rows for it through `be`. */
+/* Floating-point operations of the last loss call, forward and backward, on `rows` rows with
+ * `nneg` negatives (the head's flops op; 0 for a head without one): --profile's MFU. */
+double grm__head_flops(const grm__head *h, int64_t rows, int64_t nneg);
 grm_status grm__head_loss(grm__head *h, grm_loss_io *io, const grm_backend *be, void *work);
 
 /* The [head] checks, written once: a head plugin that can train `task` (GRM_LOSS_BCE for

@@ -5,7 +5,9 @@
 #include "train.h"
 
 #include <grm/rng.h>
+#include <cblas.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 
 /* The step's samples and tokens on this rank, and the largest token difference between
@@ -85,6 +87,52 @@ static grm_status report_balance(grm__trainer *t, int64_t samples)
     return GRM_OK;
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One pool thread's share of the SGEMM peak: 256 x 256 x 256 products, single-threaded
+ * OpenBLAS as the blocks call it, for about 0.3 s; *flops of item i in ctx [n]. */
+enum { PEAK_N = 256 };
+static grm_status peak_item(void *ctx, int64_t lo, int64_t hi)
+{
+    double *flops = ctx;
+    for (int64_t i = lo; i < hi; i++) {
+        float *a = malloc(3 * PEAK_N * PEAK_N * sizeof *a);
+        if (!a) return GRM_ENOMEM;
+        for (int64_t k = 0; k < 3 * PEAK_N * PEAK_N; k++) a[k] = (float)(k % 7) * 0.125f;
+        const double t0 = mono_s();
+        int64_t reps = 0;
+        do {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, PEAK_N, PEAK_N, PEAK_N,
+                        1.0f, a, PEAK_N, a + PEAK_N * PEAK_N, PEAK_N, 0.0f,
+                        a + 2 * PEAK_N * PEAK_N, PEAK_N);
+            reps++;
+        } while (mono_s() - t0 < 0.3);
+        flops[i] = 2.0 * PEAK_N * PEAK_N * PEAK_N * (double)reps;
+        free(a);
+    }
+    return GRM_OK;
+}
+
+/* The machine's SGEMM rate with the run's threads, flop/s, measured now: every pool thread
+ * multiplying at once (0 when it cannot be measured). */
+static double sgemm_peak(void)
+{
+    const int32_t n = grm__num_threads();
+    double *flops = calloc((size_t)(n > 0 ? n : 1), sizeof *flops), sum = 0;
+    if (!flops) return 0;
+    const double t0 = mono_s();
+    grm_status st = grm__parallel_for(n, 1, peak_item, flops);
+    const double el = mono_s() - t0;
+    for (int32_t i = 0; st == GRM_OK && i < n; i++) sum += flops[i];
+    free(flops);
+    return st == GRM_OK && el > 0 ? sum / el : 0;
+}
+
 /* --profile: where the time of the run went, per stage. The reader and the transforms run
  * once, before the first step (the leave-one-out split needs every user's whole history);
  * the per-batch data work (samples, ids, targets, segment unique, keys) runs on the data
@@ -134,6 +182,22 @@ void grm__report_profile(const grm__trainer *t, double loop_s, int64_t steps)
     fprintf(stderr, "  %-15s %9.3f %9.3f %6.1f%%  %s\n", "other", loop_s - acc,
             1e3 * (loop_s - acc) / n, loop_s > 0 ? 100.0 * (loop_s - acc) / loop_s : 0.0,
             "logging, signals, metrics");
+    /* the step's MFU: the flops the blocks and the head count (their flops ops) over the
+     * loop's time, against the SGEMM rate of the same threads measured now */
+    const double fl = t->rep.flops_dense + t->rep.flops_head;
+    if (fl > 0 && loop_s > 0) {
+        const double peak = sgemm_peak();
+        fprintf(stderr, "  counted work: %.3f GFLOP/step (dense blocks %.3f, head %.3f, "
+                "forward + backward); %.2f GFLOP/s over the loop", 1e-9 * fl / n,
+                1e-9 * t->rep.flops_dense / n, 1e-9 * t->rep.flops_head / n,
+                1e-9 * fl / loop_s);
+        if (peak > 0)
+            fprintf(stderr, " = %.1f%% of the SGEMM peak (%.1f GFLOP/s on %d threads, "
+                    "measured now): the step's MFU\n", 100.0 * fl / loop_s / peak,
+                    1e-9 * peak, (int)grm__num_threads());
+        else
+            fputc('\n', stderr);
+    }
     double work = t->rep.t_batch + t->rep.t_plan;
     char when[160];
     if (t->src.stream)

@@ -179,6 +179,7 @@ static grm_status head_loss(grm__trainer *t, grm__batch *bt, float weight, doubl
     }
     grm_status st = grm__head_loss(&dn->head, &io, &t->be, t->sp.work);
     if (st != GRM_OK) return st;
+    t->rep.flops_head += grm__head_flops(&dn->head, io.rows, io.nneg);
     if (!isfinite(io.loss))
         return grm_errorf(GRM_EINVAL, "step %lld: loss is %g; lower the learning rates or "
                           "check the data", (long long)t->step + 1, io.loss);

@@ -317,6 +317,8 @@ typedef struct grm__report {
     double t_wait;            /* seconds the trainer waited for the data thread */
     double t_async;           /* seconds the trainer waited for the sparse thread */
     double t_head;            /* seconds of t_fwd in the head's loss and its gradients */
+    double flops_dense, flops_head;   /* counted by the blocks' and the head's flops ops:
+                                         forward and backward of every training batch */
     double t_read0;           /* input = stream: src.read_s when step 1 began */
     double read_most[2];      /* the slowest rank's t_read, the largest rank's peak KB */
     int read_logged;          /* read_most is in the metrics */

@@ -11,7 +11,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-seq-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..11"
+echo "1..12"
 
 "$g" generate --users 600 --items 300 --clusters 10 --seed 11 --out "$tmp/data.tsv" || exit 1
 ini() { # $1 file, $2 checkpoint dir, $3 steps, $4 extra feature section
@@ -142,3 +142,14 @@ done
 grep -q "^  data work hidden behind compute: [0-9.]*% ([0-9.]* s of batch assembly" \
     "$tmp/p.err" || { echo "# no hidden share"; rc=1; }
 ok $rc "--profile prints the per-stage time breakdown and how much data work was hidden"
+line=$(grep "^  counted work: " "$tmp/p.err")
+echo "# $line"
+echo "$line" | awk '{
+    if (match($0, /counted work: [0-9.]+ GFLOP\/step \(dense blocks [0-9.]+, head [0-9.]+/)) {
+        split(substr($0, RSTART, RLENGTH), f, /[ (,]+/); tot = f[3]; den = f[7]; hd = f[9] }
+    if (match($0, /= [0-9.]+% of the SGEMM peak \([0-9.]+ GFLOP\/s/)) {
+        split(substr($0, RSTART, RLENGTH), m, /[ %(]+/); mfu = m[2]; pk = m[7] }
+    ok = tot > 0 && den > 0 && hd > 0 && (den + hd - tot) ^ 2 < 1e-5 && mfu > 0 && mfu <= 100 && pk > 0
+    exit !ok }'
+ok $? "--profile counts the blocks' and the head's flops and states the step's MFU against \
+the SGEMM peak it measures"

@@ -106,6 +106,11 @@ struct ssm_head {
     float *drows;               /* [nitems, D] gradients of the rows in place (ssm_tok_*) */
     int64_t neg16_cap, negq_cap, unit_cap, norms_cap, perm_cap, drows_cap;
 
+    /* the last loss call's work, for the flops op (ssm_flops): its rows, forward and
+     * backward floating-point operations */
+    int64_t fl_rows;
+    double fl_fwd, fl_bwd;
+
     /* popularity table, cached per catalog (ids, counts, n) */
     double *cdf;                /* owned: [cdf_n] cumulative counts^alpha */
     int64_t cdf_n;
@@ -375,6 +380,26 @@ static void share_perm(ssm_head *h, const grm_loss_io *io)
     ssm_shuffle(h->perm, io->rows, key);
 }
 
+static void note_flops(ssm_head *h, int64_t B, double fwd, double bwd)
+{
+    h->fl_rows = B;
+    h->fl_fwd = fwd;
+    h->fl_bwd = bwd;
+}
+
+/* A loss over `logits` dot products of D: 2 D flops each forward; backward 4 D (the query's
+ * and the item row's gradient). The softmax's own exp and sums are left out (O(logits)). */
+static void note_logits(ssm_head *h, int64_t B, double logits, int64_t D)
+{
+    note_flops(h, B, 2.0 * logits * (double)D, 4.0 * logits * (double)D);
+}
+
+double ssm_flops(const ssm_head *h, int64_t rows, int32_t backward)
+{
+    if (h->fl_rows <= 0) return 0;
+    return (backward ? h->fl_bwd : h->fl_fwd) * (double)rows / (double)h->fl_rows;
+}
+
 grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
 {
     const grm_host_api *host = h->host;
@@ -476,6 +501,11 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
                      io->pos_ids, io->neg_ids, io->weights, logq, h->cfg.in_batch,
                      h->cfg.temperature, B, R, D, h->work);
     }
+    if (st == GRM_OK && full)
+        note_flops(h, B, ssm_full_flops(B, R, D, 0), ssm_full_flops(B, R, D, 1));
+    else if (st == GRM_OK)   /* logits: the target and r (or R, and the batch's) per row */
+        note_logits(h, B, (double)B * (double)(1 + (bce || h->cfg.share_k > 0 ? r
+                                                    : R + (h->cfg.in_batch ? B - 1 : 0))), D);
     if (st != GRM_OK || !h->cfg.l2norm)
         return st;
     if (io->d_pred != NULL)
@@ -547,6 +577,8 @@ grm_status ssm_loss_in_place(ssm_head *h, grm_loss_io *io)
     st = h->tok(host, &io->loss, io->d_pred, train ? h->drows : NULL, pred, rows, N,
                 io->pos_slots, io->neg_slots, io->pos_ids, io->neg_ids, io->weights, logq,
                 k > 1 ? h->perm : NULL, k, h->cfg.temperature, B, r, D, (float *)h->work);
+    if (st == GRM_OK)
+        note_logits(h, B, (double)B * (double)(1 + r), D);
     if (st != GRM_OK || !train)
         return st;
     if (h->cfg.l2norm) {

@@ -241,6 +241,9 @@ grm_status ssm_create(const grm_host_api *host, const ssm_config *cfg, int64_t i
 void ssm_destroy(ssm_head *h);
 int64_t ssm_dim(const ssm_head *h);
 grm_status ssm_loss(ssm_head *h, grm_loss_io *io);
+/* Floating-point operations of the last loss call's forward (backward = 0) or backward,
+ * scaled to `rows` rows (0 before the first call): the flops op, for --profile's MFU. */
+double ssm_flops(const ssm_head *h, int64_t rows, int32_t backward);
 /* 1 when the head's loss on item rows runs in place (ssm_loss_in_place): per-token
  * negatives (share_k >= 1) of the softmax, sampled, fp32. */
 int ssm_rows_in_place(const ssm_head *h);

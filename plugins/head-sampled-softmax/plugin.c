@@ -113,6 +113,12 @@ static grm_status ssm_op_negatives(void *inst, int64_t *ids, int64_t *n, int64_t
     return ssm_negatives(((ssm_inst *)inst)->h, ids, n, max, catalog, seed);
 }
 
+static double ssm_op_flops(void *inst, int64_t rows, int64_t nneg, int32_t backward)
+{
+    (void)nneg;   /* the last call's negatives (per row, shared, in-batch or catalog) */
+    return ssm_flops(((ssm_inst *)inst)->h, rows, backward);
+}
+
 static const grm_head_ops ssm_ops = {
     .struct_size = sizeof(grm_head_ops),
     .create = ssm_op_create,
@@ -120,6 +126,7 @@ static const grm_head_ops ssm_ops = {
     .task = ssm_op_task,
     .loss = ssm_op_loss,
     .negatives = ssm_op_negatives,
+    .flops = ssm_op_flops,
 };
 
 static const grm_plugin_info ssm_info = {
