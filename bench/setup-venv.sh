@@ -1,21 +1,19 @@
 #!/bin/sh
 # bench/setup-venv.sh - the peers' Python for `make bench` (issue 24): a virtualenv with the
 # current PyTorch from PyPI (and numpy), so that bench/ compares grm against what a user
-# would otherwise run, not against Debian's torch 1.13. With --sparse it adds torchrec and
-# fbgemm-gpu-cpu for the sparse cases that use them. With --hstu-ref it adds fbgemm_gpu's
+# would otherwise run, not against Debian's torch 1.13. With --hstu-ref it adds fbgemm_gpu's
 # CPU jagged ops that Meta's HSTU research layer calls (bench_hstu.py --ref): the release
 # fbgemm-gpu-cpu 1.9.0 is built for torch 2.14 and does not load on 2.15 (undefined symbol
 # c10::report_overflow), so this takes the nightly CPU build (FBGEMM_NIGHTLY picks the date;
 # 2026.10.16 loads on torch 2.15.0). bench/run.sh takes this venv's python when it exists
 # (PYTHON3 overrides); each bench prints the torch version it ran against.
-# Usage: setup-venv.sh [--sparse] [--hstu-ref] [DIR]   (DIR default: bench/venv in the build
+# (torchrec is not installed: its release needs that fbgemm release, so no bench uses it yet.)
+# Usage: setup-venv.sh [--hstu-ref] [DIR]   (DIR default: bench/venv in the build
 # tree). Needs network access to PyPI; nothing of the build or the tests uses it.
 set -eu
-sparse=0
 hsturef=0
 while :; do
     case "${1:-}" in
-    --sparse) sparse=1; shift ;;
     --hstu-ref) hsturef=1; shift ;;
     *) break ;;
     esac
@@ -28,7 +26,6 @@ if [ ! -x "$dir/bin/python" ]; then
     "$py" -m venv "$dir"
 fi
 "$dir/bin/pip" install -q "torch==$TORCH" numpy
-[ $sparse -eq 1 ] && "$dir/bin/pip" install -q torchrec fbgemm-gpu-cpu
 # the release and the nightly write the same fbgemm_gpu/ files: keep only the nightly
 [ $hsturef -eq 1 ] && { "$dir/bin/pip" uninstall -y -q fbgemm-gpu-cpu 2>/dev/null || :; }
 [ $hsturef -eq 1 ] && "$dir/bin/pip" install -q --no-deps \
