@@ -22,20 +22,28 @@ echo "1..6"
     printf '[checkpoint]\ndir = %s\nevery = 1\n' "$tmp/ck"
 } >"$tmp/s.ini"
 
+wait_for() {   # PATTERN FILE: until FILE holds PATTERN (at most a minute)
+    i=0
+    while [ $i -lt 6000 ] && ! grep -q "$1" "$2" 2>/dev/null; do
+        sleep 0.01; i=$((i + 1))
+    done
+}
+sigint() {   # [twice]: SIGINT to $pid (twice: a second one 0.3 s after the first); rc its
+             # exit status, el the seconds from the last signal to its exit
+    if [ "${1:-}" = twice ]; then kill -INT $pid; sleep 0.3; fi
+    t0=$(date +%s.%N)
+    kill -INT $pid
+    wait $pid
+    rc=$?
+    pid=
+    el=$(echo "$(date +%s.%N) $t0" | awk '{ printf "%.2f", $1 - $2 }')
+}
+
 "$g" train --metrics-out "$tmp/s.jsonl" "$tmp/s.ini" >/dev/null 2>"$tmp/s.err" &
 pid=$!
-i=0   # wait for step 2's loss: its evaluation follows at once
-while [ $i -lt 6000 ] && ! grep -q '"step":2,"split":"train","name":"loss"' "$tmp/s.jsonl" \
-        2>/dev/null; do
-    sleep 0.01; i=$((i + 1))
-done
+wait_for '"step":2,"split":"train","name":"loss"' "$tmp/s.jsonl"   # its evaluation follows
 sleep 0.3
-t0=$(date +%s.%N)
-kill -INT $pid
-wait $pid
-rc=$?
-pid=
-el=$(echo "$(date +%s.%N) $t0" | awk '{ printf "%.2f", $1 - $2 }')
+sigint
 echo "# exit $rc ${el}s after SIGINT: $(tail -1 "$tmp/s.err")"
 test $rc -eq 1 && grep -q "SIGINT during the evaluation at step 2: stopped it; .train. resumes" \
     "$tmp/s.err"
@@ -59,19 +67,9 @@ sed 's/^dims = 32,16$/dims = 4096,4096,16/; s/^batch_size = 32$/batch_size = 409
     >"$tmp/long.ini"
 "$g" train --fresh "$tmp/long.ini" >/dev/null 2>"$tmp/long.err" &
 pid=$!
-i=0   # until the first step has begun
-while [ $i -lt 6000 ] && ! grep -q "^grmhost: training " "$tmp/long.err" 2>/dev/null; do
-    sleep 0.01; i=$((i + 1))
-done
+wait_for "^grmhost: training " "$tmp/long.err"   # the first step begins
 sleep 0.2
-kill -INT $pid
-sleep 0.3
-t0=$(date +%s.%N)
-kill -INT $pid
-wait $pid
-rc=$?
-pid=
-el=$(echo "$(date +%s.%N) $t0" | awk '{ printf "%.2f", $1 - $2 }')
+sigint twice
 echo "# exit $rc ${el}s after the second SIGINT: $(tail -1 "$tmp/long.err")"
 test $rc -eq 130
 ok $? "a second SIGINT inside a step ends the process by SIGINT (exit 130)"
