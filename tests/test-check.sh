@@ -14,7 +14,7 @@ set -u
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-check-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "1..31"
+echo "1..33"
 
 "$g" generate --users 120 --items 80 --clusters 4 --seed 2 --out "$tmp/ev.tsv" || exit 1
 ini() {   # a small retrieval pipeline on ev.tsv
@@ -197,3 +197,26 @@ for f in line-feed line-shop; do
         --metrics-out "$tmp/$f.jsonl" "$pl/$f.ini" >/dev/null 2>"$tmp/$f.train"
     ok $? "$f.ini trains 3 steps$(tail -1 "$tmp/$f.train" | sed 's/^/: /')"
 done
+
+# every shipped pipeline reads its data as the others do: the quick start's beside it, the
+# public data through ${GRM_DATA_DIR:-../data} (beauty-sasrec-ce.ini once hard-coded a
+# path relative to the working directory, which only the developers' tree had)
+bad=$(grep -l '^path = ' "$pl"/*.ini | while read -r f; do
+    p=$(sed -n 's/^path = //p' "$f")
+    case "$p" in ../data/*|'${GRM_DATA_DIR:-../data}/'*) ;; *) echo "${f##*/}: $p" ;; esac
+done)
+[ -z "$bad" ]
+ok $? "every shipped pipeline's data path is ../data or \${GRM_DATA_DIR:-../data}${bad:+: $bad}"
+if [ -n "${GRM_DATA_DIR:-}" ] && [ -d "$GRM_DATA_DIR" ]; then
+    n=0 fail=
+    for f in "$pl"/*.ini; do
+        p=$(sed -n 's/^path = \${GRM_DATA_DIR:-..\/data}\///p' "$f")
+        [ -n "$p" ] && [ -r "$GRM_DATA_DIR/$p" ] || continue
+        n=$((n + 1))
+        "$g" check "$f" >/dev/null 2>"$tmp/ship.err" || fail="$fail ${f##*/}"
+    done
+    [ $n -ge 8 ] && [ -z "$fail" ]
+    ok $? "the $n shipped pipelines whose data is under GRM_DATA_DIR pass check${fail:+; not:$fail}"
+else
+    skip "no GRM_DATA_DIR with the public data" "the shipped pipelines pass check on it"
+fi
