@@ -1,5 +1,6 @@
 /* tests/harness.c - see harness.h. */
 #include "harness.h"
+#include "tap.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -137,4 +138,13 @@ uint64_t harness_rand(uint64_t *state)
 float harness_randf(uint64_t *state)
 {
     return (float)((double)(harness_rand(state) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+int harness_error_has(const char *needle)
+{
+    const char *msg = harness_host()->last_error();
+    if (strstr(msg, needle) != NULL) return 1;
+    tap_diag("message: %s", msg);
+    tap_diag("wanted:  %s", needle);
+    return 0;
 }

@@ -21,6 +21,9 @@ grm_status harness_config_try(const grm_plugin_info *info, const void **config,
 
 /* The host API table plugins get. */
 const grm_host_api *harness_host(void);
+/* 1 when the host's last error message holds `needle`; else 0, with the message and the
+ * text wanted as TAP diagnostics. */
+int harness_error_has(const char *needle);
 
 /* Path helpers: GRM_TOP_BUILDDIR, GRM_TOP_SRCDIR, GRM_DATA_DIR (NULL when unset). */
 const char *harness_builddir(void);

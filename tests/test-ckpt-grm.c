@@ -19,15 +19,6 @@
 static const grm_ckpt_ops *ops;
 static void *ck;
 
-static int has(const char *needle)
-{
-    const char *msg = harness_host()->last_error();
-    if (strstr(msg, needle) != NULL) return 1;
-    tap_diag("message: %s", msg);
-    tap_diag("wanted:  %s", needle);
-    return 0;
-}
-
 /* ---- the tensors saved ---- */
 
 #define NT 6
@@ -203,7 +194,7 @@ static int flip_fails(const char *path, uint8_t *b, size_t size, size_t i, const
     write_all(path, b, size);
     b[i] ^= 0x5A;
     const grm_status st = try_load(path, &visits);
-    if (st == GRM_EFORMAT && visits == 0 && (needle == NULL || has(needle))) return 1;
+    if (st == GRM_EFORMAT && visits == 0 && (needle == NULL || harness_error_has(needle))) return 1;
     tap_diag("flip at byte %zu: status %d, %d visits: %s", i, (int)st, visits,
              harness_host()->last_error());
     return 0;
@@ -245,7 +236,7 @@ int main(void)
     char mbuf[256];
     tap_ok(ops->meta(ck, path, mbuf, sizeof(mbuf)) == GRM_OK && strcmp(mbuf, meta) == 0,
            "meta returns the saved metadata string");
-    tap_ok(ops->meta(ck, path, mbuf, 10) == GRM_EFORMAT && has("does not fit in a buffer of 10"),
+    tap_ok(ops->meta(ck, path, mbuf, 10) == GRM_EFORMAT && harness_error_has("does not fit in a buffer of 10"),
            "meta into a 10-byte buffer: GRM_EFORMAT");
     v = (visit_log){ 0, 0, 2 };
     tap_ok(ops->load(ck, path, visit, &v) == GRM_ECANCELED && v.visits == 2,
@@ -318,7 +309,7 @@ int main(void)
         char want[64];
         snprintf(want, sizeof(want), "truncated at byte %zu", cut);
         const grm_status st = try_load(bad, &visits);
-        if (st != GRM_EFORMAT || visits != 0 || !has(want)) {
+        if (st != GRM_EFORMAT || visits != 0 || !harness_error_has(want)) {
             tap_diag("cut at %zu: status %d, %d visits", cut, (int)st, visits);
             all = 0;
         }
@@ -332,43 +323,43 @@ int main(void)
         write_all(bad, b, cuts[k]);
         char want[64];
         snprintf(want, sizeof(want), "truncated at byte %zu %s", cuts[k], where[k]);
-        tap_ok(try_load(bad, &visits) == GRM_EFORMAT && has(bad) && has(want),
+        tap_ok(try_load(bad, &visits) == GRM_EFORMAT && harness_error_has(bad) && harness_error_has(want),
                "cut at %zu: message names the file and says %s", cuts[k], want);
     }
     write_all(bad, b, size - 3);
     tap_ok(ops->meta(ck, bad, mbuf, sizeof(mbuf)) == GRM_EFORMAT
-           && has("truncated at byte"), "meta of a truncated file: GRM_EFORMAT");
+           && harness_error_has("truncated at byte"), "meta of a truncated file: GRM_EFORMAT");
 
     // ---- foreign, newer, missing ----
     write_all(bad, "hello, this is not a checkpoint\n", 32);
-    tap_ok(try_load(bad, &visits) == GRM_EFORMAT && has("not a grm checkpoint (bad magic)"),
+    tap_ok(try_load(bad, &visits) == GRM_EFORMAT && harness_error_has("not a grm checkpoint (bad magic)"),
            "a text file: not a grm checkpoint (bad magic)");
     uint8_t *nb = malloc(size);
     memcpy(nb, b, size);
     nb[8] = 2, nb[9] = 0, nb[10] = 0, nb[11] = 0, nb[12] = 0;
     write_all(bad, nb, size);
     tap_ok(try_load(bad, &visits) == GRM_EFORMAT && visits == 0
-           && has("format version 2.0 is newer than this ckpt-grm (1.x); upgrade grm"),
+           && harness_error_has("format version 2.0 is newer than this ckpt-grm (1.x); upgrade grm"),
            "format major 2: newer than this ckpt-grm (1.x); upgrade grm");
     free(nb);
     remove(bad);
-    tap_ok(try_load(bad, &visits) == GRM_EIO && has("cannot open") && has(bad),
+    tap_ok(try_load(bad, &visits) == GRM_EIO && harness_error_has("cannot open") && harness_error_has(bad),
            "a missing file: GRM_EIO naming it");
 
     char nodir[4300];
     snprintf(nodir, sizeof(nodir), "%s/no/such/dir/model.grm", dir);
-    tap_ok(ops->save(ck, nodir, saved, NT, meta) == GRM_EIO && has(nodir)
-           && has("No such file or directory"),
+    tap_ok(ops->save(ck, nodir, saved, NT, meta) == GRM_EIO && harness_error_has(nodir)
+           && harness_error_has("No such file or directory"),
            "save into a missing directory: GRM_EIO naming the path and errno");
 
     // ---- bad tensors ----
     grm_named_tensor t = saved[0];
     t.tensor.device.type = GRM_DEVICE_CUDA;
-    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_ENOTSUP && has("'dense.0.weight' is not on "
+    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_ENOTSUP && harness_error_has("'dense.0.weight' is not on "
            "the CPU"), "save of a CUDA tensor: GRM_ENOTSUP");
     t = saved[0];
     t.tensor.dtype = 99;
-    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_EINVAL && has("unknown dtype 99"),
+    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_EINVAL && harness_error_has("unknown dtype 99"),
            "save of dtype 99: GRM_EINVAL");
     int leftovers = 0;
     dp = opendir(dir);

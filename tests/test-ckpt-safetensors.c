@@ -19,15 +19,6 @@
 static const grm_ckpt_ops *ops;
 static void *ck;
 
-static int has(const char *needle)
-{
-    const char *msg = harness_host()->last_error();
-    if (strstr(msg, needle) != NULL) return 1;
-    tap_diag("message: %s", msg);
-    tap_diag("wanted:  %s", needle);
-    return 0;
-}
-
 /* ---- the tensors saved (the same set test-ckpt-grm saves) ---- */
 
 #define NT 6
@@ -146,7 +137,7 @@ static int refused(const char *path, const char *json, size_t ndata, const char 
     int visits = 0;
     write_st(path, json, ndata);
     const grm_status st = try_load(path, &visits);
-    if (st == GRM_EFORMAT && visits == 0 && has(path) && has(needle)) return 1;
+    if (st == GRM_EFORMAT && visits == 0 && harness_error_has(path) && harness_error_has(needle)) return 1;
     tap_diag("status %d, %d visits", (int)st, visits);
     return 0;
 }
@@ -218,13 +209,13 @@ int main(void)
         write_all(bad, b, size);
         b[i] ^= 0x10;
         all = try_load(bad, &visits) == GRM_EFORMAT && visits == 0
-              && has("checksum mismatch in tensor");
+              && harness_error_has("checksum mismatch in tensor");
     }
     tap_ok(all, "flipping any data byte: GRM_EFORMAT \"checksum mismatch in tensor\", no visit");
     all = 1;
     for (size_t cut = 0; b != NULL && cut < size && all; cut += cut < 64 ? 1 : 13) {
         write_all(bad, b, cut);
-        all = try_load(bad, &visits) == GRM_EFORMAT && visits == 0 && has(bad);
+        all = try_load(bad, &visits) == GRM_EFORMAT && visits == 0 && harness_error_has(bad);
         if (!all) tap_diag("cut at %zu", cut);
     }
     tap_ok(all, "truncating at each length: GRM_EFORMAT naming the file, no visit");
@@ -234,8 +225,8 @@ int main(void)
     // ---- hostile files written by hand ----
     write_all(bad, "\xff\xff\xff\xff\0\0\0\0{}", 10);
     tap_ok(try_load(bad, &visits) == GRM_EFORMAT && visits == 0
-           && has("header length 4294967295 runs past the end of the file (10 bytes)")
-           && has(bad), "header length past the end of the file: refused, file named");
+           && harness_error_has("header length 4294967295 runs past the end of the file (10 bytes)")
+           && harness_error_has(bad), "header length past the end of the file: refused, file named");
     tap_ok(refused(bad, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                    "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
                    "tensors 'a' and 'b' overlap"), "overlapping data_offsets refused");
@@ -323,33 +314,33 @@ int main(void)
     t_u8[0] ^= 1;
     tap_ok(ops->save(sh, spath, saved, NT, meta) == GRM_OK && s1b != NULL
            && (write_all(s1, s1b, s1size), try_load(spath, &visits) == GRM_EFORMAT)
-           && visits == 0 && has("belongs to another save") && has(s1),
+           && visits == 0 && harness_error_has("belongs to another save") && harness_error_has(s1),
            "a shard left from another save is refused, naming it, before any visit");
     free(s1b);
     t_u8[0] ^= 1;
     unlink(s1);
-    tap_ok(try_load(spath, &visits) == GRM_EIO && has(s1) && has("cannot open"),
+    tap_ok(try_load(spath, &visits) == GRM_EIO && harness_error_has(s1) && harness_error_has("cannot open"),
            "a missing shard is GRM_EIO naming it");
 
     // ---- refusals at save ----
     char nodir[4300];
     snprintf(nodir, sizeof(nodir), "%s/missing/model.safetensors", dir);
-    tap_ok(ops->save(ck, nodir, saved, NT, meta) == GRM_EIO && has(nodir)
-           && has("No such file"), "save into a missing directory: GRM_EIO naming the path");
+    tap_ok(ops->save(ck, nodir, saved, NT, meta) == GRM_EIO && harness_error_has(nodir)
+           && harness_error_has("No such file"), "save into a missing directory: GRM_EIO naming the path");
     grm_named_tensor dup[2] = { saved[1], saved[1] };
     tap_ok(ops->save(ck, bad, dup, 2, meta) == GRM_EINVAL
-           && has("two tensors are named 'dense.0.weight'"), "save refuses duplicate names");
+           && harness_error_has("two tensors are named 'dense.0.weight'"), "save refuses duplicate names");
     grm_named_tensor t = saved[1];
     t.name = "bad\xff";
-    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_EINVAL && has("is not valid UTF-8"),
+    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_EINVAL && harness_error_has("is not valid UTF-8"),
            "save refuses a non-UTF-8 name");
     t = saved[1];
     t.tensor.dtype = 99;
-    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_EINVAL && has("unknown dtype 99"),
+    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_EINVAL && harness_error_has("unknown dtype 99"),
            "save refuses an unknown dtype");
     t = saved[1];
     t.tensor.device.type = GRM_DEVICE_CUDA;
-    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_ENOTSUP && has("is not on the CPU"),
+    tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_ENOTSUP && harness_error_has("is not on the CPU"),
            "save refuses a tensor that is not on the CPU");
     int leftovers = 0;
     DIR *dp = opendir(dir);
