@@ -36,6 +36,61 @@ typedef enum grm_pool_mode {
     GRM_POOL_MEAN = 1           /* an empty segment pools to zeros */
 } grm_pool_mode;
 
+/* Attention-score normalisation of the HSTU attention (Zhai et al. 2024 eq. 2). */
+typedef enum grm_hstu_norm {
+    GRM_HSTU_NORM_MAX_LEN = 0,  /* c = 1 / max_len */
+    GRM_HSTU_NORM_LENGTH = 1    /* c = 1 / L, the length of the query's sequence */
+} grm_hstu_norm;
+
+/* One call of the HSTU pointwise attention over jagged sequences (Zhai et al. 2024 eq. 2,
+ * MTGRBoost §2 eq. 1-3; relative bias on position and bucketized time, TurboGR App. A),
+ * per sequence b, head h and query i of b:
+ *   s_ij = q_i . k_j + rab_pos[h, min(i - j, max_len - 1)] + rab_time[h, tb(|t_i - t_j|)]
+ *   a_ij = SiLU(s_ij) c   for j <= i in the same sequence, else 0
+ *   o_i  = sum_j a_ij v_j
+ * where tb(dt) = the number of b >= 1 with time_thr[b] <= dt (time_thr[0] = 0), i.e.
+ * min(floor(ln(max(dt, 1)) / 0.301), nbuckets - 1), and c = 1 / max_len
+ * (GRM_HSTU_NORM_MAX_LEN) or 1 / L_b (GRM_HSTU_NORM_LENGTH). A NULL rab_pos, rab_time or
+ * times drops that term. Every pointer lives on the backend's device; all are borrowed for
+ * the call. plugins/dense-hstu's hstu_ref.c is the specification. Since 1.7. */
+typedef struct grm_hstu_attn_args {
+    const grm_host_api *host;   /* the CPU kernels' thread pool (parallel_for); else unused */
+    void *stream;               /* a cudaStream_t on CUDA; NULL on the CPU */
+    int64_t nseq;               /* B */
+    const int64_t *offsets;     /* [B+1] row ranges, offsets[0] = 0, nondecreasing */
+    const int64_t *times;       /* [N] seconds, or NULL: no time bias */
+    int64_t H, dqk, dv;
+    int64_t ld;                 /* row stride (floats) of q, k, v and of dq, dk, dv */
+    const float *q;             /* [N, ld] view: head h at columns h*dqk .. */
+    const float *k;             /* [N, ld] view: head h at columns h*dqk .. */
+    const float *v;             /* [N, ld] view: head h at columns h*dv .. */
+    const float *rab_pos;       /* [H, max_len], or NULL */
+    const float *rab_time;      /* [H, nbuckets], or NULL */
+    int64_t max_len;            /* position buckets (the clamp of i - j); also c of max_len */
+    int64_t nbuckets;           /* time buckets */
+    const int64_t *time_thr;    /* [nbuckets] the thresholds of tb above */
+    int32_t norm;               /* grm_hstu_norm */
+    int32_t reserved;
+} grm_hstu_attn_args;
+
+/* The one signature of the attention, wherever it runs (a backend's op, or a plugin's own
+ * kernel on a backend that has none): out [N, H*dv] = the attention (overwritten). ws:
+ * workspace of the implementation's ws_bytes, on the same device. ctx: the backend's
+ * context (a plugin's own kernel ignores it). */
+typedef grm_status (*grm_hstu_attn_fwd_fn)(void *ctx, float *out, const grm_hstu_attn_args *a,
+                                           void *ws);
+/* Its backward given dout [N, H*dv]: dq, dk, dv (views with stride a->ld, the column layout
+ * of q, k, v) are overwritten; d_rab_pos [H, max_len] and d_rab_time [H, nbuckets] (each
+ * NULL when that bias is off) are accumulated into. */
+typedef grm_status (*grm_hstu_attn_bwd_fn)(void *ctx, float *dq, float *dk, float *dv,
+                                           float *d_rab_pos, float *d_rab_time,
+                                           const float *dout, const grm_hstu_attn_args *a,
+                                           void *ws);
+/* Bytes of workspace for `rows` rows in `nseq` sequences, H heads and nrab bias buckets per
+ * head (max_len when rab_pos is on plus nbuckets when rab_time is on). */
+typedef size_t (*grm_hstu_attn_ws_fn)(void *ctx, int64_t rows, int64_t nseq, int64_t H,
+                                      int64_t nrab);
+
 /* A backend's operations. Every member is required unless marked optional. */
 typedef struct grm_backend_iface {
     uint32_t struct_size;       /* sizeof(grm_backend_iface) */
@@ -98,6 +153,15 @@ typedef struct grm_backend_iface {
     grm_status (*gemm)(void *ctx, int32_t trans_a, int32_t trans_b, int64_t M, int64_t N,
                        int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                        int64_t ldb, float beta, float *C, int64_t ldc, void *stream);
+
+    /* Since 1.7, optional (test with GRM_HAS_OP(grm_backend_iface, iface, hstu_attn_fwd)
+     * and non-NULL): the HSTU attention of grm_hstu_attn_args. A backend without them
+     * leaves the attention to the dense block's own kernels, which have the same
+     * signature (the CPU backends: plugins/dense-hstu keeps its tiled CPU kernel next to
+     * the layer it was tuned with). */
+    grm_hstu_attn_ws_fn hstu_attn_ws_bytes;
+    grm_hstu_attn_fwd_fn hstu_attn_fwd;
+    grm_hstu_attn_bwd_fn hstu_attn_bwd;
 } grm_backend_iface;
 
 /* A backend instance. Owned by the host; plugins borrow it for the run. */
