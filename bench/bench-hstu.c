@@ -190,12 +190,17 @@ static int run_proj(const opts *o)
     fill(w2, D * HV, &s, 0.05f);
     double tot[64];
     const int reps = (int)(o->reps < 64 ? o->reps : 64);
+    linear_exec ex;             // as dense-hstu runs its projections
+    if (linear_exec_init(&ex, host, 1, "bench-hstu") != GRM_OK)
+        return fprintf(stderr, "bench-hstu: %s\n", grm_last_error()), 1;
+    ex.grain_rows = 32;
+    ex.grain_cols = 16;
     for (int r = -1; r < reps; r++) {
         const double t0 = now_ms();
-        if (hstu_linear_fwd_cpu(host, z1, x, w1, b1, N, D, P) != GRM_OK
-            || hstu_linear_fwd_cpu(host, z2, g, w2, b2, N, HV, D) != GRM_OK
-            || hstu_linear_bwd_cpu(host, dg, dw2, db2, dz2, g, w2, N, HV, D) != GRM_OK
-            || hstu_linear_bwd_cpu(host, dx, dw1, db1, dz1, x, w1, N, D, P) != GRM_OK)
+        if (linear_fwd_cpu(z1, x, w1, b1, N, D, P, &ex) != GRM_OK
+            || linear_fwd_cpu(z2, g, w2, b2, N, HV, D, &ex) != GRM_OK
+            || linear_bwd_cpu(dg, dw2, db2, dz2, g, w2, N, HV, D, 0, &ex) != GRM_OK
+            || linear_bwd_cpu(dx, dw1, db1, dz1, x, w1, N, D, P, 0, &ex) != GRM_OK)
             return fprintf(stderr, "bench-hstu: %s\n", grm_last_error()), 1;
         if (r >= 0)
             tot[r] = now_ms() - t0;
@@ -231,7 +236,7 @@ static int run_attn(const opts *o)
         times[i] = 60 * i;
     hstu_time_thresholds(thr, nb);
     void *ws = malloc(hstu_attn_ws_bytes(N, o->nseq, H, ml + nb));
-    hstu_attn_args a = { .host = harness_host(), .nseq = o->nseq, .offsets = offs,
+    grm_hstu_attn_args a = { .host = harness_host(), .nseq = o->nseq, .offsets = offs,
                          .times = times, .H = H, .dqk = dk, .dv = dk, .ld = ld,
                          .q = qkv + 2 * H * dk, .k = qkv + 2 * H * dk + H * dk, .v = qkv,
                          .rab_pos = rab, .rab_time = rab + H * ml, .max_len = ml,
@@ -240,8 +245,8 @@ static int run_attn(const opts *o)
     const int reps = (int)(o->reps < 64 ? o->reps : 64);
     for (int r = -1; r < reps; r++) {
         const double t0 = now_ms();
-        hstu_attn_fwd_cpu(out, &a, ws);
-        hstu_attn_bwd_cpu(d + 2 * H * dk, d + 2 * H * dk + H * dk, d, drab, drab + H * ml,
+        hstu_attn_fwd_cpu(NULL, out, &a, ws);
+        hstu_attn_bwd_cpu(NULL, d + 2 * H * dk, d + 2 * H * dk + H * dk, d, drab, drab + H * ml,
                           out, &a, ws);
         if (r >= 0)
             tot[r] = now_ms() - t0;

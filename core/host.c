@@ -1,7 +1,7 @@
 /* core/host.c - the grm_host_api table handed to every plugin (STYLE.md §5.7). */
 #include "grm_core.h"
 
-#include <grm/backend.h>
+#include "backend.h"
 
 #include <stdio.h>
 
@@ -9,9 +9,17 @@ static const grm__config *host_config;
 static grm_comm_handle *host_comm;
 static const grm_backend *host_backend;
 
+/* Outside a run (a plugin created by a command or a test) plugins get the `cpu` backend,
+ * so a plugin has one GEMM path, not one with a backend and one without. */
+static const grm_backend host_default_backend = {
+    .iface = &grm__backend_cpu_iface,
+    .context = NULL,
+    .device = { GRM_DEVICE_CPU, 0 },
+};
+
 static const grm_backend *host_get_backend(void)
 {
-    return host_backend;
+    return host_backend ? host_backend : &host_default_backend;
 }
 
 static void host_log(int32_t level, const char *who, const char *fmt, ...)

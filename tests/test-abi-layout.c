@@ -19,7 +19,7 @@
 int main(void)
 {
     if (sizeof(void *) != 8 || sizeof(long) != 8) tap_skip_all("layout table is for LP64");
-    tap_plan(189);
+    tap_plan(200);
     SZ(grm_device, 8);
     SZ(grm_tensor, 56);
     OF(grm_tensor, dtype, 8);
@@ -88,8 +88,19 @@ int main(void)
     OF(grm_host_api, backend, 88);
     SZ(grm_backend, 24);
     OF(grm_backend, device, 16);
-    SZ(grm_backend_iface, 112);
+    SZ(grm_backend_iface, 136);
     OF(grm_backend_iface, gemm, 104);
+    OF(grm_backend_iface, hstu_attn_ws_bytes, 112);
+    OF(grm_backend_iface, hstu_attn_fwd, 120);
+    OF(grm_backend_iface, hstu_attn_bwd, 128);
+    SZ(grm_hstu_attn_args, 144);
+    OF(grm_hstu_attn_args, stream, 8);
+    OF(grm_hstu_attn_args, offsets, 24);
+    OF(grm_hstu_attn_args, ld, 64);
+    OF(grm_hstu_attn_args, q, 72);
+    OF(grm_hstu_attn_args, rab_time, 104);
+    OF(grm_hstu_attn_args, time_thr, 128);
+    OF(grm_hstu_attn_args, norm, 136);
     SZ(grm_plugin_info, 64);
     OF(grm_plugin_info, abi_minor, 2);
     OF(grm_plugin_info, struct_size, 4);
@@ -206,11 +217,12 @@ int main(void)
     OF(grm_comm_ops, broadcast, 64);
     OF(grm_comm_ops, barrier, 72);
     SZ(grm_comm_handle, 16);
-    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 6, "this table pins ABI 1.6 (is %d.%d)",
+    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 7, "this table pins ABI 1.7 (is %d.%d)",
            GRM_ABI_MAJOR, GRM_ABI_MINOR);
     tap_ok(GRM_DTYPE_F32 == 1 && GRM_DTYPE_U8 == 6 && GRM_COL_LIST_F32 == 5
                && GRM_KIND_COMM == 7 && GRM_PARAM_STR_LIST == 7 && GRM_EINTERNAL == 10
-               && GRM_LOSS_RETRIEVAL == 2 && GRM_REDUCE_MIN == 2,
+               && GRM_LOSS_RETRIEVAL == 2 && GRM_REDUCE_MIN == 2
+               && GRM_HSTU_NORM_LENGTH == 1,
            "enum values are pinned (dtype, coltype, kind, param type, status, loss, reduce)");
     tap_ok(grm_dtype_size(GRM_DTYPE_F32) == sizeof(float)
                && grm_dtype_size(GRM_DTYPE_F16) == sizeof(uint16_t)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "dense-checks.h"
 #include "harness.h"
 #include "hstu.h"
@@ -358,6 +359,102 @@ static void test_impls(void)
     ops->destroy(b);
 }
 
+/* ---- a backend with an attention op (ABI 1.7) ---- */
+
+static int fake_tag, fake_fwd_calls, fake_bwd_calls, fake_ws_calls, fake_ctx_ok = 1;
+
+static size_t fake_ws(void *ctx, int64_t rows, int64_t nseq, int64_t H, int64_t nrab)
+{
+    fake_ws_calls++;
+    fake_ctx_ok &= ctx == &fake_tag;
+    return hstu_attn_ws_bytes(rows, nseq, H, nrab);
+}
+
+static grm_status fake_fwd(void *ctx, float *out, const grm_hstu_attn_args *a, void *ws)
+{
+    fake_fwd_calls++;
+    fake_ctx_ok &= ctx == &fake_tag;
+    return hstu_attn_fwd_ref(NULL, out, a, ws);
+}
+
+static grm_status fake_bwd(void *ctx, float *dq, float *dk, float *dv, float *d_rab_pos,
+                           float *d_rab_time, const float *dout, const grm_hstu_attn_args *a,
+                           void *ws)
+{
+    fake_bwd_calls++;
+    fake_ctx_ok &= ctx == &fake_tag;
+    return hstu_attn_bwd_ref(NULL, dq, dk, dv, d_rab_pos, d_rab_time, dout, a, ws);
+}
+
+/* The block runs its attention on the backend's op when the backend has one (as the cuda
+ * backend does, kernels/hstu_attn.cu), with the backend's context and workspace size, and
+ * keeps its own kernels for impl = ref and on a backend without one. The fake backend is
+ * the cpu one with the reference attention as its op. */
+static void test_backend_attention(void)
+{
+    static const int64_t lens[] = { 70, 3, 1 };
+    enum { NS = 3, D = 8 };
+    int64_t offs[NS + 1] = { 0 };
+    for (int i = 0; i < NS; i++)
+        offs[i + 1] = offs[i] + lens[i];
+    const int64_t N = offs[NS];
+    int64_t times[74];      // N
+    uint64_t s = 77;
+    for (int64_t i = 0; i < N; i++)
+        times[i] = (int64_t)(harness_rand(&s) % 5000);
+    const void *cfg_cpu = harness_config(info, "num_heads=2", "dqk=4", "dv=3", "max_len=40",
+                                         "time_buckets=9", "impl=cpu", NULL);
+    const void *cfg_ref = harness_config(info, "num_heads=2", "dqk=4", "dv=3", "max_len=40",
+                                         "time_buckets=9", "impl=ref", NULL);
+    grm_backend_iface iface = grm__backend_cpu_iface;
+    iface.hstu_attn_ws_bytes = fake_ws;
+    iface.hstu_attn_fwd = fake_fwd;
+    iface.hstu_attn_bwd = fake_bwd;
+    const grm_backend be = { &iface, &fake_tag, { GRM_DEVICE_CPU, 0 } };
+    grm__host_set_backend(&be);
+    void *on_be = dc_make(info, cfg_cpu, D, 3), *own_ref = dc_make(info, cfg_ref, D, 3);
+    grm__host_set_backend(NULL);
+    void *own_cpu = dc_make(info, cfg_cpu, D, 3);
+    const int64_t np = dc_param_floats(ops, on_be);
+    float *theta = malloc((size_t)np * 4), *g[3], *y[3], *dx[3];
+    float *x = malloc((size_t)(N * D) * 4), *dy = malloc((size_t)(N * D) * 4);
+    dc_fill(theta, np, &s, 0.5f);
+    dc_fill(x, N * D, &s, 1.0f);
+    dc_fill(dy, N * D, &s, 1.0f);
+    void *inst[3] = { on_be, own_ref, own_cpu };
+    grm_dense_ctx ctx = make_ctx(1, 2, offs, NS, times);
+    grm_status st = GRM_OK;
+    int calls_ok = 1;
+    for (int i = 0; i < 3; i++) {
+        g[i] = malloc((size_t)np * 4);
+        y[i] = malloc((size_t)(N * D) * 4);
+        dx[i] = malloc((size_t)(N * D) * 4);
+        dc_scatter(ops, inst[i], 0, theta);
+        st |= run_fb(inst[i], x, dy, N, D, &ctx, y[i], dx[i], g[i]);
+        if (i == 0)
+            calls_ok = fake_fwd_calls == 1 && fake_bwd_calls == 1 && fake_ws_calls >= 1;
+    }
+    tap_ok(st == GRM_OK && calls_ok && fake_ctx_ok && fake_fwd_calls == 1
+               && fake_bwd_calls == 1,
+           "a backend's attention op runs the block's attention with the backend's context "
+           "(fwd %d, bwd %d, ws %d calls); impl = ref and a backend without one keep the "
+           "block's kernels", fake_fwd_calls, fake_bwd_calls, fake_ws_calls);
+    tap_close_f32(y[0], y[1], N * D, 1e-4, 1e-5, "attention on the backend: y vs impl = ref");
+    tap_close_f32(g[0], g[2], np, 1e-4, 1e-5,
+                  "attention on the backend: parameter gradients vs the block's cpu kernels");
+    tap_close_f32(dx[0], dx[2], N * D, 1e-4, 1e-5,
+                  "attention on the backend: dx vs the block's cpu kernels");
+    for (int i = 0; i < 3; i++) {
+        free(g[i]);
+        free(y[i]);
+        free(dx[i]);
+        ops->destroy(inst[i]);
+    }
+    free(theta);
+    free(x);
+    free(dy);
+}
+
 /* ---- causality, independence, eval, no offsets ---- */
 
 static void test_structure(void)
@@ -555,13 +652,13 @@ static void test_memory(void)
         for (int64_t i = 0; i < L; i++)
             times[i] = 10 * i;
         hstu_time_thresholds(thr, nb);
-        hstu_attn_args a = { .host = harness_host(), .nseq = 1, .offsets = offs,
+        grm_hstu_attn_args a = { .host = harness_host(), .nseq = 1, .offsets = offs,
                              .times = times, .H = H, .dqk = dqk, .dv = dv, .ld = ld,
                              .q = qkv, .k = qkv + dqk, .v = qkv + 2 * dqk, .rab_pos = rab,
                              .rab_time = rab + ml, .max_len = ml, .nbuckets = nb,
                              .time_thr = thr, .norm = HSTU_NORM_LENGTH };
-        ok &= hstu_attn_fwd_cpu(out, &a, ws) == GRM_OK;
-        ok &= hstu_attn_bwd_cpu(d, d + dqk, d + 2 * dqk, drab, drab + ml, out, &a, ws)
+        ok &= hstu_attn_fwd_cpu(NULL, out, &a, ws) == GRM_OK;
+        ok &= hstu_attn_bwd_cpu(NULL, d, d + dqk, d + 2 * dqk, drab, drab + ml, out, &a, ws)
               == GRM_OK;
         for (int64_t i = 0; i < L * ld; i++)
             ok &= isfinite(d[i]);
@@ -813,7 +910,7 @@ int main(void)
 {
     info = harness_plugin("dense-hstu");
     ops = info->ops;
-    tap_plan(115);
+    tap_plan(119);
     tap_ok(info->kind == GRM_KIND_DENSE && ops->loss == NULL,
            "dense-hstu is a dense block, not a head");
     test_params();
@@ -835,6 +932,7 @@ int main(void)
     test_gradcheck("cpu, rab_time on but no timestamps", &notime, kv_notime, 5, 0);
 
     test_impls();
+    test_backend_attention();
     test_structure();
     test_eval_dropout();
     test_input_dropout();

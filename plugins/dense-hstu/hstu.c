@@ -25,6 +25,13 @@ struct hstu {
     const grm_host_api *host;
     hstu_config cfg;            /* copy */
     const hstu_impl *impl;      /* static */
+    linear_exec ex;             /* f1, f2: the backend's GEMMs on the host's pool */
+    /* The attention: the backend's op when it has one (grm/backend.h, since 1.7), else the
+     * impl's kernel; one signature either way. attn_ctx is the backend's context or NULL. */
+    grm_hstu_attn_fwd_fn attn_fwd;
+    grm_hstu_attn_bwd_fn attn_bwd;
+    grm_hstu_attn_ws_fn attn_ws_bytes;   /* NULL: hstu_attn_ws_bytes */
+    void *attn_ctx;
     int64_t D;                  /* in_dim = out_dim */
     int64_t H, dqk, dv;
     int64_t HV;                 /* H * dv: width of U, V and of the attention output */
@@ -84,12 +91,15 @@ static int64_t floats_per_row(const hstu_config *cfg, int64_t D)
     return D + 1 + P + P + HV + 1 + HV + P + HV + D;
 }
 
-/* Attention workspace of rows rows in nseq sequences (the RAB buckets of the config). */
-static size_t ws_bytes_for(const hstu_config *cfg, int64_t rows, int64_t nseq)
+/* Attention workspace of rows rows in nseq sequences (the RAB buckets of the config): the
+ * plugin's kernels' (ws NULL), or what the backend's attention op asks for. */
+static size_t ws_bytes_for(const hstu_config *cfg, int64_t rows, int64_t nseq,
+                           grm_hstu_attn_ws_fn ws, void *ws_ctx)
 {
     const int64_t nrab = (cfg->rab_pos ? cfg->max_len : 0)
                          + (cfg->rab_time ? cfg->time_buckets : 0);
-    return hstu_attn_ws_bytes(rows, nseq, cfg->num_heads, nrab);
+    return ws ? ws(ws_ctx, rows, nseq, cfg->num_heads, nrab)
+              : hstu_attn_ws_bytes(rows, nseq, cfg->num_heads, nrab);
 }
 
 static size_t align64(size_t n)
@@ -97,11 +107,18 @@ static size_t align64(size_t n)
     return (n + 63) & ~(size_t)63;
 }
 
-size_t hstu_cache_bytes(const hstu_config *cfg, int64_t in_dim, int64_t rows, int64_t nseq)
+/* hstu_cache_bytes with the attention workspace of the chosen kernels. */
+static size_t cache_bytes(const hstu_config *cfg, int64_t in_dim, int64_t rows, int64_t nseq,
+                          grm_hstu_attn_ws_fn ws, void *ws_ctx)
 {
     return align64((size_t)rows * (size_t)floats_per_row(cfg, in_dim) * sizeof(float))
-           + align64((size_t)(nseq + 1) * sizeof(int64_t))
-           + align64((size_t)rows * sizeof(int64_t)) + align64(ws_bytes_for(cfg, rows, nseq));
+           + align64((size_t)(nseq + 1) * sizeof(int64_t)) + align64((size_t)rows * sizeof(int64_t))
+           + align64(ws_bytes_for(cfg, rows, nseq, ws, ws_ctx));
+}
+
+size_t hstu_cache_bytes(const hstu_config *cfg, int64_t in_dim, int64_t rows, int64_t nseq)
+{
+    return cache_bytes(cfg, in_dim, rows, nseq, NULL, NULL);
 }
 
 /* Lay the cache out for cap_rows rows and cap_seq sequences. */
@@ -151,7 +168,7 @@ static grm_status cache_reserve(hstu *m, int64_t rows, int64_t nseq)
     if ((uint64_t)cap > (SIZE_MAX / 4) / sizeof(float) / (uint64_t)floats_per_row(&m->cfg, m->D))
         return m->host->errorf(GRM_ENOMEM, "dense-hstu: forward: %lld rows overflow size_t",
                                (long long)cap);
-    const size_t bytes = hstu_cache_bytes(&m->cfg, m->D, cap, cap_seq);
+    const size_t bytes = cache_bytes(&m->cfg, m->D, cap, cap_seq, m->attn_ws_bytes, m->attn_ctx);
     void *c = m->host->alloc(cpu_device, bytes, 64);
     if (c == NULL)
         return m->host->errorf(GRM_ENOMEM, "dense-hstu: forward: cannot allocate the cache "
@@ -166,14 +183,6 @@ static grm_status cache_reserve(hstu *m, int64_t rows, int64_t nseq)
 }
 
 /* ---- create / destroy ---- */
-
-/* Xavier/Glorot uniform (Glorot & Bengio 2010): U(-a, a), a = sqrt(6 / (in + out)). */
-static void xavier_uniform(float *w, int64_t in, int64_t out, uint64_t *state)
-{
-    const double a = sqrt(6.0 / (double)(in + out));
-    for (int64_t i = 0; i < in * out; i++)
-        w[i] = (float)((2.0 * grm_rng_uniform01(state) - 1.0) * a);
-}
 
 static grm_status check_config(const grm_host_api *host, const hstu_config *cfg,
                                int64_t in_dim)
@@ -224,6 +233,25 @@ grm_status hstu_create(const grm_host_api *host, const hstu_config *cfg, int64_t
     if (m->cfg.impl == HSTU_IMPL_AUTO)   /* the run's backend decides (grm/backend.h) */
         m->cfg.impl = grm_backend_wants_ref(host) ? HSTU_IMPL_REF : HSTU_IMPL_CPU;
     m->impl = m->cfg.impl == HSTU_IMPL_REF ? &hstu_impl_ref : &hstu_impl_cpu;
+    if ((st = linear_exec_init(&m->ex, host, m->impl->parallel, "dense-hstu")) != GRM_OK) {
+        free(m);
+        return st;
+    }
+    m->ex.grain_rows = 32;      // the chunks dense-hstu's projections were tuned with
+    m->ex.grain_cols = 16;
+    // the attention: the backend's op when it has one (a device kernel, kernels/), unless
+    // impl = ref asks for the spec; else this plugin's kernel of the same signature
+    const grm_backend_iface *bi = m->ex.be->iface;
+    if (m->cfg.impl != HSTU_IMPL_REF && GRM_HAS_OP(grm_backend_iface, bi, hstu_attn_bwd)
+        && bi->hstu_attn_fwd && bi->hstu_attn_bwd && bi->hstu_attn_ws_bytes) {
+        m->attn_fwd = bi->hstu_attn_fwd;
+        m->attn_bwd = bi->hstu_attn_bwd;
+        m->attn_ws_bytes = bi->hstu_attn_ws_bytes;
+        m->attn_ctx = m->ex.be->context;
+    } else {
+        m->attn_fwd = m->impl->attn_fwd;
+        m->attn_bwd = m->impl->attn_bwd;
+    }
     m->D = in_dim;
     m->H = cfg->num_heads;
     m->dqk = cfg->dqk;
@@ -270,8 +298,8 @@ grm_status hstu_create(const grm_host_api *host, const hstu_config *cfg, int64_t
     // f1, f2: Xavier uniform; biases 0; RAB tables N(0, 0.02^2) as the reference
     // implementation, each row drawn by grm_row_init (a pure function of seed and row)
     uint64_t state = seed;
-    xavier_uniform(m->value[P_W1], m->D, m->P, &state);
-    xavier_uniform(m->value[P_W2], m->HV, m->D, &state);
+    linear_xavier_uniform(m->value[P_W1], m->D, m->P, &state);
+    linear_xavier_uniform(m->value[P_W2], m->HV, m->D, &state);
     for (int i = P_RAB_POS; i <= P_RAB_TIME; i++)
         if (m->value[i] != NULL)
             for (int64_t h = 0; h < m->H; h++)
@@ -457,9 +485,9 @@ static grm_status load_layout(hstu *m, int64_t rows, const grm_dense_ctx *ctx)
     return GRM_OK;
 }
 
-static hstu_attn_args attn_args(const hstu *m)
+static grm_hstu_attn_args attn_args(const hstu *m)
 {
-    hstu_attn_args a = { 0 };
+    grm_hstu_attn_args a = { 0 };
     a.host = m->host;
     a.nseq = m->nseq;
     a.offsets = m->offsets;
@@ -519,20 +547,20 @@ grm_status hstu_forward(hstu *m, float *y, const float *x, int64_t rows,
     // eq. 1: U, V, Q, K = split(SiLU(f1(LN(x))))
     st = run_rows(m, rows, fwd_in_rows, &job);
     if (st == GRM_OK)
-        st = m->impl->linear_fwd(m->host, m->z1, m->xn, m->value[P_W1], m->value[P_B1], rows,
-                                 m->D, m->P);
+        st = m->impl->linear_fwd(m->z1, m->xn, m->value[P_W1], m->value[P_B1], rows, m->D,
+                                 m->P, &m->ex);
     if (st == GRM_OK)
         st = run_rows(m, rows, fwd_silu_rows, &job);
     // eq. 2: O = SiLU(Q K^T + rab) / n V
-    const hstu_attn_args a = attn_args(m);
+    const grm_hstu_attn_args a = attn_args(m);
     if (st == GRM_OK)
-        st = m->impl->attn_fwd(m->on, &a, m->ws);
+        st = m->attn_fwd(m->attn_ctx, m->on, &a, m->ws);
     // eq. 3: y = x + f2(Dropout(LN(O) * U))
     if (st == GRM_OK)
         st = run_rows(m, rows, fwd_out_rows, &job);
     if (st == GRM_OK)
-        st = m->impl->linear_fwd(m->host, m->tmp, m->gd, m->value[P_W2], m->value[P_B2], rows,
-                                 m->HV, m->D);
+        st = m->impl->linear_fwd(m->tmp, m->gd, m->value[P_W2], m->value[P_B2], rows, m->HV,
+                                 m->D, &m->ex);
     if (st == GRM_OK)
         st = run_rows(m, rows, fwd_residual_rows, &job);
     if (st == GRM_OK && training)
@@ -605,23 +633,22 @@ grm_status hstu_backward(hstu *m, float *dx, const float *dy, int64_t rows)
         return GRM_OK;
     rows_job job = { .m = m, .dy = dy, .dx = dx };
     // eq. 3 backward: f2, dropout, the product with U, the norm of O
-    grm_status st = m->impl->linear_bwd(m->host, m->dg, m->grad[P_W2], m->grad[P_B2], dy,
-                                        m->gd, m->value[P_W2], rows, m->HV, m->D);
+    grm_status st = m->impl->linear_bwd(m->dg, m->grad[P_W2], m->grad[P_B2], dy, m->gd,
+                                        m->value[P_W2], rows, m->HV, m->D, 0, &m->ex);
     if (st == GRM_OK)
         st = run_rows(m, rows, bwd_out_rows, &job);
     // eq. 2 backward: dQ, dK, dV into their columns of dh1, and the RAB tables
-    const hstu_attn_args a = attn_args(m);
+    const grm_hstu_attn_args a = attn_args(m);
     if (st == GRM_OK)
-        st = m->impl->attn_bwd(m->dh1 + 2 * m->HV, m->dh1 + 2 * m->HV + m->H * m->dqk,
-                               m->dh1 + m->HV, m->grad[P_RAB_POS],
-                               m->has_times ? m->grad[P_RAB_TIME] : NULL, m->dg, &a, m->ws);
+        st = m->attn_bwd(m->attn_ctx, m->dh1 + 2 * m->HV, m->dh1 + 2 * m->HV + m->H * m->dqk,
+                         m->dh1 + m->HV, m->grad[P_RAB_POS],
+                         m->has_times ? m->grad[P_RAB_TIME] : NULL, m->dg, &a, m->ws);
     // eq. 1 backward: SiLU, f1, the input norm, and the residual
     if (st == GRM_OK)
         st = run_rows(m, rows, bwd_silu_rows, &job);
     if (st == GRM_OK)
-        st = m->impl->linear_bwd(m->host, dx != NULL ? m->tmp : NULL, m->grad[P_W1],
-                                 m->grad[P_B1], m->dh1, m->xn, m->value[P_W1], rows, m->D,
-                                 m->P);
+        st = m->impl->linear_bwd(dx != NULL ? m->tmp : NULL, m->grad[P_W1], m->grad[P_B1],
+                                 m->dh1, m->xn, m->value[P_W1], rows, m->D, m->P, 0, &m->ex);
     if (st == GRM_OK && dx != NULL)
         st = run_rows(m, rows, bwd_in_rows, &job);
     if (st == GRM_OK && dx != NULL && m->in_dropped) {   // through the input mask

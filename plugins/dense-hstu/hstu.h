@@ -13,8 +13,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <grm/backend.h>
 #include <grm/grm.h>
 #include <grm/rng.h>
+
+#include "linear.h"   /* dense-mlp's linear layer (plugins/dense-mlp), compiled in */
 
 /* ---- configuration (filled by the host from the param table in plugin.c) ---- */
 
@@ -154,39 +157,13 @@ typedef struct hstu_item {
  * or thread count. */
 #define HSTU_RAB_CHUNKS 32
 
-/* The attention problem: the jagged Q, K, V of one layer call (eq. 2, per head):
- *   s_ij = q_i . k_j + rab_pos[h, pos_bucket(i, j)] + rab_time[h, time_bucket(t_i - t_j)]
- *   a_ij = SiLU(s_ij) * c   for j <= i in the same sequence, else 0
- *   o_i  = sum_j a_ij v_j
- * with c = 1 / max_len (HSTU_NORM_MAX_LEN) or 1 / L of the sequence (HSTU_NORM_LENGTH).
- * All pointers borrowed for the call. */
-typedef struct hstu_attn_args {
-    const grm_host_api *host;   /* parallel_for (hstu_cpu.c); the ref ignores it */
-    int64_t nseq;               /* B */
-    const int64_t *offsets;     /* [B+1] row ranges, offsets[0] = 0, nondecreasing */
-    const int64_t *times;       /* [N] seconds, or NULL: no time bias */
-    int64_t H, dqk, dv;
-    int64_t ld;                 /* row stride (floats) of q, k, v and of dq, dk, dv */
-    const float *q;             /* [N, ld] view: head h at columns h*dqk .. */
-    const float *k;             /* [N, ld] view: head h at columns h*dqk .. */
-    const float *v;             /* [N, ld] view: head h at columns h*dv .. */
-    const float *rab_pos;       /* [H, max_len], or NULL */
-    const float *rab_time;      /* [H, nbuckets], or NULL */
-    int64_t max_len;
-    int64_t nbuckets;
-    const int64_t *time_thr;    /* [nbuckets] hstu_time_thresholds (hstu_cpu.c) */
-    int32_t norm;               /* enum hstu_norm */
-} hstu_attn_args;
-
-/* out [N, H*dv] = attention (overwritten). ws: workspace of hstu_attn_ws_bytes(a). */
-typedef grm_status (*hstu_attn_fwd_fn)(float *out, const hstu_attn_args *a, void *ws);
-
-/* Backward of hstu_attn_fwd_fn given dout [N, H*dv]: dq, dk, dv (views with stride a->ld,
- * same column layout as q, k, v) are overwritten; d_rab_pos [H, max_len] and
- * d_rab_time [H, nbuckets] (each NULL when that bias is off) are accumulated. */
-typedef grm_status (*hstu_attn_bwd_fn)(float *dq, float *dk, float *dv, float *d_rab_pos,
-                                       float *d_rab_time, const float *dout,
-                                       const hstu_attn_args *a, void *ws);
+/* The attention problem and its kernels' one signature are the SDK's (grm/backend.h:
+ * grm_hstu_attn_args, grm_hstu_attn_fwd_fn, grm_hstu_attn_bwd_fn), so a backend with an
+ * attention op (kernels/hstu_attn.cu) and the kernels below are interchangeable; the
+ * plugin's enum hstu_norm is grm_hstu_norm. */
+_Static_assert((int)HSTU_NORM_MAX_LEN == (int)GRM_HSTU_NORM_MAX_LEN
+               && (int)HSTU_NORM_LENGTH == (int)GRM_HSTU_NORM_LENGTH,
+               "enum hstu_norm is grm_hstu_norm");
 
 /* Bytes of workspace the attention kernels of either implementation need for `rows` rows
  * in `nseq` sequences, H heads and nrab bias buckets per head (max_len when rab_pos is on
@@ -200,51 +177,27 @@ size_t hstu_attn_ws_bytes(int64_t rows, int64_t nseq, int64_t H, int64_t nrab);
 void hstu_time_thresholds(int64_t *thr, int64_t nbuckets);
 
 /* hstu_ref.c: plain loops with double accumulators, one thread, the spec. */
-grm_status hstu_attn_fwd_ref(float *out, const hstu_attn_args *a, void *ws);
-grm_status hstu_attn_bwd_ref(float *dq, float *dk, float *dv, float *d_rab_pos,
-                             float *d_rab_time, const float *dout, const hstu_attn_args *a,
+grm_status hstu_attn_fwd_ref(void *ctx, float *out, const grm_hstu_attn_args *a, void *ws);
+grm_status hstu_attn_bwd_ref(void *ctx, float *dq, float *dk, float *dv, float *d_rab_pos,
+                             float *d_rab_time, const float *dout, const grm_hstu_attn_args *a,
                              void *ws);
 /* hstu_cpu.c: tiled, fused, causal tiles skipped, BLAS per tile, (seq, tile) items on the
  * thread pool; backward recomputes the tile scores. */
-grm_status hstu_attn_fwd_cpu(float *out, const hstu_attn_args *a, void *ws);
-grm_status hstu_attn_bwd_cpu(float *dq, float *dk, float *dv, float *d_rab_pos,
-                             float *d_rab_time, const float *dout, const hstu_attn_args *a,
+grm_status hstu_attn_fwd_cpu(void *ctx, float *out, const grm_hstu_attn_args *a, void *ws);
+grm_status hstu_attn_bwd_cpu(void *ctx, float *dq, float *dk, float *dv, float *d_rab_pos,
+                             float *d_rab_time, const float *dout, const grm_hstu_attn_args *a,
                              void *ws);
 
-/* ---- linear layers ---- */
-
-/* z [rows, out] = x [rows, in] W^T + b, W [out, in], b [out]. */
-typedef grm_status (*hstu_linear_fwd_fn)(const grm_host_api *host, float *z, const float *x,
-                                         const float *w, const float *b, int64_t rows,
-                                         int64_t in, int64_t out);
-/* dw [out, in] += dz^T x, db [out] += column sums of dz, dx [rows, in] = dz W (dx NULL:
- * skipped). */
-typedef grm_status (*hstu_linear_bwd_fn)(const grm_host_api *host, float *dx, float *dw,
-                                         float *db, const float *dz, const float *x,
-                                         const float *w, int64_t rows, int64_t in,
-                                         int64_t out);
-
-grm_status hstu_linear_fwd_ref(const grm_host_api *host, float *z, const float *x,
-                               const float *w, const float *b, int64_t rows, int64_t in,
-                               int64_t out);
-grm_status hstu_linear_bwd_ref(const grm_host_api *host, float *dx, float *dw, float *db,
-                               const float *dz, const float *x, const float *w, int64_t rows,
-                               int64_t in, int64_t out);
-grm_status hstu_linear_fwd_cpu(const grm_host_api *host, float *z, const float *x,
-                               const float *w, const float *b, int64_t rows, int64_t in,
-                               int64_t out);
-grm_status hstu_linear_bwd_cpu(const grm_host_api *host, float *dx, float *dw, float *db,
-                               const float *dz, const float *x, const float *w, int64_t rows,
-                               int64_t in, int64_t out);
+/* ---- linear layers: dense-mlp's linear.h (one source for every dense block) ---- */
 
 /* An implementation, picked once in create (STYLE.md §9). */
 typedef struct hstu_impl {
     const char *name;
     int32_t parallel;           /* 1: run the row-wise elementwise steps on the pool */
-    hstu_linear_fwd_fn linear_fwd;
-    hstu_linear_bwd_fn linear_bwd;
-    hstu_attn_fwd_fn attn_fwd;
-    hstu_attn_bwd_fn attn_bwd;
+    linear_fwd_fn linear_fwd;   /* dense-mlp's linear_fwd_ref or linear_fwd_cpu */
+    linear_bwd_fn linear_bwd;
+    grm_hstu_attn_fwd_fn attn_fwd;
+    grm_hstu_attn_bwd_fn attn_bwd;
 } hstu_impl;
 
 extern const hstu_impl hstu_impl_ref;   /* static: hstu_ref.c */

@@ -1,6 +1,5 @@
-/* plugins/dense-hstu/hstu_cpu.c - the fast CPU kernels of dense-hstu. Linear layers are
- * cblas_sgemm calls split over the host's thread pool (OpenBLAS runs single-threaded).
- * The attention is fused and tiled as FlashAttention (MTGRBoost §5.2): a q-tile meets the
+/* plugins/dense-hstu/hstu_cpu.c - the fast CPU attention of dense-hstu (its linear layers
+ * are dense-mlp's linear.h, the backend's GEMMs on the host's thread pool). The attention is fused and tiled as FlashAttention (MTGRBoost §5.2): a q-tile meets the
  * k-tiles at or below the causal diagonal only (tiles above it are skipped), the scores of
  * one HSTU_TILE x HSTU_TILE tile live on the stack, and backward recomputes them, so no
  * O(L^2) buffer ever exists. Mirrors hstu_ref.c (hstu_attn_fwd_ref, hstu_attn_bwd_ref);
@@ -10,76 +9,6 @@
 #include <string.h>
 
 #include "hstu.h"
-
-/* ---- linear layers ---- */
-
-typedef struct linear_job {
-    float *z, *dx, *dw, *db;
-    const float *x, *w, *b, *dz;
-    int64_t rows, in, out;
-} linear_job;
-
-/* Rows [r0, r1): z = x W^T + b. */
-static grm_status linear_fwd_rows(void *ctx, int64_t r0, int64_t r1)
-{
-    const linear_job *j = ctx;
-    for (int64_t r = r0; r < r1; r++)
-        memcpy(j->z + r * j->out, j->b, (size_t)j->out * sizeof *j->z);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(r1 - r0), (int)j->out,
-                (int)j->in, 1.0f, j->x + r0 * j->in, (int)j->in, j->w, (int)j->in, 1.0f,
-                j->z + r0 * j->out, (int)j->out);
-    return GRM_OK;
-}
-
-grm_status hstu_linear_fwd_cpu(const grm_host_api *host, float *z, const float *x,
-                               const float *w, const float *b, int64_t rows, int64_t in,
-                               int64_t out)
-{
-    linear_job j = { .z = z, .x = x, .w = w, .b = b, .rows = rows, .in = in, .out = out };
-    if (rows == 0)
-        return GRM_OK;
-    return host->parallel_for(rows, 32, linear_fwd_rows, &j);
-}
-
-/* Output features [o0, o1): dw[o0:o1] += dz[:, o0:o1]^T x, db[o0:o1] += column sums. Each
- * range owns its slice of dw and db, so no reduction between threads. */
-static grm_status linear_bwd_w_cols(void *ctx, int64_t o0, int64_t o1)
-{
-    const linear_job *j = ctx;
-    for (int64_t r = 0; r < j->rows; r++) {
-        const float *dzr = j->dz + r * j->out;    /* [out] */
-        for (int64_t o = o0; o < o1; o++)
-            j->db[o] += dzr[o];
-    }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(o1 - o0), (int)j->in,
-                (int)j->rows, 1.0f, j->dz + o0, (int)j->out, j->x, (int)j->in, 1.0f,
-                j->dw + o0 * j->in, (int)j->in);
-    return GRM_OK;
-}
-
-/* Rows [r0, r1): dx = dz W. */
-static grm_status linear_bwd_x_rows(void *ctx, int64_t r0, int64_t r1)
-{
-    const linear_job *j = ctx;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(r1 - r0), (int)j->in,
-                (int)j->out, 1.0f, j->dz + r0 * j->out, (int)j->out, j->w, (int)j->in, 0.0f,
-                j->dx + r0 * j->in, (int)j->in);
-    return GRM_OK;
-}
-
-grm_status hstu_linear_bwd_cpu(const grm_host_api *host, float *dx, float *dw, float *db,
-                               const float *dz, const float *x, const float *w, int64_t rows,
-                               int64_t in, int64_t out)
-{
-    linear_job j = { .dx = dx, .dw = dw, .db = db, .dz = dz, .x = x, .w = w, .rows = rows,
-                     .in = in, .out = out };
-    if (rows == 0)
-        return GRM_OK;
-    grm_status st = host->parallel_for(out, 16, linear_bwd_w_cols, &j);
-    if (st == GRM_OK && dx != NULL)
-        st = host->parallel_for(rows, 32, linear_bwd_x_rows, &j);
-    return st;
-}
 
 /* ---- attention: work lists ---- */
 
@@ -171,7 +100,7 @@ enum item_kind {
 /* list [n] of the items of kind `kind`, sorted by decreasing cost: a q-tile t visits t + 1
  * k-tiles; a k-tile t is visited by ntiles - t q-tiles; a fused sequence visits
  * nt (nt + 1) / 2 tile pairs. */
-static int64_t build_items(hstu_item *list, const hstu_attn_args *a, enum item_kind kind)
+static int64_t build_items(hstu_item *list, const grm_hstu_attn_args *a, enum item_kind kind)
 {
     int64_t n = 0;
     for (int64_t s = 0; s < a->nseq; s++) {
@@ -204,7 +133,7 @@ typedef struct tile_pair {
 
 /* Fill pos (and tb) of a tile pair: bucket indices are head-independent, so they are
  * computed once per pair and reused by every head. tlo: time_bucket_starts. */
-static void tile_buckets(tile_pair *tp, const hstu_attn_args *a, const uint8_t *tlo)
+static void tile_buckets(tile_pair *tp, const grm_hstu_attn_args *a, const uint8_t *tlo)
 {
     for (int64_t r = 0; r < tp->bq; r++) {
         const int64_t i = tp->i0 + r;
@@ -221,7 +150,7 @@ static void tile_buckets(tile_pair *tp, const hstu_attn_args *a, const uint8_t *
 }
 
 /* S [bq, bk] = Q_i K_j^T + bias of head h (eq. 2 before the SiLU). */
-static void tile_scores(float *S, const tile_pair *tp, const hstu_attn_args *a, int64_t h)
+static void tile_scores(float *S, const tile_pair *tp, const grm_hstu_attn_args *a, int64_t h)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tp->bq, (int)tp->bk,
                 (int)a->dqk, 1.0f, a->q + tp->i0 * a->ld + h * a->dqk, (int)a->ld,
@@ -263,7 +192,7 @@ static void tile_silu(float *restrict A, float *restrict dA, const float *restri
     }
 }
 
-static void tile_pair_init(tile_pair *tp, const hstu_attn_args *a, int64_t s, int64_t qt,
+static void tile_pair_init(tile_pair *tp, const grm_hstu_attn_args *a, int64_t s, int64_t qt,
                            int64_t kt)
 {
     const int64_t o = a->offsets[s], e = a->offsets[s + 1];
@@ -278,7 +207,7 @@ static void tile_pair_init(tile_pair *tp, const hstu_attn_args *a, int64_t s, in
 /* ---- attention: forward ---- */
 
 typedef struct attn_job {
-    const hstu_attn_args *a;
+    const grm_hstu_attn_args *a;
     const hstu_item *items;
     int64_t nitems;
     float *out, *dq, *dk, *dv;
@@ -304,7 +233,7 @@ typedef struct tile_scratch {
 static grm_status attn_fwd_items(void *ctx, int64_t b, int64_t e)
 {
     const attn_job *job = ctx;
-    const hstu_attn_args *a = job->a;
+    const grm_hstu_attn_args *a = job->a;
     const int64_t HV = a->H * a->dv;
     tile_scratch scratch;                   // on the worker stack: no allocation
     tile_scratch *ts = &scratch;
@@ -330,8 +259,9 @@ static grm_status attn_fwd_items(void *ctx, int64_t b, int64_t e)
     return GRM_OK;
 }
 
-grm_status hstu_attn_fwd_cpu(float *out, const hstu_attn_args *a, void *ws)
+grm_status hstu_attn_fwd_cpu(void *ctx, float *out, const grm_hstu_attn_args *a, void *ws)
 {
+    (void)ctx;
     attn_job job = { .a = a, .items = ws, .out = out };
     if (a->times != NULL)
         time_bucket_starts(job.tlo, a->time_thr, a->nbuckets);
@@ -344,7 +274,7 @@ grm_status hstu_attn_fwd_cpu(float *out, const hstu_attn_args *a, void *ws)
 /* Recompute A and dS of tile pair tp for head h (dA = dO_i V_j^T first). */
 static void tile_grad(tile_scratch *ts, const attn_job *job, int64_t h)
 {
-    const hstu_attn_args *a = job->a;
+    const grm_hstu_attn_args *a = job->a;
     const int64_t HV = a->H * a->dv;
     tile_scores(ts->S, &ts->tp, a, h);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)ts->tp.bq, (int)ts->tp.bk,
@@ -357,7 +287,7 @@ static void tile_grad(tile_scratch *ts, const attn_job *job, int64_t h)
 /* Accumulate the RAB gradients of tile pair tp, head h (dS in ts->dA) into ph [nrab]. */
 static void tile_rab_grad(float *ph, const tile_scratch *ts, const attn_job *job)
 {
-    const hstu_attn_args *a = job->a;
+    const grm_hstu_attn_args *a = job->a;
     const int64_t n = ts->tp.bq * ts->tp.bk;
     const int64_t time_off = a->rab_pos != NULL ? a->max_len : 0;
     if (a->rab_pos != NULL)
@@ -373,7 +303,7 @@ static void tile_rab_grad(float *ph, const tile_scratch *ts, const attn_job *job
 /* dQ_i += dS_ij K_j of tile pair tp, head h (dS in ts->dA). */
 static void tile_dq(const tile_scratch *ts, const attn_job *job, int64_t h)
 {
-    const hstu_attn_args *a = job->a;
+    const grm_hstu_attn_args *a = job->a;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ts->tp.bq, (int)a->dqk,
                 (int)ts->tp.bk, 1.0f, ts->dA, (int)ts->tp.bk,
                 a->k + ts->tp.j0 * a->ld + h * a->dqk, (int)a->ld, 1.0f,
@@ -383,7 +313,7 @@ static void tile_dq(const tile_scratch *ts, const attn_job *job, int64_t h)
 /* dV_j += A_ij^T dO_i and dK_j += dS_ij^T Q_i of tile pair tp, head h. */
 static void tile_dkv(const tile_scratch *ts, const attn_job *job, int64_t h)
 {
-    const hstu_attn_args *a = job->a;
+    const grm_hstu_attn_args *a = job->a;
     const int64_t HV = a->H * a->dv;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ts->tp.bk, (int)a->dv,
                 (int)ts->tp.bq, 1.0f, ts->A, (int)ts->tp.bk,
@@ -408,7 +338,7 @@ static void zero_rows(float *x, int64_t r0, int64_t n, int64_t c0, int64_t w, in
 static grm_status attn_bwd_kv_items(void *ctx, int64_t b, int64_t e)
 {
     const attn_job *job = ctx;
-    const hstu_attn_args *a = job->a;
+    const grm_hstu_attn_args *a = job->a;
     tile_scratch scratch;                   // on the worker stack: no allocation
     tile_scratch *ts = &scratch;
     for (int64_t it = b; it < e; it++) {
@@ -436,7 +366,7 @@ static grm_status attn_bwd_kv_items(void *ctx, int64_t b, int64_t e)
  * over j and dK_j, dV_j over i in the same order as the two-pass path. */
 static void attn_bwd_fused(tile_scratch *ts, const attn_job *job, int64_t s, float *part)
 {
-    const hstu_attn_args *a = job->a;
+    const grm_hstu_attn_args *a = job->a;
     const int64_t nt = ntiles(a->offsets[s + 1] - a->offsets[s]);
     for (int64_t qt = 0; qt < nt; qt++)
         for (int64_t kt = 0; kt <= qt; kt++) {
@@ -464,7 +394,7 @@ static void attn_bwd_fused(tile_scratch *ts, const attn_job *job, int64_t s, flo
 static grm_status attn_bwd_q_chunks(void *ctx, int64_t b, int64_t e)
 {
     const attn_job *job = ctx;
-    const hstu_attn_args *a = job->a;
+    const grm_hstu_attn_args *a = job->a;
     tile_scratch scratch;                   // on the worker stack: no allocation
     tile_scratch *ts = &scratch;
     for (int64_t ch = b; ch < e; ch++) {
@@ -491,10 +421,11 @@ static grm_status attn_bwd_q_chunks(void *ctx, int64_t b, int64_t e)
     return GRM_OK;
 }
 
-grm_status hstu_attn_bwd_cpu(float *dq, float *dk, float *dv, float *d_rab_pos,
-                             float *d_rab_time, const float *dout, const hstu_attn_args *a,
+grm_status hstu_attn_bwd_cpu(void *ctx, float *dq, float *dk, float *dv, float *d_rab_pos,
+                             float *d_rab_time, const float *dout, const grm_hstu_attn_args *a,
                              void *ws)
 {
+    (void)ctx;
     const int64_t N = a->offsets[a->nseq], cap = max_items(N, a->nseq);
     hstu_item *items = ws;
     const int has_time = a->rab_time != NULL && a->times != NULL;
@@ -539,5 +470,5 @@ grm_status hstu_attn_bwd_cpu(float *dq, float *dk, float *dv, float *d_rab_pos,
 }
 
 const hstu_impl hstu_impl_cpu = {
-    "cpu", 1, hstu_linear_fwd_cpu, hstu_linear_bwd_cpu, hstu_attn_fwd_cpu, hstu_attn_bwd_cpu
+    "cpu", 1, linear_fwd_cpu, linear_bwd_cpu, hstu_attn_fwd_cpu, hstu_attn_bwd_cpu
 };

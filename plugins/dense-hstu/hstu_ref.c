@@ -1,56 +1,12 @@
-/* plugins/dense-hstu/hstu_ref.c - the reference kernels of dense-hstu: the linear layers
- * and the jagged causal pointwise attention with relative attention bias (MTGRBoost §2
- * eq. 2; TurboGR §4.1.1, App. A), as plain loops with double accumulators on one thread.
- * This is the spec the fast path (hstu_cpu.c) is tested against. */
+/* plugins/dense-hstu/hstu_ref.c - the reference attention of dense-hstu: the jagged causal
+ * pointwise attention with relative attention bias (MTGRBoost §2 eq. 2; TurboGR §4.1.1,
+ * App. A), as plain loops with double accumulators on one thread (its linear layers are
+ * dense-mlp's linear_ref.c). This is the spec the fast path (hstu_cpu.c) and the CUDA
+ * backend's op (kernels/hstu_attn.cu) are tested against. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "hstu.h"
-
-/* ---- linear layers ---- */
-
-grm_status hstu_linear_fwd_ref(const grm_host_api *host, float *z, const float *x,
-                               const float *w, const float *b, int64_t rows, int64_t in,
-                               int64_t out)
-{
-    (void)host;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t o = 0; o < out; o++) {
-            double acc = b[o];
-            for (int64_t i = 0; i < in; i++)
-                acc += (double)x[r * in + i] * (double)w[o * in + i];
-            z[r * out + o] = (float)acc;
-        }
-    return GRM_OK;
-}
-
-grm_status hstu_linear_bwd_ref(const grm_host_api *host, float *dx, float *dw, float *db,
-                               const float *dz, const float *x, const float *w, int64_t rows,
-                               int64_t in, int64_t out)
-{
-    (void)host;
-    for (int64_t o = 0; o < out; o++) {
-        double acc = 0;
-        for (int64_t r = 0; r < rows; r++)
-            acc += dz[r * out + o];
-        db[o] += (float)acc;
-        for (int64_t i = 0; i < in; i++) {
-            acc = 0;
-            for (int64_t r = 0; r < rows; r++)
-                acc += (double)dz[r * out + o] * (double)x[r * in + i];
-            dw[o * in + i] += (float)acc;
-        }
-    }
-    if (dx != NULL)
-        for (int64_t r = 0; r < rows; r++)
-            for (int64_t i = 0; i < in; i++) {
-                double acc = 0;
-                for (int64_t o = 0; o < out; o++)
-                    acc += (double)dz[r * out + o] * (double)w[o * in + i];
-                dx[r * in + i] = (float)acc;
-            }
-    return GRM_OK;
-}
 
 /* ---- attention ---- */
 
@@ -60,7 +16,7 @@ static double sigmoid_d(double s)
 }
 
 /* s_ij of head h for global rows i, j of the sequence starting at row o (j <= i). */
-static double score_ref(const hstu_attn_args *a, int64_t h, int64_t o, int64_t i, int64_t j)
+static double score_ref(const grm_hstu_attn_args *a, int64_t h, int64_t o, int64_t i, int64_t j)
 {
     const float *q = a->q + i * a->ld + h * a->dqk;     /* [dqk] */
     const float *k = a->k + j * a->ld + h * a->dqk;     /* [dqk] */
@@ -75,13 +31,14 @@ static double score_ref(const hstu_attn_args *a, int64_t h, int64_t o, int64_t i
     return s;
 }
 
-static double norm_scale(const hstu_attn_args *a, int64_t len)
+static double norm_scale(const grm_hstu_attn_args *a, int64_t len)
 {
     return a->norm == HSTU_NORM_LENGTH ? 1.0 / (double)len : 1.0 / (double)a->max_len;
 }
 
-grm_status hstu_attn_fwd_ref(float *out, const hstu_attn_args *a, void *ws)
+grm_status hstu_attn_fwd_ref(void *ctx, float *out, const grm_hstu_attn_args *a, void *ws)
 {
+    (void)ctx;
     (void)ws;
     const int64_t HV = a->H * a->dv;
     double *acc = malloc((size_t)(a->dv + 1) * sizeof *acc);    /* [dv] */
@@ -109,7 +66,7 @@ grm_status hstu_attn_fwd_ref(float *out, const hstu_attn_args *a, void *ws)
 
 /* d a_ij / d s_ij = c * SiLU'(s) = c * sigma(s) (1 + s (1 - sigma(s))), times
  * da_ij = do_i . v_j. */
-static double dscore_ref(const hstu_attn_args *a, const float *dout, int64_t h, int64_t o,
+static double dscore_ref(const grm_hstu_attn_args *a, const float *dout, int64_t h, int64_t o,
                          int64_t i, int64_t j, double c, double *att)
 {
     const double sc = score_ref(a, h, o, i, j), sg = sigmoid_d(sc);
@@ -122,10 +79,11 @@ static double dscore_ref(const hstu_attn_args *a, const float *dout, int64_t h, 
     return da * c * sg * (1.0 + sc * (1.0 - sg));
 }
 
-grm_status hstu_attn_bwd_ref(float *dq, float *dk, float *dv, float *d_rab_pos,
-                             float *d_rab_time, const float *dout, const hstu_attn_args *a,
+grm_status hstu_attn_bwd_ref(void *ctx, float *dq, float *dk, float *dv, float *d_rab_pos,
+                             float *d_rab_time, const float *dout, const grm_hstu_attn_args *a,
                              void *ws)
 {
+    (void)ctx;
     (void)ws;
     const int64_t HV = a->H * a->dv;
     const int64_t nrab = a->max_len + a->nbuckets;
@@ -187,5 +145,5 @@ grm_status hstu_attn_bwd_ref(float *dq, float *dk, float *dv, float *d_rab_pos,
 }
 
 const hstu_impl hstu_impl_ref = {
-    "ref", 0, hstu_linear_fwd_ref, hstu_linear_bwd_ref, hstu_attn_fwd_ref, hstu_attn_bwd_ref
+    "ref", 0, linear_fwd_ref, linear_bwd_ref, hstu_attn_fwd_ref, hstu_attn_bwd_ref
 };

@@ -1,33 +1,66 @@
-/* plugins/dense-mlp/linear.h - the linear layer z = x W^T + b shared by dense-mlp.so and
- * dense-mmoe.so (each .so compiles its own copy of linear.c, linear_ref.c, linear_cpu.c):
- * the parameter views, Xavier init and one-block allocation (linear.c), the kernels as
- * plain loops (linear_ref.c, the spec) and as OpenBLAS GEMMs (linear_cpu.c). The
- * activations are not here: each block keeps its own (they round differently). Nothing
- * here is exported: symbols are hidden, the .so's only visible one is grm_plugin_entry. */
+/* plugins/dense-mlp/linear.h - the linear layer z = x W^T + b, the one source that every
+ * dense block with linear layers compiles in (dense-mlp.so, dense-mmoe.so, dense-sasrec.so,
+ * dense-hstu.so): the parameter views, Xavier init and one-block allocation (linear.c),
+ * the kernels as plain loops (linear_ref.c, the spec) and as the backend's GEMMs
+ * (linear_cpu.c: grm_backend_iface.gemm, so the products run wherever the pipeline's
+ * device is). The activations are not here: each block keeps its own (they round
+ * differently). Nothing here is exported: symbols are hidden, the .so's only visible one
+ * is grm_plugin_entry. */
 #ifndef LINEAR_H
 #define LINEAR_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grm/backend.h>
 #include <grm/grm.h>
+
+/* Where a linear call runs: the backend whose gemm op the fast kernels call (the reference
+ * loops ignore it), the host whose parallel_for splits the products into chunks (NULL: one
+ * call on the calling thread: the CPU analogue of one stream) and the chunk sizes (0: the
+ * defaults, LINEAR_GRAIN_ROWS rows of z and dx, LINEAR_GRAIN_COLS output columns of dw). */
+typedef struct linear_exec {
+    const grm_backend *be;
+    const grm_host_api *pool;
+    int64_t grain_rows;
+    int64_t grain_cols;
+} linear_exec;
+
+/* Rows per chunk of z and dx: large enough for GEMM efficiency. */
+#define LINEAR_GRAIN_ROWS 64
+/* Output columns per chunk of dw and db: a layer has few of them; split them thinly. */
+#define LINEAR_GRAIN_COLS 8
+
+/* ex for a block created on host: the host's backend, and the host as the pool when
+ * parallel is 1. GRM_ENOTSUP, naming who ("dense-mlp"), when the host gives no backend (a
+ * host of ABI < 1.4). */
+static inline grm_status linear_exec_init(linear_exec *ex, const grm_host_api *host,
+                                          int parallel, const char *who)
+{
+    ex->be = GRM_HAS_OP(grm_host_api, host, backend) ? host->backend() : NULL;
+    ex->pool = parallel ? host : NULL;
+    ex->grain_rows = 0;
+    ex->grain_cols = 0;
+    if (ex->be == NULL)
+        return host->errorf(GRM_ENOTSUP, "%s: create: the host gives no compute backend "
+                            "(grm_host_api.backend, ABI 1.4); run it in grmhost", who);
+    return GRM_OK;
+}
 
 /* ---- kernels (STYLE.md §9: one type per operation) ---- */
 
-/* z [rows, out] = x [rows, in] W^T + b, with W [out, in] and b [out]. pool: the host whose
- * parallel_for runs row chunks (the CPU analogue of a stream); NULL: one call on the
- * calling thread. The reference ignores it. */
+/* z [rows, out] = x [rows, in] W^T + b, with W [out, in] and b [out], run as ex says. */
 typedef grm_status (*linear_fwd_fn)(
         float *z,                                   /* [rows, out] */
         const float *x,                             /* [rows, in]  */
         const float *w,                             /* [out, in]   */
         const float *b,                             /* [out]       */
         int64_t rows, int64_t in, int64_t out,
-        const grm_host_api *pool);                  /* NULL: no thread pool */
+        const linear_exec *ex);
 
 /* The backward of linear_fwd_fn given dz = d(loss)/dz: dw [out, in] += dz^T x, db [out] +=
  * column sums of dz, and dx [rows, in] = dz W (dx_accumulate 0) or += dz W (1); dx NULL:
- * not computed. dx must not alias dz. pool as in linear_fwd_fn. */
+ * not computed. dx must not alias dz. ex as in linear_fwd_fn. */
 typedef grm_status (*linear_bwd_fn)(
         float *dx,                                  /* [rows, in] or NULL */
         float *dw,                                  /* [out, in]   */
@@ -37,7 +70,7 @@ typedef grm_status (*linear_bwd_fn)(
         const float *w,                             /* [out, in]   */
         int64_t rows, int64_t in, int64_t out,
         int32_t dx_accumulate,                      /* 1: dx +=, 0: dx = */
-        const grm_host_api *pool);                  /* NULL: no thread pool */
+        const linear_exec *ex);
 
 /* An implementation of the linear layer, picked once in create (STYLE.md §9). */
 typedef struct linear_impl {
@@ -48,17 +81,16 @@ typedef struct linear_impl {
 
 /* linear_ref.c: plain loops with double accumulators, the spec. */
 grm_status linear_fwd_ref(float *z, const float *x, const float *w, const float *b,
-                          int64_t rows, int64_t in, int64_t out, const grm_host_api *pool);
+                          int64_t rows, int64_t in, int64_t out, const linear_exec *ex);
 grm_status linear_bwd_ref(float *dx, float *dw, float *db, const float *dz, const float *x,
                           const float *w, int64_t rows, int64_t in, int64_t out,
-                          int32_t dx_accumulate, const grm_host_api *pool);
-/* linear_cpu.c: cblas_sgemm, per chunk on pool. Sizes must fit in int (checked by the
- * callers' create). */
+                          int32_t dx_accumulate, const linear_exec *ex);
+/* linear_cpu.c: the backend's gemm, per chunk on ex->pool. */
 grm_status linear_fwd_cpu(float *z, const float *x, const float *w, const float *b,
-                          int64_t rows, int64_t in, int64_t out, const grm_host_api *pool);
+                          int64_t rows, int64_t in, int64_t out, const linear_exec *ex);
 grm_status linear_bwd_cpu(float *dx, float *dw, float *db, const float *dz, const float *x,
                           const float *w, int64_t rows, int64_t in, int64_t out,
-                          int32_t dx_accumulate, const grm_host_api *pool);
+                          int32_t dx_accumulate, const linear_exec *ex);
 
 extern const linear_impl linear_impl_ref;   /* static: linear_ref.c */
 extern const linear_impl linear_impl_cpu;   /* static: linear_cpu.c */

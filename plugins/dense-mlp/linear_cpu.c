@@ -1,26 +1,30 @@
-/* plugins/dense-mlp/linear_cpu.c - the fast CPU linear layer of linear.h: the three
- * products as OpenBLAS cblas_sgemm calls (fp32 accumulation). With a pool, cblas runs per
- * chunk on the host's parallel_for (the host keeps OpenBLAS single-threaded): row chunks
- * for z and dx, output-column chunks for dw and db, so no two chunks write the same
- * memory; without one, each product is a single call covering every row or column.
- * Mirrors linear_ref.c; tests/test-dense-mlp.c and tests/test-dense-mmoe.c compare the two
- * at rtol 1e-4. Callers guarantee every size fits in int. */
-#include <cblas.h>
+/* plugins/dense-mlp/linear_cpu.c - the fast linear layer of linear.h: the three products as
+ * the backend's gemm op (grm_backend_iface.gemm: OpenBLAS SGEMM on the `cpu` backend, fp32
+ * accumulation). With a pool, the gemm runs per chunk on the host's parallel_for (the host
+ * keeps OpenBLAS single-threaded): row chunks for z and dx, output-column chunks for dw
+ * and db, so no two chunks write the same memory; without one, each product is a single
+ * call covering every row or column. Mirrors linear_ref.c; tests/test-dense-mlp.c and
+ * tests/test-dense-mmoe.c compare the two at rtol 1e-4. */
 #include <string.h>
 
 #include "linear.h"
 
-/* Rows per chunk of z and dx: large enough for GEMM efficiency. */
-#define LINEAR_GRAIN_ROWS 64
-/* Output columns per chunk of dw and db: a layer has few of them; split them thinly. */
-#define LINEAR_GRAIN_COLS 8
-
 typedef struct lin_ctx {
+    const grm_backend *be;
     float *z, *dx, *dw, *db;
     const float *x, *w, *b, *dz;
     int64_t rows, in, out;
     float dx_beta;              /* 0: dx = dz W, 1: dx += dz W */
 } lin_ctx;
+
+/* C [M, N] = alpha op(A) op(B) + beta C on the backend, row-major (grm/backend.h). */
+static grm_status gemm(const lin_ctx *c, int32_t ta, int32_t tb, int64_t M, int64_t N,
+                       int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
+                       float beta, float *C, int64_t ldc)
+{
+    return c->be->iface->gemm(c->be->context, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C,
+                              ldc, NULL);
+}
 
 /* z [lo:hi, :] = b, then += x [lo:hi, :] W^T (beta = 1) */
 static grm_status fwd_rows(void *vctx, int64_t lo, int64_t hi)
@@ -30,21 +34,26 @@ static grm_status fwd_rows(void *vctx, int64_t lo, int64_t hi)
         memcpy(c->z + r * c->out, c->b, (size_t)c->out * sizeof *c->z);
     if (c->in == 0)
         return GRM_OK;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), (int)c->out,
-                (int)c->in, 1.0f, c->x + lo * c->in, (int)c->in, c->w, (int)c->in, 1.0f,
-                c->z + lo * c->out, (int)c->out);
-    return GRM_OK;
+    return gemm(c, 0, 1, hi - lo, c->out, c->in, c->x + lo * c->in, c->in, c->w, c->in, 1.0f,
+                c->z + lo * c->out, c->out);
+}
+
+static int64_t grain(int64_t g, int64_t dflt)
+{
+    return g > 0 ? g : dflt;
 }
 
 grm_status linear_fwd_cpu(float *z, const float *x, const float *w, const float *b,
-                          int64_t rows, int64_t in, int64_t out, const grm_host_api *pool)
+                          int64_t rows, int64_t in, int64_t out, const linear_exec *ex)
 {
     if (rows == 0)
         return GRM_OK;
-    lin_ctx c = { .z = z, .x = x, .w = w, .b = b, .rows = rows, .in = in, .out = out };
-    if (pool == NULL)
+    lin_ctx c = { .be = ex->be, .z = z, .x = x, .w = w, .b = b, .rows = rows, .in = in,
+                  .out = out };
+    if (ex->pool == NULL)
         return fwd_rows(&c, 0, rows);
-    return pool->parallel_for(rows, LINEAR_GRAIN_ROWS, fwd_rows, &c);
+    return ex->pool->parallel_for(rows, grain(ex->grain_rows, LINEAR_GRAIN_ROWS), fwd_rows,
+                                  &c);
 }
 
 /* db [lo:hi] += column sums of dz[:, lo:hi] (rows outer keeps dz reads sequential);
@@ -59,37 +68,35 @@ static grm_status bwd_dw_cols(void *vctx, int64_t lo, int64_t hi)
     }
     if (c->in == 0)
         return GRM_OK;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), (int)c->in,
-                (int)c->rows, 1.0f, c->dz + lo, (int)c->out, c->x, (int)c->in, 1.0f,
-                c->dw + lo * c->in, (int)c->in);
-    return GRM_OK;
+    return gemm(c, 1, 0, hi - lo, c->in, c->rows, c->dz + lo, c->out, c->x, c->in, 1.0f,
+                c->dw + lo * c->in, c->in);
 }
 
 /* dx [lo:hi, :] (+)= dz [lo:hi, :] W */
 static grm_status bwd_dx_rows(void *vctx, int64_t lo, int64_t hi)
 {
     const lin_ctx *c = vctx;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), (int)c->in,
-                (int)c->out, 1.0f, c->dz + lo * c->out, (int)c->out, c->w, (int)c->in,
-                c->dx_beta, c->dx + lo * c->in, (int)c->in);
-    return GRM_OK;
+    return gemm(c, 0, 0, hi - lo, c->in, c->out, c->dz + lo * c->out, c->out, c->w, c->in,
+                c->dx_beta, c->dx + lo * c->in, c->in);
 }
 
 grm_status linear_bwd_cpu(float *dx, float *dw, float *db, const float *dz, const float *x,
                           const float *w, int64_t rows, int64_t in, int64_t out,
-                          int32_t dx_accumulate, const grm_host_api *pool)
+                          int32_t dx_accumulate, const linear_exec *ex)
 {
     if (rows == 0)
         return GRM_OK;
-    lin_ctx c = { .dx = dx, .dw = dw, .db = db, .dz = dz, .x = x, .w = w, .rows = rows,
-                  .in = in, .out = out, .dx_beta = dx_accumulate ? 1.0f : 0.0f };
-    grm_status st = pool == NULL ? bwd_dw_cols(&c, 0, out)
-                                 : pool->parallel_for(out, LINEAR_GRAIN_COLS, bwd_dw_cols, &c);
+    lin_ctx c = { .be = ex->be, .dx = dx, .dw = dw, .db = db, .dz = dz, .x = x, .w = w,
+                  .rows = rows, .in = in, .out = out, .dx_beta = dx_accumulate ? 1.0f : 0.0f };
+    grm_status st = ex->pool == NULL
+        ? bwd_dw_cols(&c, 0, out)
+        : ex->pool->parallel_for(out, grain(ex->grain_cols, LINEAR_GRAIN_COLS), bwd_dw_cols, &c);
     if (st != GRM_OK || dx == NULL || in == 0)
         return st;
-    if (pool == NULL)
+    if (ex->pool == NULL)
         return bwd_dx_rows(&c, 0, rows);
-    return pool->parallel_for(rows, LINEAR_GRAIN_ROWS, bwd_dx_rows, &c);
+    return ex->pool->parallel_for(rows, grain(ex->grain_rows, LINEAR_GRAIN_ROWS), bwd_dx_rows,
+                                  &c);
 }
 
 const linear_impl linear_impl_cpu = { "blas", linear_fwd_cpu, linear_bwd_cpu };

@@ -4,9 +4,9 @@
 #include "linear.h"
 
 grm_status linear_fwd_ref(float *z, const float *x, const float *w, const float *b,
-                          int64_t rows, int64_t in, int64_t out, const grm_host_api *pool)
+                          int64_t rows, int64_t in, int64_t out, const linear_exec *ex)
 {
-    (void)pool;
+    (void)ex;
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * in;       /* [in] */
         for (int64_t o = 0; o < out; o++) {
@@ -22,9 +22,9 @@ grm_status linear_fwd_ref(float *z, const float *x, const float *w, const float 
 
 grm_status linear_bwd_ref(float *dx, float *dw, float *db, const float *dz, const float *x,
                           const float *w, int64_t rows, int64_t in, int64_t out,
-                          int32_t dx_accumulate, const grm_host_api *pool)
+                          int32_t dx_accumulate, const linear_exec *ex)
 {
-    (void)pool;
+    (void)ex;
     // dw[o, i] += sum_r dz[r, o] x[r, i]; db[o] += sum_r dz[r, o]
     for (int64_t o = 0; o < out; o++) {
         double bacc = 0;

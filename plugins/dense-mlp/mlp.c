@@ -23,6 +23,7 @@ struct mlp {
     const grm_host_api *host;
     mlp_config cfg;             /* copy of the config */
     const linear_impl *impl;    /* static */
+    linear_exec ex;             /* the host's backend; no pool (one GEMM per product) */
     int64_t in_dim;
     int32_t nlayers;
     int64_t max_width;          /* widest layer output */
@@ -117,6 +118,8 @@ grm_status mlp_create(const grm_host_api *host, const mlp_config *cfg, int64_t i
     m->host = host;
     m->cfg = *cfg;
     m->impl = mlp_impl_of(host, cfg->impl) == MLP_IMPL_REF ? &linear_impl_ref : &linear_impl_cpu;
+    if ((st = linear_exec_init(&m->ex, host, 0, "dense-mlp")) != GRM_OK)
+        goto fail;
     m->in_dim = in_dim;
     m->nlayers = (int32_t)cfg->dims.n;
     m->seed = seed;
@@ -199,8 +202,8 @@ grm_status mlp_forward(mlp *m, float *y, const float *x, int64_t rows, int32_t t
         mlp_layer *ly = &m->layer[l];
         const linear_layer *lin = &ly->lin;
         const int64_t n = rows * lin->out;
-        // one GEMM on this thread (pool NULL), as dense-mlp always ran it
-        st = m->impl->fwd(ly->z, in, lin->w, lin->b, rows, lin->in, lin->out, NULL);
+        // one GEMM on this thread (no pool), as dense-mlp always ran it
+        st = m->impl->fwd(ly->z, in, lin->w, lin->b, rows, lin->in, lin->out, &m->ex);
         if (st != GRM_OK)
             return st;
         mlp_act_fwd(ly->h, ly->z, n, l < L - 1 ? m->cfg.activation : m->cfg.final_activation);
@@ -252,7 +255,7 @@ grm_status mlp_backward(mlp *m, float *dx, const float *dy, int64_t rows)
         float *d_in = l > 0 ? other : dx;                      /* [rows, lin->in] or NULL */
         // d_in is overwritten (dx_accumulate 0): dense-mlp's dx is written, not added to
         grm_status st = m->impl->bwd(d_in, lin->dw, lin->db, g, in, lin->w, rows, lin->in,
-                                     lin->out, 0, NULL);
+                                     lin->out, 0, &m->ex);
         if (st != GRM_OK)
             return st;
         other = g;

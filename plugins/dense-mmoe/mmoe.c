@@ -29,6 +29,7 @@ struct mmoe {
     const grm_host_api *host;
     mmoe_config cfg;            /* copy */
     const linear_impl *impl;    /* static */
+    linear_exec ex;             /* the host's backend and its pool */
     int64_t in_dim;
     int32_t E, T, k;
     int64_t He;                 /* expert output width */
@@ -173,6 +174,10 @@ grm_status mmoe_create(const grm_host_api *host, const mmoe_config *cfg, int64_t
     const int ref = cfg->impl == MMOE_IMPL_REF
                     || (cfg->impl == MMOE_IMPL_AUTO && grm_backend_wants_ref(host));
     m->impl = ref ? &linear_impl_ref : &linear_impl_cpu;
+    if ((st = linear_exec_init(&m->ex, host, 1, "dense-mmoe")) != GRM_OK) {
+        free(m);
+        return st;
+    }
     m->in_dim = in_dim;
     m->E = (int32_t)cfg->experts;
     m->T = (int32_t)cfg->tasks;
@@ -260,7 +265,7 @@ static grm_status chain_fwd(mmoe *m, int32_t c, const float *in, int64_t rows)
         mmoe_layer *ly = &m->layer[m->chain[c].first + l];
         const linear_layer *lin = &ly->lin;
         grm_status st = m->impl->fwd(ly->z, in, lin->w, lin->b, rows, lin->in, lin->out,
-                                     m->host);
+                                     &m->ex);
         if (st != GRM_OK)
             return st;
         if (ly->act != MMOE_ACT_NONE)
@@ -291,7 +296,7 @@ grm_status mmoe_forward(mmoe *m, float *y, const float *x, int64_t rows, int32_t
         float *mix = m->mixed + t * rows * He;          /* [rows, He] */
         // gate logits q_t = W_t x + b_t into the gate layer's z, then the top-k softmax
         if ((st = m->impl->fwd(gl->z, m->x, gl->lin.w, gl->lin.b, rows, m->in_dim, E,
-                               m->host)) != GRM_OK)
+                               &m->ex)) != GRM_OK)
             return st;
         mmoe_gate_fwd(g, gl->z, rows, (int32_t)E, m->k);
         // mixed_t = sum_e g_te expert_e(x) (eq. 4); g_te = 0 outside the top k
@@ -341,7 +346,7 @@ static grm_status chain_bwd(mmoe *m, int32_t c, float *din, const float *dout,
         // dx_accumulate 1: every chain and gate adds into the caller's din (the inner
         // layers into the buffer zeroed above)
         grm_status st = m->impl->bwd(d_in, lin->dw, lin->db, gbuf, x_l, lin->w, rows, lin->in,
-                                     lin->out, 1, m->host);
+                                     lin->out, 1, &m->ex);
         if (st != GRM_OK)
             return st;
         other = gbuf;
@@ -392,7 +397,7 @@ grm_status mmoe_backward(mmoe *m, float *dx, const float *dy, int64_t rows)
         mmoe_gate_bwd(dq, m->dq, g, rows, (int32_t)E);
         mmoe_layer *gl = &m->layer[m->gate0 + t];
         if ((st = m->impl->bwd(dx, gl->lin.dw, gl->lin.db, dq, m->x, gl->lin.w, rows,
-                               m->in_dim, E, 1, m->host)) != GRM_OK)
+                               m->in_dim, E, 1, &m->ex)) != GRM_OK)
             return st;
     }
     for (int32_t e = 0; e < E; e++)

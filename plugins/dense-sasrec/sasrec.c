@@ -40,6 +40,7 @@ struct sasrec {
     const grm_host_api *host;
     sasrec_config cfg;          /* copy of the config */
     const sasrec_impl *impl;    /* static */
+    linear_exec ex;             /* the host's backend and its pool */
     int64_t D, H, dh, F;        /* model dim, heads, head dim, FFN hidden */
     int32_t bert;               /* 1: style = bert */
     int32_t gelu;               /* 1: the FFN activation is GELU, else ReLU */
@@ -194,6 +195,10 @@ grm_status sasrec_create(const grm_host_api *host, const sasrec_config *cfg, int
     const int ref = cfg->impl == SASREC_IMPL_REF
                     || (cfg->impl == SASREC_IMPL_AUTO && grm_backend_wants_ref(host));
     s->impl = ref ? &sasrec_impl_ref : &sasrec_impl_cpu;
+    if ((st = linear_exec_init(&s->ex, host, 1, "dense-sasrec")) != GRM_OK) {
+        free(s);
+        return st;
+    }
     s->D = in_dim;
     s->H = cfg->num_heads;
     s->dh = in_dim / cfg->num_heads;
@@ -537,14 +542,14 @@ static grm_status attention_fwd(sasrec *s, const float *q_in, int64_t rows, int3
     const int64_t D = s->D;
     const sasrec_impl *im = s->impl;
     grm_status st;
-    if ((st = im->linear_fwd(s->qp, q_in, s->w_in, s->b_in, rows, D, D, s->host)) != GRM_OK
+    if ((st = im->linear_fwd(s->qp, q_in, s->w_in, s->b_in, rows, D, D, &s->ex)) != GRM_OK
         || (st = im->linear_fwd(s->kv, s->h0, s->w_in + D * D, s->b_in + D, rows, D, 2 * D,
-                                s->host)) != GRM_OK)
+                                &s->ex)) != GRM_OK)
         return st;
     const sasrec_attn_args a = attn_args(s, training, step);
     if ((st = im->attn_fwd(s->att, s->lse, s->qp, s->kv, s->kv + D, &a, s->host)) != GRM_OK)
         return st;
-    return im->linear_fwd(s->r1, s->att, s->w_out, s->b_out, rows, D, D, s->host);
+    return im->linear_fwd(s->r1, s->att, s->w_out, s->b_out, rows, D, D, &s->ex);
 }
 
 /* The backward of attention_fwd from g_o = d out_proj's output: parameter gradients, d q_in
@@ -556,17 +561,17 @@ static grm_status attention_bwd(sasrec *s, float *g_q, const float *g_o, const f
     const sasrec_impl *im = s->impl;
     grm_status st;
     if ((st = im->linear_bwd(s->g_att, s->dw_out, s->db_out, g_o, s->att, s->w_out, rows, D,
-                             D, 0, s->host)) != GRM_OK)
+                             D, 0, &s->ex)) != GRM_OK)
         return st;
     const sasrec_attn_args a = attn_args(s, 1, s->step);
     if ((st = im->attn_bwd(s->g_qp, s->g_kv, s->g_kv + D, s->g_att, s->qp, s->kv, s->kv + D,
                            s->att, s->lse, &a, s->host)) != GRM_OK)
         return st;
     if ((st = im->linear_bwd(g_q, s->dw_in, s->db_in, s->g_qp, q_in, s->w_in, rows, D, D, 1,
-                             s->host)) != GRM_OK)
+                             &s->ex)) != GRM_OK)
         return st;
     return im->linear_bwd(s->g_h0, s->dw_in + D * D, s->db_in + D, s->g_kv, s->h0,
-                          s->w_in + D * D, rows, D, 2 * D, kv_accumulate, s->host);
+                          s->w_in + D * D, rows, D, 2 * D, kv_accumulate, &s->ex);
 }
 
 /* ---- forward ---- */
@@ -578,7 +583,6 @@ static grm_status forward_sasrec(sasrec *s, float *y, const float *x, int64_t ro
     const int64_t D = s->D, F = s->F;
     const double p = training ? s->cfg.dropout : 0.0;
     const sasrec_impl *im = s->impl;
-    const grm_host_api *host = s->host;
     grm_status st;
 
     // embedding stage (Sec. III "Embedding Layer"; reference: seqs *= D ** 0.5,
@@ -602,7 +606,7 @@ static grm_status forward_sasrec(sasrec *s, float *y, const float *x, int64_t ro
     // seqs = forward_layernorms[i](seqs); seqs = forward_layers[i](seqs), which adds its
     // input back: dropout2(conv2(relu(dropout1(conv1(x))))) + x)
     sasrec_ln_fwd(s->u, s->mu2, s->rs2, s->r1, s->ln2_g, s->ln2_b, rows, D, s->cfg.ln_eps);
-    if ((st = im->linear_fwd(s->z1, s->u, s->w1, s->b1, rows, D, F, host)) != GRM_OK)
+    if ((st = im->linear_fwd(s->z1, s->u, s->w1, s->b1, rows, D, F, &s->ex)) != GRM_OK)
         return st;
     const uint64_t k1 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN1);
     for (int64_t i = 0; i < rows * F; i++) {
@@ -610,7 +614,7 @@ static grm_status forward_sasrec(sasrec *s, float *y, const float *x, int64_t ro
         s->h1[i] = act_fwd(s->gelu, v);
     }
     float *r2 = s->cfg.final_norm ? s->r2 : y;           /* [rows, D] */
-    if ((st = im->linear_fwd(r2, s->h1, s->w2, s->b2, rows, F, D, host)) != GRM_OK)
+    if ((st = im->linear_fwd(r2, s->h1, s->w2, s->b2, rows, F, D, &s->ex)) != GRM_OK)
         return st;
     drop_inplace(s, r2, rows * D, step, SASREC_SITE_FFN2, p);
     for (int64_t i = 0; i < rows * D; i++)
@@ -629,7 +633,6 @@ static grm_status forward_bert(sasrec *s, float *y, const float *x, int64_t rows
     const int64_t D = s->D, F = s->F;
     const double p = training ? s->cfg.dropout : 0.0, eps = s->cfg.ln_eps;
     const sasrec_impl *im = s->impl;
-    const grm_host_api *host = s->host;
     grm_status st;
 
     // embedding stage (S3RecModel.add_position_embedding: item + position embeddings,
@@ -653,11 +656,11 @@ static grm_status forward_bert(sasrec *s, float *y, const float *x, int64_t rows
 
     // feed-forward sub-layer (Intermediate.forward: dense_1, activation, dense_2, dropout,
     // LayerNorm(hidden + input))
-    if ((st = im->linear_fwd(s->z1, s->u, s->w1, s->b1, rows, D, F, host)) != GRM_OK)
+    if ((st = im->linear_fwd(s->z1, s->u, s->w1, s->b1, rows, D, F, &s->ex)) != GRM_OK)
         return st;
     for (int64_t i = 0; i < rows * F; i++)
         s->h1[i] = act_fwd(s->gelu, s->z1[i]);
-    if ((st = im->linear_fwd(s->r2, s->h1, s->w2, s->b2, rows, F, D, host)) != GRM_OK)
+    if ((st = im->linear_fwd(s->r2, s->h1, s->w2, s->b2, rows, F, D, &s->ex)) != GRM_OK)
         return st;
     drop_inplace(s, s->r2, rows * D, step, SASREC_SITE_FFN2, p);
     for (int64_t i = 0; i < rows * D; i++)
@@ -699,7 +702,6 @@ static grm_status backward_sasrec(sasrec *s, float *dx, const float *dy, int64_t
     const int64_t D = s->D, F = s->F, step = s->step;
     const double p = s->cfg.dropout;
     const sasrec_impl *im = s->impl;
-    const grm_host_api *host = s->host;
     grm_status st;
 
     const float *g = dy;                                  /* [rows, D] d r2 */
@@ -713,7 +715,7 @@ static grm_status backward_sasrec(sasrec *s, float *dx, const float *dy, int64_t
     memcpy(s->g_z2, g, (size_t)(rows * D) * sizeof *g);
     drop_inplace(s, s->g_z2, rows * D, step, SASREC_SITE_FFN2, p);
     if ((st = im->linear_bwd(s->g_h1, s->dw2, s->db2, s->g_z2, s->h1, s->w2, rows, F, D, 0,
-                             host)) != GRM_OK)
+                             &s->ex)) != GRM_OK)
         return st;
     // h1 = act(mask1 z1): d z1 = d h1 act'(mask1 z1) mask1
     const uint64_t k1 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN1);
@@ -722,7 +724,7 @@ static grm_status backward_sasrec(sasrec *s, float *dx, const float *dy, int64_t
         s->g_h1[i] *= act_grad(s->gelu, s->z1[i] * m) * m;
     }
     if ((st = im->linear_bwd(s->g_u, s->dw1, s->db1, s->g_h1, s->u, s->w1, rows, D, F, 1,
-                             host)) != GRM_OK)
+                             &s->ex)) != GRM_OK)
         return st;
     sasrec_ln_bwd(s->g_r1, s->dln2_g, s->dln2_b, s->g_u, s->r1, s->mu2, s->rs2, s->ln2_g,
                   rows, D, 0);
@@ -751,7 +753,6 @@ static grm_status backward_bert(sasrec *s, float *dx, const float *dy, int64_t r
     const int64_t D = s->D, F = s->F, step = s->step;
     const double p = s->cfg.dropout;
     const sasrec_impl *im = s->impl;
-    const grm_host_api *host = s->host;
     grm_status st;
 
     // y = LN2(r2), r2 = u + drop(W2 h1 + b2): d u = d r2, d z2 = d r2 mask
@@ -760,12 +761,12 @@ static grm_status backward_bert(sasrec *s, float *dx, const float *dy, int64_t r
     memcpy(s->g_u, s->g_r2, (size_t)(rows * D) * sizeof *s->g_u);
     drop_inplace(s, s->g_r2, rows * D, step, SASREC_SITE_FFN2, p);
     if ((st = im->linear_bwd(s->g_h1, s->dw2, s->db2, s->g_r2, s->h1, s->w2, rows, F, D, 0,
-                             host)) != GRM_OK)
+                             &s->ex)) != GRM_OK)
         return st;
     for (int64_t i = 0; i < rows * F; i++)
         s->g_h1[i] *= act_grad(s->gelu, s->z1[i]);
     if ((st = im->linear_bwd(s->g_u, s->dw1, s->db1, s->g_h1, s->u, s->w1, rows, D, F, 1,
-                             host)) != GRM_OK)
+                             &s->ex)) != GRM_OK)
         return st;
 
     // u = LN1(r1), r1 = h0 + drop(out_proj(att)): d h0 = d r1 + the q, k, v paths below

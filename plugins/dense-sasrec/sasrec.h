@@ -114,9 +114,9 @@ grm_status sasrec_attn_bwd_ref(float *dq, float *dk, float *dv, const float *dou
                                const float *q, const float *k, const float *v, const float *o,
                                const float *lse, const sasrec_attn_args *a,
                                const grm_host_api *host);
-/* sasrec_cpu.c: cblas_sgemm per row/column chunk on host->parallel_for; attention per
- * (sequence, head) on the thread pool with a one-pass online softmax. Sizes fit in int
- * (checked in create/forward). */
+/* sasrec_cpu.c: attention per (sequence, head) on the thread pool with a one-pass online
+ * softmax; the projections are linear.h's backend GEMMs. Sizes fit in int (checked in
+ * create/forward). */
 grm_status sasrec_attn_fwd_cpu(float *o, float *lse, const float *q, const float *k,
                                const float *v, const sasrec_attn_args *a,
                                const grm_host_api *host);

@@ -84,9 +84,11 @@ typedef struct grm_host_api {
     /* The job's communicator (world of one when no comm plugin is configured). */
     struct grm_comm_handle *comm;
 
-    /* since 1.4: the pipeline's compute backend ([pipeline] device; grm/backend.h), or NULL
-     * outside a run. Plugins run their hot ops through it or pick their implementation by
-     * its name and device in create. Test it with GRM_HAS_OP(grm_host_api, host, backend). */
+    /* since 1.4: the pipeline's compute backend ([pipeline] device; grm/backend.h). Plugins
+     * run their hot ops through it (the dense blocks' GEMMs, the heads' row gathers) and
+     * pick their implementation by its name and device in create. Outside a run, grmhost's
+     * host gives the `cpu` backend (since 1.7; NULL before); another host may give NULL.
+     * Test it with GRM_HAS_OP(grm_host_api, host, backend). */
     const struct grm_backend *(*backend)(void);
 } grm_host_api;
 
