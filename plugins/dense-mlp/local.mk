@@ -5,9 +5,9 @@ plugin_LTLIBRARIES += %reldir%/dense-mlp.la
 %canon_reldir%_dense_mlp_la_SOURCES = %reldir%/plugin.c %reldir%/mlp.h %reldir%/mlp.c \
 	%reldir%/mlp_ref.c %reldir%/linear.h %reldir%/linear.c %reldir%/linear_ref.c \
 	%reldir%/linear_cpu.c
-%canon_reldir%_dense_mlp_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS)
+%canon_reldir%_dense_mlp_la_CPPFLAGS = $(AM_CPPFLAGS)
 %canon_reldir%_dense_mlp_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-%canon_reldir%_dense_mlp_la_LIBADD = $(BLAS_LIBS) -lm
+%canon_reldir%_dense_mlp_la_LIBADD = -lm
 EXTRA_DIST += %reldir%/README.md tests/ref/dense_mlp.py
 
 check_PROGRAMS += tests/test-dense-mlp

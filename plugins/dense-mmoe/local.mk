@@ -5,10 +5,10 @@ plugin_LTLIBRARIES += %reldir%/dense-mmoe.la
 %canon_reldir%_dense_mmoe_la_SOURCES = %reldir%/plugin.c %reldir%/mmoe.h %reldir%/mmoe.c \
 	%reldir%/mmoe_ref.c plugins/dense-mlp/linear.c plugins/dense-mlp/linear_ref.c \
 	plugins/dense-mlp/linear_cpu.c
-%canon_reldir%_dense_mmoe_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS) \
+%canon_reldir%_dense_mmoe_la_CPPFLAGS = $(AM_CPPFLAGS) \
 	-I$(srcdir)/plugins/dense-mlp
 %canon_reldir%_dense_mmoe_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-%canon_reldir%_dense_mmoe_la_LIBADD = $(BLAS_LIBS) -lm
+%canon_reldir%_dense_mmoe_la_LIBADD = -lm
 EXTRA_DIST += %reldir%/README.md tests/ref/mmoe.py tests/ref/heads.py
 
 check_PROGRAMS += tests/test-dense-mmoe

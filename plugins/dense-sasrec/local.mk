@@ -5,10 +5,10 @@ plugin_LTLIBRARIES += %reldir%/dense-sasrec.la
 %canon_reldir%_dense_sasrec_la_SOURCES = %reldir%/plugin.c %reldir%/sasrec.h \
 	%reldir%/sasrec.c %reldir%/sasrec_ref.c %reldir%/sasrec_cpu.c \
 	plugins/dense-mlp/linear_ref.c plugins/dense-mlp/linear_cpu.c
-%canon_reldir%_dense_sasrec_la_CPPFLAGS = $(AM_CPPFLAGS) $(BLAS_CFLAGS) \
+%canon_reldir%_dense_sasrec_la_CPPFLAGS = $(AM_CPPFLAGS) \
 	-I$(srcdir)/plugins/dense-mlp
 %canon_reldir%_dense_sasrec_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-%canon_reldir%_dense_sasrec_la_LIBADD = $(BLAS_LIBS) -lm
+%canon_reldir%_dense_sasrec_la_LIBADD = -lm
 EXTRA_DIST += %reldir%/README.md tests/ref/sasrec.py
 
 check_PROGRAMS += tests/test-dense-sasrec
