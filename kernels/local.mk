@@ -64,7 +64,7 @@ tests_test_cuda_backend_CPPFLAGS = $(GRM_CUDA_TEST_CPPFLAGS)
 tests_test_cuda_backend_LDADD = $(GRM_CUDA_TEST_LIBS)
 check_PROGRAMS += tests/test-cuda-hstu
 TESTS += tests/test-cuda-hstu
-tests_test_cuda_hstu_SOURCES = tests/test-cuda-hstu.c tests/cuda-common.h
+tests_test_cuda_hstu_SOURCES = tests/test-cuda-hstu.c tests/cuda-common.h tests/hstu-ref.h
 tests_test_cuda_hstu_CPPFLAGS = $(GRM_CUDA_TEST_CPPFLAGS)
 tests_test_cuda_hstu_LDADD = $(GRM_CUDA_TEST_LIBS)
 
