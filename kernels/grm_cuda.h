@@ -261,15 +261,6 @@ grm_status grm_cuda_hstu_attn_bwd(void *ctx, float *dq, float *dk, float *dv, fl
                                   float *d_rab_time, const float *dout,
                                   const grm_hstu_attn_args *a, void *ws);
 
-/* ---- the cuda backend of grm/backend.h (backend_cuda.c) ---- */
-
-struct grm_backend_iface;
-/* The iface (static), and its context for GPU `device` (owned: grm_cuda_backend_close).
- * GRM_ENOTSUP when the machine has no such device. */
-extern const struct grm_backend_iface grm_cuda_backend_iface;
-grm_status grm_cuda_backend_open(int32_t device, void **ctx);
-void grm_cuda_backend_close(void *ctx);
-
 #ifdef __cplusplus
 }
 #endif

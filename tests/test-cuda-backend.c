@@ -1,4 +1,5 @@
-/* tests/test-cuda-backend.c - the cuda backend of grm/backend.h (kernels/backend_cuda.c)
+/* tests/test-cuda-backend.c - the cuda backend of grm/backend.h (kernels/backend_cuda.c),
+ * opened as the trainer opens it (grm__backend_open("cuda:0"): the grm-cuda.so module),
  * against the ref backend (core/backend_ref.c) on the same seeded inputs: gather, scatter-add
  * with duplicate-heavy indices, sum and mean pooling over segments with empty ones, the sum
  * pooling backward, segment unique over several segments (its ids, segments, counts, inverse
@@ -35,15 +36,25 @@ static void *down(const void *d, size_t bytes)
 
 int main(void)
 {
-    const grm_backend_iface *R = &grm__backend_ref_iface, *C = &grm_cuda_backend_iface;
+    const grm_backend_iface *R = &grm__backend_ref_iface;
     tap_plan(NCASES);
-    void *ctx = NULL;
-    if (!tc_have_device() || grm_cuda_backend_open(0, &ctx) != GRM_OK) {
+    if (!tc_have_device()) {
         for (int i = 0; i < NCASES; i++)
             printf("ok %d - cuda backend case %d against ref # SKIP %s\n", i + 1, i + 1,
                    CUDA_SKIP);
         return 0;
     }
+    grm_backend be;
+    grm_status st = grm__backend_open("cuda:0", &be);
+    tap_ok(st == GRM_OK && be.iface && strcmp(be.iface->name(be.context), "cuda") == 0,
+           "device = cuda:0 opens the cuda backend from its module (%s)",
+           st ? grm_last_error() : "ok");
+    if (st != GRM_OK) {
+        printf("Bail out! no cuda backend on a machine with a device\n");
+        return 1;
+    }
+    const grm_backend_iface *C = be.iface;
+    void *ctx = be.context;
     enum { N = 3000, NR = 200, D = 24, B = 150, F = 3 };
     float *rows = malloc(sizeof(float) * NR * D), *src = malloc(sizeof(float) * N * D);
     int64_t idx[N], off[B + 1], soff[F + 1] = { 0, 1000, 1000, N };
@@ -63,7 +74,7 @@ int main(void)
 
     // gather
     R->gather(NULL, hout, rows, idx, N, NR, D, NULL);
-    grm_status st = C->gather(ctx, dout, dr, di, N, NR, D, NULL);
+    st = C->gather(ctx, dout, dr, di, N, NR, D, NULL);
     float *got = down(dout, sizeof(float) * N * D);
     tap_ok(st == GRM_OK && memcmp(got, hout, sizeof(float) * N * D) == 0,
            "gather of %d rows equals ref", N);
@@ -133,6 +144,6 @@ int main(void)
     }
     tap_ok(ok, "gemm NN, TN, NT, TT with alpha and beta within fp32 tolerance of ref");
     C->work_destroy(ctx, work);
-    grm_cuda_backend_close(ctx);
+    grm__backend_close(&be);
     return tap_done();
 }
