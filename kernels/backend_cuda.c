@@ -1,17 +1,19 @@
 /* kernels/backend_cuda.c - the `cuda` backend of grm/backend.h ([pipeline] device = cuda:N):
- * the iface over the launchers of kernels/ (embedding_ops.cu, segment_unique.cu) and
- * cuBLAS for the GEMM, in C against the CUDA runtime. Built with CUDA only
+ * the iface over the launchers of kernels/ (embedding_ops.cu, segment_unique.cu,
+ * hstu_attn.cu) and cuBLAS for the GEMM, in C against the CUDA runtime. Built with CUDA only
  * (HAVE_CUDA), as the module grm-cuda.so together with libgrmcuda.la, so that grmhost loads
  * the CUDA runtime and cuBLAS only for a pipeline that runs on cuda:N: core/backend.c
  * dlopens it on the first open and reaches it through grm_cuda_backend_entry, its only
  * exported symbol (grm__cuda_module, core/backend.h). Like a plugin it links no libgrmcore
  * and sets errors through the host API it is handed. tests/test-cuda-backend.c holds it to
- * the `ref` backend op by op on a GPU and skips without one.
+ * the `ref` backend op by op on a GPU (and the attention to the C reference of
+ * tests/hstu-ref.h) and skips without one.
  *
  * Where the device ops differ from the CPU backends, by design of the kernels: gather gives
  * a zero row and scatter-add skips an index outside [0, nrows) instead of refusing it;
  * scatter-add and the pooling backward sum duplicates with fp32 atomics, so their order
- * (and the last bits) is unspecified; segment_reduce_bwd has no mean-pooling kernel yet.
+ * (and the last bits) is unspecified; segment_reduce_bwd has no mean-pooling kernel yet;
+ * the attention synchronises its stream once per call (kernels/grm_cuda.h).
  * TODO(issue-19): run it, streams per stage (MTGRBoost §3), the mean backward. */
 #include "backend.h"
 #include "grm_cuda.h"
@@ -218,6 +220,26 @@ static grm_status cu_gemm(void *ctx, int32_t trans_a, int32_t trans_b, int64_t M
     return GRM_OK;
 }
 
+/* The attention: the launchers have the iface's types; these only carry their message to the
+ * host's error (a plugin that calls them itself reads grm_cuda_last_error()). */
+static size_t cu_hstu_attn_ws_bytes(void *ctx, int64_t rows, int64_t nseq, int64_t H,
+                                    int64_t nrab)
+{
+    return grm_cuda_hstu_attn_ws_bytes(ctx, rows, nseq, H, nrab);
+}
+
+static grm_status cu_hstu_attn_fwd(void *ctx, float *out, const grm_hstu_attn_args *a, void *ws)
+{
+    return fail(grm_cuda_hstu_attn_fwd(ctx, out, a, ws));
+}
+
+static grm_status cu_hstu_attn_bwd(void *ctx, float *dq, float *dk, float *dv, float *d_rab_pos,
+                                   float *d_rab_time, const float *dout,
+                                   const grm_hstu_attn_args *a, void *ws)
+{
+    return fail(grm_cuda_hstu_attn_bwd(ctx, dq, dk, dv, d_rab_pos, d_rab_time, dout, a, ws));
+}
+
 static const grm_backend_iface cu_iface = {
     .struct_size = sizeof(grm_backend_iface),
     .name = cu_name,
@@ -233,6 +255,9 @@ static const grm_backend_iface cu_iface = {
     .segment_reduce_bwd = cu_segment_reduce_bwd,
     .segment_unique = cu_segment_unique,
     .gemm = cu_gemm,
+    .hstu_attn_ws_bytes = cu_hstu_attn_ws_bytes,
+    .hstu_attn_fwd = cu_hstu_attn_fwd,
+    .hstu_attn_bwd = cu_hstu_attn_bwd,
 };
 
 static grm_status cu_open(int32_t device, void **ctx)
