@@ -216,22 +216,19 @@ static void bench_hash(void)
 
 /* ---- HSTU attention ---- */
 typedef struct attn_arg {
-    float *out, *q, *k, *v, *rab, *dq, *dk, *dv, *drab, *dout;
-    int64_t *off;
-    int64_t B, L;
-    int32_t H, D, R;
+    grm_hstu_attn_args a;       /* device pointers */
+    float *out, *dq, *dk, *dv, *drab, *dout;
+    void *ws;
     int bwd;
 } attn_arg;
-static void attn_op(void *a)
+static void attn_op(void *p)
 {
-    attn_arg *x = a;
+    attn_arg *x = p;
     if (!x->bwd)
-        CK(grm_cuda_hstu_attn_fwd(x->out, x->q, x->k, x->v, x->rab, x->off, x->B, x->H, x->D,
-                                  x->D, x->R, x->L, 0.1f, (float)x->L, NULL));
+        CK(grm_cuda_hstu_attn_fwd(NULL, x->out, &x->a, x->ws));
     else
-        CK(grm_cuda_hstu_attn_bwd(x->dq, x->dk, x->dv, x->drab, x->dout, x->q, x->k, x->v,
-                                  x->rab, x->off, x->B, x->H, x->D, x->D, x->R, x->L, 0.1f,
-                                  (float)x->L, NULL));
+        CK(grm_cuda_hstu_attn_bwd(NULL, x->dq, x->dk, x->dv, x->drab, NULL, x->dout, &x->a,
+                                  x->ws));
 }
 
 static void bench_attn(void)
@@ -244,7 +241,7 @@ static void bench_attn(void)
     const int lanes = (major == 8 && minor == 0) ? 64 : 128;   /* fp32 lanes per SM */
     const double peak = (double)sms * lanes * 2.0 * clock_khz * 1e3;
     const int64_t lens[] = {512, 1024, 2048, 4096, 8192};
-    const int32_t H = 4, D = 128, R = 128;
+    const int32_t H = 4, D = 128;
     for (int c = 0; c < (quick ? 2 : 5); c++) {
         const int64_t tokens = quick ? 8192 : 32768;
         const int64_t L = lens[c], B = tokens / L < 1 ? 1 : tokens / L;
@@ -254,10 +251,19 @@ static void bench_attn(void)
         for (int64_t b = 0; b <= B; b++) off[b] = b * L;
         float *hx = malloc(nx * 4);
         for (size_t i = 0; i < nx; i++) hx[i] = (float)((double)(rnd() >> 11) * 0x1.0p-53 - 0.5);
-        attn_arg x = {dalloc(nx * 4), dupload(hx, nx * 4), dupload(hx, nx * 4),
-                      dupload(hx, nx * 4), dalloc((size_t)H * R * 4), dalloc(nx * 4),
-                      dalloc(nx * 4), dalloc(nx * 4), dalloc((size_t)H * R * 4),
-                      dupload(hx, nx * 4), dupload(off, (size_t)(B + 1) * 8), B, L, H, D, R, 0};
+        /* q, k, v share one [T, H*D] buffer (ld = H*D); rab_pos over max_len = L buckets */
+        attn_arg x = {
+            .a = { .nseq = B, .offsets = dupload(off, (size_t)(B + 1) * 8), .H = H, .dqk = D,
+                   .dv = D, .ld = (int64_t)H * D, .max_len = L, .nbuckets = 1,
+                   .norm = GRM_HSTU_NORM_MAX_LEN },
+            .out = dalloc(nx * 4), .dq = dalloc(nx * 4), .dk = dalloc(nx * 4),
+            .dv = dalloc(nx * 4), .drab = dalloc((size_t)(H * L) * 4),
+            .dout = dupload(hx, nx * 4),
+            .ws = dalloc(grm_cuda_hstu_attn_ws_bytes(NULL, T, B, H, L)),
+        };
+        float *dx = dupload(hx, nx * 4);
+        x.a.q = x.a.k = x.a.v = dx;
+        x.a.rab_pos = dalloc((size_t)(H * L) * 4);
         /* causal pairs per head: L (L + 1) / 2; fwd 2 GEMM-like products of D each */
         const double pairs = (double)B * H * (double)L * (double)(L + 1) / 2.0;
         const double f_fwd = 2.0 * pairs * (2.0 * D), f_bwd = 2.0 * pairs * (4.0 * D);
@@ -269,9 +275,9 @@ static void bench_attn(void)
                "ratio=%.3f mfu=%.3f\n", (long long)L, (long long)B, H, D, t_f * 1e3, t_b * 1e3,
                f_fwd / t_f / 1e12, f_bwd / t_b / 1e12, peak / 1e12,
                (f_fwd + f_bwd) / (t_f + t_b) / peak, (f_fwd + f_bwd) / (t_f + t_b) / peak);
-        grm_cuda_free(x.out), grm_cuda_free(x.q), grm_cuda_free(x.k), grm_cuda_free(x.v);
-        grm_cuda_free(x.rab), grm_cuda_free(x.dq), grm_cuda_free(x.dk), grm_cuda_free(x.dv);
-        grm_cuda_free(x.drab), grm_cuda_free(x.dout), grm_cuda_free(x.off);
+        grm_cuda_free(x.out), grm_cuda_free(x.dq), grm_cuda_free(x.dk), grm_cuda_free(x.dv);
+        grm_cuda_free(x.drab), grm_cuda_free(x.dout), grm_cuda_free(x.ws), grm_cuda_free(dx);
+        grm_cuda_free((void *)x.a.offsets), grm_cuda_free((void *)x.a.rab_pos);
         free(off), free(hx);
     }
 }

@@ -1,11 +1,17 @@
 /* core/backend.c - the `cpu` backend (grm/backend.h): core/sparse.c's threaded operators
  * (hash-partitioned scatter-add and segment unique, element-balanced pooling; RecIS Table 1,
  * FusedRec §3) and OpenBLAS's SGEMM, on host memory; and the registry that opens a backend
- * from a [pipeline] device value. Tested against core/backend_ref.c by tests/test-backend.c. */
+ * from a [pipeline] device value, loading the cuda module (kernels/backend_cuda.c) on
+ * demand. Tested against core/backend_ref.c by tests/test-backend.c. */
+#include "config.h"
+
 #include "backend.h"
 #include "sparse.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,6 +174,65 @@ grm_status grm__device_parse(const char *spec, grm_device *device, char *name, s
     return grm_errorf(GRM_EINVAL, "device '%s': expected cpu, ref or cuda:N", spec);
 }
 
+#ifdef GRM_HAVE_CUDA
+/* The cuda module, loaded by the first open of cuda:N and released by the close of the
+ * last: process state, under cuda_lock. RTLD_NODELETE as for plugins (core/loader.c): the
+ * CUDA runtime and cuBLAS it pulls in register exit handlers and keep a C++ runtime pool,
+ * neither of which survives being unmapped, so dlclose drops the reference and the code
+ * stays mapped; a second load finds it there. */
+static pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *cuda_handle;
+static const grm__cuda_module *cuda_mod;
+static int32_t cuda_refs;
+
+/* Load the module into cuda_handle and cuda_mod (under cuda_lock). */
+static grm_status cuda_load(const char *spec)
+{
+    char path[PATH_MAX];
+    if (!grm__module_path(GRM__CUDA_MODULE, path, sizeof path))
+        return grm_errorf(GRM_ENOTFOUND, "device '%s': the cuda backend module %s is neither "
+                          "in %s nor in its kernels/.libs; rebuild or reinstall grm (make "
+                          "install puts it beside lib/grm/plugins), or use device = cpu", spec,
+                          GRM__CUDA_MODULE, path);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!h)
+        return grm_errorf(GRM_EABI, "device '%s': cannot load %s: %s; check that the CUDA "
+                          "runtime and cuBLAS are installed (ldd %s), or use device = cpu",
+                          spec, path, dlerror(), path);
+    grm__cuda_entry_fn entry;
+    void *sym = dlsym(h, GRM__CUDA_ENTRY);
+    memcpy(&entry, &sym, sizeof entry);
+    const grm__cuda_module *m = entry ? entry(grm__host_api()) : NULL;
+    if (!m || m->struct_size != sizeof *m || !m->iface || !m->open || !m->close) {
+        dlclose(h);
+        return grm_errorf(GRM_EABI, "device '%s': %s is not this grmhost's cuda module (%s); "
+                          "build grmhost and the module together (make), or use device = cpu",
+                          spec, path, entry ? "its table differs" : "no " GRM__CUDA_ENTRY);
+    }
+    cuda_handle = h;
+    cuda_mod = m;
+    return GRM_OK;
+}
+
+static grm_status cuda_open(const char *spec, int32_t device, grm_backend *out)
+{
+    pthread_mutex_lock(&cuda_lock);
+    grm_status st = cuda_handle ? GRM_OK : cuda_load(spec);
+    void *ctx = NULL;
+    if (st == GRM_OK && (st = cuda_mod->open(device, &ctx)) == GRM_OK) {
+        cuda_refs++;
+        out->iface = cuda_mod->iface;
+        out->context = ctx;
+    } else if (cuda_handle && cuda_refs == 0) {
+        dlclose(cuda_handle);
+        cuda_handle = NULL;
+        cuda_mod = NULL;
+    }
+    pthread_mutex_unlock(&cuda_lock);
+    return st;
+}
+#endif
+
 grm_status grm__backend_open(const char *spec, grm_backend *out)
 {
     char name[16];
@@ -184,15 +249,28 @@ grm_status grm__backend_open(const char *spec, grm_backend *out)
         out->iface = &grm__backend_cpu_iface;
         return GRM_OK;
     }
-    /* kernels/backend_cuda.c is the cuda backend (built with nvcc, tested op by op against
-     * ref by tests/test-cuda-backend.c); the trainer opens it once its plugins run on cuda,
-     * and then from a module loaded on demand, so that grmhost does not load cuBLAS for
-     * every command. TODO(issue-19). */
-    return grm_errorf(GRM_ENOTSUP, "device '%s': the trainer does not run on CUDA yet; use "
-                      "device = cpu", spec);
+#ifdef GRM_HAVE_CUDA
+    return cuda_open(spec, dev.index, out);
+#else
+    return grm_errorf(GRM_ENOTSUP, "device '%s': this grmhost was built without CUDA "
+                      "(configure found no nvcc/cuBLAS); use device = cpu", spec);
+#endif
 }
 
 void grm__backend_close(grm_backend *b)
 {
-    if (b) memset(b, 0, sizeof *b);
+    if (!b) return;
+#ifdef GRM_HAVE_CUDA
+    if (b->iface && b->device.type == GRM_DEVICE_CUDA) {
+        pthread_mutex_lock(&cuda_lock);
+        cuda_mod->close(b->context);
+        if (--cuda_refs == 0) {
+            dlclose(cuda_handle);
+            cuda_handle = NULL;
+            cuda_mod = NULL;
+        }
+        pthread_mutex_unlock(&cuda_lock);
+    }
+#endif
+    memset(b, 0, sizeof *b);
 }

@@ -105,6 +105,14 @@ grm_status grm__registry_load_dir_named(grm__registry *reg, const char *dir,
 /* Load the default search path: GRM_PLUGIN_PATH (colon-separated), then the build tree
  * when grmhost runs from it, else the installed plugin directory. */
 grm_status grm__registry_load_default(grm__registry *reg);
+/* Where grmhost's own module `file` (the cuda backend's, GRM__CUDA_MODULE in
+ * core/backend.h) is: in the parent of grmhost's own plugin directory as
+ * grm__registry_load_default picks it (the build tree's, one beside the executable, the
+ * installed one), i.e. $(libdir)/grm/<file> in an installation and kernels/.libs/<file> in
+ * a build tree. GRM_PLUGIN_PATH is not searched: the module must come from grmhost's own
+ * build. Returns 1 with the file's path in buf [cap], or 0 with buf the directory searched
+ * (<dir>/<file> and <dir>/kernels/.libs/<file>). */
+int grm__module_path(const char *file, char *buf, size_t cap);
 /* The plugin named `name` or NULL (GRM_ENOTFOUND set, with a did-you-mean). */
 const grm__plugin *grm__registry_find(const grm__registry *reg, const char *name);
 /* Like find, but also checks the kind. */

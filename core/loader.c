@@ -385,6 +385,21 @@ static int plugins_near_exe(char *buf, size_t cap)
     return 0;
 }
 
+/* The directory of grmhost's own plugins into buf [cap]: the build tree's plugins/ when
+ * grmhost runs from it, else one beside the executable, else the installed GRM_PLUGIN_DIR.
+ * Returns 1 for the installed one (which may be missing when GRM_PLUGIN_PATH has the
+ * plugins). */
+static int own_plugin_dir(char *buf, size_t cap)
+{
+    if (running_from_build_tree()) {
+        snprintf(buf, cap, "%s/plugins", GRM_BUILD_DIR);
+        return 0;
+    }
+    if (plugins_near_exe(buf, cap)) return 0;
+    snprintf(buf, cap, "%s", GRM_PLUGIN_DIR);
+    return 1;
+}
+
 grm_status grm__registry_load_default(grm__registry *reg)
 {
     const char *env = getenv("GRM_PLUGIN_PATH");
@@ -404,17 +419,33 @@ grm_status grm__registry_load_default(grm__registry *reg)
         }
         free(copy);
     }
-    if (running_from_build_tree())
-        return grm__registry_load_dir(reg, GRM_BUILD_DIR "/plugins");
-    char near[PATH_MAX];
-    if (plugins_near_exe(near, sizeof near)) return grm__registry_load_dir(reg, near);
-    grm_status st = grm__registry_load_dir(reg, GRM_PLUGIN_DIR);
-    if (st == GRM_ENOTFOUND && reg->n > 0) return GRM_OK;
-    if (st == GRM_ENOTFOUND)
+    char dir[PATH_MAX];
+    const int installed = own_plugin_dir(dir, sizeof dir);
+    grm_status st = grm__registry_load_dir(reg, dir);
+    if (installed && st == GRM_ENOTFOUND && reg->n > 0) return GRM_OK;
+    if (installed && st == GRM_ENOTFOUND)
         grm_error_suffix("; no plugins beside grmhost either: set GRM_PLUGIN_PATH to the "
                          "directory that holds them (a build tree's plugins/, an "
                          "installation's lib/grm/plugins)");
     return st;
+}
+
+int grm__module_path(const char *file, char *buf, size_t cap)
+{
+    char dir[PATH_MAX];
+    own_plugin_dir(dir, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) *slash = '\0';
+    /* an installation's $(libdir)/grm, then a build tree's kernels/.libs (libtool) */
+    static const char *const rel[] = { "", "kernels/.libs/" };
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+        struct stat sb;
+        if ((size_t)snprintf(buf, cap, "%s/%s%s", dir, rel[i], file) < cap
+            && stat(buf, &sb) == 0)
+            return 1;
+    }
+    snprintf(buf, cap, "%s", dir);
+    return 0;
 }
 
 const grm__plugin *grm__registry_find(const grm__registry *reg, const char *name)

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grm/backend.h>
 #include <grm/emb.h>
 #include <grm/status.h>
 #include <grm/tensor.h>
@@ -230,37 +231,35 @@ int64_t grm_cuda_hash_capacity(const grm_cuda_hash *h);
 
 /* ---- fused jagged HSTU attention (hstu_attn.cu) ---- */
 
-/* Pointwise (SiLU) causal attention of HSTU (MTGRBoost §2 eq. 1-3, §5.2 "operator fusion";
- * TurboGR §4.1.1 jagged, no padding), per sequence b and head h, for i < L_b:
- *   s_ij  = alpha * q_i . k_j + rab[h, min(i - j, R - 1)]       (rab term 0 if rab NULL)
- *   out_i = sum over j <= i of SiLU(s_ij) v_j / n
- * Tiles of 64 queries x 64 keys; tiles above the diagonal are skipped; no L x L tensor is
- * stored in global memory. fp32 in and out, fp32 accumulation.
- * out [T, H, Dv], q and k [T, H, D], v [T, H, Dv] device f32 with T = offsets[B];
- * offsets [B+1] device int64; rab [H, R] device f32 or NULL; D, Dv in [1, 128];
- * max_len >= the longest sequence (host value, sizes the grid); n > 0. */
-grm_status grm_cuda_hstu_attn_fwd(float *out, const float *q, const float *k, const float *v,
-                                  const float *rab, const int64_t *offsets, int64_t B,
-                                  int32_t H, int32_t D, int32_t Dv, int32_t R, int64_t max_len,
-                                  float alpha, float n, void *stream);
-
-/* Backward of grm_cuda_hstu_attn_fwd: dq, dk [T, H, D], dv [T, H, Dv] are overwritten;
- * drab [H, R] (NULL when rab is NULL) is overwritten with the summed bias gradient.
- * dout [T, H, Dv]. The attention weights are recomputed tile by tile. */
-grm_status grm_cuda_hstu_attn_bwd(float *dq, float *dk, float *dv, float *drab,
-                                  const float *dout, const float *q, const float *k,
-                                  const float *v, const float *rab, const int64_t *offsets,
-                                  int64_t B, int32_t H, int32_t D, int32_t Dv, int32_t R,
-                                  int64_t max_len, float alpha, float n, void *stream);
-
-/* ---- the cuda backend of grm/backend.h (backend_cuda.c) ---- */
-
-struct grm_backend_iface;
-/* The iface (static), and its context for GPU `device` (owned: grm_cuda_backend_close).
- * GRM_ENOTSUP when the machine has no such device. */
-extern const struct grm_backend_iface grm_cuda_backend_iface;
-grm_status grm_cuda_backend_open(int32_t device, void **ctx);
-void grm_cuda_backend_close(void *ctx);
+/* The HSTU attention of grm_hstu_attn_args (grm/backend.h, the contract; its spec is
+ * plugins/dense-hstu/hstu_ref.c), with the types grm_hstu_attn_ws_fn, _fwd_fn and _bwd_fn:
+ * the cuda backend's iface entries and what a plugin calls on its own. Pointwise SiLU
+ * causal attention over jagged sequences with the position and time biases, tiles of 64
+ * queries x 64 keys, tiles above the diagonal skipped, no L x L tensor in global memory,
+ * fp32 in, out and accumulation.
+ *  - ctx: ignored (the backend's context, or NULL); a->host: unused; a->stream: the
+ *    cudaStream_t (NULL: the default stream);
+ *  - every pointer in *a (offsets, times, time_thr included) and every array argument is
+ *    device memory; ws is ws_bytes() bytes of device memory (a constant 256 bytes);
+ *  - limits: H in [1, 65535], dqk and dv in [1, 128], ld >= H * max(dqk, dv), max_len >= 1,
+ *    nbuckets in [1, 128] when the time bias is on, sequences of at most 4,194,240 rows,
+ *    nseq < 2^31; GRM_EINVAL names the value past them (broken offsets included), and
+ *    GRM_ENOTSUP a shape whose tiles exceed the GPU's shared memory per block (dqk = dv =
+ *    128 with 128 time buckets fits sm_80's 163 KB exactly);
+ *  - each call synchronises a->stream once: it reads the longest sequence back to size the
+ *    grid (the arguments have no host-side lengths). */
+size_t grm_cuda_hstu_attn_ws_bytes(void *ctx, int64_t rows, int64_t nseq, int64_t H,
+                                   int64_t nrab);
+/* out [N, H*dv] = the attention (overwritten). */
+grm_status grm_cuda_hstu_attn_fwd(void *ctx, float *out, const grm_hstu_attn_args *a,
+                                  void *ws);
+/* Its backward from dout [N, H*dv], recomputing the scores tile by tile: dq, dk, dv (views
+ * with stride a->ld) are overwritten; d_rab_pos [H, max_len] and d_rab_time [H, nbuckets]
+ * (each NULL when not wanted) are accumulated into with fp32 atomics, so their last bits
+ * depend on block order; without a->times nothing is added to d_rab_time. */
+grm_status grm_cuda_hstu_attn_bwd(void *ctx, float *dq, float *dk, float *dv, float *d_rab_pos,
+                                  float *d_rab_time, const float *dout,
+                                  const grm_hstu_attn_args *a, void *ws);
 
 #ifdef __cplusplus
 }

@@ -28,9 +28,21 @@ GRM_NVCCFLAGS = -std=c++17 -O3 $(GRM_NVCC_GENCODE) --Werror=all-warnings \
 noinst_LTLIBRARIES += %reldir%/libgrmcuda.la
 %canon_reldir%_libgrmcuda_la_SOURCES = %reldir%/grm_cuda.h %reldir%/cuda_common.cuh \
 	%reldir%/cuda_util.cu %reldir%/embedding_ops.cu %reldir%/segment_unique.cu \
-	%reldir%/row_opt.cu %reldir%/hash_table.cu %reldir%/hstu_attn.cu %reldir%/backend_cuda.c
-%canon_reldir%_libgrmcuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS) -I$(top_srcdir)/kernels
+	%reldir%/row_opt.cu %reldir%/hash_table.cu %reldir%/hstu_attn.cu
 %canon_reldir%_libgrmcuda_la_LIBADD = $(CUDA_LIBS) -lstdc++
+
+# The cuda backend (backend_cuda.c + libgrmcuda.la) as a module that core/backend.c dlopens
+# on the first device = cuda:N, so grmhost loads the CUDA runtime and cuBLAS only then. It
+# links like a plugin (no libgrmcore; --no-undefined) and exports grm_cuda_backend_entry
+# alone (the regex also hides the std:: template code the .cu files instantiate, which
+# libstdc++'s headers give default visibility). Installed in $(pkglibdir) = $(libdir)/grm,
+# the parent of the plugin directory, where core/loader.c's grm__module_path looks
+# (kernels/.libs in the build tree).
+pkglib_LTLIBRARIES += %reldir%/grm-cuda.la
+%canon_reldir%_grm_cuda_la_SOURCES = %reldir%/backend_cuda.c
+%canon_reldir%_grm_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS) -I$(top_srcdir)/kernels
+%canon_reldir%_grm_cuda_la_LDFLAGS = $(PLUGIN_LDFLAGS) -export-symbols-regex '^grm_cuda_backend_entry$$'
+%canon_reldir%_grm_cuda_la_LIBADD = %reldir%/libgrmcuda.la $(CUDA_LIBS) -lstdc++
 # nvcc writes no dependency files here: rebuild every kernel when a shared header moves.
 $(%canon_reldir%_libgrmcuda_la_OBJECTS): %reldir%/grm_cuda.h %reldir%/cuda_common.cuh
 
@@ -59,12 +71,12 @@ tests_test_cuda_hash_CPPFLAGS = $(GRM_CUDA_TEST_CPPFLAGS)
 tests_test_cuda_hash_LDADD = $(GRM_CUDA_TEST_LIBS)
 check_PROGRAMS += tests/test-cuda-backend
 TESTS += tests/test-cuda-backend
-tests_test_cuda_backend_SOURCES = tests/test-cuda-backend.c tests/cuda-common.h
+tests_test_cuda_backend_SOURCES = tests/test-cuda-backend.c tests/cuda-common.h tests/hstu-ref.h
 tests_test_cuda_backend_CPPFLAGS = $(GRM_CUDA_TEST_CPPFLAGS)
 tests_test_cuda_backend_LDADD = $(GRM_CUDA_TEST_LIBS)
 check_PROGRAMS += tests/test-cuda-hstu
 TESTS += tests/test-cuda-hstu
-tests_test_cuda_hstu_SOURCES = tests/test-cuda-hstu.c tests/cuda-common.h
+tests_test_cuda_hstu_SOURCES = tests/test-cuda-hstu.c tests/cuda-common.h tests/hstu-ref.h
 tests_test_cuda_hstu_CPPFLAGS = $(GRM_CUDA_TEST_CPPFLAGS)
 tests_test_cuda_hstu_LDADD = $(GRM_CUDA_TEST_LIBS)
 

@@ -3,13 +3,18 @@
  * same seeded inputs, random and adversarial: empty segments, length-1 segments, duplicate-
  * heavy index streams, ids at the 64-bit edges, a segment count of one. Sums run in the same
  * order on both, so gather, scatter-add, pooling and segment unique must agree bitwise; the
- * GEMM within fp32 tolerance (ref accumulates in double). Both refuse an index out of range. */
+ * GEMM within fp32 tolerance (ref accumulates in double). Both refuse an index out of range.
+ * device = cuda:0 opens the cuda module, or names why not: a build without CUDA, a machine
+ * without a GPU; on a GPU it runs a GEMM against ref and closes. */
+#include "config.h"
+
 #include "backend.h"
 #include "grm_core.h"
 #include "tap.h"
 
 #include <grm/rng.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,9 +176,79 @@ static void check_gemm(int32_t ta, int32_t tb, int64_t M, int64_t N, int64_t K)
     free(c2);
 }
 
+/* device = cuda:0 through grm__backend_open, as the trainer opens it (three checks). */
+static void check_cuda(void)
+{
+    grm_backend be;
+    grm_status st = grm__backend_open("cuda:0", &be);
+#ifndef GRM_HAVE_CUDA
+    tap_ok(st == GRM_ENOTSUP && strstr(grm_last_error(), "device 'cuda:0': this grmhost was "
+                                       "built without CUDA (configure found no nvcc/cuBLAS); "
+                                       "use device = cpu"),
+           "without CUDA in the build, cuda:0 is refused naming why: %s", grm_last_error());
+    tap_skip("built without CUDA", "the cuda module exports grm_cuda_backend_entry alone");
+    tap_skip("built without CUDA", "cuda:0 runs a gemm against ref and closes");
+#else
+    char path[4096];
+    const int found = grm__module_path(GRM__CUDA_MODULE, path, sizeof path);
+    if (st != GRM_OK)
+        tap_ok(st == GRM_ENOTSUP && strstr(grm_last_error(), "cuda:0: this machine has 0 CUDA "
+                                           "devices; use device = cpu"),
+               "the cuda module loads, and on a machine without a GPU cuda:0 is refused "
+               "naming why: %s", grm_last_error());
+    else
+        tap_ok(be.iface && strcmp(be.iface->name(be.context), "cuda") == 0,
+               "device = cuda:0 opens the cuda backend from its module");
+    // the module links like a plugin: one exported function, its entry
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s' | awk '$2 == \"T\" || $2 == \"W\" "
+             "{print $3}'", path);
+    FILE *f = found ? popen(cmd, "r") : NULL;
+    char line[512];
+    int entry = 0, extra = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (strcmp(line, GRM__CUDA_ENTRY) == 0) entry++;
+        else if (extra++ < 5) tap_diag("extra export of %s: %s", path, line);
+    }
+    const int rc = f ? pclose(f) : -1;
+    tap_ok(found && strstr(path, "/kernels/.libs/" GRM__CUDA_MODULE) && rc == 0 && entry == 1
+               && extra == 0,
+           "the build tree's cuda module (%s) exports %s alone (nm -D)", path, GRM__CUDA_ENTRY);
+    if (st != GRM_OK) {
+        tap_skip("no CUDA device", "cuda:0 runs a gemm against ref and closes");
+        return;
+    }
+    const grm_backend_iface *G = be.iface;
+    const grm_device host = { GRM_DEVICE_CPU, 0 };
+    enum { M = 19, N = 23, K = 31 };
+    float A[M * K], B[K * N], c1[M * N], c2[M * N];
+    for (int i = 0; i < M * K; i++) A[i] = rndf();
+    for (int i = 0; i < K * N; i++) B[i] = rndf();
+    for (int i = 0; i < M * N; i++) c1[i] = c2[i] = rndf();
+    R->gemm(NULL, 0, 1, M, N, K, 0.5f, A, K, B, K, 2.0f, c1, N, NULL);
+    float *dA = G->alloc(be.context, sizeof A, 0), *dB = G->alloc(be.context, sizeof B, 0);
+    float *dC = G->alloc(be.context, sizeof c2, 0);
+    st = dA && dB && dC ? GRM_OK : GRM_ENOMEM;
+    if (st == GRM_OK) st = G->copy(be.context, dA, be.device, A, host, sizeof A, NULL);
+    if (st == GRM_OK) st = G->copy(be.context, dB, be.device, B, host, sizeof B, NULL);
+    if (st == GRM_OK) st = G->copy(be.context, dC, be.device, c2, host, sizeof c2, NULL);
+    if (st == GRM_OK)
+        st = G->gemm(be.context, 0, 1, M, N, K, 0.5f, dA, K, dB, K, 2.0f, dC, N, NULL);
+    if (st == GRM_OK) st = G->copy(be.context, c2, host, dC, be.device, sizeof c2, NULL);
+    if (st == GRM_OK) st = G->synchronize(be.context, NULL);
+    int ok = st == GRM_OK;
+    for (int i = 0; ok && i < M * N; i++) ok = fabsf(c2[i] - c1[i]) <= 1e-4f + 1e-4f * fabsf(c1[i]);
+    G->free(be.context, dA), G->free(be.context, dB), G->free(be.context, dC);
+    grm__backend_close(&be);
+    tap_ok(ok && be.iface == NULL, "cuda:0 runs a gemm NT [%d x %d x %d] within fp32 tolerance "
+           "of ref and closes (%s)", M, N, K, st ? grm_last_error() : "ok");
+#endif
+}
+
 int main(void)
 {
-    tap_plan(4 * 4 + 4 + 4 + 5);
+    tap_plan(4 * 4 + 4 + 4 + 5 + 3);
     grm__pool_init(2);
     check_sparse_ops("random", 5000, 700, 16, 300, 0, 0);
     check_sparse_ops("duplicate-heavy", 4000, 50, 8, 100, 1, 0);
@@ -216,5 +291,6 @@ int main(void)
     tap_ok(grm__backend_open("cuda:x", &be) == GRM_EINVAL
                && strstr(grm_last_error(), "cuda:N") != NULL,
            "a malformed cuda:N is refused: %s", grm_last_error());
+    check_cuda();
     return tap_done();
 }
