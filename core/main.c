@@ -272,9 +272,13 @@ static int cmd_run(int argc, char **argv, int eval)
     grm_status st = grm__pipeline_load_with(argv[optind], sets, nsets, &p);
     if (st != GRM_OK) return grm__cli_fail(st);
     st = eval ? grm__eval(p, &o) : grm__train(p, &o);
+    /* the reason is printed before the pipeline closes its communicator: after
+     * MPI_Finalize the first rank to exit non-zero makes mpirun kill the others, and a
+     * rank killed before it printed would leave its peers' failure unexplained */
+    const int rc = st == GRM_OK ? 0 : grm__cli_fail(st);
     grm__pipeline_destroy(p);
     grm__pool_fini();
-    return st == GRM_OK ? 0 : grm__cli_fail(st);
+    return rc;
 }
 
 static int cmd_profile(int argc, char **argv)

@@ -858,6 +858,11 @@ fail:
 void grm__pipeline_destroy(grm__pipeline *p)
 {
     if (!p) return;
+    if (p->comm.inst) {   /* opened by the first run; closed after the CLI printed its end */
+        ((const grm_comm_ops *)p->comm.plugin->info->ops)->destroy(p->comm.inst);
+        p->comm.inst = NULL;
+        grm__host_set_comm(NULL);
+    }
     stage_fini(&p->reader);
     for (int32_t i = 0; i < p->ntransforms; i++) stage_fini(&p->transforms[i]);
     free(p->transforms);

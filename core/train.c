@@ -40,9 +40,14 @@ static grm_status create_instances(grm__trainer *t)
 {
     grm__pipeline *p = t->p;
     grm_status st;
+    /* the communicator lives as long as the pipeline (grm__pipeline_destroy closes it):
+     * a failed run's reason is printed before MPI_Finalize's fence, so mpirun, which kills
+     * every rank once one exits non-zero, cannot kill a rank before it has said why */
     const grm_comm_ops *cops = p->comm.plugin->info->ops;
-    if ((st = cops->create(p->comm.config.data, &p->comm.inst)) != GRM_OK) return st;
-    p->comm_handle = (grm_comm_handle){ cops, p->comm.inst };
+    if (!p->comm.inst) {
+        if ((st = cops->create(p->comm.config.data, &p->comm.inst)) != GRM_OK) return st;
+        p->comm_handle = (grm_comm_handle){ cops, p->comm.inst };
+    }
     grm__host_set_comm(&p->comm_handle);
 
     const grm_opt_ops *sops = p->opt_sparse.plugin->info->ops;
@@ -104,9 +109,7 @@ static void teardown(grm__trainer *t)
     if (p->opt_sparse.inst) sops->destroy(p->opt_sparse.inst);
     if (p->opt_dense.inst) t->dn.dops->destroy(p->opt_dense.inst);
     if (p->ckpt.inst) ((const grm_ckpt_ops *)p->ckpt.plugin->info->ops)->destroy(p->ckpt.inst);
-    if (p->comm.inst) ((const grm_comm_ops *)p->comm.plugin->info->ops)->destroy(p->comm.inst);
-    p->opt_sparse.inst = p->opt_dense.inst = p->ckpt.inst = p->comm.inst = NULL;
-    grm__host_set_comm(NULL);
+    p->opt_sparse.inst = p->opt_dense.inst = p->ckpt.inst = NULL;
     grm__prefetch_fini(t);
     grm__batch_fini(t, &t->eb);
     grm__eval_teardown(t);
