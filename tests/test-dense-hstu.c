@@ -61,13 +61,14 @@ typedef struct lay_d {
     int rab_pos, rab_time, input_norm, norm_len;
     double p;                   /* dropout rate; 0: off */
     uint64_t key;               /* dropout key (hstu_dropout_keep's documented formula) */
+    int pos_emb;                /* x sqrt(D) + P[t] first, P [max_len, D] the last params */
 } lay_d;
 
 static int64_t lay_nparams(const lay_d *l)
 {
     const int64_t P = l->H * (2 * l->dv + 2 * l->dqk), HV = l->H * l->dv;
     return P * l->D + P + l->D * HV + l->D + (l->rab_pos ? l->H * l->max_len : 0)
-           + (l->rab_time ? l->H * l->nb : 0);
+           + (l->rab_time ? l->H * l->nb : 0) + (l->pos_emb ? l->max_len * l->D : 0);
 }
 
 static double silu_d(double z)
@@ -104,8 +105,18 @@ static void lay_forward(const lay_d *l, const double *theta, const double *x, in
     const int64_t HV = H * dv, P = H * (2 * dv + 2 * dqk);
     const double *W1 = theta, *b1 = W1 + P * D, *W2 = b1 + P, *b2 = W2 + D * HV;
     const double *rp = b2 + D, *rt = rp + (l->rab_pos ? H * l->max_len : 0);
+    const double *pe = rt + (l->rab_time ? H * l->nb : 0);
     double *xn = malloc((size_t)(N * D) * sizeof *xn), *h = malloc((size_t)(N * P) * 8);
     double *O = calloc((size_t)(N * HV), 8), *g = malloc((size_t)(N * HV) * 8);
+    double *xe = malloc((size_t)(N * D) * sizeof *xe);
+    // the reference's input preprocessor: x sqrt(D) + P[position from the sequence start]
+    for (int64_t s = 0; s < nseq; s++)
+        for (int64_t i = offs[s]; i < offs[s + 1]; i++)
+            for (int64_t c = 0; c < D; c++)
+                xe[i * D + c] = l->pos_emb ? x[i * D + c] * sqrt((double)D)
+                                                 + pe[(i - offs[s]) * D + c]
+                                           : x[i * D + c];
+    x = xe;
     for (int64_t r = 0; r < N; r++) {
         if (l->input_norm)
             ln_d(xn + r * D, x + r * D, D);
@@ -151,6 +162,7 @@ static void lay_forward(const lay_d *l, const double *theta, const double *x, in
             y[r * D + o] = x[r * D + o] + z;
         }
     }
+    free(xe);
     free(xn);
     free(h);
     free(O);
@@ -292,14 +304,84 @@ static void test_gradcheck(const char *what, const lay_d *l, const char *const *
     // the RAB tables are the tail of theta; report them on their own (a case without
     // them has one check fewer)
     const int64_t nrab = (l->rab_pos ? l->H * l->max_len : 0) + (l->rab_time ? l->H * l->nb : 0);
+    const int64_t npos = l->pos_emb ? l->max_len * D : 0;
     if (nrab > 0) {
         snprintf(buf, sizeof buf, "%s: RAB table gradients vs central differences", what);
-        tap_close_f32(grads + np - nrab, want_g + np - nrab, nrab, 1e-3, 2e-5, buf);
+        tap_close_f32(grads + np - npos - nrab, want_g + np - npos - nrab, nrab, 1e-3, 2e-5,
+                      buf);
+    }
+    if (npos > 0) {   // rows past the longest sequence (6) get no gradient: 0 both sides
+        snprintf(buf, sizeof buf, "%s: position table gradients vs central differences", what);
+        tap_close_f32(grads + np - npos, want_g + np - npos, npos, 1e-3, 2e-5, buf);
     }
     free(theta);
     free(grads);
     free(want_g);
     free(thd);
+    ops->destroy(inst);
+}
+
+/* pos_emb: the table's init (the reference's truncated normal), its gradient when the
+ * caller asks for no dx, and a sequence longer than its positions refused. */
+static void test_pos_emb(void)
+{
+    enum { D = 16, L = 50 };
+    void *inst = dc_make(info, harness_config(info, "num_heads=1", "dqk=4", "dv=4",
+                                              "max_len=50", "pos_emb=true", NULL), D, 11);
+    grm_named_tensor v = { 0 };
+    grm_tensor g;
+    const int n = inst != NULL ? dc_param_count(ops, inst) : 0;
+    int found = 0;
+    for (int i = 0; i < n && !found; i++)
+        found = ops->params(inst, i, &v, &g) == GRM_OK && strcmp(v.name, "pos_emb.weight") == 0;
+    double sum = 0, sq = 0, worst = 0;
+    if (found)
+        for (int64_t e = 0; e < L * D; e++) {
+            const double w = ((const float *)v.tensor.data)[e];
+            sum += w;
+            sq += w * w;
+            if (fabs(w) > worst)
+                worst = fabs(w);
+        }
+    const double sd = sqrt(sq / (L * D) - (sum / (L * D)) * (sum / (L * D)));
+    // a normal truncated to (-2, 2) has sd 0.880 of the untruncated one's
+    tap_ok(found && v.tensor.shape[0] == L && v.tensor.shape[1] == D
+           && worst < 2 * sqrt(1.0 / D) && fabs(sd / (0.880 * sqrt(1.0 / D)) - 1) < 0.06,
+           "pos_emb.weight [50, 16]: truncated N(0, 1/D) as the reference (sd %.4f, expected "
+           "%.4f; largest |w| %.4f < 2 sqrt(1/D) = %.4f)", sd, 0.880 * sqrt(1.0 / D), worst,
+           2 * sqrt(1.0 / D));
+
+    enum { N = 7 };
+    const int64_t offs[3] = { 0, 3, 7 };
+    float x[N * D], dy[N * D], y[N * D], dx[N * D];
+    uint64_t s = 3;
+    dc_fill(x, N * D, &s, 1.0f);
+    dc_fill(dy, N * D, &s, 1.0f);
+    const int64_t np = dc_param_floats(ops, inst);
+    float *ga = malloc((size_t)np * sizeof *ga), *gb = malloc((size_t)np * sizeof *gb);
+    grm_dense_ctx ctx = make_ctx(1, 4, offs, 2, NULL);
+    grm_status st = run_fb(inst, x, dy, N, D, &ctx, y, dx, ga);
+    if (st == GRM_OK)
+        st = run_fb(inst, x, dy, N, D, &ctx, y, NULL, gb);
+    int same = st == GRM_OK, nonzero = 0;
+    for (int64_t i = 0; same && i < np; i++) {
+        same = ga[i] == gb[i];
+        nonzero += ga[i] != 0;
+    }
+    tap_ok(same && nonzero > 0, "pos_emb: backward without dx gives the same gradients, the "
+           "position table's included (%s)", st == GRM_OK ? "ok" : grm_last_error());
+    free(ga);
+    free(gb);
+    ops->destroy(inst);
+
+    inst = dc_make(info, harness_config(info, "num_heads=1", "dqk=4", "dv=4", "max_len=3",
+                                        "pos_emb=true", NULL), D, 11);
+    grm_tensor tx = dc_mat(x, N, D), ty = dc_mat(y, N, D);
+    st = ops->forward(inst, &ty, &tx, &ctx);
+    tap_ok(st == GRM_EINVAL && strstr(grm_last_error(), "sequence 1 has 4 rows, more than the "
+                                      "max_len = 3 positions of pos_emb") != NULL,
+           "pos_emb: a sequence longer than max_len is refused, naming both (%s)",
+           grm_last_error());
     ops->destroy(inst);
 }
 
@@ -911,27 +993,35 @@ int main(void)
 {
     info = harness_plugin("dense-hstu");
     ops = info->ops;
-    tap_plan(119);
+    tap_plan(134);
     tap_ok(info->kind == GRM_KIND_DENSE && ops->loss == NULL,
            "dense-hstu is a dense block, not a head");
     test_params();
 
-    const lay_d both = { 6, 2, 3, 2, 4, 5, 1, 1, 1, 0, 0, 0 };
+    const lay_d both = { 6, 2, 3, 2, 4, 5, 1, 1, 1, 0, 0, 0, 0 };
     const char *kv_both_ref[] = { "num_heads=2", "dqk=3", "dv=2", "max_len=4",
                                   "time_buckets=5", "impl=ref" };
     test_gradcheck("ref, both RABs, input norm, 1/max_len", &both, kv_both_ref, 6, 1);
     const char *kv_both_cpu[] = { "num_heads=2", "dqk=3", "dv=2", "max_len=4",
                                   "time_buckets=5", "impl=cpu" };
     test_gradcheck("cpu, both RABs, input norm, 1/max_len", &both, kv_both_cpu, 6, 1);
-    const lay_d drop = { 5, 2, 2, 3, 3, 6, 1, 1, 0, 1, 0.3, 0 };
+    const lay_d drop = { 5, 2, 2, 3, 3, 6, 1, 1, 0, 1, 0.3, 0, 0 };
     const char *kv_drop[] = { "num_heads=2", "dqk=2", "dv=3", "max_len=3", "time_buckets=6",
                               "input_norm=false", "attn_norm=length", "dropout=0.3" };
     test_gradcheck("cpu, dropout 0.3, no input norm, 1/L", &drop, kv_drop, 8, 1);
-    const lay_d notime = { 6, 1, 3, 3, 8, 4, 1, 1, 1, 0, 0, 0 };
+    const lay_d notime = { 6, 1, 3, 3, 8, 4, 1, 1, 1, 0, 0, 0, 0 };
     const char *kv_notime[] = { "num_heads=1", "dqk=3", "dv=3", "max_len=8",
                                 "time_buckets=4" };
     test_gradcheck("cpu, rab_time on but no timestamps", &notime, kv_notime, 5, 0);
+    const lay_d pos = { 5, 1, 3, 2, 8, 4, 1, 1, 1, 0, 0, 0, 1 };
+    const char *kv_pos[] = { "num_heads=1", "dqk=3", "dv=2", "max_len=8", "time_buckets=4",
+                             "pos_emb=true" };
+    test_gradcheck("cpu, pos_emb (x sqrt(D) + P[t]), both RABs", &pos, kv_pos, 6, 1);
+    const char *kv_pos_ref[] = { "num_heads=1", "dqk=3", "dv=2", "max_len=8",
+                                 "time_buckets=4", "pos_emb=true", "impl=ref" };
+    test_gradcheck("ref, pos_emb, both RABs", &pos, kv_pos_ref, 7, 1);
 
+    test_pos_emb();
     test_impls();
     test_backend_attention();
     test_structure();

@@ -15,10 +15,10 @@
 
 static const grm_device cpu_device = { GRM_DEVICE_CPU, 0 };
 
-enum { P_W1, P_B1, P_W2, P_B2, P_RAB_POS, P_RAB_TIME, P_COUNT };
+enum { P_W1, P_B1, P_W2, P_B2, P_RAB_POS, P_RAB_TIME, P_POS, P_COUNT };
 
 static const char *const param_names[P_COUNT] = {
-    "f1.weight", "f1.bias", "f2.weight", "f2.bias", "rab_pos", "rab_time"
+    "f1.weight", "f1.bias", "f2.weight", "f2.bias", "rab_pos", "rab_time", "pos_emb.weight"
 };
 
 struct hstu {
@@ -71,7 +71,8 @@ struct hstu {
     uint64_t dkey;              /* dropout key of the last training forward */
     int32_t dropped;            /* the last training forward applied dropout */
     int32_t in_dropped;         /* ... and input dropout, into xd */
-    float *xd;                  /* [cap_xd, D] the dropped input of the last forward */
+    float *xd;                  /* [cap_xd, D] the block input as the layer saw it (pos_emb,
+                                 * input dropout); the backward's scratch for dx after that */
     int64_t cap_xd;
     double pairs;               /* sum over sequences of L (L + 1) / 2, last forward */
     int64_t pairs_rows;         /* rows of that forward; 0: none yet */
@@ -217,6 +218,33 @@ static grm_status check_config(const grm_host_api *host, const hstu_config *cfg,
     return GRM_OK;
 }
 
+/* The position table [L, D] as the reference's input preprocessor initialises it
+ * (generative-recommenders research code, LearnablePositionalEmbeddingInputFeatures-
+ * Preprocessor.reset_state: truncated_normal(mean 0, std sqrt(1 / D)), which draws four
+ * N(0, 1) values per weight and keeps the first inside (-2, 2), the first of the four when
+ * none is). Row r is a pure function of (seed, r). */
+static void init_positions(float *pos, int64_t L, int64_t D, uint64_t seed)
+{
+    const double sd = sqrt(1.0 / (double)D);
+    const uint64_t name = grm_str_hash64("pos_emb.weight");
+    for (int64_t r = 0; r < L; r++) {
+        uint64_t st = grm_mix64(seed ^ grm_mix64(name + (uint64_t)r));
+        for (int64_t c = 0; c < D; c++) {
+            double z[4];
+            for (int k = 0; k < 4; k += 2) {   /* Box-Muller, two normals a pair */
+                const double u1 = 1.0 - grm_rng_uniform01(&st), u2 = grm_rng_uniform01(&st);
+                const double rad = sqrt(-2.0 * log(u1));
+                z[k] = rad * cos(6.283185307179586 * u2);
+                z[k + 1] = rad * sin(6.283185307179586 * u2);
+            }
+            int k = 0;
+            while (k < 4 && !(z[k] > -2.0 && z[k] < 2.0))
+                k++;
+            pos[r * D + c] = (float)(sd * z[k < 4 ? k : 0]);
+        }
+    }
+}
+
 grm_status hstu_create(const grm_host_api *host, const hstu_config *cfg, int64_t in_dim,
                        uint64_t seed, hstu **out)
 {
@@ -263,9 +291,10 @@ grm_status hstu_create(const grm_host_api *host, const hstu_config *cfg, int64_t
 
     const int64_t shapes[P_COUNT][2] = {
         { m->P, m->D }, { m->P, 1 }, { m->D, m->HV }, { m->D, 1 },
-        { m->H, cfg->max_len }, { m->H, cfg->time_buckets }
+        { m->H, cfg->max_len }, { m->H, cfg->time_buckets }, { cfg->max_len, m->D }
     };
-    const int on[P_COUNT] = { 1, 1, 1, 1, cfg->rab_pos != 0, cfg->rab_time != 0 };
+    const int on[P_COUNT] = { 1, 1, 1, 1, cfg->rab_pos != 0, cfg->rab_time != 0,
+                              cfg->pos_emb != 0 };
     size_t nparams = 0;
     for (int i = 0; i < P_COUNT; i++) {
         m->shape[i][0] = shapes[i][0];
@@ -306,6 +335,8 @@ grm_status hstu_create(const grm_host_api *host, const hstu_config *cfg, int64_t
                 grm_row_init(m->value[i] + h * m->shape[i][1], (int32_t)m->shape[i][1],
                              GRM_EMB_INIT_NORMAL, 0.02, seed, grm_str_hash64(param_names[i]),
                              h);
+    if (m->value[P_POS] != NULL)
+        init_positions(m->value[P_POS], cfg->max_len, m->D, seed);
     *out = m;
     return GRM_OK;
 
@@ -508,6 +539,87 @@ static grm_hstu_attn_args attn_args(const hstu *m)
     return a;
 }
 
+/* Room for the block input as the layer sees it (xd, [rows, D]). */
+static grm_status reserve_xd(hstu *m, int64_t rows)
+{
+    if (rows <= m->cap_xd)
+        return GRM_OK;
+    float *nx = m->host->alloc(cpu_device, (size_t)(rows * m->D) * sizeof(float), 64);
+    if (nx == NULL)
+        return m->host->errorf(GRM_ENOMEM, "dense-hstu: forward: cannot allocate the input "
+                               "buffer for %lld rows", (long long)rows);
+    if (m->xd != NULL)
+        m->host->free(cpu_device, m->xd);
+    m->xd = nx;
+    m->cap_xd = rows;
+    return GRM_OK;
+}
+
+static uint64_t input_key(const hstu *m)
+{
+    return grm_mix64(m->dkey ^ UINT64_C(0x494e505554) /* "INPUT" */);
+}
+
+/* xd = Dropout(x sqrt(D) + P[t]) with pos_emb, else Dropout(x), over the sequences of the
+ * last load_layout. */
+static grm_status embed_input(hstu *m, const float *x, int64_t rows)
+{
+    grm_status st = reserve_xd(m, rows);
+    if (st != GRM_OK)
+        return st;
+    const int64_t D = m->D;
+    if (m->cfg.pos_emb) {
+        const float scale = (float)sqrt((double)D);
+        const float *P = m->value[P_POS];     /* [max_len, D] */
+        for (int64_t q = 0; q < m->nseq; q++) {
+            const int64_t first = m->offsets[q], L = m->offsets[q + 1] - first;
+            if (L > m->cfg.max_len)
+                return m->host->errorf(GRM_EINVAL, "dense-hstu: forward: sequence %lld has "
+                                       "%lld rows, more than the max_len = %lld positions of "
+                                       "pos_emb; raise max_len or cut the sequences ([train] "
+                                       "max_seq_len)", (long long)q, (long long)L,
+                                       (long long)m->cfg.max_len);
+            for (int64_t t = 0; t < L; t++)
+                for (int64_t c = 0; c < D; c++)
+                    m->xd[(first + t) * D + c] = x[(first + t) * D + c] * scale + P[t * D + c];
+        }
+    } else {
+        memcpy(m->xd, x, (size_t)(rows * D) * sizeof *x);
+    }
+    if (m->in_dropped) {
+        const uint64_t key = input_key(m);
+        const float s = (float)(1.0 / (1.0 - m->cfg.input_dropout));
+        for (int64_t e = 0; e < rows * D; e++)
+            m->xd[e] = hstu_dropout_keep(key, e, m->cfg.input_dropout) ? m->xd[e] * s : 0.0f;
+    }
+    return GRM_OK;
+}
+
+/* The backward of embed_input: g [rows, D] = d/d xd in, d/d x out; dP[t] += d/d (x sqrt(D)
+ * + P[t]). */
+static void embed_input_bwd(hstu *m, float *g, int64_t rows)
+{
+    const int64_t D = m->D;
+    if (m->in_dropped) {
+        const uint64_t key = input_key(m);
+        const float s = (float)(1.0 / (1.0 - m->cfg.input_dropout));
+        for (int64_t e = 0; e < rows * D; e++)
+            g[e] = hstu_dropout_keep(key, e, m->cfg.input_dropout) ? g[e] * s : 0.0f;
+    }
+    if (!m->cfg.pos_emb)
+        return;
+    const float scale = (float)sqrt((double)D);
+    float *dP = m->grad[P_POS];
+    for (int64_t q = 0; q < m->nseq; q++) {
+        const int64_t first = m->offsets[q], L = m->offsets[q + 1] - first;
+        for (int64_t t = 0; t < L; t++)
+            for (int64_t c = 0; c < D; c++) {
+                dP[t * D + c] += g[(first + t) * D + c];
+                g[(first + t) * D + c] *= scale;
+            }
+    }
+}
+
 grm_status hstu_forward(hstu *m, float *y, const float *x, int64_t rows,
                         const grm_dense_ctx *ctx)
 {
@@ -522,25 +634,14 @@ grm_status hstu_forward(hstu *m, float *y, const float *x, int64_t rows,
     m->dropped = training && m->cfg.dropout > 0;
     m->dkey = hstu_dropout_key(m->seed, ctx != NULL ? ctx->step : 0);
     rows_job job = { .m = m, .y = y, .x = x };
-    // input dropout (the embedding dropout of the reference's preprocessor, here per
-    // block): the layer, residual included, sees xd = x * mask / (1 - p)
+    // the reference's input preprocessor, here per block: with pos_emb the layer sees
+    // x sqrt(D) + P[t] (t: the row's position from its sequence's start), then input
+    // dropout (the reference's embedding dropout): xd = that * mask / (1 - p); the
+    // residual sees xd too
     m->in_dropped = training && m->cfg.input_dropout > 0;
-    if (m->in_dropped) {
-        if (rows > m->cap_xd) {
-            float *nx = m->host->alloc(cpu_device, (size_t)(rows * m->D) * sizeof(float), 64);
-            if (nx == NULL)
-                return m->host->errorf(GRM_ENOMEM, "dense-hstu: forward: cannot allocate "
-                                       "the input dropout buffer for %lld rows",
-                                       (long long)rows);
-            if (m->xd != NULL)
-                m->host->free(cpu_device, m->xd);
-            m->xd = nx;
-            m->cap_xd = rows;
-        }
-        const uint64_t key = grm_mix64(m->dkey ^ UINT64_C(0x494e505554) /* "INPUT" */);
-        const float s = (float)(1.0 / (1.0 - m->cfg.input_dropout));
-        for (int64_t e = 0; e < rows * m->D; e++)
-            m->xd[e] = hstu_dropout_keep(key, e, m->cfg.input_dropout) ? x[e] * s : 0.0f;
+    if (m->in_dropped || m->cfg.pos_emb) {
+        if ((st = embed_input(m, x, rows)) != GRM_OK)
+            return st;
         job.x = m->xd;
     }
 
@@ -646,17 +747,17 @@ grm_status hstu_backward(hstu *m, float *dx, const float *dy, int64_t rows)
     // eq. 1 backward: SiLU, f1, the input norm, and the residual
     if (st == GRM_OK)
         st = run_rows(m, rows, bwd_silu_rows, &job);
+    // the position table's gradient needs d/d xd even when the caller wants no dx: it is
+    // computed into xd, which the backward no longer reads
+    if (dx == NULL && m->cfg.pos_emb)
+        job.dx = m->xd;
     if (st == GRM_OK)
-        st = m->impl->linear_bwd(dx != NULL ? m->tmp : NULL, m->grad[P_W1], m->grad[P_B1],
+        st = m->impl->linear_bwd(job.dx != NULL ? m->tmp : NULL, m->grad[P_W1], m->grad[P_B1],
                                  m->dh1, m->xn, m->value[P_W1], rows, m->D, m->P, 0, &m->ex);
-    if (st == GRM_OK && dx != NULL)
+    if (st == GRM_OK && job.dx != NULL)
         st = run_rows(m, rows, bwd_in_rows, &job);
-    if (st == GRM_OK && dx != NULL && m->in_dropped) {   // through the input mask
-        const uint64_t key = grm_mix64(m->dkey ^ UINT64_C(0x494e505554));
-        const float s = (float)(1.0 / (1.0 - m->cfg.input_dropout));
-        for (int64_t e = 0; e < rows * m->D; e++)
-            dx[e] = hstu_dropout_keep(key, e, m->cfg.input_dropout) ? dx[e] * s : 0.0f;
-    }
+    if (st == GRM_OK && job.dx != NULL && (m->in_dropped || m->cfg.pos_emb))
+        embed_input_bwd(m, job.dx, rows);   // through the mask and the positions
     return st;
 }
 

@@ -40,6 +40,7 @@ typedef struct hstu_config {
     int32_t input_norm;         /* 1: layer norm (no affine) on x before f1 */
     int32_t attn_norm;          /* enum hstu_norm */
     int32_t impl;               /* enum hstu_impl_kind */
+    int32_t pos_emb;            /* 1: x sqrt(D) + a learned [max_len, D] position table */
 } hstu_config;
 
 /* Largest accepted time_buckets: keeps exp(HSTU_TIME_LOG_STEP * b) below 2^63. */

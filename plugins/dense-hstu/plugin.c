@@ -60,6 +60,10 @@ static const grm_param_decl hstu_params_decl[] = {
                         "layer norm (no affine) on the input before f1"),
     GRM_PARAM_DECL_ENUM(hstu_config, attn_norm, "max_len", "max_len|length",
                         "scale SiLU attention by 1 / max_len or by 1 / the sequence's length"),
+    GRM_PARAM_DECL_BOOL(hstu_config, pos_emb, "false",
+                        "learned absolute positions: the block input becomes x sqrt(D) + "
+                        "P[t], P [max_len, D] (the reference's input preprocessor; one "
+                        "block, usually the first)"),
     GRM_PARAM_DECL_ENUM(hstu_config, impl, "auto", "cpu|ref|auto",
                         "kernels: tiled OpenBLAS on the thread pool, or plain loops"
                         " (auto: ref on [pipeline] device = ref, else the fast path)"),
