@@ -278,7 +278,7 @@ grm_status grm__batch_assemble_train(grm__trainer *t, grm__batch *bt, int64_t g)
              * next */
             int64_t u = t->plan.seq_users[e];
             bt->users[k] = u;
-            bt->hist_end[k] = ds->train_end[u] - 1;
+            bt->hist_end[k] = grm__fit_end(ds, u) - 1;
         } else {
             bt->users[k] = ds->ex_user[e];
             bt->hist_end[k] = ds->ex_pos[e];

@@ -347,11 +347,12 @@ static grm_status finish(grm__pipeline *p, collector *co, grm__dataset *ds)
 
     /* leave-one-out; users with fewer than 3 items only train */
     int64_t nex = 0;
+    ds->fit_valid = p->set.train_on_valid;
     for (int64_t u = 0; u < U; u++) {
         int64_t b = ds->offsets[u], n = ds->offsets[u + 1] - b;
         ds->has_eval[u] = n >= 3;
         ds->train_end[u] = n >= 3 ? b + n - 2 : b + n;
-        nex += ds->train_end[u] - b - 1 > 0 ? ds->train_end[u] - b - 1 : 0;
+        nex += grm__fit_end(ds, u) - b - 1 > 0 ? grm__fit_end(ds, u) - b - 1 : 0;
         if (ds->users[u] > ds->max_user) ds->max_user = ds->users[u];
     }
     ds->ex_user = malloc((size_t)(nex ? nex : 1) * sizeof *ds->ex_user);
@@ -359,7 +360,7 @@ static grm_status finish(grm__pipeline *p, collector *co, grm__dataset *ds)
     if (!ds->ex_user || !ds->ex_pos) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
     ds->nexamples = 0;
     for (int64_t u = 0; u < U; u++)
-        for (int64_t t = ds->offsets[u] + 1; t < ds->train_end[u]; t++) {
+        for (int64_t t = ds->offsets[u] + 1; t < grm__fit_end(ds, u); t++) {
             ds->ex_user[ds->nexamples] = u;
             ds->ex_pos[ds->nexamples++] = t;
         }
@@ -377,7 +378,7 @@ static grm_status finish(grm__pipeline *p, collector *co, grm__dataset *ds)
     ds->catalog_counts = calloc((size_t)(C ? C : 1), sizeof *ds->catalog_counts);
     if (!ds->catalog_counts) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
     for (int64_t u = 0; u < U; u++)
-        for (int64_t t = ds->offsets[u]; t < ds->train_end[u]; t++) {
+        for (int64_t t = ds->offsets[u]; t < grm__fit_end(ds, u); t++) {
             int64_t *hit = bsearch(&ds->items[t], sorted, (size_t)C, sizeof *sorted, cmp_i64);
             ds->catalog_counts[hit - sorted]++;
         }

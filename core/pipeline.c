@@ -40,7 +40,7 @@ typedef struct train_cfg {
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
     int64_t early_stop, batch_tokens, accumulate, sparse_group, prefetch, sequence_blocks;
     int64_t select_k, shuffle_buffer;
-    int32_t batching, rank_split, sparse_async, input;
+    int32_t batching, rank_split, sparse_async, input, train_on_valid;
     grm_int_list topk;
 } train_cfg;
 
@@ -137,6 +137,10 @@ static const grm_param_decl train_params[] = {
     { "select_k", GRM_PARAM_INT, 0, offsetof(train_cfg, select_k), "10",
       GRM_PARAM_RANGE(1, 1e9), NULL, "retrieval: the K of the validation NDCG@K that early "
       "stopping and the best model follow (one of topk)" },
+    { "train_on_valid", GRM_PARAM_BOOL, 0, offsetof(train_cfg, train_on_valid), "false",
+      GRM_PARAM_ANY, NULL, "retrieval: each user's second-to-last item is a training target "
+      "too, as in the HSTU reference code, which has no validation split; validation then "
+      "scores items the model trained on, so early_stop must be 0" },
     { "topk", GRM_PARAM_INT_LIST, 0, offsetof(train_cfg, topk), "5,10,20",
       GRM_PARAM_RANGE(1, 1e9), NULL, "K of HR@K and NDCG@K (full ranking, leave-one-out)" },
     { NULL },
@@ -580,6 +584,19 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
     p->set.topk = tc->topk;
     p->set.select_k = tc->select_k;
     p->set.sparse_async = tc->sparse_async;
+    p->set.train_on_valid = tc->train_on_valid;
+    if (tc->train_on_valid && (ranking || tc->early_stop > 0)) {
+        const grm__kv *kv = train_kv(p, "train_on_valid");
+        st = grm_errorf(GRM_EINVAL, "%s:%d: [train] train_on_valid = true with %s: %s",
+                        grm__kv_file(kv, path), kv ? kv->line : 0,
+                        ranking ? "task = ranking" : "early_stop > 0",
+                        ranking ? "it moves retrieval's validation item into training; a "
+                                  "ranking split has no such item (remove it)"
+                                : "validation would select on items the model trained on; "
+                                  "set early_stop = 0 (train a fixed number of epochs) or "
+                                  "train_on_valid = false");
+        goto fail;
+    }
     if (tc->sparse_async && tc->accumulate > 1) {
         const grm__kv *kv = train_kv(p, "sparse_async");
         st = grm_errorf(GRM_EINVAL, "%s:%d: [train] sparse_async with accumulate = %lld: the "

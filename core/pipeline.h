@@ -61,6 +61,7 @@ typedef struct grm__settings {
     const char *user_column, *sequence_column, *time_column;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every;
     int64_t eval_batch, early_stop;
+    int32_t train_on_valid;        /* retrieval: the validation item trains too */
     int64_t accumulate;            /* batches per optimizer step (gradient accumulation) */
     int64_t sparse_group;          /* ranks per replica group of the rows (0: all) */
     int64_t prefetch;              /* batches assembled ahead on the data thread (0: none) */
@@ -95,6 +96,7 @@ typedef struct grm__dataset {
     /* leave-one-out: user u trains on items[offsets[u] .. train_end[u]) */
     int64_t *train_end;            /* [U] */
     int32_t *has_eval;             /* [U] 1 when the user has valid and test targets */
+    int32_t fit_valid;             /* [train] train_on_valid: see grm__fit_end */
     /* training examples: (user, position t) predicting items[t] from items before t */
     int64_t nexamples;
     int64_t *ex_user;              /* [N] user index */
@@ -126,6 +128,14 @@ typedef struct grm__dataset {
     int64_t nsplit[3];
     double *prior;                 /* [ntasks] positive rate of the training rows */
 } grm__dataset;
+
+/* The end of user u's training items: train_end, or one further with [train]
+ * train_on_valid (the validation item is then a training target too; evaluation keeps
+ * train_end as the end of the validation history). */
+static inline int64_t grm__fit_end(const grm__dataset *ds, int64_t u)
+{
+    return ds->train_end[u] + (ds->fit_valid && ds->has_eval[u]);
+}
 
 typedef struct grm__pipeline {
     grm__config *cfg;              /* owned */

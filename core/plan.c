@@ -28,7 +28,7 @@ int64_t grm__plan_sample_tokens(const grm__trainer *t, int64_t e)
     if (t->seqmode) {
         int64_t u = t->plan.seq_users[e];
         w = t->p->features[t->p->seq_feature].window;
-        n = ds->train_end[u] - 1 - ds->offsets[u];
+        n = grm__fit_end(ds, u) - 1 - ds->offsets[u];
     } else {
         n = ds->ex_pos[e] - ds->offsets[ds->ex_user[e]] + 1;
     }
@@ -278,7 +278,7 @@ grm_status grm__plan_setup(grm__trainer *t)
         if (!t->plan.seq_users) return GRM_ENOMEM;
         t->plan.nex = 0;
         for (int64_t u = 0; u < ds->nusers; u++)
-            if (ds->train_end[u] - ds->offsets[u] >= 2) t->plan.seq_users[t->plan.nex++] = u;
+            if (grm__fit_end(ds, u) - ds->offsets[u] >= 2) t->plan.seq_users[t->plan.nex++] = u;
     }
     if (!t->ranking && s->batching == GRM__BATCH_TOKENS) {
         /* N of Algorithm 1; a batch holds at most N + one sample's tokens, and at least one

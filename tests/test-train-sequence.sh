@@ -11,7 +11,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-seq-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..12"
+echo "1..16"
 
 "$g" generate --users 600 --items 300 --clusters 10 --seed 11 --out "$tmp/data.tsv" || exit 1
 ini() { # $1 file, $2 checkpoint dir, $3 steps, $4 extra feature section
@@ -153,3 +153,38 @@ echo "$line" | awk '{
     exit !ok }'
 ok $? "--profile counts the blocks' and the head's flops and states the step's MFU against \
 the SGEMM peak it measures"
+
+# [train] train_on_valid: the second-to-last item of a user with valid and test targets
+# trains too (the HSTU reference's protocol). One epoch, a window longer than any history,
+# every step logged: the tokens trained are, per user of n items, n - 3 (n - 2 with the
+# option) when n >= 3, else n - 1; the data line counts one example more per evaluated user
+awk -F'\t' 'NR > 1 { n[$1]++ } END { for (u in n) { k = n[u];
+        off += k >= 3 ? k - 3 : k - 1; on += k >= 3 ? k - 2 : k - 1; ev += k >= 3 }
+        print off, on, ev }' "$tmp/data.tsv" >"$tmp/v.want"
+read -r want_off want_on want_ev <"$tmp/v.want"
+tok_sum() { grep '"name":"tokens"' "$1" | sed 's/.*"value":\([^}]*\)}/\1/' | awk '{ s += $1 } END { print s + 0 }'; }
+ex_of() { sed -n 's/.* \([0-9]*\) training examples.*/\1/p' "$1" | head -1; }
+for v in off on; do
+    ini "$tmp/v-$v.ini" "" 0 ""
+    sed -i 's/^window = 20$/window = 1000/; s/^steps = 0$/epochs = 1\nlog_every = 1/; /^log_every = 10$/d; /^eval_every = /d' "$tmp/v-$v.ini"
+    [ $v = on ] && sed -i 's/^\[train\]$/[train]\ntrain_on_valid = true/' "$tmp/v-$v.ini"
+    "$g" train --fresh --metrics-out "$tmp/v-$v.jsonl" "$tmp/v-$v.ini" >"$tmp/v-$v.out" 2>"$tmp/v-$v.err"
+    echo $? >"$tmp/v-$v.rc"
+done
+echo "# tokens trained: $(tok_sum "$tmp/v-off.jsonl") and $(tok_sum "$tmp/v-on.jsonl"), expected $want_off and $want_on; examples $(ex_of "$tmp/v-off.err") and $(ex_of "$tmp/v-on.err"); $want_ev evaluated users"
+test "$(cat "$tmp/v-off.rc")" = 0 && test "$(tok_sum "$tmp/v-off.jsonl")" = "$want_off" &&
+    test "$(ex_of "$tmp/v-off.err")" = "$want_off"
+ok $? "one epoch trains every token up to the validation item, and the data line counts them"
+test "$(cat "$tmp/v-on.rc")" = 0 && test "$(tok_sum "$tmp/v-on.jsonl")" = "$want_on" &&
+    test "$(ex_of "$tmp/v-on.err")" = "$want_on" && test "$want_on" -eq $((want_off + want_ev))
+ok $? "train_on_valid = true: one more token per evaluated user ($want_ev), and still evaluates"
+hv=$(metric "$tmp/v-on.jsonl" test hr@10)
+test -n "$hv"
+ok $? "train_on_valid = true: the test split is still scored (hr@10 $hv)"
+sed 's/^\[train\]$/[train]\nearly_stop = 3/' "$tmp/v-on.ini" >"$tmp/v-es.ini"
+"$g" check "$tmp/v-es.ini" >/dev/null 2>"$tmp/v-es.err"
+rc=$?
+sed 's/^/# /' "$tmp/v-es.err" | head -2
+test $rc -eq 2 && grep -q "v-es.ini:[0-9]*: \[train\] train_on_valid = true with early_stop > 0" \
+    "$tmp/v-es.err" && grep -q "set early_stop = 0" "$tmp/v-es.err"
+ok $? "train_on_valid with early stopping is refused naming file, line and the fix"
