@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/test-pipelines-hstu.sh - the quality pipelines of issue 7:
 # share/pipelines/beauty-hstu.ini, ml100k-hstu.ini, ml100k-sasrec.ini, ml1m-hstu.ini and
-# beauty-sasrec-bce.ini, beauty-sasrec-ce.ini pass `grmhost check` and wire the components they claim
+# beauty-sasrec-bce.ini, beauty-sasrec-ce.ini, ml100k-hstu-ref.ini pass `grmhost check` and wire the components they claim
 # (dense-hstu with the bias terms of each file, the L2-normalised sampled softmax, the
 # S3-Rec code's post-norm SASRec with BCE, SASRec with the full-catalog cross-entropy and
 # its cadence in epochs); ml1m-hstu.ini reads a small synthetic
@@ -18,7 +18,7 @@ pl="$GRM_TOP_SRCDIR/share/pipelines"
 data="${GRM_DATA_DIR:-}/ml-100k/u.data.zst"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-pipelines-hstu-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "1..18"
+echo "1..20"
 
 # check NAME FILE.ini [check options]: `grmhost check` exits 0; its wiring is left in
 # $tmp/NAME.check
@@ -47,6 +47,7 @@ check ml100k-hstu "$pl/ml100k-hstu.ini" --set "reader.path=$tmp/u.data"
 check ml100k-sasrec "$pl/ml100k-sasrec.ini" --set "reader.path=$tmp/u.data"
 check beauty-sasrec-bce "$pl/beauty-sasrec-bce.ini" --set "reader.path=$tmp/beauty.txt"
 check beauty-sasrec-ce "$pl/beauty-sasrec-ce.ini" --set "reader.path=$tmp/beauty.txt"
+check ml100k-hstu-ref "$pl/ml100k-hstu-ref.ini" --set "reader.path=$tmp/u.data"
 
 # ml1m-hstu.ini on a synthetic ratings.dat: 40 users, 25..44 ratings each over 300
 # movies, timestamps increasing per user (seeded awk, the same file every run).
@@ -60,14 +61,21 @@ check ml1m-hstu "$tmp/ml1m.ini"
 
 [ "$(has ml100k-hstu 'rab_time = true')" -eq 2 ] && [ "$(has ml100k-hstu 'rab_pos = true')" -eq 2 ]
 ok $? "ml100k-hstu: two dense-hstu layers with both rab_pos and rab_time on"
-[ "$(has beauty-hstu 'rab_time = false')" -ge 1 ] && [ "$(has beauty-hstu 'rab_pos = true')" -ge 1 ]
-ok $? "beauty-hstu: relative-position bias on, time bias off (Beauty has no timestamps)"
+[ "$(has beauty-hstu 'rab_time = false')" -ge 1 ] && [ "$(has beauty-hstu 'rab_pos = true')" -ge 1 ] \
+    && [ "$(has beauty-hstu 'catalog = all')" -eq 1 ] && [ "$(has beauty-hstu 'eval_every = 0')" -eq 1 ] \
+    && [ "$(has beauty-hstu 'pos_emb = true')" -eq 1 ]
+ok $? "beauty-hstu: relative-position bias on, time bias off (Beauty has no timestamps), the reference's positions on one block, full-catalog cross-entropy, validation every epoch"
 [ "$(has ml1m-hstu 'l2norm = true')" -eq 1 ] && [ "$(has ml1m-hstu 'temperature = 0.05')" -eq 1 ] \
     && [ "$(has ml1m-hstu 'negatives = 128')" -eq 1 ]
 ok $? "ml1m-hstu: sampled softmax over 128 negatives, L2-normalised, temperature 0.05"
 [ "$(has ml1m-hstu 'variant = adamw')" -eq 2 ] && [ "$(has ml1m-hstu 'beta2 = 0.98')" -eq 2 ] \
     && [ "$(has ml1m-hstu 'max_seq_len = 200')" -eq 1 ] && [ "$(has ml1m-hstu 'dqk = 50')" -eq 2 ]
 ok $? "ml1m-hstu: AdamW betas 0.9/0.98, max length 200, dqk = dv = 50 (published setup)"
+[ "$(has ml100k-hstu-ref 'pos_emb = true')" -eq 1 ] && [ "$(has ml100k-hstu-ref 'time_buckets = 128')" -eq 2 ] \
+    && [ "$(has ml100k-hstu-ref 'row_negatives = 128')" -eq 1 ] && [ "$(has ml100k-hstu-ref 'share_k = 1')" -eq 1 ] \
+    && [ "$(has ml100k-hstu-ref 'update = dense')" -eq 1 ] \
+    && grep -q '^train_on_valid = true' "$pl/ml100k-hstu-ref.ini"
+ok $? "ml100k-hstu-ref: the reference's positions, 128 time buckets, 128 negatives per token, dense table step, no validation split"
 [ "$(has ml100k-sasrec 'dense-sasrec')" -ge 2 ]
 ok $? "ml100k-sasrec: two dense-sasrec blocks"
 [ "$(has beauty-sasrec-bce 'style = bert')" -eq 2 ] && [ "$(has beauty-sasrec-bce 'num_heads = 2')" -eq 2 ] \
