@@ -352,7 +352,8 @@ static grm_status finish(grm__pipeline *p, collector *co, grm__dataset *ds)
         int64_t b = ds->offsets[u], n = ds->offsets[u + 1] - b;
         ds->has_eval[u] = n >= 3;
         ds->train_end[u] = n >= 3 ? b + n - 2 : b + n;
-        nex += grm__fit_end(ds, u) - b - 1 > 0 ? grm__fit_end(ds, u) - b - 1 : 0;
+        const int64_t targets = grm__fit_end(ds, u) - b - 1;
+        nex += targets > 0 ? targets : 0;
         if (ds->users[u] > ds->max_user) ds->max_user = ds->users[u];
     }
     ds->ex_user = malloc((size_t)(nex ? nex : 1) * sizeof *ds->ex_user);

@@ -47,9 +47,8 @@ static inline void href_time_thresholds(int64_t *thr, int64_t nbuckets)
     }
 }
 
-/* s_ij of head h for global rows i, j of the sequence starting at row o. */
-static inline double href_score(const grm_hstu_attn_args *a, int64_t h, int64_t o, int64_t i,
-                                int64_t j)
+/* s_ij of head h for global rows i, j of one sequence. */
+static inline double href_score(const grm_hstu_attn_args *a, int64_t h, int64_t i, int64_t j)
 {
     const float *q = a->q + i * a->ld + h * a->dqk, *k = a->k + j * a->ld + h * a->dqk;
     double s = 0;
@@ -81,7 +80,7 @@ static inline void href_fwd(double *out, const grm_hstu_attn_args *a)
         for (int64_t h = 0; h < a->H; h++)
             for (int64_t i = o; i < e; i++)
                 for (int64_t j = o; j <= i; j++) {
-                    const double s = href_score(a, h, o, i, j);
+                    const double s = href_score(a, h, i, j);
                     const double w = s / (1.0 + exp(-s)) * c;
                     for (int64_t d = 0; d < a->dv; d++)
                         out[i * HV + h * a->dv + d] += w * a->v[j * a->ld + h * a->dv + d];
@@ -108,7 +107,7 @@ static inline void href_bwd(double *dq, double *dk, double *dv, double *d_rab_po
         for (int64_t h = 0; h < a->H; h++)
             for (int64_t i = o; i < e; i++)
                 for (int64_t j = o; j <= i; j++) {
-                    const double s = href_score(a, h, o, i, j), sg = 1.0 / (1.0 + exp(-s));
+                    const double s = href_score(a, h, i, j), sg = 1.0 / (1.0 + exp(-s));
                     const float *doi = dout + i * HV + h * a->dv;
                     double dp = 0;
                     for (int64_t d = 0; d < a->dv; d++) {

@@ -385,6 +385,20 @@ static void test_pos_emb(void)
     ops->destroy(inst);
 }
 
+/* offs [ns + 1] from the sequence lengths; returns N random timestamps in [0, span)
+ * (unordered: only |dt| matters), malloc'd, drawn from the stream *s. */
+static int64_t *jagged_times(const int64_t *lens, int ns, int64_t *offs, uint64_t *s,
+                             int64_t span)
+{
+    offs[0] = 0;
+    for (int i = 0; i < ns; i++)
+        offs[i + 1] = offs[i] + lens[i];
+    int64_t *times = malloc((size_t)offs[ns] * sizeof *times);
+    for (int64_t i = 0; i < offs[ns]; i++)
+        times[i] = (int64_t)(harness_rand(s) % (uint64_t)span);
+    return times;
+}
+
 /* ---- cpu vs ref ---- */
 
 static void test_impls(void)
@@ -392,14 +406,10 @@ static void test_impls(void)
     // lengths on both sides of the tile edges (HSTU_TILE = 64)
     static const int64_t lens[] = { 1, 63, 64, 65, 130, 7 };
     enum { NS = 6, D = 12 };
-    int64_t offs[NS + 1] = { 0 };
-    for (int i = 0; i < NS; i++)
-        offs[i + 1] = offs[i] + lens[i];
-    const int64_t N = offs[NS];
-    int64_t *times = malloc((size_t)N * sizeof *times);
+    int64_t offs[NS + 1];
     uint64_t s = 31;
-    for (int64_t i = 0; i < N; i++)
-        times[i] = (int64_t)(harness_rand(&s) % 100000);    // unordered: |dt| matters
+    int64_t *times = jagged_times(lens, NS, offs, &s, 100000);
+    const int64_t N = offs[NS];
     const char *common[] = { "num_heads=3", "dqk=5", "dv=4", "max_len=50", "time_buckets=12",
                              "dropout=0.2" };
     const void *cfg_cpu = harness_config(info, common[0], common[1], common[2], common[3],
@@ -476,14 +486,10 @@ static void test_backend_attention(void)
 {
     static const int64_t lens[] = { 70, 3, 1 };
     enum { NS = 3, D = 8 };
-    int64_t offs[NS + 1] = { 0 };
-    for (int i = 0; i < NS; i++)
-        offs[i + 1] = offs[i] + lens[i];
-    const int64_t N = offs[NS];
-    int64_t *times = malloc((size_t)N * sizeof *times);
+    int64_t offs[NS + 1];
     uint64_t s = 77;
-    for (int64_t i = 0; i < N; i++)
-        times[i] = (int64_t)(harness_rand(&s) % 5000);
+    int64_t *times = jagged_times(lens, NS, offs, &s, 5000);
+    const int64_t N = offs[NS];
     const void *cfg_cpu = harness_config(info, "num_heads=2", "dqk=4", "dv=3", "max_len=40",
                                          "time_buckets=9", "impl=cpu", NULL);
     const void *cfg_ref = harness_config(info, "num_heads=2", "dqk=4", "dv=3", "max_len=40",

@@ -555,9 +555,14 @@ static grm_status reserve_xd(hstu *m, int64_t rows)
     return GRM_OK;
 }
 
-static uint64_t input_key(const hstu *m)
+/* v [rows, D] *= the input dropout mask of the last training forward, / (1 - p); the same
+ * call on a gradient is the backward. */
+static void input_mask(const hstu *m, float *v, int64_t rows)
 {
-    return grm_mix64(m->dkey ^ UINT64_C(0x494e505554) /* "INPUT" */);
+    const uint64_t key = grm_mix64(m->dkey ^ UINT64_C(0x494e505554) /* "INPUT" */);
+    const float s = (float)(1.0 / (1.0 - m->cfg.input_dropout));
+    for (int64_t e = 0; e < rows * m->D; e++)
+        v[e] = hstu_dropout_keep(key, e, m->cfg.input_dropout) ? v[e] * s : 0.0f;
 }
 
 /* xd = Dropout(x sqrt(D) + P[t]) with pos_emb, else Dropout(x), over the sequences of the
@@ -586,12 +591,8 @@ static grm_status embed_input(hstu *m, const float *x, int64_t rows)
     } else {
         memcpy(m->xd, x, (size_t)(rows * D) * sizeof *x);
     }
-    if (m->in_dropped) {
-        const uint64_t key = input_key(m);
-        const float s = (float)(1.0 / (1.0 - m->cfg.input_dropout));
-        for (int64_t e = 0; e < rows * D; e++)
-            m->xd[e] = hstu_dropout_keep(key, e, m->cfg.input_dropout) ? m->xd[e] * s : 0.0f;
-    }
+    if (m->in_dropped)
+        input_mask(m, m->xd, rows);
     return GRM_OK;
 }
 
@@ -600,12 +601,8 @@ static grm_status embed_input(hstu *m, const float *x, int64_t rows)
 static void embed_input_bwd(hstu *m, float *g, int64_t rows)
 {
     const int64_t D = m->D;
-    if (m->in_dropped) {
-        const uint64_t key = input_key(m);
-        const float s = (float)(1.0 / (1.0 - m->cfg.input_dropout));
-        for (int64_t e = 0; e < rows * D; e++)
-            g[e] = hstu_dropout_keep(key, e, m->cfg.input_dropout) ? g[e] * s : 0.0f;
-    }
+    if (m->in_dropped)
+        input_mask(m, g, rows);
     if (!m->cfg.pos_emb)
         return;
     const float scale = (float)sqrt((double)D);
