@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <grm/backend.h>
+
 #include "grm_cuda.h"
 #include "harness.h"
 #include "tap.h"
@@ -154,6 +156,15 @@ static inline void tc_expect_error(grm_status st, grm_status want, const char *s
     const char *msg = grm_cuda_last_error();
     tap_ok(st == want && strstr(msg, substr) != NULL, "%s: status %d (want %d), message '%s'",
            what, (int)st, (int)want, msg);
+}
+
+/* Free the device arrays of attention arguments the tests uploaded (NULL ones too). */
+static inline void tc_free_attn_args(const grm_hstu_attn_args *a)
+{
+    grm_cuda_free((void *)a->offsets), grm_cuda_free((void *)a->times);
+    grm_cuda_free((void *)a->time_thr), grm_cuda_free((void *)a->q), grm_cuda_free((void *)a->k);
+    grm_cuda_free((void *)a->v), grm_cuda_free((void *)a->rab_pos);
+    grm_cuda_free((void *)a->rab_time);
 }
 
 #endif /* GRM_TEST_CUDA_COMMON_H */

@@ -114,10 +114,8 @@ static void check_attention(const grm_backend_iface *C, void *ctx)
     tap_ok(ok, "hstu_attn_bwd: dq, dk, dv and the accumulated d_rab_pos, d_rab_time within "
            "fp32 tolerance of hstu-ref.h (max abs err of dq/dk/dv %.3g; %s)", worst,
            st ? grm_last_error() : "ok");
-    grm_cuda_free((void *)d.offsets), grm_cuda_free((void *)d.times);
-    grm_cuda_free((void *)d.time_thr), grm_cuda_free((void *)d.q), grm_cuda_free((void *)d.k);
-    grm_cuda_free((void *)d.v), grm_cuda_free((void *)d.rab_pos);
-    grm_cuda_free((void *)d.rab_time), grm_cuda_free(ddo), grm_cuda_free(dout);
+    tc_free_attn_args(&d);
+    grm_cuda_free(ddo), grm_cuda_free(dout);
     grm_cuda_free(ddq), grm_cuda_free(ddk), grm_cuda_free(ddv), grm_cuda_free(dgp);
     grm_cuda_free(dgt), grm_cuda_free(ws);
     free(q), free(k), free(v), free(dov), free(out), free(dq), free(dk), free(dv), free(want);

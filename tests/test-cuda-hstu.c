@@ -350,10 +350,8 @@ static void run_case(const acase *c, uint64_t *rng)
     tap_ok(changed == 0, "bwd %s: the columns of the dq, dk, dv views (ld %lld) outside the "
            "heads are untouched (%lld changed)", c->name, (long long)ld, (long long)changed);
 
-    grm_cuda_free((void *)a.offsets), grm_cuda_free((void *)a.times);
-    grm_cuda_free((void *)a.time_thr), grm_cuda_free((void *)a.q), grm_cuda_free((void *)a.k);
-    grm_cuda_free((void *)a.v), grm_cuda_free((void *)a.rab_pos);
-    grm_cuda_free((void *)a.rab_time), grm_cuda_free(d_do), grm_cuda_free(d_out);
+    tc_free_attn_args(&a);
+    grm_cuda_free(d_do), grm_cuda_free(d_out);
     grm_cuda_free(d_dq), grm_cuda_free(d_dk), grm_cuda_free(d_dv), grm_cuda_free(d_gp);
     grm_cuda_free(d_gt), grm_cuda_free(ws);
     free(start_p), free(start_t), free(out), free(dq), free(dk), free(dv), free(gp), free(gt);
