@@ -7,11 +7,20 @@
 #include <stdlib.h>
 
 #include "grm_core.h"
+#include "pipeline.h"
 
 int grm__cli_fail(grm_status st)
 {
     fprintf(stderr, "grmhost: %s\n", grm_last_error());
     return st == GRM_EINVAL || st == GRM_EABI || st == GRM_ENOTFOUND ? 2 : 1;
+}
+
+int grm__cli_end(grm__pipeline *p, grm_status st)
+{
+    const int rc = st == GRM_OK ? 0 : grm__cli_fail(st);
+    grm__pipeline_destroy(p);
+    grm__pool_fini();
+    return rc;
 }
 
 int grm__cli_usage_error(const char *usage, const char *fmt, ...)

@@ -13,6 +13,13 @@
  * usage or configuration error (GRM_EINVAL, GRM_EABI, GRM_ENOTFOUND), else 1. */
 int grm__cli_fail(grm_status st);
 
+/* The end of a command that loaded pipeline p (NULL: none): the failure, if st is one, is
+ * printed first (grm__cli_fail), then p is destroyed (closing its communicator: under
+ * mpirun, a rank exiting non-zero after MPI_Finalize gets the other ranks killed, so each
+ * must have said why before) and the host's pool stopped. Returns the exit code of st. */
+struct grm__pipeline;
+int grm__cli_end(struct grm__pipeline *p, grm_status st);
+
 /* Print "grmhost: <fmt ...>", a blank line and `usage` to stderr; return 2. */
 int grm__cli_usage_error(const char *usage, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -191,8 +191,7 @@ int grm__recommend_main(int argc, char **argv)
     if (st != GRM_OK) return grm__cli_fail(st);
     if (out && !(ro.out = fopen(out, "w"))) {
         st = grm_errorf(GRM_EIO, "%s: cannot create: %s", out, strerror(errno));
-        grm__pipeline_destroy(p);
-        return grm__cli_fail(st);
+        return grm__cli_end(p, st);
     }
     if (out) ro.out_name = out;
     grm__rec_stats rs = { 0 };
@@ -203,9 +202,7 @@ int grm__recommend_main(int argc, char **argv)
         grm__log(GRM_LOG_INFO, "grmhost", "recommended to %lld users over %lld items in %.2f s "
                  "(%.0f users/s)", (long long)rs.users, (long long)rs.candidates, rs.seconds,
                  rs.seconds > 0 ? (double)rs.users / rs.seconds : 0.0);
-    grm__pipeline_destroy(p);
-    grm__pool_fini();
-    return st == GRM_OK ? 0 : grm__cli_fail(st);
+    return grm__cli_end(p, st);
 }
 
 /* ---- export ---- */
@@ -306,7 +303,5 @@ int grm__export_main(int argc, char **argv)
     } else {
         st = grm__export(p, &o, out, dtype, &nfiles);
     }
-    grm__pipeline_destroy(p);
-    grm__pool_fini();
-    return st == GRM_OK ? 0 : grm__cli_fail(st);
+    return grm__cli_end(p, st);
 }

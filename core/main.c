@@ -272,13 +272,7 @@ static int cmd_run(int argc, char **argv, int eval)
     grm_status st = grm__pipeline_load_with(argv[optind], sets, nsets, &p);
     if (st != GRM_OK) return grm__cli_fail(st);
     st = eval ? grm__eval(p, &o) : grm__train(p, &o);
-    /* the reason is printed before the pipeline closes its communicator: after
-     * MPI_Finalize the first rank to exit non-zero makes mpirun kill the others, and a
-     * rank killed before it printed would leave its peers' failure unexplained */
-    const int rc = st == GRM_OK ? 0 : grm__cli_fail(st);
-    grm__pipeline_destroy(p);
-    grm__pool_fini();
-    return rc;
+    return grm__cli_end(p, st);
 }
 
 static int cmd_profile(int argc, char **argv)
@@ -345,7 +339,7 @@ static int cmd_profile(int argc, char **argv)
         st = grm_errorf(GRM_EINVAL, "%s: [embedding] plugin is %s; profile chooses the cache "
                         "of emb-dynamic's tiered mode (plugin = emb-dynamic)", argv[optind],
                         p->emb.plugin->info->name);
-    if (p) grm__pipeline_destroy(p);
+    grm__pipeline_destroy(p);
     p = NULL;
     if (st == GRM_OK) st = grm__pipeline_load_with(argv[optind], sets, nsets, &p);
     if (st == GRM_OK) {
@@ -361,13 +355,12 @@ static int cmd_profile(int argc, char **argv)
                  argv[optind], scratch);
         st = grm__train(p, &o);
     }
-    if (p) grm__pipeline_destroy(p);
-    grm__pool_fini();
+    const int rc = grm__cli_end(p, st);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", scratch);   /* mkdtemp's name: no quote in it */
     if (system(cmd) != 0)
         fprintf(stderr, "grmhost: warning: profile: could not remove %s\n", scratch);
-    return st == GRM_OK ? 0 : grm__cli_fail(st);
+    return rc;
 }
 
 static int cmd_check(int argc, char **argv)
@@ -396,11 +389,11 @@ static int cmd_check(int argc, char **argv)
     }
     if (optind != argc - 1)
         return grm__cli_usage_error(usage_check, "expected exactly one FILE.ini");
-    grm__pipeline *p;
+    grm__pipeline *p;   /* NULL when the load fails */
     grm_status st = grm__pipeline_load_with(argv[optind], sets, nsets, &p);
-    if (st == GRM_OK && (st = grm__check(p)) != GRM_OK) grm__pipeline_destroy(p);
+    if (st == GRM_OK) st = grm__check(p);
+    if (st != GRM_OK) return grm__cli_end(p, st);
     grm__pool_fini();
-    if (st != GRM_OK) return grm__cli_fail(st);
     grm__pipeline_print(stdout, p);
     printf("\nmerged INI (%s%s):\n\n", argv[optind], nsets ? " with --set" : "");
     grm__config_print(stdout, p->cfg, origin);
