@@ -385,6 +385,65 @@ static void test_pos_emb(void)
     ops->destroy(inst);
 }
 
+/* The values of parameter `name` of inst (borrowed), or NULL; *n gets its element count. */
+static const float *param_values(void *inst, const char *name, int64_t *n)
+{
+    grm_named_tensor v = { 0 };
+    grm_tensor g;
+    const int np = inst != NULL ? dc_param_count(ops, inst) : 0;
+    for (int i = 0; i < np; i++)
+        if (ops->params(inst, i, &v, &g) == GRM_OK && strcmp(v.name, name) == 0) {
+            *n = v.tensor.shape[0] * v.tensor.shape[1];
+            return v.tensor.data;
+        }
+    *n = 0;
+    return NULL;
+}
+
+static double sample_sd(const float *w, int64_t n)
+{
+    double sum = 0, sq = 0;
+    for (int64_t e = 0; e < n; e++) {
+        sum += w[e];
+        sq += (double)w[e] * w[e];
+    }
+    return n > 0 ? sqrt(sq / (double)n - (sum / (double)n) * (sum / (double)n)) : 0;
+}
+
+/* init: f1 from N(0, init_std^2) (the reference's _uvqk) with init = normal, Xavier uniform
+ * by default; f2 is Xavier uniform and the same draw either way. */
+static void test_init(void)
+{
+    enum { D = 50 };   /* ml100k-hstu-ref's block: P = 200 */
+    void *xa = dc_make(info, harness_config(info, "num_heads=1", "dqk=50", "dv=50", NULL), D,
+                       5);
+    void *no = dc_make(info, harness_config(info, "num_heads=1", "dqk=50", "dv=50",
+                                            "init=normal", NULL), D, 5);
+    void *n3 = dc_make(info, harness_config(info, "num_heads=1", "dqk=50", "dv=50",
+                                            "init=normal", "init_std=0.3", NULL), D, 5);
+    int64_t n1x, n1n, n13, n2x, n2n;
+    const float *w1x = param_values(xa, "f1.weight", &n1x);
+    const float *w1n = param_values(no, "f1.weight", &n1n);
+    const float *w13 = param_values(n3, "f1.weight", &n13);
+    const float *w2x = param_values(xa, "f2.weight", &n2x);
+    const float *w2n = param_values(no, "f2.weight", &n2n);
+    const double xav = sqrt(6.0 / (D + 200)) / sqrt(3.0);   /* sd of U(-a, a) */
+    const double sx = sample_sd(w1x, n1x), sn = sample_sd(w1n, n1n), s3 = sample_sd(w13, n13);
+    tap_ok(w1x != NULL && n1x == 200 * D && fabs(sx / xav - 1) < 0.03,
+           "init = xavier_uniform (default): f1.weight [200, 50] has sd %.4f, expected %.4f",
+           sx, xav);
+    tap_ok(w1n != NULL && n1n == 200 * D && fabs(sn / 0.02 - 1) < 0.03
+           && fabs(s3 / 0.3 - 1) < 0.03,
+           "init = normal: f1.weight has sd %.4f (init_std 0.02) and %.4f (0.3)", sn, s3);
+    int same = w2x != NULL && w2n != NULL && n2x == n2n && n2x > 0;
+    for (int64_t e = 0; same && e < n2x; e++)
+        same = w2x[e] == w2n[e];
+    tap_ok(same, "init = normal: f2.weight is the same Xavier draw as with the default");
+    ops->destroy(xa);
+    ops->destroy(no);
+    ops->destroy(n3);
+}
+
 /* offs [ns + 1] from the sequence lengths; returns N random timestamps in [0, span)
  * (unordered: only |dt| matters), malloc'd, drawn from the stream *s. */
 static int64_t *jagged_times(const int64_t *lens, int ns, int64_t *offs, uint64_t *s,
@@ -999,7 +1058,7 @@ int main(void)
 {
     info = harness_plugin("dense-hstu");
     ops = info->ops;
-    tap_plan(134);
+    tap_plan(137);
     tap_ok(info->kind == GRM_KIND_DENSE && ops->loss == NULL,
            "dense-hstu is a dense block, not a head");
     test_params();
@@ -1028,6 +1087,7 @@ int main(void)
     test_gradcheck("ref, pos_emb, both RABs", &pos, kv_pos_ref, 7, 1);
 
     test_pos_emb();
+    test_init();
     test_impls();
     test_backend_attention();
     test_structure();

@@ -325,10 +325,17 @@ grm_status hstu_create(const grm_host_api *host, const hstu_config *cfg, int64_t
         g += m->shape[i][0] * m->shape[i][1];
     }
     // f1, f2: Xavier uniform; biases 0; RAB tables N(0, 0.02^2) as the reference
-    // implementation, each row drawn by grm_row_init (a pure function of seed and row)
+    // implementation, each row drawn by grm_row_init (a pure function of seed and row).
+    // init = normal draws W1 from N(0, init_std^2) instead, the reference's _uvqk
+    // (SequentialTransductionUnitJagged: torch.empty(...).normal_(mean=0, std=0.02)); its
+    // _o is Xavier uniform, as f2 here. The draw of W2 does not depend on W1's.
     uint64_t state = seed;
     linear_xavier_uniform(m->value[P_W1], m->D, m->P, &state);
     linear_xavier_uniform(m->value[P_W2], m->HV, m->D, &state);
+    if (cfg->init == HSTU_INIT_NORMAL)
+        for (int64_t r = 0; r < m->P; r++)
+            grm_row_init(m->value[P_W1] + r * m->D, (int32_t)m->D, GRM_EMB_INIT_NORMAL,
+                         cfg->init_std, seed, grm_str_hash64(param_names[P_W1]), r);
     for (int i = P_RAB_POS; i <= P_RAB_TIME; i++)
         if (m->value[i] != NULL)
             for (int64_t h = 0; h < m->H; h++)

@@ -26,6 +26,8 @@ enum hstu_impl_kind { HSTU_IMPL_CPU = 0, HSTU_IMPL_REF = 1, HSTU_IMPL_AUTO = 2 }
 
 /* Attention normalisation; the ENUM order of "max_len|length". */
 enum hstu_norm { HSTU_NORM_MAX_LEN = 0, HSTU_NORM_LENGTH = 1 };
+/* Initializer of f1 (the [U | V | Q | K] projection W1). */
+enum hstu_init { HSTU_INIT_XAVIER_UNIFORM = 0, HSTU_INIT_NORMAL = 1 };
 
 typedef struct hstu_config {
     int64_t num_heads;          /* H */
@@ -41,6 +43,8 @@ typedef struct hstu_config {
     int32_t attn_norm;          /* enum hstu_norm */
     int32_t impl;               /* enum hstu_impl_kind */
     int32_t pos_emb;            /* 1: x sqrt(D) + a learned [max_len, D] position table */
+    int32_t init;               /* enum hstu_init: W1's initializer */
+    double init_std;            /* std of init = normal */
 } hstu_config;
 
 /* Largest accepted time_buckets: keeps exp(HSTU_TIME_LOG_STEP * b) below 2^63. */

@@ -64,6 +64,11 @@ static const grm_param_decl hstu_params_decl[] = {
                         "learned absolute positions: the block input becomes x sqrt(D) + "
                         "P[t], P [max_len, D] (the reference's input preprocessor; one "
                         "block, usually the first)"),
+    GRM_PARAM_DECL_ENUM(hstu_config, init, "xavier_uniform", "xavier_uniform|normal",
+                        "initializer of f1, the U, V, Q, K projection (normal: N(0, "
+                        "init_std^2), the reference's _uvqk); f2 is Xavier uniform either way"),
+    GRM_PARAM_DECL_DOUBLE(hstu_config, init_std, "0.02", GRM_PARAM_RANGE(1e-6, 10),
+                          "standard deviation of init = normal"),
     GRM_PARAM_DECL_ENUM(hstu_config, impl, "auto", "cpu|ref|auto",
                         "kernels: tiled OpenBLAS on the thread pool, or plain loops"
                         " (auto: ref on [pipeline] device = ref, else the fast path)"),
