@@ -125,6 +125,10 @@ grm_status grm__eval_catalog(grm__trainer *t)
                               0);
     else if (st == GRM_OK)
         st = t->sp.eops->lookup(p->emb.inst, t->ev.cat_rows, t->item_phys, t->ev.cat_keys, C, 0);
+    /* ranked by a dot product with the query: in the head's form (a cosine head's rows
+     * normalised), so evaluation ranks as the head's logits do */
+    if (st == GRM_OK)
+        st = grm__head_score_rows(&t->dn.head, t->ev.cat_rows, C, p->tables[t->item_table].dim);
     return st;
 }
 

@@ -158,6 +158,15 @@ double grm__head_flops(const grm__head *h, int64_t rows, int64_t nneg)
     return 0;
 }
 
+grm_status grm__head_score_rows(grm__head *h, float *rows, int64_t n, int64_t dim)
+{
+    if (!h->ops || !GRM_HAS_OP(grm_head_ops, h->ops, score_rows) || !h->ops->score_rows)
+        return GRM_OK;
+    grm_status st = h->ops->score_rows(h->inst, rows, n, dim);
+    if (st != GRM_OK) grm_error_prefix("[head] %s score_rows: ", h->stage->plugin->info->name);
+    return st;
+}
+
 grm_status grm__head_loss(grm__head *h, grm_loss_io *io, const grm_backend *be, void *work)
 {
     grm_status st = h->ops ? h->ops->loss(h->inst, io) : legacy_loss(h, io, be, work);

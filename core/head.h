@@ -41,6 +41,9 @@ grm_status grm__head_params(grm__head *h, int32_t index, grm_named_tensor *value
 /* Floating-point operations of the last loss call, forward and backward, on `rows` rows with
  * `nneg` negatives (the head's flops op; 0 for a head without one): --profile's MFU. */
 double grm__head_flops(const grm__head *h, int64_t rows, int64_t nneg);
+/* The catalog's n item rows [n, dim], in place, in the form a dot product with a query
+ * ranks as the head's logits do (the head's score_rows op; as they are without one). */
+grm_status grm__head_score_rows(grm__head *h, float *rows, int64_t n, int64_t dim);
 grm_status grm__head_loss(grm__head *h, grm_loss_io *io, const grm_backend *be, void *work);
 
 /* The [head] checks, written once: a head plugin that can train `task` (GRM_LOSS_BCE for

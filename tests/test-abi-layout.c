@@ -19,7 +19,7 @@
 int main(void)
 {
     if (sizeof(void *) != 8 || sizeof(long) != 8) tap_skip_all("layout table is for LP64");
-    tap_plan(200);
+    tap_plan(201);
     SZ(grm_device, 8);
     SZ(grm_tensor, 56);
     OF(grm_tensor, dtype, 8);
@@ -159,12 +159,13 @@ int main(void)
     OF(grm_loss_io, pos_slots, 168);
     OF(grm_loss_io, neg_slots, 176);
     OF(grm_loss_io, grad_scale, 184);
-    SZ(grm_head_ops, 64);
+    SZ(grm_head_ops, 72);
     OF(grm_head_ops, create, 8);
     OF(grm_head_ops, task, 24);
     OF(grm_head_ops, loss, 32);
     OF(grm_head_ops, negatives, 40);
     OF(grm_head_ops, flops, 56);
+    OF(grm_head_ops, score_rows, 64);
     OF(grm_loss_io, ntasks, 4);
     OF(grm_loss_io, rows, 8);
     OF(grm_loss_io, dim, 16);
@@ -217,7 +218,7 @@ int main(void)
     OF(grm_comm_ops, broadcast, 64);
     OF(grm_comm_ops, barrier, 72);
     SZ(grm_comm_handle, 16);
-    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 7, "this table pins ABI 1.7 (is %d.%d)",
+    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 8, "this table pins ABI 1.8 (is %d.%d)",
            GRM_ABI_MAJOR, GRM_ABI_MINOR);
     tap_ok(GRM_DTYPE_F32 == 1 && GRM_DTYPE_U8 == 6 && GRM_COL_LIST_F32 == 5
                && GRM_KIND_COMM == 7 && GRM_PARAM_STR_LIST == 7 && GRM_EINTERNAL == 10

@@ -23,7 +23,7 @@ a venv made with --system-site-packages, e.g. /tmp/venv-st)"
 command -v zstd >/dev/null 2>&1 || skip_all "no zstd command to read u.data.zst independently"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-export-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "1..12"
+echo "1..13"
 
 sed -e "s|^path = .*u.data.zst|path = $data|" -e "s|^dir = .*|dir = $tmp/ck|" \
     -e "s|^epochs = .*|steps = 200|" -e "s|^early_stop.*||" \
@@ -63,6 +63,26 @@ rc=$?
 [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/m.out" | tail -5
 ok $rc "Python's safetensors loads it: 1682 items, 943 user states, 27 dense parameters \
 named as the manifest's blocks list them"
+
+# ml100k-sasrec's head has cosine logits (l2norm = true): the rows recommend and the
+# evaluation rank by, and export writes as item.weight, are the table's rows normalised
+"$py" - "$tmp/exp" >"$tmp/n.out" 2>&1 <<'EOF'
+import sys, torch
+from safetensors.torch import load_file
+d = sys.argv[1]
+it, tb = load_file(d + "/items.safetensors"), load_file(d + "/tables.safetensors")
+ids, raw = tb["emb.item.ids"].tolist(), tb["emb.item.weight"]
+row = {k: n for n, k in enumerate(ids)}
+w = raw[[row[i] for i in it["item.ids"].tolist()]]
+unit = w / w.norm(dim=1, keepdim=True)
+assert float(w.norm(dim=1).std()) > 1e-3, "the raw rows' norms should differ"
+err = float((it["item.weight"] - unit).abs().max())
+assert err < 1e-6, err
+print("max |item.weight - row / |row|| =", err)
+EOF
+rc=$?
+sed 's/^/# /' "$tmp/n.out" | tail -3
+ok $rc "a cosine head's item.weight is the table's rows normalised (head score_rows, ABI 1.8)"
 
 zstd -dc "$data" | awk '{print $1}' | sort -un | head -50 >"$tmp/u50"
 "$g" recommend -q "$tmp/s.ini" --checkpoint "$tmp/ck" --k 10 --users "$tmp/u50" \

@@ -1499,9 +1499,43 @@ static void test_ssm_item_rows(void)
     ops->destroy(h);
 }
 
+/* score_rows (ABI 1.8): a cosine head (l2norm) normalises the rows it is given, so a dot
+ * product with any query ranks as its logits do; a dot-product head leaves them alone. */
+static void test_ssm_score_rows(void)
+{
+    const grm_plugin_info *info = harness_plugin("head-sampled-softmax");
+    const grm_head_ops *ops = info->ops;
+    enum { N = 6, D = 5 };
+    void *cos = dc_make(info, harness_config(info, "l2norm=true", NULL), D, 1);
+    void *dot = dc_make(info, harness_config(info, NULL), D, 1);
+    uint64_t rs = 11;
+    float raw[N * D], a[N * D], b[N * D];
+    for (int i = 0; i < N * D; i++) raw[i] = 3.0f * harness_randf(&rs);
+    memcpy(a, raw, sizeof a);
+    memcpy(b, raw, sizeof b);
+    grm_status st = GRM_HAS_OP(grm_head_ops, ops, score_rows) && ops->score_rows
+                        ? ops->score_rows(cos, a, N, D) : GRM_ENOTSUP;
+    double worst = 0;
+    for (int r = 0; r < N; r++) {
+        double n = 0;
+        for (int d = 0; d < D; d++) n += (double)raw[r * D + d] * raw[r * D + d];
+        for (int d = 0; d < D; d++)
+            worst = fmax(worst, fabs(a[r * D + d] - raw[r * D + d] / sqrt(n)));
+    }
+    tap_ok(st == GRM_OK && worst < 1e-6, "score_rows with l2norm: every row divided by its "
+           "norm (worst error %.2g)", worst);
+    st = ops->score_rows(dot, b, N, D);
+    tap_ok(st == GRM_OK && memcmp(b, raw, sizeof b) == 0,
+           "score_rows without l2norm leaves the rows as they are");
+    dc_expect(ops->score_rows(cos, a, N, D + 1), GRM_EINVAL, "created for 5",
+              "score_rows with rows of another width");
+    ops->destroy(cos);
+    ops->destroy(dot);
+}
+
 int main(void)
 {
-    tap_plan(48 + 5 * 5 + 2 + 7 + 3 + 5 + 3 + 3 + 5 * 5 + 2 + 2 * 4 + 4 + 7 + 2 + 1);
+    tap_plan(48 + 5 * 5 + 2 + 7 + 3 + 5 + 3 + 3 + 5 * 5 + 2 + 2 * 4 + 4 + 7 + 2 + 1 + 3);
     test_bce();
     test_ssm_loss();
     test_negatives();
@@ -1509,5 +1543,6 @@ int main(void)
     test_ssm_options();
     test_bce_loss();
     test_ssm_item_rows();
+    test_ssm_score_rows();
     return tap_done();
 }

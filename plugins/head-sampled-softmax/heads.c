@@ -517,6 +517,21 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io)
     return GRM_OK;
 }
 
+grm_status ssm_score_rows(const ssm_head *h, float *rows, int64_t n, int64_t dim)
+{
+    if (dim != h->dim || n < 0 || (n > 0 && rows == NULL))
+        return h->host->errorf(GRM_EINVAL, "head-sampled-softmax: score_rows: %lld rows of "
+                               "%lld columns (rows %s); the head was created for %lld",
+                               (long long)n, (long long)dim, rows ? "set" : "NULL",
+                               (long long)h->dim);
+    if (h->cfg.l2norm)
+        for (int64_t i = 0; i < n; i++) {
+            float norm;
+            mlp_l2norm_fwd(rows + i * dim, &norm, rows + i * dim, 1, dim);
+        }
+    return GRM_OK;
+}
+
 int ssm_rows_in_place(const ssm_head *h)
 {
     return h->cfg.share_k >= 1 && h->cfg.loss == SSM_LOSS_SOFTMAX

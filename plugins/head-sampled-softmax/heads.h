@@ -244,6 +244,10 @@ grm_status ssm_loss(ssm_head *h, grm_loss_io *io);
 /* Floating-point operations of the last loss call's forward (backward = 0) or backward,
  * scaled to `rows` rows (0 before the first call): the flops op, for --profile's MFU. */
 double ssm_flops(const ssm_head *h, int64_t rows, int32_t backward);
+/* The score_rows op: with l2norm, each of the n rows [n, dim] divided by its norm in place
+ * (mlp_l2norm_fwd, the loss's own normalisation), so a dot product with any query ranks
+ * items as the cosine logits do; without it, nothing. */
+grm_status ssm_score_rows(const ssm_head *h, float *rows, int64_t n, int64_t dim);
 /* 1 when the head's loss on item rows runs in place (ssm_loss_in_place): per-token
  * negatives (share_k >= 1) of the softmax, sampled, fp32. */
 int ssm_rows_in_place(const ssm_head *h);

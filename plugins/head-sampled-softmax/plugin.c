@@ -119,6 +119,11 @@ static double ssm_op_flops(void *inst, int64_t rows, int64_t nneg, int32_t backw
     return ssm_flops(((ssm_inst *)inst)->h, rows, backward);
 }
 
+static grm_status ssm_op_score_rows(void *inst, float *rows, int64_t n, int64_t dim)
+{
+    return ssm_score_rows(((ssm_inst *)inst)->h, rows, n, dim);
+}
+
 static const grm_head_ops ssm_ops = {
     .struct_size = sizeof(grm_head_ops),
     .create = ssm_op_create,
@@ -127,6 +132,7 @@ static const grm_head_ops ssm_ops = {
     .loss = ssm_op_loss,
     .negatives = ssm_op_negatives,
     .flops = ssm_op_flops,
+    .score_rows = ssm_op_score_rows,
 };
 
 static const grm_plugin_info ssm_info = {

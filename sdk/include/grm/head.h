@@ -62,6 +62,14 @@ typedef struct grm_head_ops {
     /* (optional; if NULL, 0) Floating-point operations of the loss (backward = 0) or its
      * gradient (backward = 1) on `rows` rows with `nneg` negatives, for MFU. */
     double (*flops)(void *inst, int64_t rows, int64_t nneg, int32_t backward);
+
+    /* (optional, since 1.8; if NULL, the rows are scored as they are) Put n item rows
+     * [n, dim] of the item table, in place, into the form whose dot product with a query
+     * ranks items as the head's logits do: a head with cosine logits (L2-normalised query
+     * and item) normalises each row. The host calls it on the catalog's rows it ranks in
+     * evaluation, `grmhost recommend` and `grmhost export` (item.weight), never on the
+     * table itself. Test it with GRM_HAS_OP(grm_head_ops, ops, score_rows). */
+    grm_status (*score_rows)(void *inst, float *rows, int64_t n, int64_t dim);
 } grm_head_ops;
 
 #ifdef __cplusplus

@@ -18,7 +18,7 @@ extern "C" {
 #define GRM_ABI_MAJOR 1
 /* Minor: bumped when an op or field is appended. A host accepts plugins of its own
  * minor or older; it refuses a plugin built for a newer minor. */
-#define GRM_ABI_MINOR 7
+#define GRM_ABI_MINOR 8
 
 /* History of the ABI (append-only within a major):
  *   1.0  the seven kinds, the host API, declared parameters.
@@ -37,7 +37,10 @@ extern "C" {
  *        rows into its cache while the current batch trains).
  *   1.7  grm_backend_iface.hstu_attn_ws_bytes, hstu_attn_fwd and hstu_attn_bwd appended
  *        (optional), with grm_hstu_attn_args: the HSTU attention has one signature on
- *        every device; the core's host returns the `cpu` backend outside a run. */
+ *        every device; the core's host returns the `cpu` backend outside a run.
+ *   1.8  grm_head_ops.score_rows appended (optional): the head puts the catalog's rows
+ *        into the form a dot product ranks as its logits do (cosine heads normalise them),
+ *        so evaluation, recommend and export rank as the head trains. */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"
