@@ -2,7 +2,8 @@
 # bench/setup-venv.sh - the peers' Python for `make bench` (issue 24): a virtualenv with the
 # current PyTorch from PyPI (and numpy), so that bench/ compares grm against what a user
 # would otherwise run, not against Debian's torch 1.13. With --hstu-ref it adds fbgemm_gpu's
-# CPU jagged ops that Meta's HSTU research layer calls (bench_hstu.py --ref): the release
+# CPU jagged ops that Meta's HSTU research layer calls (bench_hstu.py --ref), and the
+# gin-config and pandas its trainer's modules import (bench_ref_train.py): the release
 # fbgemm-gpu-cpu 1.9.0 is built for torch 2.14 and does not load on 2.15 (undefined symbol
 # c10::report_overflow), so this takes the nightly CPU build (FBGEMM_NIGHTLY picks the date;
 # 2026.10.16 loads on torch 2.15.0). bench/run.sh takes this venv's python when it exists
@@ -30,5 +31,7 @@ fi
 [ $hsturef -eq 1 ] && { "$dir/bin/pip" uninstall -y -q fbgemm-gpu-cpu 2>/dev/null || :; }
 [ $hsturef -eq 1 ] && "$dir/bin/pip" install -q --no-deps \
     "fbgemm-gpu-nightly-cpu==${FBGEMM_NIGHTLY:-2026.10.16}"
+# bench_ref_train.py imports the reference's trainer modules: gin-config and pandas too
+[ $hsturef -eq 1 ] && "$dir/bin/pip" install -q gin-config pandas
 "$dir/bin/python" -c 'import torch; print("bench: peers run on torch", torch.__version__, \
 "threads", torch.get_num_threads())'

@@ -73,9 +73,9 @@ ok $? "ml1m-hstu: sampled softmax over 128 negatives, L2-normalised, temperature
 ok $? "ml1m-hstu: AdamW betas 0.9/0.98, max length 200, dqk = dv = 50 (published setup)"
 [ "$(has ml100k-hstu-ref 'pos_emb = true')" -eq 1 ] && [ "$(has ml100k-hstu-ref 'time_buckets = 128')" -eq 2 ] \
     && [ "$(has ml100k-hstu-ref 'row_negatives = 128')" -eq 1 ] && [ "$(has ml100k-hstu-ref 'share_k = 1')" -eq 1 ] \
-    && [ "$(has ml100k-hstu-ref 'update = dense')" -eq 1 ] \
+    && [ "$(has ml100k-hstu-ref 'update = dense')" -eq 1 ] && [ "$(has ml100k-hstu-ref 'init = normal')" -eq 2 ] \
     && grep -q '^train_on_valid = true' "$pl/ml100k-hstu-ref.ini"
-ok $? "ml100k-hstu-ref: the reference's positions, 128 time buckets, 128 negatives per token, dense table step, no validation split"
+ok $? "ml100k-hstu-ref: the reference's positions, 128 time buckets, 128 negatives per token, dense table step, no validation split, f1 from N(0, 0.02^2)"
 [ "$(has ml100k-sasrec 'dense-sasrec')" -ge 2 ]
 ok $? "ml100k-sasrec: two dense-sasrec blocks"
 [ "$(has beauty-sasrec-bce 'style = bert')" -eq 2 ] && [ "$(has beauty-sasrec-bce 'num_heads = 2')" -eq 2 ] \

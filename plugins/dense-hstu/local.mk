@@ -11,7 +11,7 @@ HSTU_VEC_CFLAGS = -ftree-vectorize -fvect-cost-model=dynamic -fno-trapping-math
 %canon_reldir%_dense_hstu_la_CFLAGS = $(AM_CFLAGS) $(HSTU_VEC_CFLAGS)
 %canon_reldir%_dense_hstu_la_LDFLAGS = $(PLUGIN_LDFLAGS)
 %canon_reldir%_dense_hstu_la_LIBADD = $(BLAS_LIBS) -lm
-EXTRA_DIST += %reldir%/README.md tests/ref/hstu.py bench/bench_hstu.py
+EXTRA_DIST += %reldir%/README.md tests/ref/hstu.py bench/bench_hstu.py bench/bench_ref_train.py
 
 # The test drives the plugin through its ops table and also links the layer's sources
 # (hstu.c, hstu_ref.c, hstu_cpu.c) to call the kernels and the documented size functions.
