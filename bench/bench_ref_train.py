@@ -168,7 +168,8 @@ def ref_run(args, mods, seqs, seed, tmp):
     torch.set_num_threads(args.threads)
     random.seed(seed)
     torch.manual_seed(seed)
-    L, D, OUT = args.max_len, 50, 10          # max_sequence_length, d, gr_output_length
+    # max_sequence_length (ml100k-hstu-ref.ini's max_seq_len), d, gr_output_length
+    L, D, OUT = 50, 50, 10
     csv_path = os.path.join(tmp, "ml-100k-sasrec_format.csv")
     if not os.path.exists(csv_path):
         write_ref_csv(seqs, csv_path)
@@ -275,7 +276,6 @@ def main():
     ap.add_argument("--seeds", default="42,7,1234")
     ap.add_argument("--epochs", type=int, default=15)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--max-len", type=int, default=50, dest="max_len")
     ap.add_argument("--only", choices=("grm", "ref"))
     args = ap.parse_args()
     args.src = args.src or args.build

@@ -328,7 +328,8 @@ grm_status hstu_create(const grm_host_api *host, const hstu_config *cfg, int64_t
     // implementation, each row drawn by grm_row_init (a pure function of seed and row).
     // init = normal draws W1 from N(0, init_std^2) instead, the reference's _uvqk
     // (SequentialTransductionUnitJagged: torch.empty(...).normal_(mean=0, std=0.02)); its
-    // _o is Xavier uniform, as f2 here. The draw of W2 does not depend on W1's.
+    // _o is Xavier uniform, as f2 here. W1's Xavier draw is made (and then replaced) either
+    // way: W2 is the next draw of the same stream, so it stays the same for both inits.
     uint64_t state = seed;
     linear_xavier_uniform(m->value[P_W1], m->D, m->P, &state);
     linear_xavier_uniform(m->value[P_W2], m->HV, m->D, &state);
