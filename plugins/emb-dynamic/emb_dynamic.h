@@ -206,7 +206,7 @@ typedef struct ed_pool {
 typedef void (*ed_to_f16_fn)(uint16_t *dst, const float *src, int32_t n);
 typedef void (*ed_from_f16_fn)(float *dst, const uint16_t *src, int32_t n);
 
-#define ED_STRIPES 1024     /* row locks, striped by the id's hash */
+#define ED_STRIPES 1024     /* row sequence locks, striped by the id's hash */
 #define ED_MAX_DIM 4096     /* FP16 rows are converted through a stack buffer of this */
 
 /* One export snapshot (tensors()), sorted by id. */
@@ -267,7 +267,7 @@ typedef struct ed_table {
     ed_keys keys;
     ed_pool pools[2];       /* [0] hot FP32, [1] cold FP16 */
     _Atomic int64_t pending;    /* ids of batches in flight (reserved room) */
-    atomic_flag stripes[ED_STRIPES];
+    _Atomic uint32_t stripes[ED_STRIPES];   /* row sequence locks: odd while written */
 
     _Atomic int64_t clock;      /* largest step passed to update */
     _Atomic int64_t lookups, misses, evictions, version;
@@ -335,7 +335,7 @@ static inline void ed_record_prefetch(const ed_table *t, int64_t ref)
     const uintptr_t last = (uintptr_t)rec + sizeof(ed_meta) + t->pools[ref & 1].row_bytes - 1;
     int lines = (int)((last - first) / 64) + 1;
     if (lines > ED_PF_LINES) lines = ED_PF_LINES;
-    for (int l = 0; l < lines; l++) __builtin_prefetch((const char *)first + 64 * l, 1, 3);
+    for (int l = 0; l < lines; l++) __builtin_prefetch((const char *)first + 64 * l, 0, 3);
 }
 
 static inline ed_meta *ed_rec_meta(char *rec)
@@ -375,20 +375,69 @@ static inline void ed_row_read(const ed_store *s, const ed_table *t, int64_t ref
     else memcpy(out, ed_rec_row(rec), (size_t)t->dim * sizeof(float));
 }
 
-static inline atomic_flag *ed_stripe(ed_table *t, uint64_t h)
+/* Row locks are sequence locks (seqlocks: Lameter, "Effective Synchronization on
+ * Linux/NUMA Systems", 2005; Linux's seqcount_t), one per stripe of ids. A writer (an
+ * update, a training lookup's access count, a promotion) makes the stripe's sequence odd
+ * with a CAS, writes, and makes it even again; a plain lookup takes no lock and writes no
+ * shared memory: it reads the sequence, copies the row, and copies again when the
+ * sequence was odd or has moved. A reader therefore never returns a torn row or one a
+ * promotion has freed (chunks are never unmapped while batches run), and lookups of the
+ * same hot rows from several threads do not bounce a lock's cache line between them.
+ * The copy races with a writer by design; its result is used only when the sequence says
+ * no writer ran (Boehm, "Can Seqlocks Get Along with Programming Language Memory
+ * Models?", MSPC 2012, §3: the fences below are the ones it derives). */
+static inline _Atomic uint32_t *ed_stripe(ed_table *t, uint64_t h)
 {
     return &t->stripes[(h >> 40) & (ED_STRIPES - 1)];
 }
 
 static inline void ed_stripe_lock(ed_table *t, uint64_t h)
 {
-    atomic_flag *f = ed_stripe(t, h);
-    while (atomic_flag_test_and_set_explicit(f, memory_order_acquire)) {}
+    _Atomic uint32_t *q = ed_stripe(t, h);
+    for (;;) {
+        uint32_t v = atomic_load_explicit(q, memory_order_relaxed);
+        if (!(v & 1)
+            && atomic_compare_exchange_weak_explicit(q, &v, v + 1, memory_order_acquire,
+                                                     memory_order_relaxed))
+            return;
+    }
 }
 
 static inline void ed_stripe_unlock(ed_table *t, uint64_t h)
 {
-    atomic_flag_clear_explicit(ed_stripe(t, h), memory_order_release);
+    _Atomic uint32_t *q = ed_stripe(t, h);
+    atomic_store_explicit(q, atomic_load_explicit(q, memory_order_relaxed) + 1,
+                          memory_order_release);
+}
+
+/* The sequence a reader starts from: even, and read before the row. */
+static inline uint32_t ed_stripe_read_begin(ed_table *t, uint64_t h)
+{
+    _Atomic uint32_t *q = ed_stripe(t, h);
+    for (int spins = 0;; spins++) {
+        const uint32_t v = atomic_load_explicit(q, memory_order_acquire);
+        if (!(v & 1)) return v;
+        if (spins > 64) sched_yield();
+    }
+}
+
+/* 1 when a writer ran since ed_stripe_read_begin returned v: what was read is discarded. */
+static inline int ed_stripe_read_retry(ed_table *t, uint64_t h, uint32_t v)
+{
+    atomic_thread_fence(memory_order_acquire);
+    return atomic_load_explicit(ed_stripe(t, h), memory_order_relaxed) != v;
+}
+
+/* A plain lookup's row: the slot's current reference and its row, copied under no lock. */
+static inline void ed_row_read_shared(const ed_store *s, ed_table *t, uint64_t h,
+                                      const ed_slot *slot, float *out /* [D] */)
+{
+    for (;;) {
+        const uint32_t v = ed_stripe_read_begin(t, h);
+        const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
+        ed_row_read(s, t, ref, out);
+        if (!ed_stripe_read_retry(t, h, v)) return;
+    }
 }
 
 /* ---- evict.c ---- */

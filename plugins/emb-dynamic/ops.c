@@ -2,9 +2,9 @@
  * "Table Lookup", eq. 7: id -> hash -> probe -> row reference -> record in its chunk).
  * A batch reserves room and holds the table's read lock; its ids run on the host's pool
  * (impl = cpu) or in a plain loop on the calling thread (impl = ref, the reference). Keys
- * are claimed with a CAS (table.c); a row is read or written only under its striped lock,
- * so batches may also run concurrently with each other. Eviction runs after the batch,
- * under the write lock (evict.c). */
+ * are claimed with a CAS (table.c); a row is written only under its striped sequence lock
+ * and read under none (emb_dynamic.h), so batches may also run concurrently with each
+ * other. Eviction runs after the batch, under the write lock (evict.c). */
 #include <string.h>
 
 #include "emb_dynamic.h"
@@ -53,7 +53,8 @@ static ed_slot *ed_acquire(const ed_job *j, int64_t id, uint64_t h, int insert, 
 }
 
 /* Move a cold row to the FP32 pool (MTGRBoost §5.2: hot rows stay FP32). Under the row's
- * stripe lock; readers re-read the slot's reference under the same lock. */
+ * stripe lock; a lock-free reader that saw the old reference sees the stripe's sequence
+ * move and reads the slot again. */
 static int64_t ed_promote(const ed_store *s, ed_table *t, ed_slot *slot, int64_t ref)
 {
     const int64_t hot = ed_pool_alloc(&t->pools[0]) << 1;
@@ -97,15 +98,18 @@ static grm_status ed_lookup_one(ed_job *j, int64_t i, uint64_t h, ed_slot *slot,
         return GRM_OK;
     }
     *misses += inserted;
+    if (!j->insert) {   // a plain lookup writes nothing: no lock (emb_dynamic.h, seqlocks)
+        ed_row_read_shared(s, t, h, slot, out);
+        return GRM_OK;
+    }
+    // A training access counts for LFU, LRU, TTL and promotion: under the row's lock.
     ed_stripe_lock(t, h);
     int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
-    if (j->insert) {    // a training access: counts for LFU, LRU, TTL and promotion
-        ed_meta *m = ed_rec_meta(ed_record(t, ref));
-        m->count++;
-        m->flags |= ED_FLAG_DIRTY;
-        if (m->last < j->now) m->last = j->now;
-        if ((ref & 1) && m->count >= s->cfg.hot_threshold) ref = ed_promote(s, t, slot, ref);
-    }
+    ed_meta *m = ed_rec_meta(ed_record(t, ref));
+    m->count++;
+    m->flags |= ED_FLAG_DIRTY;
+    if (m->last < j->now) m->last = j->now;
+    if ((ref & 1) && m->count >= s->cfg.hot_threshold) ref = ed_promote(s, t, slot, ref);
     ed_row_read(s, t, ref, out);
     ed_stripe_unlock(t, h);
     return GRM_OK;
@@ -136,10 +140,60 @@ static grm_status ed_lookup_range(void *ctx, int64_t begin, int64_t end)
     return st;
 }
 
+/* A plain lookup (no insert, no access counted) reads only an id's slot and row, so the
+ * cpu path runs it as a software pipeline of three stages instead of groups (Chen et al.,
+ * ICDE 2004, §5, software-pipelined prefetching): id i + 2A has its hash computed and its
+ * slot line requested, id i + A is probed and its record's lines requested, and id i's row
+ * is copied. About 2A misses are in flight at every moment rather than in bursts of a
+ * group. Training lookups and updates keep the groups: their per-id work (the row lock,
+ * the metadata, the optimizer step) is long enough to hide a group's misses. */
+#define ED_AHEAD 8
+/* The ring of per-id state: an id's entry lives from stage 1 to stage 3, 2A iterations, so
+ * the ring must be longer than 2A or stage 1 of id i would overwrite the entry stage 3 of
+ * id i - 2A still reads in the same iteration (a power of two, for the modulo). */
+#define ED_RING (4 * ED_AHEAD)
+
+/* impl = cpu, a plain lookup: the pipeline above. An absent id (a new row or one in the
+ * backing file) takes ed_lookup_one's path. */
+static grm_status ed_find_pipeline(ed_job *j, int64_t begin, int64_t end)
+{
+    const ed_store *s = j->s;
+    ed_table *t = j->t;
+    const ed_keys *k = &t->keys;
+    const size_t D = (size_t)t->dim;
+    uint64_t h[ED_RING];
+    ed_slot *slot[ED_RING];
+    int64_t misses = 0;
+    grm_status st = GRM_OK;
+
+    for (int64_t i = begin; i < end + 2 * ED_AHEAD && st == GRM_OK; i++) {
+        if (i < end) {
+            const int r = (int)(i % ED_RING);
+            h[r] = ed_hash(j->ids[i]);
+            ed_keys_prefetch(k, h[r]);
+        }
+        const int64_t p = i - ED_AHEAD;
+        if (p >= begin && p < end) {
+            const int r = (int)(p % ED_RING);
+            slot[r] = ed_keys_find(k, j->ids[p], h[r]);
+            if (slot[r] != NULL) ed_record_prefetch(t, ed_wait_ref(slot[r]));
+        }
+        const int64_t w = i - 2 * ED_AHEAD;
+        if (w >= begin) {
+            const int r = (int)(w % ED_RING);
+            if (slot[r] != NULL) ed_row_read_shared(s, t, h[r], slot[r], j->out + (size_t)w * D);
+            else st = ed_lookup_one(j, w, h[r], NULL, 0, &misses);
+        }
+    }
+    atomic_fetch_add_explicit(&j->misses, misses, memory_order_relaxed);
+    return st;
+}
+
 /* impl = cpu: groups of ED_GROUP ids, their memory requested ahead. */
 static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
 {
     ed_job *j = ctx;
+    if (!j->insert) return ed_find_pipeline(j, begin, end);
     ed_table *t = j->t;
     const int pool = ed_lookup_pool(j->s);
     int64_t misses = 0;

@@ -211,7 +211,7 @@ static grm_status ed_table_init(ed_store *s, ed_table *t, const grm_emb_table_sp
     atomic_init(&t->evictions, 0);
     atomic_init(&t->version, 0);
     atomic_init(&t->last_sweep, 0);
-    for (int i = 0; i < ED_STRIPES; i++) atomic_flag_clear(&t->stripes[i]);
+    for (int i = 0; i < ED_STRIPES; i++) atomic_init(&t->stripes[i], 0);
     t->exp.version = -1;
 
     for (int k = 0; k < ED_NTENSORS; k++) {
