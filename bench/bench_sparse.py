@@ -20,6 +20,12 @@ fmix64 % ranks, computed with int64 torch ops) + stable argsort + bincount; redu
 F.embedding_bag(mode sum/mean) with offsets (fused gather + reduce, as grm); sequence tile =
 the index arithmetic + gather + padding mask torch needs (no tile operator); bucketize =
 torch.bucketize(right=True); mod = torch.remainder.
+
+The reduce cases also run against fbgemm_gpu's table-batched embedding (TBE,
+SplitTableBatchedEmbeddingBagsCodegen on the CPU, the kernel TorchRec's fused
+EmbeddingBagCollection calls) when fbgemm_gpu imports (bench/setup-venv.sh --hstu-ref), with
+the same table, ids and offsets: a second line per case with peer=fbgemm-tbe; its output is
+checked against F.embedding_bag's first.
 """
 import argparse
 import os
@@ -46,6 +52,28 @@ def fmix64(x, torch):
     x = x * c2
     x = x ^ srl(x, 33)
     return x
+
+
+def tbe_peer(torch):
+    """A constructor of fbgemm_gpu TBE modules on the CPU (rows, dim, 'sum'|'mean'), or None
+    when fbgemm_gpu does not import."""
+    try:
+        import fbgemm_gpu  # noqa: F401
+        from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
+            EmbeddingLocation, PoolingMode)
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
+    except Exception as e:  # ImportError, or an op library built for another torch
+        print(f"# bench_sparse: no fbgemm TBE peer ({type(e).__name__}: {e})")
+        return None
+    print(f"# bench_sparse: fbgemm_gpu {getattr(fbgemm_gpu, '__version__', '?')} TBE peer, "
+          f"torch {torch.__version__}")
+
+    def make(rows, dim, mode):
+        pm = PoolingMode.SUM if mode == "sum" else PoolingMode.MEAN
+        return SplitTableBatchedEmbeddingBagsCodegen(
+            [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)], pooling_mode=pm)
+    return make
 
 
 def main():
@@ -143,6 +171,29 @@ def main():
                 return median_ms(lambda: torch.remainder(x, 1000003), args.reps)
             raise SystemExit(f"bench_sparse: no peer for case {name}")
 
+        tbe = tbe_peer(torch)
+        tbes = {}
+
+        def tbe_ms(c):
+            """fbgemm TBE forward on the reduce case c, or None without fbgemm_gpu."""
+            if tbe is None or not c["case"].startswith("reduce_"):
+                return None
+            _, mode, kind = c["case"].split("_")
+            dim, x, o = int(c["dim"]), ids.get(c["dist"]), offs[kind]
+            key = (dim, mode)
+            if key not in tbes:
+                tbes.clear()
+                m = tbe(ROWS, dim, mode)
+                m.split_embedding_weights()[0].copy_(table(dim))
+                tbes[key] = m
+            m = tbes[key]
+            with torch.no_grad():
+                want = F.embedding_bag(x, table(dim), o[:-1], mode=mode)
+                got = m(x, o)
+                if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
+                    sys.exit(f"bench_sparse: fbgemm TBE and embedding_bag differ on {c['case']}")
+                return median_ms(lambda: m(x, o), args.reps)
+
         rows = []
         for c in cases:
             grm_ms, nbytes = float(c["grm_ms"]), float(c["bytes"])
@@ -154,14 +205,22 @@ def main():
                   f"ratio={peer_ms / grm_ms:.2f} mbu={mbu * 100:.1f}% "
                   f"peer_mbu={peer_mbu * 100:.1f}% triad_gbs={triad:.2f}", flush=True)
             rows.append((c["case"], c["dist"], c["dim"], grm_ms, peer_ms, mbu, peer_mbu))
+            t_ms = tbe_ms(c)
+            if t_ms is not None:
+                t_mbu = nbytes / (t_ms * 1e6) / triad
+                print(f"bench=sparse case={c['case']} dist={c['dist']} dim={c['dim']} "
+                      f"threads={args.threads} grm_ms={grm_ms:.3f} peer=fbgemm-tbe "
+                      f"peer_ms={t_ms:.3f} ratio={t_ms / grm_ms:.2f} mbu={mbu * 100:.1f}% "
+                      f"peer_mbu={t_mbu * 100:.1f}% triad_gbs={triad:.2f}", flush=True)
+                rows.append((c["case"] + "/tbe", c["dist"], c["dim"], grm_ms, t_ms, mbu, t_mbu))
 
-    print(f"\n{'case':<18}{'dist':<10}{'dim':>4}{'grm ms':>10}{'torch ms':>10}"
-          f"{'speedup':>9}{'MBU':>8}{'torch MBU':>11}")
+    print(f"\n{'case':<22}{'dist':<10}{'dim':>4}{'grm ms':>10}{'peer ms':>10}"
+          f"{'speedup':>9}{'MBU':>8}{'peer MBU':>10}")
     for name, dist, dim, g, p, m, pm in rows:
-        print(f"{name:<18}{dist:<10}{dim:>4}{g:>10.2f}{p:>10.2f}{p / g:>8.2f}x"
-              f"{m * 100:>7.1f}%{pm * 100:>10.1f}%")
+        print(f"{name:<22}{dist:<10}{dim:>4}{g:>10.2f}{p:>10.2f}{p / g:>8.2f}x"
+              f"{m * 100:>7.1f}%{pm * 100:>9.1f}%")
     print(f"(triad bandwidth {triad:.2f} GB/s, {args.threads} threads; MBU = useful bytes / "
-          f"time / triad bandwidth)")
+          f"time / triad bandwidth; peer: torch, or fbgemm's TBE on the /tbe lines)")
     return 0
 
 
