@@ -9,6 +9,7 @@ libgrmcore_la_SOURCES = \
 	%reldir%/pipeline.h %reldir%/pipeline.c %reldir%/data.c %reldir%/metrics.c \
 	%reldir%/train.h %reldir%/train.c %reldir%/batch.c %reldir%/plan.c \
 	%reldir%/stream.c %reldir%/prefetch.c %reldir%/sparse_step.c %reldir%/dense_stack.c \
+	%reldir%/lr.c \
 	%reldir%/eval.c %reldir%/checkpoint.h %reldir%/checkpoint.c %reldir%/report.c %reldir%/backend.h \
 	%reldir%/backend.c %reldir%/backend_ref.c %reldir%/head.h %reldir%/head.c \
 	%reldir%/grmcol.h %reldir%/grmcol.c %reldir%/recommend.c \

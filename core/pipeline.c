@@ -40,7 +40,8 @@ typedef struct train_cfg {
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
     int64_t early_stop, batch_tokens, accumulate, sparse_group, prefetch, sequence_blocks;
     int64_t select_k, shuffle_buffer;
-    int32_t batching, rank_split, sparse_async, input, train_on_valid;
+    int32_t batching, rank_split, sparse_async, input, train_on_valid, lr_decay;
+    double lr_warmup, lr_decay_epochs, lr_min;
     grm_int_list topk;
 } train_cfg;
 
@@ -81,6 +82,19 @@ static const grm_param_decl train_params[] = {
     { "batch_tokens", GRM_PARAM_INT, 0, offsetof(train_cfg, batch_tokens), "0",
       GRM_PARAM_RANGE(0, 1 << 24), NULL, "batching = tokens: target tokens per step (0: "
       "batch_size times the mean tokens per sample)" },
+    { "lr_warmup", GRM_PARAM_DOUBLE, 0, offsetof(train_cfg, lr_warmup), "0",
+      GRM_PARAM_RANGE(0, 1e6), NULL, "epochs over which every optimizer's learning rate "
+      "rises linearly from lr / W to lr (W: the warm-up's steps; 0: no warm-up; fractions "
+      "of an epoch allowed)" },
+    { "lr_decay", GRM_PARAM_ENUM, 0, offsetof(train_cfg, lr_decay), "none", GRM_PARAM_ANY,
+      "none|cosine|linear", "after the warm-up, the learning rate falls from lr to lr_min * "
+      "lr by a half cosine or a straight line, reaching it at lr_decay_epochs, and stays "
+      "there" },
+    { "lr_decay_epochs", GRM_PARAM_DOUBLE, 0, offsetof(train_cfg, lr_decay_epochs), "0",
+      GRM_PARAM_RANGE(0, 1e6), NULL, "lr_decay: epochs from the first step to the end of the "
+      "decay (0: the whole run, epochs or steps)" },
+    { "lr_min", GRM_PARAM_DOUBLE, 0, offsetof(train_cfg, lr_min), "0", GRM_PARAM_RANGE(0, 1),
+      NULL, "lr_decay: the floor, a fraction of each optimizer's configured lr" },
     { "accumulate", GRM_PARAM_INT, 0, offsetof(train_cfg, accumulate), "1",
       GRM_PARAM_RANGE(1, 4096), NULL, "batches whose gradients are summed before one "
       "optimizer step (gradient accumulation): sparse gradients are aggregated by id and each "
@@ -584,6 +598,10 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
     p->set.topk = tc->topk;
     p->set.select_k = tc->select_k;
     p->set.sparse_async = tc->sparse_async;
+    p->set.lr_warmup = tc->lr_warmup;
+    p->set.lr_decay = tc->lr_decay;
+    p->set.lr_decay_epochs = tc->lr_decay_epochs;
+    p->set.lr_min = tc->lr_min;
     p->set.train_on_valid = tc->train_on_valid;
     if (tc->train_on_valid && (ranking || tc->early_stop > 0)) {
         const grm__kv *kv = train_kv(p, "train_on_valid");

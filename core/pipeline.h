@@ -46,6 +46,8 @@ enum { GRM__INPUT_WHOLE = 0, GRM__INPUT_SHARDED = 1, GRM__INPUT_STREAM = 2 };
 
 /* What [train] task = trains. */
 enum { GRM__TASK_RETRIEVAL = 0, GRM__TASK_RANKING = 1 };
+/* [train] lr_decay: how the learning rate falls after the warm-up (core/train.c). */
+enum { GRM__LR_NONE = 0, GRM__LR_COSINE = 1, GRM__LR_LINEAR = 2 };
 
 /* Host settings from [pipeline], [train], [checkpoint]. */
 typedef struct grm__settings {
@@ -75,6 +77,10 @@ typedef struct grm__settings {
     grm_int_list topk;
     int64_t select_k;              /* K of the validation NDCG@K that selects the model */
     int32_t sparse_async;          /* TurboGR §4.2.2: sparse updates lag one step */
+    double lr_warmup;              /* epochs of linear learning-rate warm-up (0: none) */
+    int32_t lr_decay;              /* GRM__LR_* after the warm-up */
+    double lr_decay_epochs;        /* epochs from step 1 to the end of the decay (0: run) */
+    double lr_min;                 /* the decay's floor, a fraction of each optimizer's lr */
     const char *metrics_out;
     const char *item_table;
     /* [checkpoint] */

@@ -316,6 +316,8 @@ grm_status grm__report_step(grm__trainer *t, int64_t samples, double loss, doubl
     grm_status st;
     grm__metrics_emit(t->rep.metrics, t->step, "train", "loss", loss);
     grm__metrics_emit(t->rep.metrics, t->step, "train", "samples_per_s", sps);
+    if (grm__lr_active(&t->p->set))
+        grm__metrics_emit(t->rep.metrics, t->step, "train", "lr_scale", t->rep.lr_scale);
     if (!t->rep.read_logged) {   /* wall clock and memory, like samples_per_s */
         grm__metrics_emit(t->rep.metrics, t->step, "train", "read_s", t->rep.read_most[0]);
         grm__metrics_emit(t->rep.metrics, t->step, "train", "read_maxrss_kb",

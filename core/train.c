@@ -91,7 +91,8 @@ static grm_status setup(grm__trainer *t)
         || (st = grm__dense_setup(t)) != GRM_OK || (st = grm__sparse_buffers(t)) != GRM_OK
         || (st = grm__eval_setup(t)) != GRM_OK || (st = grm__batch_init(t, &t->eb)) != GRM_OK)
         return st;
-    return grm__plan_steps(t);
+    if ((st = grm__plan_steps(t)) != GRM_OK) return st;
+    return grm__lr_setup(t);
 }
 
 static void teardown(grm__trainer *t)
@@ -291,6 +292,7 @@ static grm_status train_step(grm__trainer *t, double *loss_out, int64_t *samples
     if (t->nranks > 1 && (st = grm__dense_allreduce(t, &loss, &samples, &tokens)) != GRM_OK)
         goto out;
     double t2 = now_s();
+    if ((st = grm__lr_apply(t, step)) != GRM_OK) goto out;
     if ((st = grm__dense_step(t)) != GRM_OK) goto out;
     st = grm__sparse_apply(t, bt, step);
     if (N == 1) grm__prefetch_release(t, g0 + 1);

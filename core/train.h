@@ -329,6 +329,7 @@ typedef struct grm__report {
     int64_t my_tokens, my_samples;   /* this rank's tokens and samples of the last step */
     grm__dist_stats dlast[2]; /* dist totals (lookup, update) at the last logged step */
     int64_t dstep;            /* that step */
+    double lr_scale;          /* the schedule's scale of the last step (1 without one) */
 } grm__report;
 
 /* ---- the trainer ---- */
@@ -501,6 +502,22 @@ void grm__stash_rows(grm__trainer *t, const grm__batch *bt);
 grm_status grm__async_start(grm__trainer *t);
 grm_status grm__async_join(grm__trainer *t);
 grm_status grm__async_flush(grm__trainer *t);
+
+/* ---- lr.c: the learning-rate schedule of [train] ---- */
+
+/* 1 when [train] sets a warm-up or a decay. */
+int grm__lr_active(const grm__settings *s);
+int64_t grm__lr_warmup_steps(const grm__settings *s, int64_t steps_per_epoch);
+/* Steps from step 1 to the end of the decay. */
+int64_t grm__lr_decay_steps(const grm__settings *s, int64_t steps_per_epoch,
+                            int64_t total_steps);
+/* The scale of every optimizer's lr at step (1 for the first). */
+double grm__lr_scale(const grm__settings *s, int64_t steps_per_epoch, int64_t total_steps,
+                     int64_t step);
+/* Refuse a schedule an optimizer cannot follow; log the schedule. */
+grm_status grm__lr_setup(grm__trainer *t);
+/* Set step's scale on both optimizers (no-op without a schedule). */
+grm_status grm__lr_apply(grm__trainer *t, int64_t step);
 
 /* ---- dense_stack.c ---- */
 

@@ -81,4 +81,7 @@ TESTS += tests/test-train-resume.sh tests/test-train-signal.sh tests/test-plugin
 	tests/test-hostile-files.sh
 EXTRA_DIST += tests/test-train-resume.sh tests/test-train-signal.sh tests/test-plugin-dirs.sh \
 	tests/test-hostile-files.sh
+# [train]'s learning-rate schedule (core/lr.c).
+TESTS += tests/test-train-lr.sh
+EXTRA_DIST += tests/test-train-lr.sh
 EXTRA_DIST += tests/kill-campaign.sh

@@ -19,7 +19,7 @@
 int main(void)
 {
     if (sizeof(void *) != 8 || sizeof(long) != 8) tap_skip_all("layout table is for LP64");
-    tap_plan(201);
+    tap_plan(202);
     SZ(grm_device, 8);
     SZ(grm_tensor, 56);
     OF(grm_tensor, dtype, 8);
@@ -193,12 +193,13 @@ int main(void)
     OF(grm_dense_ops, loss_kind, 64);
     OF(grm_dense_ops, loss, 72);
     OF(grm_dense_ops, negatives, 80);
-    SZ(grm_opt_ops, 48);
+    SZ(grm_opt_ops, 56);
     OF(grm_opt_ops, create, 8);
     OF(grm_opt_ops, destroy, 16);
     OF(grm_opt_ops, state_floats, 24);
     OF(grm_opt_ops, step, 32);
     OF(grm_opt_ops, row_step, 40);
+    OF(grm_opt_ops, set_lr_scale, 48);
     SZ(grm_optimizer, 16);
     SZ(grm_ckpt_ops, 56);
     OF(grm_ckpt_ops, create, 8);
@@ -218,7 +219,7 @@ int main(void)
     OF(grm_comm_ops, broadcast, 64);
     OF(grm_comm_ops, barrier, 72);
     SZ(grm_comm_handle, 16);
-    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 8, "this table pins ABI 1.8 (is %d.%d)",
+    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 9, "this table pins ABI 1.9 (is %d.%d)",
            GRM_ABI_MAJOR, GRM_ABI_MINOR);
     tap_ok(GRM_DTYPE_F32 == 1 && GRM_DTYPE_U8 == 6 && GRM_COL_LIST_F32 == 5
                && GRM_KIND_COMM == 7 && GRM_PARAM_STR_LIST == 7 && GRM_EINTERNAL == 10

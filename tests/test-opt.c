@@ -155,9 +155,43 @@ static void check_create_fails(const grm_plugin_info *info, const char *kv, cons
            (int)st, msg);
 }
 
+/* Updates of `info` at lr 0.02 scaled by 0.5 are bitwise those of lr 0.01; scale 1 gives
+ * lr 0.02 back; a negative or NaN scale is refused. kv1, kv2: the rest of the config. */
+static void check_lr_scale(const grm_plugin_info *info, const char *what, const char *kv1,
+                           const char *kv2)
+{
+    const grm_opt_ops *ops = info->ops;
+    void *a = create_opt(info, harness_config(info, "lr=0.02", kv1, kv2, NULL));
+    void *half = create_opt(info, harness_config(info, "lr=0.01", kv1, kv2, NULL));
+    void *full = create_opt(info, harness_config(info, "lr=0.02", kv1, kv2, NULL));
+    float pa[N], pb[N], sa[2 * N] = { 0 }, sb[2 * N] = { 0 };
+    memcpy(pa, p0, sizeof pa);
+    memcpy(pb, p0, sizeof pb);
+    grm_status st = ops->set_lr_scale(a, 0.5);
+    for (int t = 1; t <= 3 && st == GRM_OK; t++) {
+        st = ops->row_step(a, pa, sa, grads[t - 1], N, t);
+        if (st == GRM_OK) st = ops->step(half, pb, sb, grads[t - 1], N, t);
+    }
+    tap_ok(st == GRM_OK && memcmp(pa, pb, sizeof pa) == 0 && memcmp(sa, sb, sizeof sa) == 0,
+           "%s: 3 updates at lr 0.02 scaled by 0.5 are bitwise those at lr 0.01", what);
+    if (st == GRM_OK) st = ops->set_lr_scale(a, 1.0);
+    if (st == GRM_OK) st = ops->row_step(a, pa, sa, grads[3], N, 4);
+    if (st == GRM_OK) st = ops->step(full, pb, sb, grads[3], N, 4);
+    tap_ok(st == GRM_OK && memcmp(pa, pb, sizeof pa) == 0,
+           "%s: scale 1 gives the configured lr back (a 4th update equals lr 0.02's)", what);
+    st = ops->set_lr_scale(a, -1.0);
+    const grm_status st2 = ops->set_lr_scale(a, NAN);
+    tap_ok(st == GRM_EINVAL && st2 == GRM_EINVAL
+           && strstr(harness_host()->last_error(), "scale") != NULL,
+           "%s: a negative or NaN scale is GRM_EINVAL (%s)", what, harness_host()->last_error());
+    ops->destroy(a);
+    ops->destroy(half);
+    ops->destroy(full);
+}
+
 int main(void)
 {
-    tap_plan(50);
+    tap_plan(56);
     make_inputs();
     const grm_plugin_info *adam = harness_plugin("opt-adam");
     const grm_plugin_info *sgd = harness_plugin("opt-sgd");
@@ -265,6 +299,10 @@ int main(void)
         tap_close_f32(r, want, 2, 0, 1e-7, "sgd row_step at the row's step 1 uses buf = g");
         sops->destroy(inst);
     }
+
+    // ---- the learning-rate scale (ABI 1.9, [train] lr_warmup / lr_decay) ----
+    check_lr_scale(adam, "adamw (wd 0.1)", "weight_decay=0.1", "variant=adamw");
+    check_lr_scale(sgd, "sgd momentum 0.9", "momentum=0.9", NULL);
 
     // ---- errors ----
     check_create_fails(adam, "lr=0", "lr");

@@ -90,6 +90,7 @@ const opt_rule opt_rule_this = {
     .check = adagrad_check,
     .state_floats = adagrad_state_floats,
     .update = adagrad_update,
+    .lr_offset = offsetof(adagrad_config, lr),
 };
 
 GRM_PLUGIN_DEFINE(opt_host, &adagrad_info);

@@ -76,6 +76,7 @@ const opt_rule opt_rule_this = {
     .check = adam_check,
     .state_floats = adam_state_floats,
     .update = adam_update,
+    .lr_offset = offsetof(adam_config, lr),
 };
 
 GRM_PLUGIN_DEFINE(opt_host, &adam_info);

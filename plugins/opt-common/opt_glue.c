@@ -1,12 +1,21 @@
 /* plugins/opt-common/opt_glue.c - the grm_opt_ops of every optimizer .so (opt_glue.h):
  * create copies the checked config, step and row_step check their arguments and run the
- * .so's opt_rule_this.update on the same state layout. */
+ * .so's opt_rule_this.update on the same state layout, set_lr_scale rewrites the copy's
+ * learning rate. The instance is the config copy the rule reads, followed by the
+ * configured learning rate (the base set_lr_scale multiplies). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "opt_glue.h"
 
 const grm_host_api *opt_host;
+
+/* Where the configured learning rate is kept in the instance: after the config copy. */
+static size_t opt_base_offset(void)
+{
+    return (opt_rule_this.info->config_size + 7) & ~(size_t)7;
+}
 
 static grm_status opt_create(const void *config, void **inst)
 {
@@ -19,10 +28,11 @@ static grm_status opt_create(const void *config, void **inst)
     grm_status st = r->check(config);
     if (st != GRM_OK)
         return st;
-    void *copy = malloc(r->info->config_size);
+    char *copy = malloc(opt_base_offset() + sizeof(double));
     if (copy == NULL)
         return opt_host->errorf(GRM_ENOMEM, "%s: create: out of memory", name);
     memcpy(copy, config, r->info->config_size);
+    memcpy(copy + opt_base_offset(), copy + r->lr_offset, sizeof(double));
     *inst = copy;
     return GRM_OK;
 }
@@ -74,6 +84,20 @@ static grm_status opt_row_step(void *inst, float *row, float *state, const float
     return opt_run("row_step", inst, row, state, grad, dim, step);
 }
 
+/* The learning rate of the updates that follow: the configured one times scale. */
+static grm_status opt_set_lr_scale(void *inst, double scale)
+{
+    if (!(scale >= 0) || !isfinite(scale))
+        return opt_host->errorf(GRM_EINVAL, "%s: set_lr_scale: scale %g must be a finite "
+                                "number >= 0", opt_rule_this.info->name, scale);
+    char *c = inst;
+    double base;
+    memcpy(&base, c + opt_base_offset(), sizeof base);
+    const double lr = base * scale;
+    memcpy(c + opt_rule_this.lr_offset, &lr, sizeof lr);
+    return GRM_OK;
+}
+
 const grm_opt_ops opt_glue_ops = {
     .struct_size = sizeof(grm_opt_ops),
     .create = opt_create,
@@ -81,4 +105,5 @@ const grm_opt_ops opt_glue_ops = {
     .state_floats = opt_state_floats,
     .step = opt_step,
     .row_step = opt_row_step,
+    .set_lr_scale = opt_set_lr_scale,
 };

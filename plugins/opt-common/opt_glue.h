@@ -1,6 +1,7 @@
 /* plugins/opt-common/opt_glue.h - the glue opt-adam, opt-adagrad and opt-sgd share: the
  * grm_opt_ops table, create/destroy (the instance is a copy of the config), argument
- * checks, and the dense step and sparse row step, which differ only in the length's type
+ * checks, the learning-rate scale (set_lr_scale), and the dense step and sparse row step,
+ * which differ only in the length's type
  * and so run one update function on one state layout (grm/opt.h). opt_glue.c is compiled
  * into each optimizer's .so (see its local.mk); each optimizer's plugin.c holds only its
  * parameters, their checks and its update rule, bound together in one opt_rule. */
@@ -30,6 +31,10 @@ typedef struct opt_rule {
      * step counts the updates of this tensor (or row), 1 for the first. */
     void (*update)(const void *cfg, float *param, float *state, const float *grad, int64_t n,
                    int64_t step);
+
+    /* offsetof(config, lr): the double the update reads as its learning rate, which
+     * set_lr_scale rewrites as the configured value times the scale. */
+    size_t lr_offset;
 } opt_rule;
 
 /* The rule of the .so being built; each optimizer's plugin.c defines it. Static. */

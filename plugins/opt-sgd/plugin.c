@@ -65,6 +65,7 @@ const opt_rule opt_rule_this = {
     .check = sgd_check,
     .state_floats = sgd_state_floats,
     .update = sgd_update,
+    .lr_offset = offsetof(sgd_config, lr),
 };
 
 GRM_PLUGIN_DEFINE(opt_host, &sgd_info);

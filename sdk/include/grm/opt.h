@@ -38,6 +38,13 @@ typedef struct grm_opt_ops {
      * row [dim], state [state_floats * dim], grad [dim]. Thread-safe for distinct rows. */
     grm_status (*row_step)(void *inst, float *row, float *state, const float *grad,
                            int32_t dim, int64_t step);
+
+    /* (optional, ABI 1.9) Scale the configured learning rate by `scale` (>= 0) for the
+     * updates that follow, until the next call; 1 restores it. The host calls it before
+     * each optimizer step when [train] sets a learning-rate schedule (lr_warmup,
+     * lr_decay), never while step or row_step run. NULL, or a plugin older than 1.9:
+     * the host refuses a schedule with this optimizer. */
+    grm_status (*set_lr_scale)(void *inst, double scale);
 } grm_opt_ops;
 
 /* An optimizer instance as the host hands it to an embedding store. Borrowed. */

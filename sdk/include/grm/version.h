@@ -18,7 +18,7 @@ extern "C" {
 #define GRM_ABI_MAJOR 1
 /* Minor: bumped when an op or field is appended. A host accepts plugins of its own
  * minor or older; it refuses a plugin built for a newer minor. */
-#define GRM_ABI_MINOR 8
+#define GRM_ABI_MINOR 9
 
 /* History of the ABI (append-only within a major):
  *   1.0  the seven kinds, the host API, declared parameters.
@@ -40,7 +40,9 @@ extern "C" {
  *        every device; the core's host returns the `cpu` backend outside a run.
  *   1.8  grm_head_ops.score_rows appended (optional): the head puts the catalog's rows
  *        into the form a dot product ranks as its logits do (cosine heads normalise them),
- *        so evaluation, recommend and export rank as the head trains. */
+ *        so evaluation, recommend and export rank as the head trains.
+ *   1.9  grm_opt_ops.set_lr_scale appended (optional): the host scales an optimizer's
+ *        learning rate step by step ([train] lr_warmup, lr_decay). */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"
