@@ -63,8 +63,9 @@ check ml1m-hstu "$tmp/ml1m.ini"
 ok $? "ml100k-hstu: two dense-hstu layers with both rab_pos and rab_time on"
 [ "$(has beauty-hstu 'rab_time = false')" -ge 1 ] && [ "$(has beauty-hstu 'rab_pos = true')" -ge 1 ] \
     && [ "$(has beauty-hstu 'catalog = all')" -eq 1 ] && [ "$(has beauty-hstu 'eval_every = 0')" -eq 1 ] \
-    && [ "$(has beauty-hstu 'pos_emb = true')" -eq 1 ] && [ "$(has beauty-hstu 'label_smoothing = 0.1')" -eq 1 ]
-ok $? "beauty-hstu: relative-position bias on, time bias off (Beauty has no timestamps), the reference's positions on one block, full-catalog cross-entropy with label smoothing 0.1, validation every epoch"
+    && [ "$(has beauty-hstu 'pos_emb = true')" -eq 1 ] && [ "$(has beauty-hstu 'label_smoothing = 0.1')" -eq 1 ] \
+    && [ "$(has beauty-hstu 'lr_decay = cosine')" -eq 1 ]
+ok $? "beauty-hstu: relative-position bias on, time bias off (Beauty has no timestamps), the reference's positions on one block, full-catalog cross-entropy with label smoothing 0.1, a cosine learning-rate schedule, validation every epoch"
 [ "$(has ml1m-hstu 'l2norm = true')" -eq 1 ] && [ "$(has ml1m-hstu 'temperature = 0.05')" -eq 1 ] \
     && [ "$(has ml1m-hstu 'negatives = 128')" -eq 1 ]
 ok $? "ml1m-hstu: sampled softmax over 128 negatives, L2-normalised, temperature 0.05"
