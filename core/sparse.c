@@ -1048,10 +1048,13 @@ static int64_t split_segments(pool_ctx *c)
 }
 
 /* Segments b0 .. b1 - 1 with D a multiple of 16 known at compile time: the sums live in
- * registers (gcc vector extension, one 64-byte vector per 16 columns) instead of in out,
+ * registers (gcc vector extension, one 32-byte vector per 8 columns) instead of in out,
  * where every add would wait for the previous store of the same row. Lane-wise the same
- * float additions in the same order as the plain loop, so bitwise the same result. */
-typedef float sparse_v16sf __attribute__((vector_size(64)));
+ * float additions in the same order as the plain loop, so bitwise the same result. The
+ * vectors are 32 bytes, the width of every clone but the SSE2 one: with 64-byte vectors
+ * the AVX2 clone kept the sums on the stack and moved them through general registers at
+ * every id (1.3-1.8x slower than torch's embedding_bag, bench/README). */
+typedef float sparse_v8sf __attribute__((vector_size(32)));
 
 static inline __attribute__((always_inline)) void
 reduce_segs_v(float *restrict out, const float *restrict rows, const int64_t *restrict idx,
@@ -1059,24 +1062,24 @@ reduce_segs_v(float *restrict out, const float *restrict rows, const int64_t *re
 {
     const int64_t ahead = pf_rows(D), end = off[b1];
     for (int64_t b = b0; b < b1; b++) {
-        sparse_v16sf acc[8];   /* D <= 128 */
-        for (int64_t v = 0; v < D / 16; v++) acc[v] = (sparse_v16sf){ 0 };
+        sparse_v8sf acc[16];   /* D <= 128 */
+        for (int64_t v = 0; v < D / 8; v++) acc[v] = (sparse_v8sf){ 0 };
         for (int64_t j = off[b]; j < off[b + 1]; j++) {
             if (idx && j + ahead < end) {
                 const char *pf = (const char *)(rows + idx[j + ahead] * D);
                 for (int64_t o = 0; o < D * 4; o += 64) __builtin_prefetch(pf + o);
             }
             const float *r = rows + (idx ? idx[j] : j) * D;
-            for (int64_t v = 0; v < D / 16; v++) {
-                sparse_v16sf x;
-                memcpy(&x, r + 16 * v, sizeof x);
+            for (int64_t v = 0; v < D / 8; v++) {
+                sparse_v8sf x;
+                memcpy(&x, r + 8 * v, sizeof x);
                 acc[v] += x;
             }
         }
         const int64_t len = off[b + 1] - off[b];
         if (mode == GRM_SPARSE_POOL_MEAN && len > 0) {
             const float fl = (float)len;
-            for (int64_t v = 0; v < D / 16; v++) acc[v] /= fl;
+            for (int64_t v = 0; v < D / 8; v++) acc[v] /= fl;
         }
         memcpy(out + b * D, acc, (size_t)D * 4);
     }
