@@ -59,11 +59,14 @@ grm_status grm__lr_setup(grm__trainer *t)
                               stages[i]->plugin->info->name);
     }
     const int64_t E = t->steps_per_epoch, W = grm__lr_warmup_steps(s, E);
-    const char *decay[] = { "none", "cosine", "linear" };
-    grm__log(GRM_LOG_INFO, "grmhost", "learning rate: warm-up over %lld steps (%g epochs), "
-             "decay %s to %g x lr at step %lld", (long long)W, s->lr_warmup,
-             decay[s->lr_decay], s->lr_decay == GRM__LR_NONE ? 1.0 : s->lr_min,
-             (long long)(s->lr_decay == GRM__LR_NONE ? W : grm__lr_decay_steps(s, E, t->total_steps)));
+    if (s->lr_decay == GRM__LR_NONE)
+        grm__log(GRM_LOG_INFO, "grmhost", "learning rate: warm-up over %lld steps (%g "
+                 "epochs), no decay", (long long)W, s->lr_warmup);
+    else
+        grm__log(GRM_LOG_INFO, "grmhost", "learning rate: warm-up over %lld steps (%g "
+                 "epochs), %s decay to %g x lr at step %lld", (long long)W, s->lr_warmup,
+                 s->lr_decay == GRM__LR_COSINE ? "cosine" : "linear", s->lr_min,
+                 (long long)grm__lr_decay_steps(s, E, t->total_steps));
     return GRM_OK;
 }
 

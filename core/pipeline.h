@@ -46,7 +46,7 @@ enum { GRM__INPUT_WHOLE = 0, GRM__INPUT_SHARDED = 1, GRM__INPUT_STREAM = 2 };
 
 /* What [train] task = trains. */
 enum { GRM__TASK_RETRIEVAL = 0, GRM__TASK_RANKING = 1 };
-/* [train] lr_decay: how the learning rate falls after the warm-up (core/train.c). */
+/* [train] lr_decay: how the learning rate falls after the warm-up (core/lr.c). */
 enum { GRM__LR_NONE = 0, GRM__LR_COSINE = 1, GRM__LR_LINEAR = 2 };
 
 /* Host settings from [pipeline], [train], [checkpoint]. */

@@ -335,7 +335,7 @@ static inline void ed_record_prefetch(const ed_table *t, int64_t ref)
     const uintptr_t last = (uintptr_t)rec + sizeof(ed_meta) + t->pools[ref & 1].row_bytes - 1;
     int lines = (int)((last - first) / 64) + 1;
     if (lines > ED_PF_LINES) lines = ED_PF_LINES;
-    for (int l = 0; l < lines; l++) __builtin_prefetch((const char *)first + 64 * l, 0, 3);
+    for (int l = 0; l < lines; l++) __builtin_prefetch((const char *)first + 64 * l, 1, 3);
 }
 
 static inline ed_meta *ed_rec_meta(char *rec)

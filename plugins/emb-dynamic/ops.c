@@ -189,7 +189,8 @@ static grm_status ed_find_pipeline(ed_job *j, int64_t begin, int64_t end)
     return st;
 }
 
-/* impl = cpu: groups of ED_GROUP ids, their memory requested ahead. */
+/* impl = cpu: a plain lookup runs the pipeline above; a training lookup, groups of
+ * ED_GROUP ids, their memory requested ahead. */
 static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
 {
     ed_job *j = ctx;

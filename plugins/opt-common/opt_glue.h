@@ -1,8 +1,8 @@
 /* plugins/opt-common/opt_glue.h - the glue opt-adam, opt-adagrad and opt-sgd share: the
  * grm_opt_ops table, create/destroy (the instance is a copy of the config), argument
  * checks, the learning-rate scale (set_lr_scale), and the dense step and sparse row step,
- * which differ only in the length's type
- * and so run one update function on one state layout (grm/opt.h). opt_glue.c is compiled
+ * which differ only in the length's type and so run one update function on one state
+ * layout (grm/opt.h). opt_glue.c is compiled
  * into each optimizer's .so (see its local.mk); each optimizer's plugin.c holds only its
  * parameters, their checks and its update rule, bound together in one opt_rule. */
 #ifndef OPT_GLUE_H
