@@ -143,7 +143,8 @@ static grm_status pool_range(void *ctx, int64_t begin, int64_t end)
     return GRM_OK;
 }
 
-static void *make_store(const char *const *kv, int nkv)
+/* A store of the n tables sp with the config kv [nkv]. */
+static void *make_store_of(const grm_emb_table_spec *sp, int n, const char *const *kv, int nkv)
 {
     const void *cfg = NULL;
     // the fake optimizer of tests/emb-fakes.c: row -= 0.5 * grad; state = (updates, step)
@@ -151,11 +152,16 @@ static void *make_store(const char *const *kv, int nkv)
     grm_optimizer opt = { &fake_ops, &fake };
     void *s = NULL;
     if (harness_config_try(info, &cfg, kv, nkv) != GRM_OK
-        || ops->create(cfg, specs, 2, &opt, &s) != GRM_OK) {
+        || ops->create(cfg, sp, n, &opt, &s) != GRM_OK) {
         printf("Bail out! create: %s\n", harness_host()->last_error());
         exit(1);
     }
     return s;
+}
+
+static void *make_store(const char *const *kv, int nkv)
+{
+    return make_store_of(specs, 2, kv, nkv);
 }
 
 /* Merge the tallies and compare with the acc table's export. */
@@ -310,16 +316,8 @@ static void *torn_reader(void *arg)
 static void torn_reads(void)
 {
     static const grm_emb_table_spec wide[] = { { "wide", 0, WIDE, GRM_EMB_INIT_ZEROS, 0.0, 3 } };
-    const void *cfg = NULL;
-    static fake_opt fake = { .S = 0 };
-    grm_optimizer opt = { &fake_ops, &fake };
-    void *s = NULL;
     static const char *const kv[] = { "initial_rows=16" };
-    if (harness_config_try(info, &cfg, kv, 1) != GRM_OK
-        || ops->create(cfg, wide, 1, &opt, &s) != GRM_OK) {
-        printf("Bail out! create: %s\n", harness_host()->last_error());
-        exit(1);
-    }
+    void *s = make_store_of(wide, 1, kv, 1);
     static float rows[WIDE_IDS * WIDE];
     const int64_t ids[WIDE_IDS] = { 1, 2, 3, 4, 5, 6, 7, 8 };
     ops->lookup(s, rows, 0, ids, WIDE_IDS, GRM_EMB_INSERT);
