@@ -195,24 +195,23 @@ def main():
                 return median_ms(lambda: m(x, o), args.reps)
 
         rows = []
-        for c in cases:
-            grm_ms, nbytes = float(c["grm_ms"]), float(c["bytes"])
-            peer_ms = peer(c)
+
+        def report(c, peer_name, tag, grm_ms, peer_ms, nbytes):
+            """One bench line and one table row of case c against one peer."""
             mbu = nbytes / (grm_ms * 1e6) / triad
             peer_mbu = nbytes / (peer_ms * 1e6) / triad
             print(f"bench=sparse case={c['case']} dist={c['dist']} dim={c['dim']} "
-                  f"threads={args.threads} grm_ms={grm_ms:.3f} peer=torch peer_ms={peer_ms:.3f} "
-                  f"ratio={peer_ms / grm_ms:.2f} mbu={mbu * 100:.1f}% "
+                  f"threads={args.threads} grm_ms={grm_ms:.3f} peer={peer_name} "
+                  f"peer_ms={peer_ms:.3f} ratio={peer_ms / grm_ms:.2f} mbu={mbu * 100:.1f}% "
                   f"peer_mbu={peer_mbu * 100:.1f}% triad_gbs={triad:.2f}", flush=True)
-            rows.append((c["case"], c["dist"], c["dim"], grm_ms, peer_ms, mbu, peer_mbu))
+            rows.append((c["case"] + tag, c["dist"], c["dim"], grm_ms, peer_ms, mbu, peer_mbu))
+
+        for c in cases:
+            grm_ms, nbytes = float(c["grm_ms"]), float(c["bytes"])
+            report(c, "torch", "", grm_ms, peer(c), nbytes)
             t_ms = tbe_ms(c)
             if t_ms is not None:
-                t_mbu = nbytes / (t_ms * 1e6) / triad
-                print(f"bench=sparse case={c['case']} dist={c['dist']} dim={c['dim']} "
-                      f"threads={args.threads} grm_ms={grm_ms:.3f} peer=fbgemm-tbe "
-                      f"peer_ms={t_ms:.3f} ratio={t_ms / grm_ms:.2f} mbu={mbu * 100:.1f}% "
-                      f"peer_mbu={t_mbu * 100:.1f}% triad_gbs={triad:.2f}", flush=True)
-                rows.append((c["case"] + "/tbe", c["dist"], c["dim"], grm_ms, t_ms, mbu, t_mbu))
+                report(c, "fbgemm-tbe", "/tbe", grm_ms, t_ms, nbytes)
 
     print(f"\n{'case':<22}{'dist':<10}{'dim':>4}{'grm ms':>10}{'peer ms':>10}"
           f"{'speedup':>9}{'MBU':>8}{'peer MBU':>10}")
