@@ -203,11 +203,35 @@ static void bench_hash(void)
                 CK(grm_cuda_hash_find(h, d_rows, d_keys, batch, NULL));
             CK(grm_cuda_sync(NULL));
             const double t_find = (now() - t0) / 10;
+            /* HierarchicalKV's find returns the values, and its insert_or_assign writes
+             * them: the same two on grm's table are find + gather and insert_or_assign of
+             * keys already present, both over the batch's D floats a key */
+            float *d_vals = dalloc((size_t)batch * (size_t)dims[a] * sizeof(float));
+            t0 = now();
+            for (int it = 0; it < 10; it++) {
+                CK(grm_cuda_hash_find(h, d_rows, d_keys, batch, NULL));
+                CK(grm_cuda_hash_gather(h, d_vals, d_rows, batch, NULL));
+            }
+            CK(grm_cuda_sync(NULL));
+            const double t_findv = (now() - t0) / 10;
+            const int64_t cap_at = grm_cuda_hash_capacity(h);    /* as find ran */
+            const double load = (double)grm_cuda_hash_size(h) / (double)cap_at;
+            /* the table reserves room for every key of a batch as if new, so a batch
+             * near load 0.75 grows it first: once, untimed */
+            CK(grm_cuda_hash_insert_or_assign(h, d_keys, d_vals, batch, NULL));
+            CK(grm_cuda_sync(NULL));
+            t0 = now();
+            for (int it = 0; it < 10; it++)
+                CK(grm_cuda_hash_insert_or_assign(h, d_keys, d_vals, batch, NULL));
+            CK(grm_cuda_sync(NULL));
+            const double t_assign = (now() - t0) / 10;
             printf("bench=cuda case=hash_d%d_lf%.2f capacity=%lld batch=%lld "
-                   "insert_mkeys_s=%.1f find_mkeys_s=%.1f load=%.3f\n", dims[a], lfs[b],
-                   (long long)grm_cuda_hash_capacity(h), (long long)batch,
+                   "insert_mkeys_s=%.1f find_mkeys_s=%.1f find_values_mkeys_s=%.1f "
+                   "assign_mkeys_s=%.1f load=%.3f\n", dims[a], lfs[b],
+                   (long long)cap_at, (long long)batch,
                    (double)batch / t_ins / 1e6, (double)batch / t_find / 1e6,
-                   (double)grm_cuda_hash_size(h) / (double)grm_cuda_hash_capacity(h));
+                   (double)batch / t_findv / 1e6, (double)batch / t_assign / 1e6, load);
+            grm_cuda_free(d_vals);
             grm_cuda_hash_destroy(h);
             grm_cuda_free(d_keys), grm_cuda_free(d_rows);
             free(keys);

@@ -4,11 +4,64 @@ bench/bench-cuda (built by `make bench` when configure found CUDA) and prints it
 `bench=cuda case=... key=value` lines, then a table. Peers measured in the same run by the
 driver: cudaMemcpy device-to-device bandwidth (mbu of gather, scatter-add, pooling, segment
 unique) and the device's fp32 SIMT peak (mfu of the HSTU attention). Without a CUDA build
-or device it prints a SKIP line and exits 0. --quick runs smaller sizes."""
+or device it prints a SKIP line and exits 0. --quick runs smaller sizes. With a CUDA torch
+importable, PyTorch on the same GPU is a second peer of the rows cases (index_select,
+index_add_, embedding_bag); with --ref DIR (or $GRM_HSTU_REF), Meta's Triton HSTU attention
+is the attention cases' peer (bench/cuda_attn_peer.py)."""
 import argparse
 import os
 import subprocess
 import sys
+
+
+def torch_peers(rows_by_case, quick):
+    """PyTorch on the same GPU, the same sizes as bench-cuda's rows cases: index_select
+    (gather), index_add_ (scatter-add) and embedding_bag(mode="sum") over segments of 32
+    (pool_sum). Prints one line a case with grm's time over torch's."""
+    try:
+        import torch
+    except ImportError:
+        print("# bench_cuda: no torch peer (torch not importable)")
+        return
+    if not torch.cuda.is_available():
+        print("# bench_cuda: no torch peer (torch sees no CUDA device)")
+        return
+    dev = torch.device("cuda:0")
+    rows, n = (100000, 200000) if quick else (1000000, 2000000)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    idx = torch.randint(0, rows, (n,), generator=g).to(dev)
+    offsets = torch.arange(0, n, 32, device=dev)
+
+    def timed(fn, iters=10):
+        fn()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(iters):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        return a.elapsed_time(b) / iters
+
+    for dt, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        for D in (64, 128, 512):
+            table = torch.randn(rows, D, device=dev).to(dt)
+            src = torch.randn(n, D, device=dev).to(dt)
+            ops = {
+                "gather": lambda: torch.index_select(table, 0, idx),
+                "scatter_add": lambda: table.index_add_(0, idx, src),
+                "pool_sum": lambda: torch.nn.functional.embedding_bag(
+                    idx, table, offsets, mode="sum"),
+            }
+            for op, fn in ops.items():
+                case = "%s_%s_d%d" % (op, name, D)
+                ms = timed(fn)
+                grm = rows_by_case.get(case)
+                ratio = "" if grm is None else " grm_ms=%s speedup=%.2f" % (
+                    grm["time_ms"], ms / float(grm["time_ms"]))
+                print("bench=cuda case=%s peer=torch-%s torch_ms=%.3f%s" % (
+                    case, torch.__version__, ms, ratio))
+            del table, src
 
 
 def main():
@@ -16,6 +69,11 @@ def main():
     ap.add_argument("--grmhost", default=None)
     ap.add_argument("--build", default=os.environ.get("GRM_TOP_BUILDDIR", "."))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--no-torch", action="store_true", help="skip the PyTorch peers")
+    ap.add_argument("--ref", default=os.environ.get("GRM_HSTU_REF"),
+                    help="checkout of meta-recsys/generative-recommenders: its Triton HSTU "
+                         "attention is the attention cases' peer (cuda_attn_peer.py)")
+    ap.add_argument("--ref-lengths", default="4096,1024")
     args = ap.parse_args()
     exe = os.path.join(args.build, "bench", "bench-cuda")
     if not os.path.exists(exe):
@@ -40,6 +98,16 @@ def main():
                 keys = "%s/%s" % (r["insert_mkeys_s"], keys)
             print("%-28s %12s %12s %8s" % (r["case"], rate, keys,
                                              r.get("mbu") or r.get("mfu") or ""))
+    if rows and not args.no_torch:
+        torch_peers({r["case"]: r for r in rows if "time_ms" in r}, args.quick)
+    if rows and args.ref:
+        log = os.path.join(args.build, "bench", "bench-cuda.last.log")
+        with open(log, "w") as f:
+            f.write(proc.stdout)
+        sys.stdout.flush()
+        peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_attn_peer.py")
+        subprocess.run([sys.executable, peer, "--ref", args.ref, "--grm-log", log,
+                        "--lengths", args.ref_lengths, "--dtypes", "bf16", "--min-block", "64"])
     return proc.returncode
 
 

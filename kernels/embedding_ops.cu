@@ -42,11 +42,23 @@ __device__ __forceinline__ void store_f32(T *p, const float (&acc)[VEC])
 }
 
 // Atomic p[e] += acc[e] * mult for e < VEC; pairs of half types use the paired atomics.
+// On sm_90 four floats go as one 16-byte vector atomic (CUDA 12.1's atomicAdd(float4 *),
+// global memory only; p is 16-byte aligned whenever VEC is 4, see vec16_ok): one L2
+// read-modify-write instead of four. Measured on an H100 80GB (bench-cuda, 2M uniform ids
+// over 1M rows): scatter-add f32 went from 0.51-0.52 to 0.84-0.86 of the copy bandwidth.
 template <int VEC>
 __device__ __forceinline__ void atomic_add_row(float *p, const float (&acc)[VEC], float mult)
 {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (VEC == 4) {
+        atomicAdd(reinterpret_cast<float4 *>(p),
+                  make_float4(acc[0] * mult, acc[1] * mult, acc[2] * mult, acc[3] * mult));
+    } else
+#endif
+    {
 #pragma unroll
-    for (int e = 0; e < VEC; e++) atomicAdd(p + e, acc[e] * mult);
+        for (int e = 0; e < VEC; e++) atomicAdd(p + e, acc[e] * mult);
+    }
 }
 template <int VEC>
 __device__ __forceinline__ void atomic_add_row(__half *p, const float (&acc)[VEC], float mult)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_common.cuh"
@@ -185,15 +186,26 @@ __global__ void rehash_kernel(int64_t *__restrict__ nkeys, long long *__restrict
     }
 }
 
+// out [n, dim] = the rows (zeros for -1), VEC floats a thread: 4 (16-byte accesses) when
+// dim % 4 == 0 and out is 16-byte aligned (chunks come from cudaMalloc), else 1. One float
+// a thread ran at 1.0-1.8 G rows/s at dim 64-128 on an H100, a sixth of its bandwidth.
+template <int VEC>
 __global__ void gather_rows_kernel(float *__restrict__ out, dev_table t,
                                    const int64_t *__restrict__ rows, int64_t n)
 {
-    const int64_t total = n * t.dim;
+    using V = typename std::conditional<VEC == 4, float4, float>::type;
+    const int64_t nvec = t.dim / VEC, total = n * nvec;
     for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < total;
          k += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t i = k / t.dim, j = k % t.dim;
-        const int64_t r = rows[i];
-        out[k] = r >= 0 ? row_ptr(t, r)[j] : 0.0f;
+        const int64_t i = k / nvec, j = k - i * nvec;
+        const int64_t r = __ldg(rows + i);
+        V v;
+        if (r >= 0) {
+            v = reinterpret_cast<const V *>(row_ptr(t, r))[j];
+        } else {
+            memset(&v, 0, sizeof v);
+        }
+        reinterpret_cast<V *>(out)[k] = v;
     }
 }
 
@@ -435,8 +447,12 @@ extern "C" grm_status grm_cuda_hash_gather(grm_cuda_hash *h, float *out, const i
         GRM_CUDA_CHECK(cudaMemsetAsync(out, 0, (size_t)n * h->opts.dim * sizeof(float), st));
         return GRM_OK;
     }
-    gather_rows_kernel<<<grm_cuda__blocks(n * h->opts.dim, 256), 256, 0, st>>>(out, dev_view(h),
-                                                                                rows, n);
+    if (h->opts.dim % 4 == 0 && (uintptr_t)out % 16 == 0)
+        gather_rows_kernel<4><<<grm_cuda__blocks(n * h->opts.dim / 4, 256), 256, 0, st>>>(
+            out, dev_view(h), rows, n);
+    else
+        gather_rows_kernel<1><<<grm_cuda__blocks(n * h->opts.dim, 256), 256, 0, st>>>(
+            out, dev_view(h), rows, n);
     GRM_CUDA_CHECK_LAUNCH();
     return GRM_OK;
 }

@@ -6,7 +6,7 @@
 EXTRA_DIST += %reldir%/README.md %reldir%/grm_cuda.h %reldir%/cuda_common.cuh \
 	%reldir%/cuda_util.cu %reldir%/embedding_ops.cu %reldir%/segment_unique.cu \
 	%reldir%/row_opt.cu %reldir%/hash_table.cu %reldir%/hstu_attn.cu \
-	bench/bench_cuda.py
+	bench/bench_cuda.py bench/cuda_attn_peer.py
 
 if HAVE_CUDA
 # sm_80 (A100) and sm_90 (H100/H200) SASS, plus compute_90 PTX for later GPUs to JIT.
