@@ -8,6 +8,8 @@ Cases, each timed as forward + backward, same machine, same thread count
                grm: dense-hstu through its ops table (bench/bench-hstu --layer).
   layer_l200   the same with lengths up to 200 (the research HSTU's max_seq_len on
                MovieLens).
+  layer_b128   issue 24's shape: 128 sequences all of length 50, d = 64, 2 heads of 32
+               (dqk = dv = 32), the size of ml100k-hstu's layer.
                Two peers for each layer case:
                peer=meta-hstu-jagged  Meta's published HSTU research layer
                    (meta-recsys/generative-recommenders,
@@ -250,15 +252,16 @@ def ref_layer(torch, hstu, lengths, D, H, attn_only):
     return step
 
 
-def layer_case(args, torch, ref, peak, name, lengths):
+def layer_case(args, torch, ref, peak, name, lengths, D=256, H=4):
     T, R = str(args.threads), str(args.reps)
     lens = ",".join(map(str, lengths))
-    common = ["--threads", T, "--reps", R, "--dim", "256", "--heads", "4", "--lengths", lens]
-    pad_step = torch_layer(torch, lengths, 256, 4, False)
+    common = ["--threads", T, "--reps", R, "--dim", str(D), "--heads", str(H),
+              "--lengths", lens]
+    pad_step = torch_layer(torch, lengths, D, H, False)
     ref_step = ref_attn = None
     if ref is not None:
-        ref_step = ref_layer(torch, ref, lengths, 256, 4, False)
-        ref_attn = ref_layer(torch, ref, lengths, 256, 4, True)
+        ref_step = ref_layer(torch, ref, lengths, D, H, False)
+        ref_attn = ref_layer(torch, ref, lengths, D, H, True)
     g, ga, gf, gb, p, m, ma = [], [], [], [], [], [], []
     r = {}
     for _ in range(args.rounds):         # alternated: grm, padded, ref, grm attn, ref attn
@@ -277,7 +280,7 @@ def layer_case(args, torch, ref, peak, name, lengths):
     gam, _ = med_spread(ga)
     mfu = flops / (gm * 1e6) / peak
     head = (f"bench=hstu case={name} seqs={len(lengths)} tokens={r['tokens']} "
-            f"lmax={max(lengths)} d=256 heads=4 threads={args.threads} "
+            f"lmax={max(lengths)} d={D} heads={H} threads={args.threads} "
             f"fwd_ms={sorted(gf)[len(gf) // 2]:.2f} bwd_ms={sorted(gb)[len(gb) // 2]:.2f} "
             f"grm_ms={gm:.2f} grm_spread={gs:.2f}")
     tail = f"mfu={mfu:.3f} attn_share={gam / gm:.2f}"
@@ -334,8 +337,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--ref", default=os.environ.get("GRM_HSTU_REF"),
                     help="checkout of meta-recsys/generative-recommenders (or $GRM_HSTU_REF)")
-    ap.add_argument("--cases", default="layer,layer_l200,proj,attn",
-                    help="comma list of layer, layer_l200, proj, attn")
+    ap.add_argument("--cases", default="layer,layer_l200,layer_b128,proj,attn",
+                    help="comma list of layer, layer_l200, layer_b128, proj, attn")
     args = ap.parse_args()
     cases = set(args.cases.split(","))
     import torch
@@ -363,6 +366,8 @@ def main():
         rows += layer_case(args, torch, ref, peak, "layer", lengths)
     if "layer_l200" in cases:
         rows += layer_case(args, torch, ref, peak, "layer_l200", long_tail_lengths(32, 200, 7))
+    if "layer_b128" in cases:
+        rows += layer_case(args, torch, ref, peak, "layer_b128", [50] * 128, D=64, H=2)
     if "proj" in cases:
         N = sum(lengths)
         rows += simple_case(args, torch, peak, "proj", "--proj", lengths,

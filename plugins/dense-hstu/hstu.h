@@ -74,10 +74,21 @@ static inline int64_t hstu_pos_bucket(int64_t i, int64_t j, int64_t max_len)
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define HSTU_VECTOR_CLONES __attribute__((target_clones("default", "avx2", "arch=x86-64-v4")))
+/* The attention's tile products (hstu_cpu.c's tile_madd): the same clones, the AVX2 one as
+ * x86-64-v3 (AVX2 with FMA), and products fused into FMAs there and in the AVX-512 one
+ * (-std=c11 turns contraction off everywhere else). A row's sums keep their order, so a
+ * result does not depend on the thread count; the baseline clone rounds each product and
+ * differs from the FMA clones in the last bits. */
+#define HSTU_GEMM_CLONES __attribute__((target_clones("default", "arch=x86-64-v3", \
+                                                      "arch=x86-64-v4"), \
+                                        optimize("fp-contract=fast")))
 #endif
 #endif
 #ifndef HSTU_VECTOR_CLONES
 #define HSTU_VECTOR_CLONES
+#endif
+#ifndef HSTU_GEMM_CLONES
+#define HSTU_GEMM_CLONES
 #endif
 
 /* e^x in float without a libm call, so a loop of it vectorizes (the SiLU of f1's P columns

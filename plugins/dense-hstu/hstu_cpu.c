@@ -4,7 +4,6 @@
  * one HSTU_TILE x HSTU_TILE tile live on the stack, and backward recomputes them, so no
  * O(L^2) buffer ever exists. Mirrors hstu_ref.c (hstu_attn_fwd_ref, hstu_attn_bwd_ref);
  * tests/test-dense-hstu.c compares the two at rtol 1e-4. Callers keep sizes within int. */
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -120,6 +119,210 @@ static int64_t build_items(hstu_item *list, const grm_hstu_attn_args *a, enum it
     return n;
 }
 
+/* ---- attention: the tile products ---- */
+
+/* The six products of a tile pair (S = Q K^T, O += A V, dA = dO V^T, dQ += dS K,
+ * dV += A^T dO, dK += dS^T Q) are at most 64 x 64 x d. Through cblas_sgemm each paid
+ * OpenBLAS's packing and dispatch, which at L = 50 and d = 32 (ml100k-hstu's layer) cost
+ * more than the arithmetic: the attention ran at 8 GFLOP/s on a core that does 40. Every
+ * one of them is "rows of C (+)= sum over k of a scalar times a contiguous row of B", so one
+ * register-blocked kernel does all six: two rows of C by 32 columns held in eight 8-float
+ * vectors, B's row loaded once for both rows (the outer-product form of a GEMM micro-kernel,
+ * Goto and van de Geijn 2008 §4). Q K^T and dO V^T read B transposed, so K's and V's tile
+ * is first copied to [d][bk] (tile_transpose), 64 of d at a time. Each element sums over k
+ * in ascending order, so results do not depend on the thread count (HSTU_GEMM_CLONES: the
+ * FMA clones differ from the baseline one in the last bits). */
+typedef float hv8 __attribute__((vector_size(32)));
+
+/* Loads and stores through memcpy (unaligned, no aliasing issue), as statements: a helper
+ * that returned an hv8 would change its ABI between the clones (-Wpsabi). */
+#define HV8_LD(v, p) memcpy(&(v), (p), sizeof(hv8))
+#define HV8_ST(p, v) memcpy((p), &(v), sizeof(hv8))
+
+/* Which part of a diagonal tile pair (q-tile = k-tile: row r of Q meets keys j <= r only)
+ * a product computes. Above the diagonal every A and dS entry is 0, so the products skip
+ * it: at L <= 64 (one tile a sequence, ml100k-hstu's layer) that is half of them. */
+enum tri {
+    TRI_NONE,           /* the whole tile */
+    TRI_K_LE_ROW,       /* row r sums over k <= r (O += A V, dQ += dS K) */
+    TRI_K_GE_ROW,       /* row r sums over k >= r (dV += A^T dO, dK += dS^T Q) */
+    TRI_W_LE_ROW,       /* row r's columns c <= r, rounded up to a multiple of 8 (S = Q K^T,
+                         * dA = dO V^T); the others are set to 0 when accumulate is 0 */
+};
+
+/* Rows r in [0, rows) of C (stride ldc), columns [0, w): C_r (+)= sum_{k < n} a_r(k) B_k,
+ * where a_r(k) = a[r * lar + k * lak] and B_k = b + k * ldb, restricted by tri (rows are
+ * done two at a time, so a pair's bounds are those of its second row: the extra terms are
+ * the zeros above the diagonal). accumulate 0 overwrites C. */
+HSTU_GEMM_CLONES
+static void tile_madd(float *restrict c, int64_t ldc, int64_t rows, int64_t w,
+                      const float *restrict a, int64_t lar, int64_t lak,
+                      const float *restrict b, int64_t ldb, int64_t n, int accumulate,
+                      enum tri tri)
+{
+    int64_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
+        const float *a0 = a + r * lar, *a1 = a0 + lar;
+        float *c0 = c + r * ldc, *c1 = c0 + ldc;
+        const int64_t k0 = tri == TRI_K_GE_ROW ? r : 0;
+        const int64_t k1 = tri == TRI_K_LE_ROW && r + 2 < n ? r + 2 : n;
+        // (rounded up to whole vectors: the extra columns are masked entries, set to their
+        // dot products, which the caller multiplies by 0)
+        const int64_t wr = tri == TRI_W_LE_ROW && ((r + 2 + 7) & ~(int64_t)7) < w
+                           ? (r + 2 + 7) & ~(int64_t)7 : w;
+        int64_t x = 0;
+        for (; x + 32 <= wr; x += 32) {
+            // eight named accumulators: an array of them stayed on the stack
+            hv8 s00 = { 0 }, s01 = { 0 }, s02 = { 0 }, s03 = { 0 };
+            hv8 s10 = { 0 }, s11 = { 0 }, s12 = { 0 }, s13 = { 0 };
+            if (accumulate) {
+                HV8_LD(s00, c0 + x), HV8_LD(s01, c0 + x + 8);
+                HV8_LD(s02, c0 + x + 16), HV8_LD(s03, c0 + x + 24);
+                HV8_LD(s10, c1 + x), HV8_LD(s11, c1 + x + 8);
+                HV8_LD(s12, c1 + x + 16), HV8_LD(s13, c1 + x + 24);
+            }
+            for (int64_t k = k0; k < k1; k++) {
+                const float *bk = b + k * ldb + x;
+                const float f0 = a0[k * lak], f1 = a1[k * lak];
+                hv8 v0, v1, v2, v3;
+                HV8_LD(v0, bk), HV8_LD(v1, bk + 8), HV8_LD(v2, bk + 16), HV8_LD(v3, bk + 24);
+                s00 += f0 * v0, s01 += f0 * v1, s02 += f0 * v2, s03 += f0 * v3;
+                s10 += f1 * v0, s11 += f1 * v1, s12 += f1 * v2, s13 += f1 * v3;
+            }
+            HV8_ST(c0 + x, s00), HV8_ST(c0 + x + 8, s01);
+            HV8_ST(c0 + x + 16, s02), HV8_ST(c0 + x + 24, s03);
+            HV8_ST(c1 + x, s10), HV8_ST(c1 + x + 8, s11);
+            HV8_ST(c1 + x + 16, s12), HV8_ST(c1 + x + 24, s13);
+        }
+        for (; x + 8 <= wr; x += 8) {
+            hv8 s0 = { 0 }, s1 = { 0 };
+            if (accumulate)
+                HV8_LD(s0, c0 + x), HV8_LD(s1, c1 + x);
+            for (int64_t k = k0; k < k1; k++) {
+                hv8 v;
+                HV8_LD(v, b + k * ldb + x);
+                s0 += a0[k * lak] * v;
+                s1 += a1[k * lak] * v;
+            }
+            HV8_ST(c0 + x, s0);
+            HV8_ST(c1 + x, s1);
+        }
+        if (x < wr && !accumulate && wr >= 8) {
+            // the last columns as one vector ending at wr: it recomputes a few columns with
+            // the same sums in the same order (so the same values), where a scalar tail of
+            // 2 of 50 columns cost a quarter of the tile
+            x = wr - 8;
+            hv8 s0 = { 0 }, s1 = { 0 };
+            for (int64_t k = k0; k < k1; k++) {
+                hv8 v;
+                HV8_LD(v, b + k * ldb + x);
+                s0 += a0[k * lak] * v;
+                s1 += a1[k * lak] * v;
+            }
+            HV8_ST(c0 + x, s0);
+            HV8_ST(c1 + x, s1);
+            x = wr;
+        }
+        for (; x < wr; x++) {
+            float s0 = accumulate ? c0[x] : 0.0f, s1 = accumulate ? c1[x] : 0.0f;
+            for (int64_t k = k0; k < k1; k++) {
+                s0 += a0[k * lak] * b[k * ldb + x];
+                s1 += a1[k * lak] * b[k * ldb + x];
+            }
+            c0[x] = s0;
+            c1[x] = s1;
+        }
+        if (!accumulate && wr < w) {
+            memset(c0 + wr, 0, (size_t)(w - wr) * sizeof *c0);
+            memset(c1 + wr, 0, (size_t)(w - wr) * sizeof *c1);
+        }
+    }
+    for (; r < rows; r++) {
+        const float *a0 = a + r * lar;
+        float *c0 = c + r * ldc;
+        const int64_t k0 = tri == TRI_K_GE_ROW ? r : 0;
+        const int64_t k1 = tri == TRI_K_LE_ROW && r + 1 < n ? r + 1 : n;
+        const int64_t wr = tri == TRI_W_LE_ROW && ((r + 1 + 7) & ~(int64_t)7) < w
+                           ? (r + 1 + 7) & ~(int64_t)7 : w;
+        int64_t x = 0;
+        for (; x + 8 <= wr; x += 8) {
+            hv8 s0 = { 0 };
+            if (accumulate)
+                HV8_LD(s0, c0 + x);
+            for (int64_t k = k0; k < k1; k++) {
+                hv8 v;
+                HV8_LD(v, b + k * ldb + x);
+                s0 += a0[k * lak] * v;
+            }
+            HV8_ST(c0 + x, s0);
+        }
+        for (; x < wr; x++) {
+            float s0 = accumulate ? c0[x] : 0.0f;
+            for (int64_t k = k0; k < k1; k++)
+                s0 += a0[k * lak] * b[k * ldb + x];
+            c0[x] = s0;
+        }
+        if (!accumulate && wr < w)
+            memset(c0 + wr, 0, (size_t)(w - wr) * sizeof *c0);
+    }
+}
+
+/* t [d][rows] = columns [d0, d0 + d) of rows [0, rows) of x (stride ldx). 8 x 8 blocks go
+ * through registers: unpack, shuffle and a 128-bit lane swap, 24 shuffles a block (the
+ * usual AVX transpose); element by element the strided stores were 11% of ml100k-hstu's
+ * layer time. The rest, element by element. */
+typedef int hi8 __attribute__((vector_size(32)));
+
+HSTU_VECTOR_CLONES
+static void tile_transpose(float *restrict t, const float *restrict x, int64_t ldx,
+                           int64_t rows, int64_t d0, int64_t d)
+{
+    const hi8 lo = { 0, 8, 1, 9, 4, 12, 5, 13 }, hi = { 2, 10, 3, 11, 6, 14, 7, 15 };
+    const hi8 s0 = { 0, 1, 8, 9, 4, 5, 12, 13 }, s1 = { 2, 3, 10, 11, 6, 7, 14, 15 };
+    const hi8 p0 = { 0, 1, 2, 3, 8, 9, 10, 11 }, p1 = { 4, 5, 6, 7, 12, 13, 14, 15 };
+    const int64_t r8 = rows & ~(int64_t)7, e8 = d & ~(int64_t)7;
+    for (int64_t r = 0; r < r8; r += 8)
+        for (int64_t e = 0; e < e8; e += 8) {
+            const float *src = x + r * ldx + d0 + e;
+            hv8 a0, a1, a2, a3, a4, a5, a6, a7;
+            HV8_LD(a0, src), HV8_LD(a1, src + ldx), HV8_LD(a2, src + 2 * ldx);
+            HV8_LD(a3, src + 3 * ldx), HV8_LD(a4, src + 4 * ldx), HV8_LD(a5, src + 5 * ldx);
+            HV8_LD(a6, src + 6 * ldx), HV8_LD(a7, src + 7 * ldx);
+            const hv8 t0 = __builtin_shuffle(a0, a1, lo), t1 = __builtin_shuffle(a0, a1, hi);
+            const hv8 t2 = __builtin_shuffle(a2, a3, lo), t3 = __builtin_shuffle(a2, a3, hi);
+            const hv8 t4 = __builtin_shuffle(a4, a5, lo), t5 = __builtin_shuffle(a4, a5, hi);
+            const hv8 t6 = __builtin_shuffle(a6, a7, lo), t7 = __builtin_shuffle(a6, a7, hi);
+            const hv8 u0 = __builtin_shuffle(t0, t2, s0), u1 = __builtin_shuffle(t0, t2, s1);
+            const hv8 u2 = __builtin_shuffle(t1, t3, s0), u3 = __builtin_shuffle(t1, t3, s1);
+            const hv8 u4 = __builtin_shuffle(t4, t6, s0), u5 = __builtin_shuffle(t4, t6, s1);
+            const hv8 u6 = __builtin_shuffle(t5, t7, s0), u7 = __builtin_shuffle(t5, t7, s1);
+            const hv8 c0 = __builtin_shuffle(u0, u4, p0), c1 = __builtin_shuffle(u1, u5, p0);
+            const hv8 c2 = __builtin_shuffle(u2, u6, p0), c3 = __builtin_shuffle(u3, u7, p0);
+            const hv8 c4 = __builtin_shuffle(u0, u4, p1), c5 = __builtin_shuffle(u1, u5, p1);
+            const hv8 c6 = __builtin_shuffle(u2, u6, p1), c7 = __builtin_shuffle(u3, u7, p1);
+            float *dst = t + e * rows + r;
+            HV8_ST(dst, c0), HV8_ST(dst + rows, c1), HV8_ST(dst + 2 * rows, c2);
+            HV8_ST(dst + 3 * rows, c3), HV8_ST(dst + 4 * rows, c4), HV8_ST(dst + 5 * rows, c5);
+            HV8_ST(dst + 6 * rows, c6), HV8_ST(dst + 7 * rows, c7);
+        }
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t e = r < r8 ? e8 : 0; e < d; e++)
+            t[e * rows + r] = x[r * ldx + d0 + e];
+}
+
+/* C [bq, bk] = X Y^T of X [bq, d] (stride ldx) and Y [bk, d] (stride ldy), through the
+ * transposed copy t [HSTU_TILE * HSTU_TILE], HSTU_TILE of d at a time; tri: TRI_NONE or
+ * TRI_W_LE_ROW. */
+static void tile_abt(float *c, const float *x, int64_t ldx, const float *y, int64_t ldy,
+                     int64_t bq, int64_t bk, int64_t d, float *t, enum tri tri)
+{
+    for (int64_t d0 = 0; d0 < d; d0 += HSTU_TILE) {
+        const int64_t dc = d - d0 < HSTU_TILE ? d - d0 : HSTU_TILE;
+        tile_transpose(t, y, ldy, bk, d0, dc);
+        tile_madd(c, bk, bq, bk, x + d0, ldx, 1, t, bk, dc, d0 > 0, tri);
+    }
+}
+
 /* ---- attention: one tile pair ---- */
 
 /* The shape and bias of tile pair (q-tile rows [i0, i0 + bq), k-tile rows [j0, j0 + bk))
@@ -127,44 +330,59 @@ static int64_t build_items(hstu_item *list, const grm_hstu_attn_args *a, enum it
 typedef struct tile_pair {
     int64_t o, i0, j0, bq, bk;
     double c;                               /* 1/n */
+    int diag;                               /* q-tile = k-tile: products skip j > i */
     int32_t pos[HSTU_TILE * HSTU_TILE];     /* [bq, bk] position bucket, -1: masked */
     int32_t tb[HSTU_TILE * HSTU_TILE];      /* [bq, bk] time bucket (times set) */
 } tile_pair;
+
+/* Columns [0, tile_cols(tp, r)) of row r of a tile pair are at or below the diagonal (key j
+ * <= query i); the rest are masked. */
+static inline int64_t tile_cols(const tile_pair *tp, int64_t r)
+{
+    const int64_t n = tp->i0 + r - tp->j0 + 1;
+    return n < 0 ? 0 : n < tp->bk ? n : tp->bk;
+}
 
 /* Fill pos (and tb) of a tile pair: bucket indices are head-independent, so they are
  * computed once per pair and reused by every head. tlo: time_bucket_starts. */
 static void tile_buckets(tile_pair *tp, const grm_hstu_attn_args *a, const uint8_t *tlo)
 {
     for (int64_t r = 0; r < tp->bq; r++) {
-        const int64_t i = tp->i0 + r;
+        const int64_t i = tp->i0 + r, nc = tile_cols(tp, r);
         int32_t *pos = tp->pos + r * tp->bk, *tb = tp->tb + r * tp->bk;
-        for (int64_t cc = 0; cc < tp->bk; cc++) {
-            const int64_t j = tp->j0 + cc;
-            pos[cc] = j > i ? -1 : (int32_t)hstu_pos_bucket(i - tp->o, j - tp->o, a->max_len);
+        for (int64_t cc = 0; cc < nc; cc++)
+            pos[cc] = (int32_t)hstu_pos_bucket(i - tp->o, tp->j0 + cc - tp->o, a->max_len);
+        for (int64_t cc = nc; cc < tp->bk; cc++)
+            pos[cc] = -1;
+        if (a->times != NULL) {
+            for (int64_t cc = 0; cc < nc; cc++)
+                tb[cc] = time_bucket_fast(a->time_thr, tlo, a->nbuckets,
+                                          a->times[i] - a->times[tp->j0 + cc]);
+            for (int64_t cc = nc; cc < tp->bk; cc++)
+                tb[cc] = 0;
         }
-        if (a->times != NULL)
-            for (int64_t cc = 0; cc < tp->bk; cc++)
-                tb[cc] = pos[cc] < 0 ? 0 : time_bucket_fast(a->time_thr, tlo, a->nbuckets,
-                                                             a->times[i] - a->times[tp->j0 + cc]);
     }
 }
 
-/* S [bq, bk] = Q_i K_j^T + bias of head h (eq. 2 before the SiLU). */
-static void tile_scores(float *S, const tile_pair *tp, const grm_hstu_attn_args *a, int64_t h)
+/* S [bq, bk] = Q_i K_j^T + bias of head h (eq. 2 before the SiLU); T: tile_abt's. The
+ * bias goes on the unmasked entries only (the masked ones are multiplied by 0 later). */
+static void tile_scores(float *S, float *T, const tile_pair *tp, const grm_hstu_attn_args *a,
+                        int64_t h)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)tp->bq, (int)tp->bk,
-                (int)a->dqk, 1.0f, a->q + tp->i0 * a->ld + h * a->dqk, (int)a->ld,
-                a->k + tp->j0 * a->ld + h * a->dqk, (int)a->ld, 0.0f, S, (int)tp->bk);
+    tile_abt(S, a->q + tp->i0 * a->ld + h * a->dqk, a->ld, a->k + tp->j0 * a->ld + h * a->dqk,
+             a->ld, tp->bq, tp->bk, a->dqk, T, tp->diag ? TRI_W_LE_ROW : TRI_NONE);
     const float *rp = a->rab_pos != NULL ? a->rab_pos + h * a->max_len : NULL;
     const float *rt = a->rab_time != NULL && a->times != NULL
                       ? a->rab_time + h * a->nbuckets : NULL;
-    const int64_t n = tp->bq * tp->bk;
-    if (rp != NULL)
-        for (int64_t e = 0; e < n; e++)
-            S[e] += tp->pos[e] >= 0 ? rp[tp->pos[e]] : 0.0f;
-    if (rt != NULL)
-        for (int64_t e = 0; e < n; e++)
-            S[e] += rt[tp->tb[e]];
+    for (int64_t r = 0; r < tp->bq; r++) {
+        const int64_t nc = tile_cols(tp, r), e0 = r * tp->bk;
+        if (rp != NULL)
+            for (int64_t e = e0; e < e0 + nc; e++)
+                S[e] += rp[tp->pos[e]];
+        if (rt != NULL)
+            for (int64_t e = e0; e < e0 + nc; e++)
+                S[e] += rt[tp->tb[e]];
+    }
 }
 
 /* A [bq, bk] = SiLU(S) * c, 0 above the diagonal. With dA (holding dO_i V_j^T): also
@@ -202,6 +420,7 @@ static void tile_pair_init(tile_pair *tp, const grm_hstu_attn_args *a, int64_t s
     tp->bq = e - tp->i0 < HSTU_TILE ? e - tp->i0 : HSTU_TILE;
     tp->bk = e - tp->j0 < HSTU_TILE ? e - tp->j0 : HSTU_TILE;
     tp->c = a->norm == HSTU_NORM_LENGTH ? 1.0 / (double)(e - o) : 1.0 / (double)a->max_len;
+    tp->diag = qt == kt;
 }
 
 /* ---- attention: forward ---- */
@@ -219,13 +438,14 @@ typedef struct attn_job {
     uint8_t tlo[64];            /* time_bucket_starts */
 } attn_job;
 
-/* Scratch of one tile pair (about 80 KB), on the worker's stack: the kernels allocate
+/* Scratch of one tile pair (about 96 KB), on the worker's stack: the kernels allocate
  * nothing, and the scratch does not grow with L. */
 typedef struct tile_scratch {
     tile_pair tp;
     float S[HSTU_TILE * HSTU_TILE];
     float A[HSTU_TILE * HSTU_TILE];
     float dA[HSTU_TILE * HSTU_TILE];
+    float T[HSTU_TILE * HSTU_TILE];         /* tile_abt's transposed copy */
 } tile_scratch;
 
 /* Items [b, e): for each q-tile, every head, every k-tile at or below the diagonal:
@@ -247,12 +467,11 @@ static grm_status attn_fwd_items(void *ctx, int64_t b, int64_t e)
                 if (kt == 0)
                     for (int64_t r = 0; r < ts->tp.bq; r++)
                         memset(O + r * HV, 0, (size_t)a->dv * sizeof *O);
-                tile_scores(ts->S, &ts->tp, a, h);
+                tile_scores(ts->S, ts->T, &ts->tp, a, h);
                 tile_silu(ts->A, NULL, ts->S, &ts->tp);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ts->tp.bq,
-                            (int)a->dv, (int)ts->tp.bk, 1.0f, ts->A, (int)ts->tp.bk,
-                            a->v + ts->tp.j0 * a->ld + h * a->dv, (int)a->ld, 1.0f, O,
-                            (int)HV);
+                tile_madd(O, HV, ts->tp.bq, a->dv, ts->A, ts->tp.bk, 1,
+                          a->v + ts->tp.j0 * a->ld + h * a->dv, a->ld, ts->tp.bk, 1,
+                          ts->tp.diag ? TRI_K_LE_ROW : TRI_NONE);
             }
         }
     }
@@ -276,38 +495,39 @@ static void tile_grad(tile_scratch *ts, const attn_job *job, int64_t h)
 {
     const grm_hstu_attn_args *a = job->a;
     const int64_t HV = a->H * a->dv;
-    tile_scores(ts->S, &ts->tp, a, h);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)ts->tp.bq, (int)ts->tp.bk,
-                (int)a->dv, 1.0f, job->dout + ts->tp.i0 * HV + h * a->dv, (int)HV,
-                a->v + ts->tp.j0 * a->ld + h * a->dv, (int)a->ld, 0.0f, ts->dA,
-                (int)ts->tp.bk);
+    tile_scores(ts->S, ts->T, &ts->tp, a, h);
+    tile_abt(ts->dA, job->dout + ts->tp.i0 * HV + h * a->dv, HV,
+             a->v + ts->tp.j0 * a->ld + h * a->dv, a->ld, ts->tp.bq, ts->tp.bk, a->dv, ts->T,
+             ts->tp.diag ? TRI_W_LE_ROW : TRI_NONE);
     tile_silu(ts->A, ts->dA, ts->S, &ts->tp);
 }
 
-/* Accumulate the RAB gradients of tile pair tp, head h (dS in ts->dA) into ph [nrab]. */
+/* Accumulate the RAB gradients of tile pair tp, head h (dS in ts->dA) into ph [nrab]: the
+ * unmasked entries only. */
 static void tile_rab_grad(float *ph, const tile_scratch *ts, const attn_job *job)
 {
     const grm_hstu_attn_args *a = job->a;
-    const int64_t n = ts->tp.bq * ts->tp.bk;
-    const int64_t time_off = a->rab_pos != NULL ? a->max_len : 0;
-    if (a->rab_pos != NULL)
-        for (int64_t x = 0; x < n; x++)
-            if (ts->tp.pos[x] >= 0)
-                ph[ts->tp.pos[x]] += ts->dA[x];
-    if (a->rab_time != NULL && a->times != NULL)
-        for (int64_t x = 0; x < n; x++)
-            if (ts->tp.pos[x] >= 0)
-                ph[time_off + ts->tp.tb[x]] += ts->dA[x];
+    const tile_pair *tp = &ts->tp;
+    const int has_time = a->rab_time != NULL && a->times != NULL;
+    float *pt = ph + (a->rab_pos != NULL ? a->max_len : 0);
+    for (int64_t r = 0; r < tp->bq; r++) {
+        const int64_t nc = tile_cols(tp, r), e0 = r * tp->bk;
+        if (a->rab_pos != NULL)
+            for (int64_t e = e0; e < e0 + nc; e++)
+                ph[tp->pos[e]] += ts->dA[e];
+        if (has_time)
+            for (int64_t e = e0; e < e0 + nc; e++)
+                pt[tp->tb[e]] += ts->dA[e];
+    }
 }
 
 /* dQ_i += dS_ij K_j of tile pair tp, head h (dS in ts->dA). */
 static void tile_dq(const tile_scratch *ts, const attn_job *job, int64_t h)
 {
     const grm_hstu_attn_args *a = job->a;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)ts->tp.bq, (int)a->dqk,
-                (int)ts->tp.bk, 1.0f, ts->dA, (int)ts->tp.bk,
-                a->k + ts->tp.j0 * a->ld + h * a->dqk, (int)a->ld, 1.0f,
-                job->dq + ts->tp.i0 * a->ld + h * a->dqk, (int)a->ld);
+    tile_madd(job->dq + ts->tp.i0 * a->ld + h * a->dqk, a->ld, ts->tp.bq, a->dqk, ts->dA,
+              ts->tp.bk, 1, a->k + ts->tp.j0 * a->ld + h * a->dqk, a->ld, ts->tp.bk, 1,
+              ts->tp.diag ? TRI_K_LE_ROW : TRI_NONE);
 }
 
 /* dV_j += A_ij^T dO_i and dK_j += dS_ij^T Q_i of tile pair tp, head h. */
@@ -315,14 +535,11 @@ static void tile_dkv(const tile_scratch *ts, const attn_job *job, int64_t h)
 {
     const grm_hstu_attn_args *a = job->a;
     const int64_t HV = a->H * a->dv;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ts->tp.bk, (int)a->dv,
-                (int)ts->tp.bq, 1.0f, ts->A, (int)ts->tp.bk,
-                job->dout + ts->tp.i0 * HV + h * a->dv, (int)HV, 1.0f,
-                job->dv + ts->tp.j0 * a->ld + h * a->dv, (int)a->ld);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)ts->tp.bk, (int)a->dqk,
-                (int)ts->tp.bq, 1.0f, ts->dA, (int)ts->tp.bk,
-                a->q + ts->tp.i0 * a->ld + h * a->dqk, (int)a->ld, 1.0f,
-                job->dk + ts->tp.j0 * a->ld + h * a->dqk, (int)a->ld);
+    const enum tri tri = ts->tp.diag ? TRI_K_GE_ROW : TRI_NONE;
+    tile_madd(job->dv + ts->tp.j0 * a->ld + h * a->dv, a->ld, ts->tp.bk, a->dv, ts->A, 1,
+              ts->tp.bk, job->dout + ts->tp.i0 * HV + h * a->dv, HV, ts->tp.bq, 1, tri);
+    tile_madd(job->dk + ts->tp.j0 * a->ld + h * a->dqk, a->ld, ts->tp.bk, a->dqk, ts->dA, 1,
+              ts->tp.bk, a->q + ts->tp.i0 * a->ld + h * a->dqk, a->ld, ts->tp.bq, 1, tri);
 }
 
 /* Zero rows [r0, r0 + n) of columns [c0, c0 + w) of x (stride ld). */

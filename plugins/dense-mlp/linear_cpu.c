@@ -61,10 +61,22 @@ grm_status linear_fwd_cpu(float *z, const float *x, const float *w, const float 
 static grm_status bwd_dw_cols(void *vctx, int64_t lo, int64_t hi)
 {
     const lin_ctx *c = vctx;
-    for (int64_t r = 0; r < c->rows; r++) {
-        const float *dzr = c->dz + r * c->out;          /* [out] */
-        for (int64_t o = lo; o < hi; o++)
-            c->db[o] += dzr[o];
+    // the sums in a local block of columns, in registers or L1: through c->db the compiler
+    // had to load and store db at every row (db might alias dz), 8% of dense-hstu's layer
+    // at 2 threads. Each column still adds its rows in order onto db's value: same bits.
+    enum { BLOCK = 64 };
+    const float *restrict dz = c->dz;
+    const int64_t out = c->out, rows = c->rows;
+    for (int64_t o0 = lo; o0 < hi; o0 += BLOCK) {
+        const int64_t n = hi - o0 < BLOCK ? hi - o0 : BLOCK;
+        float acc[BLOCK];
+        memcpy(acc, c->db + o0, (size_t)n * sizeof *acc);
+        for (int64_t r = 0; r < rows; r++) {
+            const float *restrict dzr = dz + r * out + o0;      /* [n] */
+            for (int64_t o = 0; o < n; o++)
+                acc[o] += dzr[o];
+        }
+        memcpy(c->db + o0, acc, (size_t)n * sizeof *acc);
     }
     if (c->in == 0)
         return GRM_OK;
