@@ -140,61 +140,173 @@ static grm_status ed_lookup_range(void *ctx, int64_t begin, int64_t end)
     return st;
 }
 
-/* A plain lookup (no insert, no access counted) reads only an id's slot and row, so the
- * cpu path runs it as a software pipeline of three stages instead of groups (Chen et al.,
- * ICDE 2004, §5, software-pipelined prefetching): id i + 2A has its hash computed and its
- * slot line requested, id i + A is probed and its record's lines requested, and id i's row
- * is copied. About 2A misses are in flight at every moment rather than in bursts of a
- * group. Training lookups and updates keep the groups: their per-id work (the row lock,
- * the metadata, the optimizer step) is long enough to hide a group's misses. */
-#define ED_AHEAD 8
-/* The ring of per-id state: an id's entry lives from stage 1 to stage 3, 2A iterations, so
- * the ring must be longer than 2A or stage 1 of id i would overwrite the entry stage 3 of
- * id i - 2A still reads in the same iteration (a power of two, for the modulo). */
-#define ED_RING (4 * ED_AHEAD)
+/* A plain lookup (no insert, no access counted) reads only an id's slot and row. Its cpu
+ * path is written for the common case and hands the rest to ed_find_slow: it checks the T
+ * slots of an id's first probe round (at load <= 3/4 about 90% of the ids sit there; the
+ * four keys of T = 4 are compared at once), and copies an FP32 row under the stripe's
+ * sequence (ed_row_read_shared's protocol) with the table's constants in a local context;
+ * a later round, an FP16 row, a slot still being inserted, a writer in the stripe and an
+ * absent id take the general path. The common T and D are compile-time constants of their
+ * own copies of the code. The steps run as a software pipeline (ed_find_pipe). The first
+ * version of this pipeline ran each id through the general functions: about 2.5x the
+ * instructions an id, a probe loop whose exit lane the branch predictor missed about once
+ * an id, and 0.5x abseil's find at dim 16 (bench/README.md has both). */
+typedef struct ed_find_ctx {
+    ed_job *j;
+    ed_table *t;
+    ed_slot *slots;
+    uint64_t first;         /* (M - 1) & ~(T - 1): an id's first round starts at h & first */
+    char *const *chunks;    /* the FP32 pool's */
+    int32_t shift;
+    int64_t in_chunk;       /* chunk_rows - 1 */
+    size_t rec_bytes;
+    int64_t misses;
+} ed_find_ctx;
 
-/* impl = cpu, a plain lookup: the pipeline above. An absent id (a new row or one in the
- * backing file) takes ed_lookup_one's path. */
-static grm_status ed_find_pipeline(ed_job *j, int64_t begin, int64_t end)
+/* Id i's row into out by the general code: its slot (NULL: not in round 0, or absent). */
+static __attribute__((noinline)) grm_status ed_find_slow(ed_find_ctx *c, int64_t i, uint64_t h,
+                                                         ed_slot *slot, float *out)
 {
-    const ed_store *s = j->s;
-    ed_table *t = j->t;
-    const ed_keys *k = &t->keys;
-    const size_t D = (size_t)t->dim;
+    if (slot == NULL) slot = ed_keys_find(&c->t->keys, c->j->ids[i], h);
+    if (slot == NULL) return ed_lookup_one(c->j, i, h, NULL, 0, &c->misses);
+    ed_wait_ref(slot);
+    ed_row_read_shared(c->j->s, c->t, h, slot, out);
+    return GRM_OK;
+}
+
+/* Id id's slot among the T slots of its first probe round (hash h); NULL if not there,
+ * with *empty set when the round holds an empty slot (then the id is absent). Slots fill
+ * in probe order, so an id present in the round sits before any empty slot of it. */
+static inline __attribute__((always_inline)) ed_slot *
+ed_find_first(ed_slot *base, int64_t id, const int32_t T, int *empty)
+{
+    *empty = 0;
+    if (T == 4) {
+        // the four keys compared at once: a loop that left at the matching lane
+        // mispredicted about once an id (a plain lookup at dim 16: 44M -> 52M ids/s)
+        const int64_t k0 = atomic_load_explicit(&base[0].key, memory_order_acquire);
+        const int64_t k1 = atomic_load_explicit(&base[1].key, memory_order_acquire);
+        const int64_t k2 = atomic_load_explicit(&base[2].key, memory_order_acquire);
+        const int64_t k3 = atomic_load_explicit(&base[3].key, memory_order_acquire);
+        const unsigned hit = (unsigned)(k0 == id) | (unsigned)(k1 == id) << 1
+                             | (unsigned)(k2 == id) << 2 | (unsigned)(k3 == id) << 3;
+        if (hit != 0) return &base[__builtin_ctz(hit)];
+        *empty = (k0 == ED_KEY_EMPTY) | (k1 == ED_KEY_EMPTY) | (k2 == ED_KEY_EMPTY)
+                 | (k3 == ED_KEY_EMPTY);
+        return NULL;
+    }
+    for (int32_t g = 0; g < T; g++) {
+        const int64_t key = atomic_load_explicit(&base[g].key, memory_order_acquire);
+        if (key == id) return &base[g];
+        if (key == ED_KEY_EMPTY) {
+            *empty = 1;
+            return NULL;
+        }
+    }
+    return NULL;
+}
+
+/* The FP32 row of reference ref (a record of the hot pool). */
+static inline const float *ed_find_row(const ed_find_ctx *c, int64_t ref)
+{
+    const int64_t x = ref >> 1;
+    return (const float *)(const void *)(c->chunks[x >> c->shift]
+                                         + (size_t)(x & c->in_chunk) * c->rec_bytes
+                                         + sizeof(ed_meta));
+}
+
+/* Id i's row into out: the copy under the stripe's sequence when the slot holds an FP32
+ * row and no writer is in the stripe, else ed_find_slow (or ed_lookup_one for an absent
+ * id). */
+static inline __attribute__((always_inline)) grm_status
+ed_find_copy(ed_find_ctx *c, int64_t i, uint64_t h, ed_slot *slot, int empty, float *out,
+             const int64_t D)
+{
+    if (slot != NULL) {
+        _Atomic uint32_t *q = ed_stripe(c->t, h);
+        const uint32_t v = atomic_load_explicit(q, memory_order_acquire);
+        const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
+        if (!(v & 1) && ref >= 0 && !(ref & 1)) {
+            ed_copy_floats(out, ed_find_row(c, ref), D);
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(q, memory_order_relaxed) == v) return GRM_OK;
+        }
+    } else if (empty) {     // absent: a new row, or one in the backing file
+        return ed_lookup_one(c->j, i, h, NULL, 0, &c->misses);
+    }
+    return ed_find_slow(c, i, h, slot, out);
+}
+
+/* The steps of a plain lookup as a pipeline of three stages (Chen et al., ICDE 2004, §5):
+ * id i + 2A's slot line is requested, id i + A is probed and its row's lines requested,
+ * id i's row is copied. */
+#define ED_AHEAD 8
+#define ED_RING (4 * ED_AHEAD)      /* > 2A, a power of two */
+static inline __attribute__((always_inline)) grm_status
+ed_find_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const int64_t D)
+{
+    const int64_t *const ids = c->j->ids;
+    float *const outs = c->j->out;
     uint64_t h[ED_RING];
     ed_slot *slot[ED_RING];
-    int64_t misses = 0;
+    int empty[ED_RING];
     grm_status st = GRM_OK;
-
     for (int64_t i = begin; i < end + 2 * ED_AHEAD && st == GRM_OK; i++) {
         if (i < end) {
-            const int r = (int)(i % ED_RING);
-            h[r] = ed_hash(j->ids[i]);
-            ed_keys_prefetch(k, h[r]);
+            const size_t r = (size_t)i & (ED_RING - 1);
+            h[r] = ed_hash(ids[i]);
+            __builtin_prefetch(&c->slots[h[r] & c->first], 0, 3);
         }
         const int64_t p = i - ED_AHEAD;
         if (p >= begin && p < end) {
-            const int r = (int)(p % ED_RING);
-            slot[r] = ed_keys_find(k, j->ids[p], h[r]);
-            if (slot[r] != NULL) ed_record_prefetch(t, ed_wait_ref(slot[r]));
+            const size_t r = (size_t)p & (ED_RING - 1);
+            slot[r] = ed_find_first(&c->slots[h[r] & c->first], ids[p], T, &empty[r]);
+            if (slot[r] != NULL) {
+                const int64_t ref = atomic_load_explicit(&slot[r]->ref, memory_order_relaxed);
+                if (ref >= 0 && !(ref & 1)) {
+                    const char *row = (const char *)ed_find_row(c, ref);
+                    for (int64_t o = 0; o < D * 4; o += 64) __builtin_prefetch(row + o, 0, 3);
+                    __builtin_prefetch(row + D * 4 - 1, 0, 3);
+                }
+            }
         }
         const int64_t w = i - 2 * ED_AHEAD;
         if (w >= begin) {
-            const int r = (int)(w % ED_RING);
-            if (slot[r] != NULL) ed_row_read_shared(s, t, h[r], slot[r], j->out + (size_t)w * D);
-            else st = ed_lookup_one(j, w, h[r], NULL, 0, &misses);
+            const size_t r = (size_t)w & (ED_RING - 1);
+            st = ed_find_copy(c, w, h[r], slot[r], empty[r], outs + w * D, D);
         }
     }
-    atomic_fetch_add_explicit(&j->misses, misses, memory_order_relaxed);
     return st;
 }
 
-/* impl = cpu: a plain lookup runs the pipeline above; a training lookup, groups of
+static grm_status ed_find_range(ed_job *j, int64_t begin, int64_t end)
+{
+    ed_table *t = j->t;
+    const ed_pool *hot = &t->pools[0];
+    ed_find_ctx c = {
+        .j = j, .t = t, .slots = t->keys.slots,
+        .first = ((uint64_t)t->keys.M - 1) & ~((uint64_t)t->keys.lanes - 1),
+        .chunks = hot->chunks, .shift = hot->chunk_shift, .in_chunk = hot->chunk_rows - 1,
+        .rec_bytes = hot->rec_bytes,
+    };
+    const int32_t T = t->keys.lanes;
+    const int64_t D = t->dim;
+    grm_status st;
+    if (T == 4 && D == 16) st = ed_find_pipe(&c, begin, end, 4, 16);
+    else if (T == 4 && D == 32) st = ed_find_pipe(&c, begin, end, 4, 32);
+    else if (T == 4 && D == 64) st = ed_find_pipe(&c, begin, end, 4, 64);
+    else if (T == 4 && D == 128) st = ed_find_pipe(&c, begin, end, 4, 128);
+    else st = ed_find_pipe(&c, begin, end, T, D);
+    atomic_fetch_add_explicit(&j->misses, c.misses, memory_order_relaxed);
+    return st;
+}
+
+/* impl = cpu: a plain lookup runs the loop above; a training lookup, groups of
  * ED_GROUP ids, their memory requested ahead. */
 static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
 {
     ed_job *j = ctx;
-    if (!j->insert) return ed_find_pipeline(j, begin, end);
+    if (!j->insert) return ed_find_range(j, begin, end);
     ed_table *t = j->t;
     const int pool = ed_lookup_pool(j->s);
     int64_t misses = 0;
