@@ -368,8 +368,8 @@ void ed_row_initial(const ed_store *s, const ed_table *t, float *out, int64_t id
 /* ---- rows and row locks, inline: every lookup and update runs them ---- */
 
 /* n floats from src to dst: whole 64-byte blocks as fixed-size copies, which the compiler
- * turns into vector moves in place, and the rest through memcpy. A call to libc's memcpy
- * for every row was a third of a plain lookup's time at dim 16. */
+ * turns into vector moves in place of a call to libc's memcpy for every row, and the rest
+ * through memcpy. */
 static inline void ed_copy_floats(float *restrict dst, const float *restrict src, int64_t n)
 {
     int64_t i = 0;
@@ -383,17 +383,6 @@ static inline void ed_row_read(const ed_store *s, const ed_table *t, int64_t ref
     char *rec = ed_record(t, ref);
     if (t->pools[ref & 1].half) s->from_f16(out, ed_rec_row(rec), t->dim);
     else ed_copy_floats(out, (const float *)ed_rec_row(rec), t->dim);
-}
-
-/* Ask for the lines of record ref's row only: a plain lookup reads no metadata. */
-static inline void ed_row_prefetch(const ed_table *t, int64_t ref)
-{
-    const char *row = ed_rec_row(ed_record(t, ref));
-    const uintptr_t first = (uintptr_t)row & ~(uintptr_t)63;
-    const uintptr_t last = (uintptr_t)row + t->pools[ref & 1].row_bytes - 1;
-    int lines = (int)((last - first) / 64) + 1;
-    if (lines > ED_PF_LINES) lines = ED_PF_LINES;
-    for (int l = 0; l < lines; l++) __builtin_prefetch((const char *)first + 64 * l, 0, 3);
 }
 
 /* Row locks are sequence locks (seqlocks: Lameter, "Effective Synchronization on
