@@ -196,9 +196,18 @@ oom:
 int64_t ed_pool_alloc(ed_pool *p)
 {
     int64_t index = -1;
-    while (atomic_flag_test_and_set_explicit(&p->free_lock, memory_order_acquire)) {}
-    if (p->nfree > 0) index = p->free_list[--p->nfree];
-    atomic_flag_clear_explicit(&p->free_lock, memory_order_release);
+    // The free list is empty until rows are evicted or promoted: then the lock is not
+    // taken at all (two atomic operations a new row fewer). A record freed while this
+    // looks is used by a later allocation.
+    if (atomic_load_explicit(&p->nfree, memory_order_relaxed) > 0) {
+        while (atomic_flag_test_and_set_explicit(&p->free_lock, memory_order_acquire)) {}
+        const int64_t n = atomic_load_explicit(&p->nfree, memory_order_relaxed);
+        if (n > 0) {
+            index = p->free_list[n - 1];
+            atomic_store_explicit(&p->nfree, n - 1, memory_order_relaxed);
+        }
+        atomic_flag_clear_explicit(&p->free_lock, memory_order_release);
+    }
     if (index < 0) index = atomic_fetch_add_explicit(&p->next, 1, memory_order_relaxed);
     return index;
 }
@@ -207,14 +216,16 @@ void ed_pool_release(ed_pool *p, int64_t index)
 {
     ed_rec_meta(ed_pool_record(p, index))->id = ED_KEY_EMPTY;
     while (atomic_flag_test_and_set_explicit(&p->free_lock, memory_order_acquire)) {}
-    p->free_list[p->nfree++] = index;
+    const int64_t n = atomic_load_explicit(&p->nfree, memory_order_relaxed);
+    p->free_list[n] = index;
+    atomic_store_explicit(&p->nfree, n + 1, memory_order_relaxed);
     atomic_flag_clear_explicit(&p->free_lock, memory_order_release);
 }
 
 void ed_pool_reset(ed_pool *p)
 {
     atomic_store(&p->next, 0);
-    p->nfree = 0;
+    atomic_store_explicit(&p->nfree, 0, memory_order_relaxed);
 }
 
 /* ---- reservation: grow before the batch, never inside it ---- */

@@ -198,7 +198,7 @@ typedef struct ed_pool {
     int64_t nchunks;
     _Atomic int64_t next;   /* records handed out from fresh chunk space */
     int64_t *free_list;     /* [cap rows] owned (malloc): freed record indices */
-    int64_t nfree;          /* under free_lock */
+    _Atomic int64_t nfree;  /* changed under free_lock; read without it by ed_pool_alloc */
     atomic_flag free_lock;
 } ed_pool;
 
@@ -301,6 +301,12 @@ grm_status ed_keys_init(const ed_store *s, ed_keys *k, int64_t M, int32_t lanes)
 void ed_keys_fini(const ed_store *s, ed_keys *k);
 int64_t ed_keys_slots_for(int64_t rows, int32_t lanes);
 ed_slot *ed_keys_find_or_insert(ed_keys *k, int64_t id, uint64_t h, int *inserted);
+/* ed_keys_find_or_insert without the counts: a batch claims its new keys and adds their
+ * number to used and live once a range (ed_keys_add), not with two atomic adds a key.
+ * Room for them was reserved before the batch (ed_reserve counts pending ids), so nothing
+ * reads the counts short meanwhile. */
+ed_slot *ed_keys_claim(ed_keys *k, int64_t id, uint64_t h, int *inserted);
+void ed_keys_add(ed_keys *k, int64_t n);
 grm_status ed_keys_rebuild(const ed_store *s, ed_keys *k, int64_t M);
 void ed_keys_remove(ed_keys *k, ed_slot *slot);
 

@@ -26,9 +26,16 @@ typedef struct ed_job {
 /* Claim (or find) the key of id and, when this thread claimed it, create its record in
  * pool `pool` (tiered: read back from the backing file when the row is there). Returns the
  * slot, NULL when absent and insert is 0; *st is not GRM_OK when the backing read failed
- * (the record is then initialized, and the batch fails with *st). */
+ * (the record is then initialized, and the batch fails with *st). New keys are counted in
+ * *new_keys, for the caller to add to the key structure's counts once (ed_keys_add).
+ *
+ * out: a training lookup's row. When this thread created an FP32 record, no other thread
+ * can reach it before its reference is published, so its first access (ed_lookup_one's
+ * count, dirty flag and time) and the copy into out are done here, without the row's
+ * lock, and *inserted is 2 (ed_lookup_one then only counts the miss). An FP16 record
+ * (which the access may promote) and out NULL (an update) leave *inserted at 1. */
 static ed_slot *ed_acquire(const ed_job *j, int64_t id, uint64_t h, int insert, int pool,
-                           int *inserted, grm_status *st)
+                           int *inserted, grm_status *st, float *out, int64_t *new_keys)
 {
     ed_table *t = j->t;
     ed_slot *slot;
@@ -39,12 +46,22 @@ static ed_slot *ed_acquire(const ed_job *j, int64_t id, uint64_t h, int insert, 
         if (slot != NULL) ed_wait_ref(slot);
         return slot;
     }
-    slot = ed_keys_find_or_insert(&t->keys, id, h, inserted);
+    slot = ed_keys_claim(&t->keys, id, h, inserted);
     if (slot == NULL) return NULL;
     if (*inserted) {
+        (*new_keys)++;
         const int64_t ref = (ed_pool_alloc(&t->pools[pool]) << 1) | pool;
         if (j->s->tiered) *st = ed_tier_fetch(j->s, t, ref, id, j->now);
         else ed_record_fill(j->s, t, ref, id, j->now);
+        if (out != NULL && !(ref & 1)) {
+            char *rec = ed_record(t, ref);
+            ed_meta *m = ed_rec_meta(rec);
+            m->count++;
+            m->flags |= ED_FLAG_DIRTY;
+            if (m->last < j->now) m->last = j->now;
+            ed_copy_floats(out, (const float *)ed_rec_row(rec), t->dim);
+            *inserted = 2;
+        }
         atomic_store_explicit(&slot->ref, ref, memory_order_release);
     } else {
         ed_wait_ref(slot);
@@ -97,7 +114,8 @@ static grm_status ed_lookup_one(ed_job *j, int64_t i, uint64_t h, ed_slot *slot,
         (*misses)++;
         return GRM_OK;
     }
-    *misses += inserted;
+    *misses += inserted != 0;
+    if (inserted == 2) return GRM_OK;   // accessed and copied by ed_acquire
     if (!j->insert) {   // a plain lookup writes nothing: no lock (emb_dynamic.h, seqlocks)
         ed_row_read_shared(s, t, h, slot, out);
         return GRM_OK;
@@ -130,12 +148,15 @@ static grm_status ed_lookup_range(void *ctx, int64_t begin, int64_t end)
     int64_t misses = 0;
     grm_status st = GRM_OK;
 
+    int64_t new_keys = 0;
     for (int64_t i = begin; i < end && st == GRM_OK; i++) {
         const uint64_t h = ed_hash(j->ids[i]);
         int inserted;
-        ed_slot *slot = ed_acquire(j, j->ids[i], h, j->insert, pool, &inserted, &st);
+        ed_slot *slot = ed_acquire(j, j->ids[i], h, j->insert, pool, &inserted, &st,
+                                   j->out + i * j->t->dim, &new_keys);
         if (st == GRM_OK) st = ed_lookup_one(j, i, h, slot, inserted, &misses);
     }
+    ed_keys_add(&j->t->keys, new_keys);
     atomic_fetch_add_explicit(&j->misses, misses, memory_order_relaxed);
     return st;
 }
@@ -309,7 +330,7 @@ static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
     if (!j->insert) return ed_find_range(j, begin, end);
     ed_table *t = j->t;
     const int pool = ed_lookup_pool(j->s);
-    int64_t misses = 0;
+    int64_t misses = 0, new_keys = 0;
     grm_status st = GRM_OK;
 
     for (int64_t g = begin; g < end && st == GRM_OK; g += ED_GROUP) {
@@ -322,7 +343,8 @@ static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
             ed_keys_prefetch(&t->keys, h[k]);
         }
         for (int k = 0; k < m && st == GRM_OK; k++) {
-            slot[k] = ed_acquire(j, j->ids[g + k], h[k], j->insert, pool, &inserted[k], &st);
+            slot[k] = ed_acquire(j, j->ids[g + k], h[k], j->insert, pool, &inserted[k], &st,
+                                 j->out + (g + k) * t->dim, &new_keys);
             if (slot[k] != NULL)
                 ed_record_prefetch(t, atomic_load_explicit(&slot[k]->ref,
                                                            memory_order_acquire));
@@ -330,6 +352,7 @@ static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
         for (int k = 0; k < m && st == GRM_OK; k++)
             st = ed_lookup_one(j, g + k, h[k], slot[k], inserted[k], &misses);
     }
+    ed_keys_add(&t->keys, new_keys);
     atomic_fetch_add_explicit(&j->misses, misses, memory_order_relaxed);
     return st;
 }
@@ -375,12 +398,15 @@ static grm_status ed_update_range(void *ctx, int64_t begin, int64_t end)
 {
     ed_job *j = ctx;
     grm_status st = GRM_OK;
+    int64_t new_keys = 0;
     for (int64_t i = begin; i < end && st == GRM_OK; i++) {
         const uint64_t h = ed_hash(j->ids[i]);
         int inserted;
-        ed_slot *slot = ed_acquire(j, j->ids[i], h, 1, j->s->cfg.fp16_cold, &inserted, &st);
+        ed_slot *slot = ed_acquire(j, j->ids[i], h, 1, j->s->cfg.fp16_cold, &inserted, &st,
+                                   NULL, &new_keys);
         if (st == GRM_OK) st = ed_update_one(j, i, h, slot);
     }
+    ed_keys_add(&j->t->keys, new_keys);
     return st;
 }
 
@@ -390,6 +416,7 @@ static grm_status ed_update_range_cpu(void *ctx, int64_t begin, int64_t end)
     ed_job *j = ctx;
     ed_table *t = j->t;
     grm_status st = GRM_OK;
+    int64_t new_keys = 0;
     for (int64_t g = begin; g < end && st == GRM_OK; g += ED_GROUP) {
         const int m = end - g < ED_GROUP ? (int)(end - g) : ED_GROUP;
         uint64_t h[ED_GROUP];
@@ -401,13 +428,14 @@ static grm_status ed_update_range_cpu(void *ctx, int64_t begin, int64_t end)
         for (int k = 0; k < m && st == GRM_OK; k++) {
             int inserted;
             slot[k] = ed_acquire(j, j->ids[g + k], h[k], 1, j->s->cfg.fp16_cold, &inserted,
-                                 &st);
+                                 &st, NULL, &new_keys);
             if (slot[k] != NULL)
                 ed_record_prefetch(t, atomic_load_explicit(&slot[k]->ref,
                                                            memory_order_acquire));
         }
         for (int k = 0; k < m && st == GRM_OK; k++) st = ed_update_one(j, g + k, h[k], slot[k]);
     }
+    ed_keys_add(&t->keys, new_keys);
     return st;
 }
 
@@ -508,7 +536,9 @@ grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids 
         ed_slot *slot = ed_keys_find(&t->keys, ids[i], h);
         if (slot == NULL) {
             if (ed_keys_find(&t->tier.index, ids[i], h) == NULL) continue;
-            slot = ed_acquire(&j, ids[i], h, 1, 0, &inserted, &st);
+            int64_t one = 0;
+            slot = ed_acquire(&j, ids[i], h, 1, 0, &inserted, &st, NULL, &one);
+            ed_keys_add(&t->keys, one);
             if (st != GRM_OK || slot == NULL) break;
         } else {
             ed_wait_ref(slot);

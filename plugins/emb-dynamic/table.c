@@ -56,7 +56,7 @@ void ed_keys_fini(const ed_store *s, ed_keys *k)
 /* Every thread looking for `id` walks the same sequence, and a slot only ever goes from
  * EMPTY to a key while batches run, so they all meet at the first EMPTY slot: one CAS
  * wins, the others re-read the slot and see either `id` (found) or another key (go on). */
-ed_slot *ed_keys_find_or_insert(ed_keys *k, int64_t id, uint64_t h, int *inserted)
+ed_slot *ed_keys_claim(ed_keys *k, int64_t id, uint64_t h, int *inserted)
 {
     ed_probe p = ed_probe_lazy(h, k->M, k->lanes);
     *inserted = 0;
@@ -71,8 +71,6 @@ ed_slot *ed_keys_find_or_insert(ed_keys *k, int64_t id, uint64_t h, int *inserte
                 if (atomic_compare_exchange_strong_explicit(&sl->key, &key, id,
                                                             memory_order_acq_rel,
                                                             memory_order_acquire)) {
-                    atomic_fetch_add_explicit(&k->used, 1, memory_order_relaxed);
-                    atomic_fetch_add_explicit(&k->live, 1, memory_order_relaxed);
                     *inserted = 1;
                     return sl;
                 }
@@ -80,6 +78,20 @@ ed_slot *ed_keys_find_or_insert(ed_keys *k, int64_t id, uint64_t h, int *inserte
         }
     }
     return NULL;    // full: cannot happen after ed_reserve
+}
+
+void ed_keys_add(ed_keys *k, int64_t n)
+{
+    if (n == 0) return;
+    atomic_fetch_add_explicit(&k->used, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&k->live, n, memory_order_relaxed);
+}
+
+ed_slot *ed_keys_find_or_insert(ed_keys *k, int64_t id, uint64_t h, int *inserted)
+{
+    ed_slot *sl = ed_keys_claim(k, id, h, inserted);
+    ed_keys_add(k, *inserted);
+    return sl;
 }
 
 /* Removal leaves a tombstone so the probe sequences that pass this slot stay intact.
