@@ -300,6 +300,72 @@ ed_find_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const 
     return st;
 }
 
+/* A training lookup (find-or-insert, the access counted) as the same pipeline: a present id
+ * found in its first probe round with an FP32 row takes the row's lock, counts the access
+ * and copies the row in line (ed_lookup_one's locked path for a hot row, which no access
+ * promotes); a new id, a later round, a pending insert and an FP16 row (which the access
+ * may promote) take ed_acquire and ed_lookup_one. */
+static inline __attribute__((always_inline)) grm_status
+ed_train_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const int64_t D)
+{
+    ed_job *const j = c->j;
+    ed_table *const t = c->t;
+    const int64_t *const ids = j->ids;
+    float *const outs = j->out;
+    const int pool = ed_lookup_pool(j->s);
+    const int64_t now = j->now;
+    uint64_t h[ED_RING];
+    ed_slot *slot[ED_RING];
+    int64_t new_keys = 0;
+    grm_status st = GRM_OK;
+    for (int64_t i = begin; i < end + 2 * ED_AHEAD && st == GRM_OK; i++) {
+        if (i < end) {
+            const size_t r = (size_t)i & (ED_RING - 1);
+            h[r] = ed_hash(ids[i]);
+            __builtin_prefetch(&c->slots[h[r] & c->first], 1, 3);
+        }
+        const int64_t p = i - ED_AHEAD;
+        if (p >= begin && p < end) {
+            const size_t r = (size_t)p & (ED_RING - 1);
+            int empty;
+            slot[r] = ed_find_first(&c->slots[h[r] & c->first], ids[p], T, &empty);
+            if (slot[r] != NULL) {
+                const int64_t ref = atomic_load_explicit(&slot[r]->ref, memory_order_relaxed);
+                if (ref >= 0 && !(ref & 1)) {
+                    const char *rec = (const char *)ed_find_row(c, ref) - sizeof(ed_meta);
+                    for (int64_t o = 0; o < (int64_t)sizeof(ed_meta) + D * 4; o += 64)
+                        __builtin_prefetch(rec + o, 1, 3);
+                    __builtin_prefetch(rec + sizeof(ed_meta) + D * 4 - 1, 1, 3);
+                }
+            }
+        }
+        const int64_t w = i - 2 * ED_AHEAD;
+        if (w < begin) continue;
+        const size_t r = (size_t)w & (ED_RING - 1);
+        float *out = outs + w * D;
+        if (slot[r] != NULL) {
+            ed_stripe_lock(t, h[r]);
+            const int64_t ref = atomic_load_explicit(&slot[r]->ref, memory_order_acquire);
+            if (ref >= 0 && !(ref & 1)) {
+                char *rec = (char *)(void *)ed_find_row(c, ref) - sizeof(ed_meta);
+                ed_meta *m = ed_rec_meta(rec);
+                m->count++;
+                m->flags |= ED_FLAG_DIRTY;
+                if (m->last < now) m->last = now;
+                ed_copy_floats(out, (const float *)ed_rec_row(rec), D);
+                ed_stripe_unlock(t, h[r]);
+                continue;
+            }
+            ed_stripe_unlock(t, h[r]);
+        }
+        int inserted;
+        ed_slot *sl = ed_acquire(j, ids[w], h[r], 1, pool, &inserted, &st, out, &new_keys);
+        if (st == GRM_OK) st = ed_lookup_one(j, w, h[r], sl, inserted, &c->misses);
+    }
+    ed_keys_add(&t->keys, new_keys);
+    return st;
+}
+
 static grm_status ed_find_range(ed_job *j, int64_t begin, int64_t end)
 {
     ed_table *t = j->t;
@@ -313,48 +379,27 @@ static grm_status ed_find_range(ed_job *j, int64_t begin, int64_t end)
     const int32_t T = t->keys.lanes;
     const int64_t D = t->dim;
     grm_status st;
-    if (T == 4 && D == 16) st = ed_find_pipe(&c, begin, end, 4, 16);
-    else if (T == 4 && D == 32) st = ed_find_pipe(&c, begin, end, 4, 32);
-    else if (T == 4 && D == 64) st = ed_find_pipe(&c, begin, end, 4, 64);
-    else if (T == 4 && D == 128) st = ed_find_pipe(&c, begin, end, 4, 128);
-    else st = ed_find_pipe(&c, begin, end, T, D);
+    if (j->insert) {
+        if (T == 4 && D == 16) st = ed_train_pipe(&c, begin, end, 4, 16);
+        else if (T == 4 && D == 32) st = ed_train_pipe(&c, begin, end, 4, 32);
+        else if (T == 4 && D == 64) st = ed_train_pipe(&c, begin, end, 4, 64);
+        else if (T == 4 && D == 128) st = ed_train_pipe(&c, begin, end, 4, 128);
+        else st = ed_train_pipe(&c, begin, end, T, D);
+    } else {
+        if (T == 4 && D == 16) st = ed_find_pipe(&c, begin, end, 4, 16);
+        else if (T == 4 && D == 32) st = ed_find_pipe(&c, begin, end, 4, 32);
+        else if (T == 4 && D == 64) st = ed_find_pipe(&c, begin, end, 4, 64);
+        else if (T == 4 && D == 128) st = ed_find_pipe(&c, begin, end, 4, 128);
+        else st = ed_find_pipe(&c, begin, end, T, D);
+    }
     atomic_fetch_add_explicit(&j->misses, c.misses, memory_order_relaxed);
     return st;
 }
 
-/* impl = cpu: a plain lookup runs the loop above; a training lookup, groups of
- * ED_GROUP ids, their memory requested ahead. */
+/* impl = cpu: plain and training lookups, the pipelines above. */
 static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
 {
-    ed_job *j = ctx;
-    if (!j->insert) return ed_find_range(j, begin, end);
-    ed_table *t = j->t;
-    const int pool = ed_lookup_pool(j->s);
-    int64_t misses = 0, new_keys = 0;
-    grm_status st = GRM_OK;
-
-    for (int64_t g = begin; g < end && st == GRM_OK; g += ED_GROUP) {
-        const int m = end - g < ED_GROUP ? (int)(end - g) : ED_GROUP;
-        uint64_t h[ED_GROUP];
-        ed_slot *slot[ED_GROUP];
-        int inserted[ED_GROUP];
-        for (int k = 0; k < m; k++) {
-            h[k] = ed_hash(j->ids[g + k]);
-            ed_keys_prefetch(&t->keys, h[k]);
-        }
-        for (int k = 0; k < m && st == GRM_OK; k++) {
-            slot[k] = ed_acquire(j, j->ids[g + k], h[k], j->insert, pool, &inserted[k], &st,
-                                 j->out + (g + k) * t->dim, &new_keys);
-            if (slot[k] != NULL)
-                ed_record_prefetch(t, atomic_load_explicit(&slot[k]->ref,
-                                                           memory_order_acquire));
-        }
-        for (int k = 0; k < m && st == GRM_OK; k++)
-            st = ed_lookup_one(j, g + k, h[k], slot[k], inserted[k], &misses);
-    }
-    ed_keys_add(&t->keys, new_keys);
-    atomic_fetch_add_explicit(&j->misses, misses, memory_order_relaxed);
-    return st;
+    return ed_find_range(ctx, begin, end);
 }
 
 /* The per-id work of an update once its slot is known. */
