@@ -86,7 +86,7 @@ static int64_t ed_promote(const ed_store *s, ed_table *t, ed_slot *slot, int64_t
     return hot;
 }
 
-/* Ids resolved together by the cpu path (group prefetching, Chen, Ailamaki, Gibbons and
+/* Ids an update's cpu path resolves together (group prefetching, Chen, Ailamaki, Gibbons and
  * Mowry, "Improving Hash Join Performance through Prefetching", ICDE 2004, §4): the slot
  * lines of a whole group are requested before the first one is probed, and the records of
  * the group before the first one is read, so up to ED_GROUP cache misses overlap instead of
@@ -455,7 +455,7 @@ static grm_status ed_update_range(void *ctx, int64_t begin, int64_t end)
     return st;
 }
 
-/* impl = cpu: groups of ED_GROUP ids, as ed_lookup_range_cpu. */
+/* impl = cpu: groups of ED_GROUP ids (the lookups run ed_find_range's pipelines). */
 static grm_status ed_update_range_cpu(void *ctx, int64_t begin, int64_t end)
 {
     ed_job *j = ctx;
