@@ -6,7 +6,7 @@
 # rows (prefetch = 2) and without it; a tiered run checkpointing every step and writing rows
 # back every step, killed with SIGKILL once a checkpoint of step >= 20 exists (so inside a
 # write-back, a checkpoint or a step), resumes and ends bitwise as the uninterrupted run; so
-# does one killed inside its 2000th write-back pwrite and one killed inside a checkpoint
+# does one killed inside a write-back pwrite (step 18's) and one killed inside a checkpoint
 # save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL).
 # `grmhost profile` prints the miss-ratio curve and the cache auto would choose, keeping
 # nothing. TAP output.
@@ -114,8 +114,9 @@ test $rc -eq 137 && test $r -eq 0
 ok $? "killed by SIGKILL after step 20, the resumed tiered run's losses (every step) and \
 test metrics are the uninterrupted run's, bitwise"
 
-# kill -9 inside a write-back (the 2000th pwrite to the backing file, ~step 18) and inside
-# a checkpoint save (the 4000th fwrite to a checkpoint's temporary, ~step 22)
+# kill -9 inside a write-back (the 19th pwrite to the backing file: its header, then one
+# write-back a step, so inside step 18's) and inside a checkpoint save (the 4000th fwrite
+# to a checkpoint's temporary, ~step 22)
 shim="$GRM_TOP_BUILDDIR/tests/.libs/kill-at-write.so"
 if ldd "$g" 2>/dev/null | grep -q libasan; then
     skip "ASan must be the first library: no LD_PRELOAD" "kill -9 inside a write-back"
@@ -124,7 +125,7 @@ if ldd "$g" 2>/dev/null | grep -q libasan; then
     skip "ASan must be the first library: no LD_PRELOAD" "... resumes bitwise"
     kills=
 else
-    kills="tier .tier 2000|ckpt .grm.tmp 4000"
+    kills="tier .tier 19|ckpt .grm.tmp 4000"
 fi
 IFS='|'
 for what in $kills; do
@@ -141,7 +142,7 @@ for what in $kills; do
     echo "# exit $rc; left: $left"
     case $1 in
     tier) test $rc -eq 137 && [ -n "$left" ]
-        ok $? "SIGKILL inside the 2000th write-back pwrite (half a record written), after \
+        ok $? "SIGKILL inside step 18's write-back pwrite (half its records written), after \
 checkpoints were saved" ;;
     ckpt) test $rc -eq 137 && echo "$left" | grep -q '\.grm\.tmp\.'
         ok $? "SIGKILL inside a checkpoint save (its temporary left half written)" ;;

@@ -5,11 +5,22 @@
  * tier, LRU/LFU choosing what stays). A later access reads it back exactly (pread), so
  * training is bitwise that of the all-in-memory table.
  *
- * File <backing>/<table>.tier.XXXXXX (mkostemp, unlinked at once): a 64-byte header, then fixed-size records numbered from 0,
- * each laid out as the cache record (ed_meta | row f32 [D] padded to 8 | state f32 [S*D]),
- * with ed_meta.flags holding the XXH3-64 of the record (that field taken as 0). An
- * in-memory key structure (table.c's, 16 bytes a slot) maps id -> record number. The file
- * is scratch: a checkpoint holds every row of both tiers, and load() rewrites it. */
+ * File <backing>/<table>.tier.XXXXXX (mkostemp, unlinked at once): a 64-byte header, then
+ * fixed-size records numbered from 0, each laid out as the cache record (ed_meta | row f32
+ * [D] padded to 8 | state f32 [S*D]), with ed_meta.flags holding the XXH3-64 of the record
+ * (that field taken as 0). An in-memory key structure (table.c's, 16 bytes a slot) maps id
+ * -> record number. The file is scratch: a checkpoint holds every row of both tiers, and
+ * load() rewrites it.
+ *
+ * Write-back is log-structured (Rosenblum and Ousterhout, "The Design and Implementation
+ * of a Log-Structured File System", SOSP 1991): a dirty row leaving the cache always goes
+ * to a new record at the end of the file, and its old record becomes garbage. Evictions
+ * pick rows by LRU/LFU, so their old records lie all over the file, and writing each in
+ * place cost one pwrite (and the file system's block lookup) a row: 3 us a miss, most of
+ * a tiered step. Appended, they go out 1 MiB to a pwrite. When the garbage outnumbers the
+ * live records (and is at least ED_TIER_COMPACT_MIN), the live records are copied to a
+ * fresh file (ed_tier_compact), so the file stays within about twice the live rows plus
+ * that minimum, and the copying costs about one extra write a written-back row. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -83,6 +94,44 @@ static grm_status ed_tier_pread(const ed_store *s, ed_table *t, char *rec, int64
 
 /* ---- open and close ---- */
 
+/* Compaction waits for at least this many garbage records. */
+#define ED_TIER_COMPACT_MIN 65536
+
+/* A new backing file <backing>/<table>.tier.XXXXXX with its header, unlinked at once: its
+ * descriptor into *fd and its name into path [cap]. */
+static grm_status ed_tier_create(const ed_store *s, const ed_table *t, char *path, size_t cap,
+                                 int *fd)
+{
+    snprintf(path, cap, "%s/%s.tier.XXXXXX", s->cfg.backing, t->name);
+    mkdir(s->cfg.backing, 0700);   // one level, like the checkpoint directory; may exist
+    // The file is this process's scratch, never read across runs (checkpoints are): it is
+    // unlinked at once, so nothing is left behind even by kill -9, and processes (ranks)
+    // sharing the directory never meet.
+    *fd = mkostemp(path, O_CLOEXEC);
+    if (*fd < 0)
+        return s->host->errorf(GRM_EIO, "emb-dynamic: backing = %s: cannot create %s: %s; "
+                               "give an existing, writable directory", s->cfg.backing, path,
+                               strerror(errno));
+    unlink(path);
+    ed_tier_header h;
+    memset(&h, 0, sizeof(h));
+    memcpy(h.magic, ED_TIER_MAGIC, 8);
+    h.version = ED_TIER_VERSION;
+    h.dim = (uint32_t)t->dim;
+    h.S = (uint32_t)s->S;
+    h.rec_bytes = t->pools[0].rec_bytes;
+    h.name_hash = t->name_hash;
+    h.sum = XXH3_64bits(&h, offsetof(ed_tier_header, sum));
+    if (pwrite(*fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+        const grm_status st = s->host->errorf(GRM_EIO, "emb-dynamic: %s: writing the header: "
+                                              "%s", path, strerror(errno));
+        close(*fd);
+        *fd = -1;
+        return st;
+    }
+    return GRM_OK;
+}
+
 grm_status ed_tier_open(const ed_store *s, ed_table *t)
 {
     ed_tier *tr = &t->tier;
@@ -96,31 +145,10 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
     if (tr->path == NULL)
         return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory",
                                t->name);
-    snprintf(tr->path, len, "%s/%s.tier.XXXXXX", s->cfg.backing, t->name);
-    mkdir(s->cfg.backing, 0700);   // one level, like the checkpoint directory; may exist
-    // The file is this process's scratch, never read across runs (checkpoints are): it is
-    // unlinked at once, so nothing is left behind even by kill -9, and processes (ranks)
-    // sharing the directory never meet.
-    tr->fd = mkostemp(tr->path, O_CLOEXEC);
-    if (tr->fd < 0)
-        return s->host->errorf(GRM_EIO, "emb-dynamic: backing = %s: cannot create %s: %s; "
-                               "give an existing, writable directory", s->cfg.backing,
-                               tr->path, strerror(errno));
-    unlink(tr->path);
-    ed_tier_header h;
-    memset(&h, 0, sizeof(h));
-    memcpy(h.magic, ED_TIER_MAGIC, 8);
-    h.version = ED_TIER_VERSION;
-    h.dim = (uint32_t)t->dim;
-    h.S = (uint32_t)s->S;
-    h.rec_bytes = t->pools[0].rec_bytes;
-    h.name_hash = t->name_hash;
-    h.sum = XXH3_64bits(&h, offsetof(ed_tier_header, sum));
-    if (pwrite(tr->fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h))
-        return s->host->errorf(GRM_EIO, "emb-dynamic: %s: writing the header: %s",
-                               tr->path, strerror(errno));
+    if ((st = ed_tier_create(s, t, tr->path, len, &tr->fd)) != GRM_OK) return st;
     if ((st = ed_keys_init(s, &tr->index, ed_keys_slots_for(0, 1), 1)) != GRM_OK) return st;
     tr->nrec = 0;
+    tr->garbage = 0;
     // Write-back stages up to 1 MiB of records that follow each other in the file.
     const size_t rb = t->pools[0].rec_bytes;
     tr->wcap = rb >= (1u << 20) ? 1 : (int64_t)((1u << 20) / rb);
@@ -199,8 +227,8 @@ grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n)
     return ed_keys_rebuild(s, k, ed_keys_slots_for(atomic_load(&k->live) + n, k->lanes));
 }
 
-/* Write the staged records out. Caller holds the write lock. */
-grm_status ed_tier_flush(const ed_store *s, ed_table *t)
+/* Write the staged records out. */
+static grm_status ed_tier_write_staged(const ed_store *s, ed_table *t)
 {
     ed_tier *tr = &t->tier;
     if (tr->wn == 0) return GRM_OK;
@@ -214,11 +242,88 @@ grm_status ed_tier_flush(const ed_store *s, ed_table *t)
     return GRM_OK;
 }
 
-/* A cache record leaves the cache: write it back when dirty (its file copy, if any, is
- * older), into its own file record or a new one at the end. Records that follow each
- * other in the file (every new one does: they are appended in eviction order) are staged
- * and go out in one pwrite; ed_tier_flush writes the rest, before the write lock is let
- * go. Caller holds the write lock and reserved room in the index (ed_tier_reserve). */
+/* Copy the live records to a fresh file, in index slot order, and drop the old one with
+ * its garbage. On an error the old file and index stay as they were. Caller holds the
+ * write lock; nothing is staged. */
+static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
+{
+    ed_tier *tr = &t->tier;
+    const size_t rb = t->pools[0].rec_bytes, len = strlen(tr->path) + 1;
+    const ed_keys *old = &tr->index;
+    const int64_t live = atomic_load(&old->live);   // sizes the new index
+    char *path = malloc(len);
+    char *buf = malloc((size_t)tr->wcap * rb);
+    ed_keys index = { 0 };
+    int fd = -1;
+    grm_status st = path == NULL || buf == NULL
+        ? s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory compacting "
+                          "the backing file", t->name)
+        : ed_keys_init(s, &index, ed_keys_slots_for(live, 1), 1);
+    if (st == GRM_OK) st = ed_tier_create(s, t, path, len, &fd);
+    int64_t n = 0, staged = 0;
+    for (int64_t i = 0; i < old->M && st == GRM_OK; i++) {
+        const int64_t id = atomic_load_explicit(&old->slots[i].key, memory_order_relaxed);
+        if (id == ED_KEY_EMPTY || id == ED_KEY_TOMB) continue;
+        char *rec = buf + (size_t)staged * rb;
+        st = ed_tier_read_record(s, t, atomic_load_explicit(&old->slots[i].ref,
+                                                            memory_order_relaxed), rec);
+        if (st != GRM_OK) break;
+        int inserted;
+        ed_slot *sl = ed_keys_find_or_insert(&index, id, ed_hash(id), &inserted);
+        atomic_store_explicit(&sl->ref, n + staged, memory_order_relaxed);
+        if (++staged == tr->wcap || i == old->M - 1) {
+            const size_t bytes = (size_t)staged * rb;
+            const ssize_t put = pwrite(fd, buf, bytes, ed_tier_offset(t, n));
+            if (put != (ssize_t)bytes) st = ed_tier_io_error(s, t, "compacting", n, put, bytes);
+            n += staged;
+            staged = 0;
+        }
+    }
+    if (st == GRM_OK && staged > 0) {
+        const size_t bytes = (size_t)staged * rb;
+        const ssize_t put = pwrite(fd, buf, bytes, ed_tier_offset(t, n));
+        if (put != (ssize_t)bytes) st = ed_tier_io_error(s, t, "compacting", n, put, bytes);
+        n += staged;
+    }
+    free(buf);
+    if (st != GRM_OK) {
+        if (fd >= 0) close(fd);
+        if (index.slots != NULL) ed_keys_fini(s, &index);
+        free(path);
+        return st;
+    }
+    s->host->log(GRM_LOG_DEBUG, "emb-dynamic", "table '%s': backing file compacted: %lld live "
+                 "records kept, %lld garbage records dropped", t->name, (long long)n,
+                 (long long)tr->garbage);
+    close(tr->fd);
+    tr->fd = fd;
+    free(tr->path);
+    tr->path = path;
+    ed_keys_fini(s, &tr->index);
+    tr->index = index;
+    tr->nrec = n;
+    tr->garbage = 0;
+    tr->compactions++;
+    return GRM_OK;
+}
+
+/* Write the staged records out, then compact the file when its garbage outnumbers its live
+ * records. Caller holds the write lock, and calls this before letting it go. */
+grm_status ed_tier_flush(const ed_store *s, ed_table *t)
+{
+    ed_tier *tr = &t->tier;
+    const grm_status st = ed_tier_write_staged(s, t);
+    if (st != GRM_OK) return st;
+    if (tr->garbage >= ED_TIER_COMPACT_MIN && tr->garbage > atomic_load(&tr->index.live))
+        return ed_tier_compact(s, t);
+    return GRM_OK;
+}
+
+/* A cache record leaves the cache: when dirty (its file copy, if any, is older), it is
+ * staged as a new record at the end of the file and its old record, if any, becomes
+ * garbage; a clean one's file copy is current. The staged records go out together when
+ * the buffer is full and in ed_tier_flush, before the write lock is let go. Caller holds
+ * the write lock. */
 grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref)
 {
     ed_tier *tr = &t->tier;
@@ -227,21 +332,20 @@ grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref)
     grm_status st;
     atomic_fetch_add_explicit(&tr->file_only, 1, memory_order_relaxed);
     if (!(m->flags & ED_FLAG_DIRTY)) return GRM_OK;
+    if ((st = ed_tier_reserve(s, t, 1)) != GRM_OK) return st;
     int inserted;
     ed_slot *sl = ed_keys_find_or_insert(&tr->index, m->id, ed_hash(m->id), &inserted);
     if (sl == NULL)
         return s->host->errorf(GRM_EINTERNAL, "emb-dynamic: table '%s': backing index full",
                                t->name);
-    if (inserted) atomic_store_explicit(&sl->ref, tr->nrec++, memory_order_relaxed);
-    const int64_t index = atomic_load_explicit(&sl->ref, memory_order_relaxed);
-    if (tr->wn > 0 && (index != tr->wfirst + tr->wn || tr->wn == tr->wcap)
-        && (st = ed_tier_flush(s, t)) != GRM_OK)
-        return st;
-    if (tr->wn == 0) tr->wfirst = index;
+    if (!inserted) tr->garbage++;
+    if (tr->wn == tr->wcap && (st = ed_tier_write_staged(s, t)) != GRM_OK) return st;
+    if (tr->wn == 0) tr->wfirst = tr->nrec;
     const size_t rb = t->pools[0].rec_bytes;
     char *dst = tr->wbuf + (size_t)tr->wn++ * rb;
     memcpy(dst, rec, rb);
     ed_rec_meta(dst)->flags = (int64_t)ed_tier_sum(t, dst);
+    atomic_store_explicit(&sl->ref, tr->nrec++, memory_order_relaxed);
     return GRM_OK;
 }
 
@@ -326,6 +430,7 @@ grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids /* 
     ed_keys_fini(s, &tr->index);
     tr->index = index;
     tr->nrec = n;
+    tr->garbage = 0;
     atomic_store(&tr->file_only, n);
     return GRM_OK;
 }
