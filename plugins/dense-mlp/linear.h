@@ -49,12 +49,13 @@ static inline grm_status linear_exec_init(linear_exec *ex, const grm_host_api *h
 
 /* ---- kernels (STYLE.md §9: one type per operation) ---- */
 
-/* z [rows, out] = x [rows, in] W^T + b, with W [out, in] and b [out], run as ex says. */
+/* z [rows, out] = x [rows, in] W^T + b, with W [out, in] and b [out], run as ex says; b
+ * NULL: z = x W^T (the caller adds a bias itself). */
 typedef grm_status (*linear_fwd_fn)(
         float *z,                                   /* [rows, out] */
         const float *x,                             /* [rows, in]  */
         const float *w,                             /* [out, in]   */
-        const float *b,                             /* [out]       */
+        const float *b,                             /* [out] or NULL */
         int64_t rows, int64_t in, int64_t out,
         const linear_exec *ex);
 

@@ -11,7 +11,7 @@ grm_status linear_fwd_ref(float *z, const float *x, const float *w, const float 
         const float *xr = x + r * in;       /* [in] */
         for (int64_t o = 0; o < out; o++) {
             const float *wo = w + o * in;   /* [in] */
-            double acc = b[o];
+            double acc = b != NULL ? b[o] : 0.0;
             for (int64_t i = 0; i < in; i++)
                 acc += (double)xr[i] * wo[i];
             z[r * out + o] = (float)acc;
