@@ -1,9 +1,12 @@
 /* plugins/dense-hstu/hstu_cpu.c - the fast CPU attention of dense-hstu (its linear layers
- * are dense-mlp's linear.h, the backend's GEMMs on the host's thread pool). The attention is fused and tiled as FlashAttention (MTGRBoost §5.2): a q-tile meets the
- * k-tiles at or below the causal diagonal only (tiles above it are skipped), the scores of
- * one HSTU_TILE x HSTU_TILE tile live on the stack, and backward recomputes them, so no
- * O(L^2) buffer ever exists. Mirrors hstu_ref.c (hstu_attn_fwd_ref, hstu_attn_bwd_ref);
- * tests/test-dense-hstu.c compares the two at rtol 1e-4. Callers keep sizes within int. */
+ * are dense-mlp's linear.h, the backend's GEMMs on the host's thread pool). The attention
+ * is fused and tiled as FlashAttention (MTGRBoost §5.2): a q-tile meets the k-tiles at or
+ * below the causal diagonal only (tiles above it are skipped, and so is the masked half of
+ * a diagonal tile), the scores of one HSTU_TILE x HSTU_TILE tile live on the stack, and
+ * backward recomputes them, so no O(L^2) buffer ever exists. The tile products are one
+ * register-blocked kernel (tile_madd). Mirrors hstu_ref.c (hstu_attn_fwd_ref,
+ * hstu_attn_bwd_ref); tests/test-dense-hstu.c compares the two at rtol 1e-4. Callers keep
+ * sizes within int. */
 #include <stdlib.h>
 #include <string.h>
 
