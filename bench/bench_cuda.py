@@ -26,22 +26,12 @@ def torch_peers(rows_by_case, quick):
     if not torch.cuda.is_available():
         print("# bench_cuda: no torch peer (torch sees no CUDA device)")
         return
+    from timing import cuda_ms
     dev = torch.device("cuda:0")
     rows, n = (100000, 200000) if quick else (1000000, 2000000)
     g = torch.Generator(device="cpu").manual_seed(1)
     idx = torch.randint(0, rows, (n,), generator=g).to(dev)
     offsets = torch.arange(0, n, 32, device=dev)
-
-    def timed(fn, iters=10):
-        fn()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        torch.cuda.synchronize()
-        return a.elapsed_time(b) / iters
 
     for dt, name in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
         for D in (64, 128, 512):
@@ -55,7 +45,7 @@ def torch_peers(rows_by_case, quick):
             }
             for op, fn in ops.items():
                 case = "%s_%s_d%d" % (op, name, D)
-                ms = timed(fn)
+                ms = cuda_ms(torch, fn, 10)
                 grm = rows_by_case.get(case)
                 ratio = "" if grm is None else " grm_ms=%s speedup=%.2f" % (
                     grm["time_ms"], ms / float(grm["time_ms"]))

@@ -35,6 +35,8 @@ def main():
         print("# cuda_attn_peer: SKIP torch sees no CUDA device")
         return 0
     sys.path.insert(0, args.ref)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from timing import cuda_ms
     import generative_recommenders.ops.triton.triton_hstu_attention as ref
     triton_hstu_mha = ref.triton_hstu_mha
     if args.min_block:
@@ -76,22 +78,10 @@ def main():
                 out = fwd()
                 out.backward(do)
 
-            for f in (fwd, step):            # autotuning and compilation, untimed
-                f()
-            torch.cuda.synchronize()
-
-            def timed(f, iters=5):
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                for _ in range(iters):
-                    f()
-                b.record()
-                torch.cuda.synchronize()
-                return a.elapsed_time(b) / iters
-
+            step()                          # autotuning and compilation, untimed
             with torch.no_grad():
-                t_f = timed(fwd)
-            t_s = timed(step)
+                t_f = cuda_ms(torch, fwd, 5)
+            t_s = cuda_ms(torch, step, 5)
             t_b = t_s - t_f
             line = ("bench=cuda case=hstu_attn_L%d peer=meta-hstu-triton-%s B=%d H=%d D=%d "
                     "peer_fwd_ms=%.3f peer_bwd_ms=%.3f peer_fwd_tflops=%.2f peer_bwd_tflops=%.2f"

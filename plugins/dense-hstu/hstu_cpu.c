@@ -153,6 +153,19 @@ enum tri {
                          * dA = dO V^T); the others are set to 0 when accumulate is 0 */
 };
 
+/* The sums [k0, k1) and columns [0, wr) of the block of m rows from row r under tri (the
+ * bounds of its last row: the others' extra terms are the zeros above the diagonal).
+ * Columns are rounded up to whole vectors: the extra ones are masked entries, set to their
+ * dot products, which the caller multiplies by 0. */
+static inline void tri_bounds(enum tri tri, int64_t r, int64_t m, int64_t n, int64_t w,
+                              int64_t *k0, int64_t *k1, int64_t *wr)
+{
+    const int64_t last = r + m, wv = (last + 7) & ~(int64_t)7;
+    *k0 = tri == TRI_K_GE_ROW ? r : 0;
+    *k1 = tri == TRI_K_LE_ROW && last < n ? last : n;
+    *wr = tri == TRI_W_LE_ROW && wv < w ? wv : w;
+}
+
 /* Rows r in [0, rows) of C (stride ldc), columns [0, w): C_r (+)= sum_{k < n} a_r(k) B_k,
  * where a_r(k) = a[r * lar + k * lak] and B_k = b + k * ldb, restricted by tri (rows are
  * done two at a time, so a pair's bounds are those of its second row: the extra terms are
@@ -167,12 +180,8 @@ static void tile_madd(float *restrict c, int64_t ldc, int64_t rows, int64_t w,
     for (; r + 2 <= rows; r += 2) {
         const float *a0 = a + r * lar, *a1 = a0 + lar;
         float *c0 = c + r * ldc, *c1 = c0 + ldc;
-        const int64_t k0 = tri == TRI_K_GE_ROW ? r : 0;
-        const int64_t k1 = tri == TRI_K_LE_ROW && r + 2 < n ? r + 2 : n;
-        // (rounded up to whole vectors: the extra columns are masked entries, set to their
-        // dot products, which the caller multiplies by 0)
-        const int64_t wr = tri == TRI_W_LE_ROW && ((r + 2 + 7) & ~(int64_t)7) < w
-                           ? (r + 2 + 7) & ~(int64_t)7 : w;
+        int64_t k0, k1, wr;
+        tri_bounds(tri, r, 2, n, w, &k0, &k1, &wr);
         int64_t x = 0;
         for (; x + 32 <= wr; x += 32) {
             // eight named accumulators: an array of them stayed on the stack
@@ -197,34 +206,22 @@ static void tile_madd(float *restrict c, int64_t ldc, int64_t rows, int64_t w,
             HV8_ST(c1 + x, s10), HV8_ST(c1 + x + 8, s11);
             HV8_ST(c1 + x + 16, s12), HV8_ST(c1 + x + 24, s13);
         }
-        for (; x + 8 <= wr; x += 8) {
+        // Without accumulation the last columns go as one vector ending at wr: it
+        // recomputes a few columns with the same sums in the same order (so the same
+        // values), where a scalar tail of 2 of 50 columns cost a quarter of the tile.
+        for (; x + 8 <= wr || (x < wr && !accumulate && wr >= 8); x += 8) {
+            const int64_t xs = x + 8 <= wr ? x : wr - 8;
             hv8 s0 = { 0 }, s1 = { 0 };
             if (accumulate)
-                HV8_LD(s0, c0 + x), HV8_LD(s1, c1 + x);
+                HV8_LD(s0, c0 + xs), HV8_LD(s1, c1 + xs);
             for (int64_t k = k0; k < k1; k++) {
                 hv8 v;
-                HV8_LD(v, b + k * ldb + x);
+                HV8_LD(v, b + k * ldb + xs);
                 s0 += a0[k * lak] * v;
                 s1 += a1[k * lak] * v;
             }
-            HV8_ST(c0 + x, s0);
-            HV8_ST(c1 + x, s1);
-        }
-        if (x < wr && !accumulate && wr >= 8) {
-            // the last columns as one vector ending at wr: it recomputes a few columns with
-            // the same sums in the same order (so the same values), where a scalar tail of
-            // 2 of 50 columns cost a quarter of the tile
-            x = wr - 8;
-            hv8 s0 = { 0 }, s1 = { 0 };
-            for (int64_t k = k0; k < k1; k++) {
-                hv8 v;
-                HV8_LD(v, b + k * ldb + x);
-                s0 += a0[k * lak] * v;
-                s1 += a1[k * lak] * v;
-            }
-            HV8_ST(c0 + x, s0);
-            HV8_ST(c1 + x, s1);
-            x = wr;
+            HV8_ST(c0 + xs, s0);
+            HV8_ST(c1 + xs, s1);
         }
         for (; x < wr; x++) {
             float s0 = accumulate ? c0[x] : 0.0f, s1 = accumulate ? c1[x] : 0.0f;
@@ -243,10 +240,8 @@ static void tile_madd(float *restrict c, int64_t ldc, int64_t rows, int64_t w,
     for (; r < rows; r++) {
         const float *a0 = a + r * lar;
         float *c0 = c + r * ldc;
-        const int64_t k0 = tri == TRI_K_GE_ROW ? r : 0;
-        const int64_t k1 = tri == TRI_K_LE_ROW && r + 1 < n ? r + 1 : n;
-        const int64_t wr = tri == TRI_W_LE_ROW && ((r + 1 + 7) & ~(int64_t)7) < w
-                           ? (r + 1 + 7) & ~(int64_t)7 : w;
+        int64_t k0, k1, wr;
+        tri_bounds(tri, r, 1, n, w, &k0, &k1, &wr);
         int64_t x = 0;
         for (; x + 8 <= wr; x += 8) {
             hv8 s0 = { 0 };
