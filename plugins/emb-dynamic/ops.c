@@ -589,6 +589,15 @@ grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids 
             ed_wait_ref(slot);
         }
         fetched += inserted;
+        // Most rows of batch i+1 were also in batch i, which stamped them already: seen
+        // through the stripe's sequence (a read, no write to the stripe the trainer's
+        // updates lock), they need no lock. The rest are stamped under it.
+        if (!inserted) {
+            const uint32_t v = ed_stripe_read_begin(t, h);
+            const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
+            const int64_t last = ed_rec_meta(ed_record(t, ref))->last;
+            if (!ed_stripe_read_retry(t, h, v) && last >= j.now) continue;
+        }
         ed_stripe_lock(t, h);
         ed_meta *m = ed_rec_meta(ed_record(t, atomic_load_explicit(&slot->ref,
                                                                    memory_order_acquire)));
