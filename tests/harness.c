@@ -2,6 +2,7 @@
 #include "harness.h"
 #include "tap.h"
 
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,6 +116,31 @@ const void *harness_config(const grm_plugin_info *info, ...)
     return cfg;
 }
 
+/* The directories harness_tmpdir made, removed with all they hold when the test exits:
+ * a suite run left a dozen behind in /tmp before. */
+static char **harness_dirs;
+static int harness_ndirs;
+static pid_t harness_dirs_pid;     /* a forked child's exit leaves them to the parent */
+
+static int harness_rm_entry(const char *path, const struct stat *sb, int type, struct FTW *f)
+{
+    (void)sb, (void)type, (void)f;
+    remove(path);
+    return 0;
+}
+
+static void harness_tmpdirs_atexit(void)
+{
+    for (int i = 0; i < harness_ndirs; i++) {
+        if (getpid() == harness_dirs_pid)
+            nftw(harness_dirs[i], harness_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        free(harness_dirs[i]);
+    }
+    free(harness_dirs);
+    harness_dirs = NULL;
+    harness_ndirs = 0;
+}
+
 const char *harness_tmpdir(const char *tag)
 {
     static char path[4096];
@@ -124,6 +150,18 @@ const char *harness_tmpdir(const char *tag)
         printf("Bail out! mkdtemp %s failed\n", path);
         exit(1);
     }
+    char **dirs = realloc(harness_dirs, (size_t)(harness_ndirs + 1) * sizeof *dirs);
+    char *copy = strdup(path);
+    if (dirs == NULL || copy == NULL) {
+        printf("Bail out! out of memory\n");
+        exit(1);
+    }
+    if (harness_dirs == NULL) {
+        harness_dirs_pid = getpid();
+        atexit(harness_tmpdirs_atexit);
+    }
+    harness_dirs = dirs;
+    harness_dirs[harness_ndirs++] = copy;
     return path;
 }
 

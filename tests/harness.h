@@ -30,7 +30,8 @@ const char *harness_builddir(void);
 const char *harness_srcdir(void);
 const char *harness_datadir(void);
 
-/* A fresh temporary directory (removed by the caller if it cares). Static buffer. */
+/* A fresh temporary directory, removed with what it holds when the test exits. Static
+ * buffer. */
 const char *harness_tmpdir(const char *tag);
 
 /* Deterministic generator for test inputs. */
