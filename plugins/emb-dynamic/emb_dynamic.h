@@ -253,7 +253,6 @@ typedef struct ed_tier {
     int64_t wcap;           /* records it holds */
     int64_t wfirst, wn;     /* file record of the first staged one; staged records */
     int64_t garbage;        /* file records no id points to any more (rewritten since) */
-    int64_t compactions;    /* times the file was rewritten to drop them */
 } ed_tier;
 
 typedef struct ed_table {

@@ -85,10 +85,6 @@ grm_status ed_evict_ttl(const ed_store *s, ed_table *t, int64_t now)
         }
     }
     t->last_sweep = now;
-    if (s->tiered) {
-        const grm_status st = ed_tier_flush(s, t);
-        if (st != GRM_OK) return st;
-    }
     if (evicted > 0)
         s->host->log(GRM_LOG_DEBUG, "emb-dynamic", "table '%s': step %lld: evicted %lld rows "
                      "untouched for %lld steps (%lld evictions so far)", t->name,

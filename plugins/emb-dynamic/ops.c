@@ -23,6 +23,15 @@ typedef struct ed_job {
     _Atomic int64_t misses;
 } ed_job;
 
+/* A training access of a row, in its metadata: LFU's count, the dirty flag, LRU's and TTL's
+ * time. Under the row's lock, or before the row is published. */
+static inline void ed_count_access(ed_meta *m, int64_t now)
+{
+    m->count++;
+    m->flags |= ED_FLAG_DIRTY;
+    if (m->last < now) m->last = now;
+}
+
 /* Claim (or find) the key of id and, when this thread claimed it, create its record in
  * pool `pool` (tiered: read back from the backing file when the row is there). Returns the
  * slot, NULL when absent and insert is 0; *st is not GRM_OK when the backing read failed
@@ -55,10 +64,7 @@ static ed_slot *ed_acquire(const ed_job *j, int64_t id, uint64_t h, int insert, 
         else ed_record_fill(j->s, t, ref, id, j->now);
         if (out != NULL && !(ref & 1)) {
             char *rec = ed_record(t, ref);
-            ed_meta *m = ed_rec_meta(rec);
-            m->count++;
-            m->flags |= ED_FLAG_DIRTY;
-            if (m->last < j->now) m->last = j->now;
+            ed_count_access(ed_rec_meta(rec), j->now);
             ed_copy_floats(out, (const float *)ed_rec_row(rec), t->dim);
             *inserted = 2;
         }
@@ -124,9 +130,7 @@ static grm_status ed_lookup_one(ed_job *j, int64_t i, uint64_t h, ed_slot *slot,
     ed_stripe_lock(t, h);
     int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
     ed_meta *m = ed_rec_meta(ed_record(t, ref));
-    m->count++;
-    m->flags |= ED_FLAG_DIRTY;
-    if (m->last < j->now) m->last = j->now;
+    ed_count_access(m, j->now);
     if ((ref & 1) && m->count >= s->cfg.hot_threshold) ref = ed_promote(s, t, slot, ref);
     ed_row_read(s, t, ref, out);
     ed_stripe_unlock(t, h);
@@ -227,13 +231,12 @@ ed_find_first(ed_slot *base, int64_t id, const int32_t T, int *empty)
     return NULL;
 }
 
-/* The FP32 row of reference ref (a record of the hot pool). */
-static inline const float *ed_find_row(const ed_find_ctx *c, int64_t ref)
+/* The record of reference ref in the hot pool (ed_record with the pool's constants in
+ * locals). */
+static inline char *ed_find_rec(const ed_find_ctx *c, int64_t ref)
 {
     const int64_t x = ref >> 1;
-    return (const float *)(const void *)(c->chunks[x >> c->shift]
-                                         + (size_t)(x & c->in_chunk) * c->rec_bytes
-                                         + sizeof(ed_meta));
+    return c->chunks[x >> c->shift] + (size_t)(x & c->in_chunk) * c->rec_bytes;
 }
 
 /* Id i's row into out: the copy under the stripe's sequence when the slot holds an FP32
@@ -248,7 +251,7 @@ ed_find_copy(ed_find_ctx *c, int64_t i, uint64_t h, ed_slot *slot, int empty, fl
         const uint32_t v = atomic_load_explicit(q, memory_order_acquire);
         const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
         if (!(v & 1) && ref >= 0 && !(ref & 1)) {
-            ed_copy_floats(out, ed_find_row(c, ref), D);
+            ed_copy_floats(out, (const float *)ed_rec_row(ed_find_rec(c, ref)), D);
             atomic_thread_fence(memory_order_acquire);
             if (atomic_load_explicit(q, memory_order_relaxed) == v) return GRM_OK;
         }
@@ -258,11 +261,43 @@ ed_find_copy(ed_find_ctx *c, int64_t i, uint64_t h, ed_slot *slot, int empty, fl
     return ed_find_slow(c, i, h, slot, out);
 }
 
-/* The steps of a plain lookup as a pipeline of three stages (Chen et al., ICDE 2004, §5):
- * id i + 2A's slot line is requested, id i + A is probed and its row's lines requested,
- * id i's row is copied. */
+/* Both lookups run as a pipeline of three stages (Chen et al., ICDE 2004, §5): id i + 2A's
+ * slot line is requested (ed_pipe_hash), id i + A is probed and its row's lines requested
+ * (ed_pipe_probe), id i's row is copied. */
 #define ED_AHEAD 8
 #define ED_RING (4 * ED_AHEAD)      /* > 2A, a power of two */
+
+/* Stage 1: id i's hash into h, its first round's slot line requested (rw: for writing). */
+static inline __attribute__((always_inline)) void
+ed_pipe_hash(const ed_find_ctx *c, int64_t id, uint64_t *h, int rw)
+{
+    *h = ed_hash(id);
+    if (rw) __builtin_prefetch(&c->slots[*h & c->first], 1, 3);
+    else __builtin_prefetch(&c->slots[*h & c->first], 0, 3);
+}
+
+/* Stage 2: the slot of id (hash h) in its first round (ed_find_first), and the lines of its
+ * FP32 row requested: the row alone for a plain lookup, with its metadata and for writing
+ * (rw) for a training lookup, which counts the access. */
+static inline __attribute__((always_inline)) ed_slot *
+ed_pipe_probe(const ed_find_ctx *c, int64_t id, uint64_t h, const int32_t T, const int64_t D,
+              int rw, int *empty)
+{
+    ed_slot *slot = ed_find_first(&c->slots[h & c->first], id, T, empty);
+    if (slot == NULL) return NULL;
+    const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_relaxed);
+    if (ref < 0 || (ref & 1)) return slot;
+    const char *rec = ed_find_rec(c, ref);
+    const char *from = rw ? rec : rec + sizeof(ed_meta), *end = rec + sizeof(ed_meta) + D * 4;
+    for (const char *a = from; a < end; a += 64) {
+        if (rw) __builtin_prefetch(a, 1, 3);
+        else __builtin_prefetch(a, 0, 3);
+    }
+    if (rw) __builtin_prefetch(end - 1, 1, 3);
+    else __builtin_prefetch(end - 1, 0, 3);
+    return slot;
+}
+
 static inline __attribute__((always_inline)) grm_status
 ed_find_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const int64_t D)
 {
@@ -273,23 +308,11 @@ ed_find_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const 
     int empty[ED_RING];
     grm_status st = GRM_OK;
     for (int64_t i = begin; i < end + 2 * ED_AHEAD && st == GRM_OK; i++) {
-        if (i < end) {
-            const size_t r = (size_t)i & (ED_RING - 1);
-            h[r] = ed_hash(ids[i]);
-            __builtin_prefetch(&c->slots[h[r] & c->first], 0, 3);
-        }
+        if (i < end) ed_pipe_hash(c, ids[i], &h[(size_t)i & (ED_RING - 1)], 0);
         const int64_t p = i - ED_AHEAD;
         if (p >= begin && p < end) {
             const size_t r = (size_t)p & (ED_RING - 1);
-            slot[r] = ed_find_first(&c->slots[h[r] & c->first], ids[p], T, &empty[r]);
-            if (slot[r] != NULL) {
-                const int64_t ref = atomic_load_explicit(&slot[r]->ref, memory_order_relaxed);
-                if (ref >= 0 && !(ref & 1)) {
-                    const char *row = (const char *)ed_find_row(c, ref);
-                    for (int64_t o = 0; o < D * 4; o += 64) __builtin_prefetch(row + o, 0, 3);
-                    __builtin_prefetch(row + D * 4 - 1, 0, 3);
-                }
-            }
+            slot[r] = ed_pipe_probe(c, ids[p], h[r], T, D, 0, &empty[r]);
         }
         const int64_t w = i - 2 * ED_AHEAD;
         if (w >= begin) {
@@ -319,25 +342,12 @@ ed_train_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const
     int64_t new_keys = 0;
     grm_status st = GRM_OK;
     for (int64_t i = begin; i < end + 2 * ED_AHEAD && st == GRM_OK; i++) {
-        if (i < end) {
-            const size_t r = (size_t)i & (ED_RING - 1);
-            h[r] = ed_hash(ids[i]);
-            __builtin_prefetch(&c->slots[h[r] & c->first], 1, 3);
-        }
+        if (i < end) ed_pipe_hash(c, ids[i], &h[(size_t)i & (ED_RING - 1)], 1);
         const int64_t p = i - ED_AHEAD;
         if (p >= begin && p < end) {
             const size_t r = (size_t)p & (ED_RING - 1);
             int empty;
-            slot[r] = ed_find_first(&c->slots[h[r] & c->first], ids[p], T, &empty);
-            if (slot[r] != NULL) {
-                const int64_t ref = atomic_load_explicit(&slot[r]->ref, memory_order_relaxed);
-                if (ref >= 0 && !(ref & 1)) {
-                    const char *rec = (const char *)ed_find_row(c, ref) - sizeof(ed_meta);
-                    for (int64_t o = 0; o < (int64_t)sizeof(ed_meta) + D * 4; o += 64)
-                        __builtin_prefetch(rec + o, 1, 3);
-                    __builtin_prefetch(rec + sizeof(ed_meta) + D * 4 - 1, 1, 3);
-                }
-            }
+            slot[r] = ed_pipe_probe(c, ids[p], h[r], T, D, 1, &empty);
         }
         const int64_t w = i - 2 * ED_AHEAD;
         if (w < begin) continue;
@@ -347,11 +357,8 @@ ed_train_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const
             ed_stripe_lock(t, h[r]);
             const int64_t ref = atomic_load_explicit(&slot[r]->ref, memory_order_acquire);
             if (ref >= 0 && !(ref & 1)) {
-                char *rec = (char *)(void *)ed_find_row(c, ref) - sizeof(ed_meta);
-                ed_meta *m = ed_rec_meta(rec);
-                m->count++;
-                m->flags |= ED_FLAG_DIRTY;
-                if (m->last < now) m->last = now;
+                char *rec = ed_find_rec(c, ref);
+                ed_count_access(ed_rec_meta(rec), now);
                 ed_copy_floats(out, (const float *)ed_rec_row(rec), D);
                 ed_stripe_unlock(t, h[r]);
                 continue;
@@ -366,8 +373,10 @@ ed_train_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const
     return st;
 }
 
-static grm_status ed_find_range(ed_job *j, int64_t begin, int64_t end)
+/* impl = cpu: plain and training lookups, the pipelines above. */
+static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
 {
+    ed_job *j = ctx;
     ed_table *t = j->t;
     const ed_pool *hot = &t->pools[0];
     ed_find_ctx c = {
@@ -394,12 +403,6 @@ static grm_status ed_find_range(ed_job *j, int64_t begin, int64_t end)
     }
     atomic_fetch_add_explicit(&j->misses, c.misses, memory_order_relaxed);
     return st;
-}
-
-/* impl = cpu: plain and training lookups, the pipelines above. */
-static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
-{
-    return ed_find_range(ctx, begin, end);
 }
 
 /* The per-id work of an update once its slot is known. */
@@ -455,7 +458,7 @@ static grm_status ed_update_range(void *ctx, int64_t begin, int64_t end)
     return st;
 }
 
-/* impl = cpu: groups of ED_GROUP ids (the lookups run ed_find_range's pipelines). */
+/* impl = cpu: groups of ED_GROUP ids (the lookups run ed_lookup_range_cpu's pipelines). */
 static grm_status ed_update_range_cpu(void *ctx, int64_t begin, int64_t end)
 {
     ed_job *j = ctx;

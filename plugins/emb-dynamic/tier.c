@@ -227,16 +227,26 @@ grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n)
     return ed_keys_rebuild(s, k, ed_keys_slots_for(atomic_load(&k->live) + n, k->lanes));
 }
 
+/* Records [first, first + n) of file fd from buf, in one pwrite. */
+static grm_status ed_tier_put(const ed_store *s, const ed_table *t, int fd, const char *buf,
+                              int64_t first, int64_t n)
+{
+    const size_t bytes = (size_t)n * t->pools[0].rec_bytes;
+    const ssize_t put = pwrite(fd, buf, bytes, ed_tier_offset(t, first));
+    return put == (ssize_t)bytes ? GRM_OK
+                                 : ed_tier_io_error(s, t, "writing", first, put, bytes);
+}
+
 /* Write the staged records out. */
 static grm_status ed_tier_write_staged(const ed_store *s, ed_table *t)
 {
     ed_tier *tr = &t->tier;
     if (tr->wn == 0) return GRM_OK;
-    const size_t bytes = (size_t)tr->wn * t->pools[0].rec_bytes;
-    const ssize_t put = pwrite(tr->fd, tr->wbuf, bytes, ed_tier_offset(t, tr->wfirst));
-    const int64_t first = tr->wfirst, n = tr->wn;
+    const int64_t n = tr->wn;
+    const size_t bytes = (size_t)n * t->pools[0].rec_bytes;
     tr->wn = 0;
-    if (put != (ssize_t)bytes) return ed_tier_io_error(s, t, "writing", first, put, bytes);
+    const grm_status st = ed_tier_put(s, t, tr->fd, tr->wbuf, tr->wfirst, n);
+    if (st != GRM_OK) return st;
     atomic_fetch_add_explicit(&tr->writebacks, n, memory_order_relaxed);
     atomic_fetch_add_explicit(&tr->bytes_written, (int64_t)bytes, memory_order_relaxed);
     return GRM_OK;
@@ -271,18 +281,14 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
         int inserted;
         ed_slot *sl = ed_keys_find_or_insert(&index, id, ed_hash(id), &inserted);
         atomic_store_explicit(&sl->ref, n + staged, memory_order_relaxed);
-        if (++staged == tr->wcap || i == old->M - 1) {
-            const size_t bytes = (size_t)staged * rb;
-            const ssize_t put = pwrite(fd, buf, bytes, ed_tier_offset(t, n));
-            if (put != (ssize_t)bytes) st = ed_tier_io_error(s, t, "compacting", n, put, bytes);
+        if (++staged == tr->wcap) {
+            st = ed_tier_put(s, t, fd, buf, n, staged);
             n += staged;
             staged = 0;
         }
     }
     if (st == GRM_OK && staged > 0) {
-        const size_t bytes = (size_t)staged * rb;
-        const ssize_t put = pwrite(fd, buf, bytes, ed_tier_offset(t, n));
-        if (put != (ssize_t)bytes) st = ed_tier_io_error(s, t, "compacting", n, put, bytes);
+        st = ed_tier_put(s, t, fd, buf, n, staged);
         n += staged;
     }
     free(buf);
@@ -303,7 +309,6 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
     tr->index = index;
     tr->nrec = n;
     tr->garbage = 0;
-    tr->compactions++;
     return GRM_OK;
 }
 
@@ -323,7 +328,7 @@ grm_status ed_tier_flush(const ed_store *s, ed_table *t)
  * staged as a new record at the end of the file and its old record, if any, becomes
  * garbage; a clean one's file copy is current. The staged records go out together when
  * the buffer is full and in ed_tier_flush, before the write lock is let go. Caller holds
- * the write lock. */
+ * the write lock and reserved room in the index (ed_tier_reserve). */
 grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref)
 {
     ed_tier *tr = &t->tier;
@@ -332,7 +337,6 @@ grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref)
     grm_status st;
     atomic_fetch_add_explicit(&tr->file_only, 1, memory_order_relaxed);
     if (!(m->flags & ED_FLAG_DIRTY)) return GRM_OK;
-    if ((st = ed_tier_reserve(s, t, 1)) != GRM_OK) return st;
     int inserted;
     ed_slot *sl = ed_keys_find_or_insert(&tr->index, m->id, ed_hash(m->id), &inserted);
     if (sl == NULL)
@@ -418,9 +422,7 @@ grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids /* 
             ed_slot *sl = ed_keys_find_or_insert(&index, ids[r], ed_hash(ids[r]), &inserted);
             atomic_store_explicit(&sl->ref, r, memory_order_relaxed);
         }
-        const size_t bytes = (size_t)m * rb;
-        const ssize_t put = pwrite(tr->fd, buf, bytes, ed_tier_offset(t, b));
-        if (put != (ssize_t)bytes) st = ed_tier_io_error(s, t, "writing", b, put, bytes);
+        st = ed_tier_put(s, t, tr->fd, buf, b, m);
     }
     free(buf);
     if (st != GRM_OK) {
