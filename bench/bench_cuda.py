@@ -17,7 +17,8 @@ import sys
 def torch_peers(rows_by_case, quick):
     """PyTorch on the same GPU, the same sizes as bench-cuda's rows cases: index_select
     (gather), index_add_ (scatter-add) and embedding_bag(mode="sum") over segments of 32
-    (pool_sum). Prints one line a case with grm's time over torch's."""
+    (pool_sum). Prints one line a case with torch's time over grm's (speedup: above 1, grm
+    is faster)."""
     try:
         import torch
     except ImportError:

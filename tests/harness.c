@@ -117,7 +117,7 @@ const void *harness_config(const grm_plugin_info *info, ...)
 }
 
 /* The directories harness_tmpdir made, removed with all they hold when the test exits:
- * a suite run left a dozen behind in /tmp before. */
+ * a suite run left dozens behind in /tmp before. */
 static char **harness_dirs;
 static int harness_ndirs;
 static pid_t harness_dirs_pid;     /* a forked child's exit leaves them to the parent */

@@ -32,20 +32,15 @@ static grm_status gemm(const lin_ctx *c, int32_t ta, int32_t tb, int64_t M, int6
 static grm_status fwd_rows(void *vctx, int64_t lo, int64_t hi)
 {
     const lin_ctx *c = vctx;
-    if (c->b == NULL || c->in == 0) {
-        for (int64_t r = lo; r < hi && c->in == 0; r++) {
-            if (c->b != NULL) memcpy(c->z + r * c->out, c->b, (size_t)c->out * sizeof *c->z);
-            else memset(c->z + r * c->out, 0, (size_t)c->out * sizeof *c->z);
-        }
-        if (c->in == 0)
-            return GRM_OK;
-        return gemm(c, 0, 1, hi - lo, c->out, c->in, c->x + lo * c->in, c->in, c->w, c->in,
-                    0.0f, c->z + lo * c->out, c->out);
+    for (int64_t r = lo; r < hi; r++) {
+        float *zr = c->z + r * c->out;
+        if (c->b != NULL) memcpy(zr, c->b, (size_t)c->out * sizeof *zr);
+        else if (c->in == 0) memset(zr, 0, (size_t)c->out * sizeof *zr);
     }
-    for (int64_t r = lo; r < hi; r++)
-        memcpy(c->z + r * c->out, c->b, (size_t)c->out * sizeof *c->z);
-    return gemm(c, 0, 1, hi - lo, c->out, c->in, c->x + lo * c->in, c->in, c->w, c->in, 1.0f,
-                c->z + lo * c->out, c->out);
+    if (c->in == 0)
+        return GRM_OK;
+    return gemm(c, 0, 1, hi - lo, c->out, c->in, c->x + lo * c->in, c->in, c->w, c->in,
+                c->b != NULL ? 1.0f : 0.0f, c->z + lo * c->out, c->out);
 }
 
 static int64_t grain(int64_t g, int64_t dflt)
