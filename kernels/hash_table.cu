@@ -16,6 +16,7 @@
 // bucket, so two threads inserting the same key in one batch end on the same row.
 #include <string.h>
 
+#include <cooperative_groups.h>
 #include <new>
 #include <type_traits>
 #include <vector>
@@ -27,8 +28,11 @@ namespace {
 constexpr int kG = 8;                                   // threads per probing group
 constexpr long long kEmpty = -1, kTomb = -2, kBusy = -3;
 
-// counters on the device
-enum { C_NEXT_ROW = 0, C_FREE_TOP = 1, C_INSERTED = 2, C_ERASED = 3, C_N = 4 };
+// Counters on the device. How many keys a batch inserted or erased follows from their
+// change (settle): a counter of its own cost every insert one more atomic on one address,
+// and such atomics are what bounds inserts (three a key ran at 0.46-0.66 G keys/s on an
+// H100, under HierarchicalKV's 0.83-1.09).
+enum { C_NEXT_ROW = 0, C_FREE_TOP = 1, C_N = 2 };
 
 struct dev_table {
     int64_t *keys;          // [cap]
@@ -39,6 +43,7 @@ struct dev_table {
     int32_t dim;
     int64_t *free_rows;     // [free_cap] recycled rows
     long long *ctr;         // [C_N]
+    long long free_avail;   // recycled rows at launch; 0: alloc_row skips the free list
     int32_t init;
     double scale;
     uint64_t seed, table_hash;
@@ -64,13 +69,21 @@ __device__ __forceinline__ int64_t load_key(const int64_t *p)
     return *(const volatile int64_t *)p;
 }
 
-// Allocate a row: a recycled one if any, else the next fresh one.
+// Allocate a row: a recycled one if any, else the next fresh one. Fresh rows are taken
+// once per set of threads of the warp allocating together (warp-aggregated atomic).
 __device__ int64_t alloc_row(const dev_table &t)
 {
-    const long long top = atomicAdd((unsigned long long *)(t.ctr + C_FREE_TOP),
-                                    (unsigned long long)-1ll) - 1;
-    if ((long long)top >= 0) return t.free_rows[top];
-    return (int64_t)atomicAdd((unsigned long long *)(t.ctr + C_NEXT_ROW), 1ull);
+    if (t.free_avail > 0) {
+        const long long top = atomicAdd((unsigned long long *)(t.ctr + C_FREE_TOP),
+                                        (unsigned long long)-1ll) - 1;
+        if ((long long)top >= 0) return t.free_rows[top];
+    }
+    namespace cg = cooperative_groups;
+    const cg::coalesced_group g = cg::coalesced_threads();
+    unsigned long long base = 0;
+    if (g.thread_rank() == 0)
+        base = atomicAdd((unsigned long long *)(t.ctr + C_NEXT_ROW), (unsigned long long)g.size());
+    return (int64_t)(g.shfl(base, 0) + g.thread_rank());
 }
 
 enum op_kind { OP_FIND = 0, OP_FIND_OR_INSERT = 1, OP_ASSIGN = 2, OP_ERASE = 3 };
@@ -111,7 +124,6 @@ __global__ void probe_kernel(dev_table t, int64_t *__restrict__ rows_out,
                         const long long top = atomicAdd(
                             (unsigned long long *)(t.ctr + C_FREE_TOP), 1ull);
                         t.free_rows[top] = row;
-                        atomicAdd((unsigned long long *)(t.ctr + C_ERASED), 1ull);
                     }
                 }
                 break;
@@ -132,7 +144,6 @@ __global__ void probe_kernel(dev_table t, int64_t *__restrict__ rows_out,
                     *(volatile int64_t *)(t.keys + slot) = key;
                     __threadfence();
                     atomicExch((unsigned long long *)(t.state + slot), (unsigned long long)r);
-                    atomicAdd((unsigned long long *)(t.ctr + C_INSERTED), 1ull);
                     won = 1 + r;
                 }
             }
@@ -237,6 +248,7 @@ static dev_table dev_view(const grm_cuda_hash *h)
     t.dim = h->opts.dim;
     t.free_rows = h->free_rows;
     t.ctr = h->ctr;
+    t.free_avail = h->host_ctr[C_FREE_TOP];
     t.init = h->opts.init;
     t.scale = h->opts.init_scale;
     t.seed = h->opts.seed;
@@ -322,15 +334,23 @@ static grm_status reserve(grm_cuda_hash *h, int64_t n, cudaStream_t st)
 }
 
 // Read the counters back after a batch (synchronises) and fold them into the host view.
-static grm_status settle(grm_cuda_hash *h, cudaStream_t st)
+// An erase batch only pushes the free list: it erased what the list grew by. An insert
+// batch only pops it (pops past the bottom take fresh rows and leave it negative): it
+// inserted the fresh rows plus the recycled ones.
+static grm_status settle(grm_cuda_hash *h, cudaStream_t st, bool erase)
 {
     long long c[C_N];
     GRM_CUDA_CHECK(cudaMemcpyAsync(c, h->ctr, sizeof c, cudaMemcpyDeviceToHost, st));
     GRM_CUDA_CHECK(cudaStreamSynchronize(st));
-    if (c[C_FREE_TOP] < 0) c[C_FREE_TOP] = 0;       // pops past the bottom took fresh rows
-    h->size += c[C_INSERTED] - c[C_ERASED];
-    h->tombs += c[C_ERASED];
-    c[C_INSERTED] = c[C_ERASED] = 0;
+    if (erase) {
+        const long long erased = c[C_FREE_TOP] - h->host_ctr[C_FREE_TOP];
+        h->size -= erased;
+        h->tombs += erased;
+    } else {
+        if (c[C_FREE_TOP] < 0) c[C_FREE_TOP] = 0;
+        h->size += c[C_NEXT_ROW] - h->host_ctr[C_NEXT_ROW] +
+                   h->host_ctr[C_FREE_TOP] - c[C_FREE_TOP];
+    }
     memcpy(h->host_ctr, c, sizeof c);
     GRM_CUDA_CHECK(cudaMemcpyAsync(h->ctr, c, sizeof c, cudaMemcpyHostToDevice, st));
     GRM_CUDA_CHECK(cudaStreamSynchronize(st));
@@ -408,7 +428,7 @@ static grm_status run_op(grm_cuda_hash *h, int64_t *rows, const int64_t *keys,
                                                                     values, n);
     GRM_CUDA_CHECK_LAUNCH();
     if (OP == OP_FIND) return GRM_OK;
-    return settle(h, st);
+    return settle(h, st, OP == OP_ERASE);
 }
 
 extern "C" grm_status grm_cuda_hash_find(grm_cuda_hash *h, int64_t *rows, const int64_t *keys,
