@@ -8,7 +8,8 @@
  * hit_rate = 1 - (rows read from the backing file, by prefetch or lookup, plus rows created)
  * / ids: the cache's own hit rate. lookup_hit_rate = 1 - (rows the lookups had to read or
  * create) / ids: a prefetched row counts as a hit (its read was hidden).
- * Usage: bench-tiered STREAM_FILE DIM (mem | BYTES | auto) BACKING_DIR
+ * Usage: bench-tiered STREAM_FILE DIM (mem | BYTES | auto) BACKING_DIR [EPOCHS]
+ * EPOCHS (default 1): passes over the stream, as training makes; the step keeps counting.
  * STREAM_FILE: int64 nbatch, int64 B, then nbatch * B ids (a batch's ids may repeat).
  * GRM_TOP_BUILDDIR must be set. Wall time: the backing file's I/O is part of the cost. */
 #include <pthread.h>
@@ -46,20 +47,52 @@ static int64_t unique(int64_t *out, const int64_t *ids, int64_t n)
     return u;
 }
 
+/* The prefetch thread: one for the run, handed a batch at a time, as the trainer's data
+ * thread is (core/prefetch.c). A thread created per batch cost about as much as a batch
+ * of this loop does in memory. */
 typedef struct pf_job {
     const grm_emb_ops *ops;
     void *store;
     const int64_t *ids;
     int64_t n;
     grm_status st;
+    int posted, quit;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 } pf_job;
 
 static void *pf_main(void *arg)
 {
     pf_job *j = arg;
     grm__pool_inline_thread();      // as core/prefetch.c: the pool is the trainer's
-    j->st = j->ops->prefetch(j->store, 0, j->ids, j->n);
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        while (!j->posted && !j->quit) pthread_cond_wait(&j->cv, &j->mu);
+        if (j->quit) break;
+        pthread_mutex_unlock(&j->mu);
+        const grm_status st = j->ops->prefetch(j->store, 0, j->ids, j->n);
+        pthread_mutex_lock(&j->mu);
+        if (j->st == GRM_OK) j->st = st;
+        j->posted = 0;
+        pthread_cond_broadcast(&j->cv);
+    }
+    pthread_mutex_unlock(&j->mu);
     return NULL;
+}
+
+static void pf_post(pf_job *j, const int64_t *ids, int64_t n)
+{
+    pthread_mutex_lock(&j->mu);
+    j->ids = ids, j->n = n, j->posted = 1;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+static void pf_wait(pf_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    while (j->posted) pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
 }
 
 static void die(const char *what)
@@ -71,7 +104,13 @@ static void die(const char *what)
 int main(int argc, char **argv)
 {
     if (argc < 5) {
-        fprintf(stderr, "usage: bench-tiered STREAM_FILE DIM (mem | BYTES | auto) DIR\n");
+        fprintf(stderr, "usage: bench-tiered STREAM_FILE DIM (mem | BYTES | auto) DIR "
+                "[EPOCHS]\n");
+        return 2;
+    }
+    const int64_t epochs = argc > 5 ? atoll(argv[5]) : 1;
+    if (epochs < 1) {
+        fprintf(stderr, "bench-tiered: EPOCHS '%s' is not a count >= 1\n", argv[5]);
         return 2;
     }
     const int32_t D = atoi(argv[2]);
@@ -113,21 +152,36 @@ int main(int argc, char **argv)
                              : harness_config(info, (const char *)NULL);
     if (ops->create(cfg, &spec, 1, &opt, &s) != GRM_OK) die("create");
 
+    pf_job j = { .ops = ops, .store = s, .st = GRM_OK, .mu = PTHREAD_MUTEX_INITIALIZER,
+                 .cv = PTHREAD_COND_INITIALIZER };
+    pthread_t th;
+    if (tiered && pthread_create(&th, NULL, pf_main, &j) != 0) {
+        fprintf(stderr, "bench-tiered: cannot start the prefetch thread\n");
+        return 1;
+    }
     int64_t ids = 0;
     const double t0 = now_s();
-    for (int64_t i = 0; i < nb; i++) {
-        pthread_t th;
-        pf_job j = { ops, s, u + (i + 1) * B, i + 1 < nb ? nu[i + 1] : 0, GRM_OK };
-        const int pf = tiered && j.n > 0 && pthread_create(&th, NULL, pf_main, &j) == 0;
-        if (ops->lookup(s, rows, 0, u + i * B, nu[i], GRM_EMB_INSERT) != GRM_OK) die("lookup");
-        if (ops->update(s, 0, u + i * B, grads, nu[i], i + 1) != GRM_OK) die("update");
-        if (pf) {
-            pthread_join(th, NULL);
+    for (int64_t e = 0; e < epochs; e++)
+        for (int64_t i = 0; i < nb; i++) {
+            const int64_t nx = i + 1 < nb ? i + 1 : (e + 1 < epochs ? 0 : -1);
+            const int pf = tiered && nx >= 0;
+            if (pf) pf_post(&j, u + nx * B, nu[nx]);
+            if (ops->lookup(s, rows, 0, u + i * B, nu[i], GRM_EMB_INSERT) != GRM_OK)
+                die("lookup");
+            if (ops->update(s, 0, u + i * B, grads, nu[i], e * nb + i + 1) != GRM_OK)
+                die("update");
+            if (pf) pf_wait(&j);
             if (j.st != GRM_OK) die("prefetch");
+            ids += nu[i];
         }
-        ids += nu[i];
-    }
     const double secs = now_s() - t0;
+    if (tiered) {
+        pthread_mutex_lock(&j.mu);
+        j.quit = 1;
+        pthread_cond_broadcast(&j.cv);
+        pthread_mutex_unlock(&j.mu);
+        pthread_join(th, NULL);
+    }
     grm_emb_stats st;
     ops->stats(s, 0, &st);
     const ed_table *t = &((const ed_store *)s)->tables[0];

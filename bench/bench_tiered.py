@@ -9,8 +9,8 @@ alternated rounds (mem, 5 %, 10 %, 25 %, 50 %, auto, again); each number is the 
 its rounds with the spread (max - min) / median.
 
 The loop (bench/bench-tiered.c): per batch of 1024 ids, lookup with INSERT of the unique
-ids, an Adam update of the same rows (dim 64), the next batch's rows prefetched on a second
-thread meanwhile. Printed: ids/s and the ratio to in-memory, the cache's hit rate (rows
+ids, an Adam update of the same rows (dim 64), the next batch's rows prefetched meanwhile by
+one thread kept for the run (as the trainer's data thread), --epochs passes (default 3). Printed: ids/s and the ratio to in-memory, the cache's hit rate (rows
 read from the file or created count as misses; first touches are misses at every size),
 the lookups' hit rate (a prefetched row is a hit: its read was hidden), bytes read from
 and written to the backing file. The backing file lives on the disk of --dir (default: a temporary
@@ -32,7 +32,7 @@ import tempfile
 B = 1024
 DIM = 64
 PCTS = (5, 10, 25, 50)
-ROW_BYTES = 40 + 4 * DIM + 8 * DIM + 21   # record (meta, row, Adam state) + key slots
+ROW_BYTES = 40 + 4 * DIM + 8 * DIM + 32   # record (meta, row, Adam state) + 2 key slots
 
 
 def zipf_stream(n_ids=100000, n_batches=300, s=1.05, seed=7):
@@ -81,6 +81,9 @@ def main():
     ap.add_argument("--build", default=os.environ.get("GRM_TOP_BUILDDIR", "."))
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--dir", default=None, help="where the backing files go")
+    ap.add_argument("--epochs", type=int, default=3,
+                    help="passes over each stream (training makes several; the first "
+                         "pass's first touches are misses at every cache size)")
     args = ap.parse_args()
     build = os.path.abspath(args.build)
     src = os.environ.get("GRM_TOP_SRCDIR",
@@ -112,7 +115,8 @@ def main():
             runs = {m: [] for m in modes}
             for _ in range(args.rounds):
                 for m in modes:
-                    out = subprocess.run([driver, path, str(DIM), m, back], env=env,
+                    out = subprocess.run([driver, path, str(DIM), m, back,
+                                          str(args.epochs)], env=env,
                                          check=True, capture_output=True, text=True).stdout
                     runs[m].append(parse(out.strip().splitlines()[-1]))
             med = {}

@@ -28,6 +28,7 @@ static void host_log(int32_t level, const char *who, const char *fmt, ...)
 {
     char line[2048];
     va_list ap;
+    if (level > grm__log_level()) return;   // plugins log DEBUG in hot paths: format nothing
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);

@@ -599,6 +599,40 @@ static void test_ttl_and_protection(void)
     ops->destroy(s);
 }
 
+/* A table under max_rows keeps a slot array sized by its budget, not by the spec's row
+ * hint, and drops eviction's tombstones (a rebuild) once they pass 1/8 of it: left to fill
+ * the array up to the load factor, they push every new key and every miss's search far
+ * down its probe sequence. */
+static void test_tombstones(void)
+{
+    fake_opt o = { .S = 2 };
+    static const grm_emb_table_spec big[] = { { "t", 65536, RD, GRM_EMB_INIT_NORMAL, 0.5, 9 } };
+    const char *const kv[] = { "evict=lru", "max_rows=500", NULL };
+    void *s = make_store(big, 1, &o, kv);
+    const ed_keys *k = &((const ed_store *)s)->tables[0].keys;
+    enum { NB = 256 };
+    static int64_t ids[NB];
+    static float out[NB * RD], g[NB * RD];
+    const int64_t M0 = k->M;
+    int64_t over = 0, steps = 0;     // most tombstones past M/8 seen after a batch
+    grm_status st = GRM_OK;
+    for (int64_t b = 0; b < 300 && st == GRM_OK; b++) {    // 76,800 new ids, 500 kept
+        for (int64_t i = 0; i < NB; i++) ids[i] = b * NB + i + 1;
+        st = ops->lookup(s, out, 0, ids, NB, GRM_EMB_INSERT);
+        if (st == GRM_OK) st = ops->update(s, 0, ids, g, NB, ++steps);
+        const int64_t x = atomic_load(&k->used) - atomic_load(&k->live) - k->M / 8;
+        if (x > over) over = x;
+    }
+    const grm_emb_stats x = stats_of(s, 0);
+    // budget 500 + two batches = 1012 rows at most half full: 2048 slots
+    tap_ok(st == GRM_OK && x.evictions > 50 * k->M / 8 && over <= 2 * NB && k->M == 2048,
+           "max_rows 500, hint 65536 rows (%lld slots): the array takes the budget's size "
+           "(%lld slots); %lld evictions, tombstones at most M/8 + %lld (bound 2 batches, "
+           "%d)", (long long)M0, (long long)k->M, (long long)x.evictions, (long long)over,
+           2 * NB);
+    ops->destroy(s);
+}
+
 /* ---- FP16 cold rows (MTGRBoost §5.2) ---- */
 
 static void test_fp16(const char *impl)
@@ -879,7 +913,7 @@ int main(void)
 {
     info = harness_plugin("emb-dynamic");
     ops = info->ops;
-    tap_plan(55);
+    tap_plan(56);
     test_probing();
     test_first_touch();
     test_random("cpu", "none", 0, 0);
@@ -892,6 +926,7 @@ int main(void)
     test_evict_order("lru");
     test_evict_order("lfu");
     test_ttl_and_protection();
+    test_tombstones();
     test_fp16("cpu");
     test_fp16("ref");
     test_checkpoint();

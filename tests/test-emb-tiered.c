@@ -184,8 +184,8 @@ int main(void)
 
     // ---- 1. backing 10x the cache: bitwise the all-in-memory store ----
     void *mem = make_store(&spec, NULL);
-    // A row costs 32 + 8 (meta) + 64 (row) + 128 (Adam state) + 21 (key slot) bytes;
-    // 58000 bytes hold ~250 rows, under one batch: the floor of 2 batches does not apply
+    // A row costs 32 + 8 (meta) + 64 (row) + 128 (Adam state) + 32 (two key slots) bytes;
+    // 58000 bytes hold ~220 rows, under one batch: the floor of 2 batches does not apply
     // to a given size, so the cache is overfilled only by the batch in flight.
     const char *kv1[] = { kv_dir("a"), "cache_bytes=58000", "evict=lru", NULL };
     void *tier = make_store(&spec, kv1);

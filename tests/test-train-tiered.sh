@@ -51,8 +51,8 @@ same_metrics() {   # A B: the same valid and test hr@10 / ndcg@10, to the digit
         [ -n "$a" ] && [ "$a" = "$b" ] || return 1
     done
 }
-# A row of dim 16 with Adam costs 253 bytes in the cache (record + key slots): 12000 bytes
-# hold 47 rows of the ~700 the run touches.
+# A row of dim 16 with Adam costs 264 bytes in the cache (record + key slots): 12000 bytes
+# hold 45 rows of the ~700 the run touches.
 tier="backing = $tmp/tier\ncache_bytes = 12000\nevict = lru"
 mkdir -p "$tmp/tier"
 
@@ -60,7 +60,7 @@ ini 2 "" "" >"$tmp/mem.ini"; run mem || echo "# mem failed"
 ini 2 "$tier" "" >"$tmp/t2.ini"; run t2 || echo "# t2 failed"
 ini 0 "$tier" "" >"$tmp/t0.ini"; run t0 || echo "# t0 failed"
 same_curve "$tmp/mem.jsonl" "$tmp/t2.jsonl" 0 && same_metrics "$tmp/mem.jsonl" "$tmp/t2.jsonl"
-ok $? "tiered (cache 47 rows, prefetch = 2): the 60 losses and the valid/test metrics \
+ok $? "tiered (cache 45 rows, prefetch = 2): the 60 losses and the valid/test metrics \
 are the in-memory run's, bitwise"
 same_curve "$tmp/mem.jsonl" "$tmp/t0.jsonl" 0 && same_metrics "$tmp/mem.jsonl" "$tmp/t0.jsonl"
 ok $? "tiered without prefetch (rows fetched by the lookups): the same losses and metrics"

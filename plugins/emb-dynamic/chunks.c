@@ -230,10 +230,41 @@ void ed_pool_reset(ed_pool *p)
 
 /* ---- reservation: grow before the batch, never inside it ---- */
 
+/* A table under a row budget (max_rows: eviction, or the tiered cache) keeps a slot array
+ * sized by its budget, not by the spec's row hint: at most half full after a rebuild
+ * (the budget or the live rows, whichever is more, plus two batches), so that the array of
+ * a tiered table stays in cache and is counted in cache_bytes (ed_cache_row_bytes).
+ *
+ * Each eviction turns a key into a tombstone, and claims never reuse tombstones
+ * (concurrent inserters of one id must meet at the same slot, the first EMPTY one). Left
+ * to fill the array up to the load factor, they pushed every new key and every miss's
+ * search far down its probe sequence: a tiered table keeping 1,312 rows in 131,072 slots
+ * reached 3/4 full, and the claims of its updates became the loop's largest cost. Such a
+ * table is rebuilt (tombstones dropped) once they pass 1/8 of the slots: O(M) work every
+ * M/8 evictions. */
+static int64_t ed_budget_slots(const ed_table *t, int64_t live, int64_t n)
+{
+    // two batches: the one in training and the one being prefetched reserve together
+    const int64_t need = (live > t->max_rows ? live : t->max_rows) + 2 * n;
+    int64_t M = ED_MIN_SLOTS;
+    while (M < 2 * (int64_t)t->keys.lanes) M *= 2;
+    while (M / 2 < need && M < (INT64_C(1) << 40)) M *= 2;
+    return M;
+}
+
+static int ed_budget_rebuild(const ed_table *t, int64_t used, int64_t live, int64_t n)
+{
+    const ed_keys *k = &t->keys;
+    return t->max_rows > 0 &&
+           (used - live > k->M / 8 || k->M > 4 * ed_budget_slots(t, live, n));
+}
+
 static int ed_room(const ed_store *s, const ed_table *t, int64_t pend)
 {
     const ed_keys *k = &t->keys;
-    if (atomic_load(&k->used) + pend > k->M / ED_GROW_DEN * ED_GROW_NUM) return 0;
+    const int64_t used = atomic_load(&k->used);
+    if (used + pend > k->M / ED_GROW_DEN * ED_GROW_NUM) return 0;
+    if (ed_budget_rebuild(t, used, atomic_load(&k->live), pend)) return 0;
     for (int i = 0; i < (s->cfg.fp16_cold ? 2 : 1); i++)
         if (atomic_load(&t->pools[i].next) + pend > ed_pool_capacity(&t->pools[i])) return 0;
     return 1;
@@ -246,13 +277,15 @@ static grm_status ed_make_room(const ed_store *s, ed_table *t, int64_t n)
     const int64_t used = atomic_load(&k->used), live = atomic_load(&k->live);
     grm_status st;
 
-    if (used + n > k->M / ED_GROW_DEN * ED_GROW_NUM) {
+    const int64_t budget = t->max_rows > 0;
+    if (used + n > k->M / ED_GROW_DEN * ED_GROW_NUM || ed_budget_rebuild(t, used, live, n)) {
         // Double past load factor 3/4 (MTGRBoost §4.1). When tombstones rather than live
         // keys fill the array, a rebuild at the same size clears them, but only while the
         // live keys stay under 1/2 so that evict-insert churn cannot rebuild every batch.
+        // A budgeted table takes its budget's size.
         const int64_t old_M = k->M;
-        int64_t M = old_M;
-        if (live + n > M / 2) M *= 2;
+        int64_t M = budget ? ed_budget_slots(t, live, n) : old_M;
+        if (!budget && live + n > M / 2) M *= 2;
         while (live + n > M / ED_GROW_DEN * ED_GROW_NUM && M < (INT64_C(1) << 40)) M *= 2;
         if (live + n > M / ED_GROW_DEN * ED_GROW_NUM)
             return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': %lld keys exceed "

@@ -78,11 +78,11 @@ static int64_t ed_stack_distances(const ed_store *s, const int64_t *ids, int64_t
     return reuses;
 }
 
-/* Bytes a cached row costs: its record and its share of key slots at load factor 3/4. */
+/* Bytes a cached row costs: its record and two key slots (a budgeted table's slot array is
+ * at most half full after a rebuild, chunks.c). */
 int64_t ed_cache_row_bytes(const ed_table *t)
 {
-    return (int64_t)t->pools[0].rec_bytes + (int64_t)sizeof(ed_slot) * ED_GROW_DEN
-           / ED_GROW_NUM;
+    return (int64_t)t->pools[0].rec_bytes + 2 * (int64_t)sizeof(ed_slot);
 }
 
 /* Choose t->max_rows from the profile and log the curve. Caller holds the write lock. */
