@@ -17,6 +17,7 @@
 #include <grm/emb.h>
 #include <grm/rng.h>
 
+#include "../plugins/emb-dynamic/emb_dynamic.h"
 #include "emb-fakes.h"
 #include "harness.h"
 #include "tap.h"
@@ -165,7 +166,7 @@ static int64_t backing_bytes(const char *sub)
 
 int main(void)
 {
-    tap_plan(19);
+    tap_plan(21);
     info = harness_plugin("emb-dynamic");
     ops = info->ops;
     const grm_plugin_info *oinfo = harness_plugin("opt-adam");
@@ -368,6 +369,52 @@ int main(void)
            "of %lld rows (want %d) after 8 profiled batches, and evicts nothing (%lld)", B,
            4 * B - 1, (long long)a1.capacity, 4 * B, (long long)a1.evictions);
     ops->destroy(au);
+
+    // Reuse longer than the profiled window: 12 batches a cycle (stack distance 12B - 1),
+    // 4 batches profiled. The window sees no re-reference (the floor, 2B); the sample of
+    // the rest of the run (SHARDS, a quarter of these ids) sees the cycle, and the cache
+    // grows to hold it (the estimate within 10%) by the re-choice after 64 batches.
+    au = make_store(&spec, (const char *[]){ kv_dir("d"), "cache_bytes=auto",
+                                             "profile_batches=4", NULL });
+    int64_t cap_window = -1;
+    for (int64_t s = 0; s < 64 && ast == GRM_OK; s++) {
+        for (int64_t i = 0; i < B; i++) cyc[i] = (s % 12) * 100000 + i;
+        ast = ops->lookup(au, out, 0, cyc, B, GRM_EMB_INSERT);
+        if (ast == GRM_OK) ast = ops->update(au, 0, cyc, grad, B, s + 1);
+        if (s == 4) cap_window = stats_of(au).capacity;
+    }
+    const grm_emb_stats a3 = stats_of(au);
+    tap_ok(ast == GRM_OK && cap_window == 2 * B && a3.capacity >= 12 * B * 9 / 10 &&
+               a3.capacity <= 12 * B * 11 / 10,
+           "auto: reuse at stack distance %d, past the 4 profiled batches: the window gives "
+           "the floor (%lld rows), the run's sample grows the cache to %lld rows (want %d "
+           "+- 10%%)", 12 * B - 1, (long long)cap_window, (long long)a3.capacity, 12 * B);
+    ops->destroy(au);
+
+    // More ids than the sample tracks (16384): its rate halves, and the run goes on with
+    // the floor (no id is ever reused).
+    au = make_store(&spec, (const char *[]){ kv_dir("d"), "cache_bytes=auto",
+                                             "profile_batches=4", NULL });
+    const uint64_t th0 = 0;
+    uint64_t th1 = th0;
+    for (int64_t s = 0; s < 320 && ast == GRM_OK; s++) {
+        for (int64_t i = 0; i < B; i++) cyc[i] = s * 100000 + i;
+        ast = ops->lookup(au, out, 0, cyc, B, GRM_EMB_INSERT);
+        if (ast == GRM_OK) ast = ops->update(au, 0, cyc, grad, B, s + 1);
+        if (s == 0) th1 = ((ed_store *)au)->tables[0].tier.sh.thresh;
+    }
+    const ed_shards *sh = &((ed_store *)au)->tables[0].tier.sh;
+    const grm_emb_stats a4 = stats_of(au);
+    tap_ok(ast == GRM_OK && th1 == (UINT64_C(1) << 32) / 4 && sh->thresh == th1 / 2 &&
+               atomic_load(&sh->last.live) <= 16384 && a4.capacity == 2 * B &&
+               a4.rows == 320 * B,
+           "auto: 81920 ids never reused, sampled at 1/4 then 1/8 (threshold %llu -> %llu) "
+           "once 16384 were tracked (now %lld); cache stays at the floor (%lld rows), all "
+           "%lld rows kept", (unsigned long long)th1, (unsigned long long)sh->thresh,
+           (long long)atomic_load(&sh->last.live), (long long)a4.capacity,
+           (long long)a4.rows);
+    ops->destroy(au);
+
     au = make_store(&spec, (const char *[]){ kv_dir("d"), "cache_bytes=auto",
                                              "profile_batches=4", NULL });
     for (int64_t s = 0; s < 8 && ast == GRM_OK; s++) {

@@ -236,6 +236,22 @@ typedef struct ed_candidate {
 } ed_candidate;
 
 /* The backing tier of one table (tier.c). */
+/* cache_bytes = auto after the exact profile: a spatially hashed sample of the id stream
+ * for the rest of the run (profile.c, SHARDS), whose stack distances see reuse longer
+ * than the profiled window. */
+#define ED_SH_BUCKETS 1408      /* log-linear: 32 a power of two, distances below 2^48 */
+typedef struct ed_shards {
+    uint64_t thresh;        /* an id is sampled iff ed_hash(id) >> 32 < thresh (0: off) */
+    ed_keys last;           /* sampled id -> position of its last sampled access */
+    int32_t *fw;            /* Fenwick tree over positions [0, fw_n): 1 at each last access */
+    int64_t fw_n, pos;      /* its size; the next position */
+    double *hist;           /* [ED_SH_BUCKETS] reuse weight (1/rate) by scaled distance */
+    double reuse_w;         /* their sum */
+    double adj;             /* ids seen - sampled ids / rate: SHARDS_adj's correction */
+    int64_t reuses;         /* sampled re-references counted */
+    int64_t next_check;     /* profiled batch at which the cache size is chosen again */
+} ed_shards;
+
 typedef struct ed_tier {
     int fd;                 /* the backing file, -1 when tiering is off */
     char *path;             /* owned (malloc) */
@@ -249,6 +265,9 @@ typedef struct ed_tier {
     int64_t batches;        /* training lookups profiled so far */
     int64_t max_batch;      /* largest distinct ids of one profiled batch */
     int64_t chosen_rows;    /* the rows cache_bytes = auto chose; 0 before */
+    ed_shards sh;           /* cache_bytes = auto: the sample of the rest of the run */
+    pthread_mutex_t plock;  /* the profile's state (training lookups of several threads) */
+    int plock_ready;
     char *wbuf;             /* write-back records staged for one pwrite, owned (malloc) */
     int64_t wcap;           /* records it holds */
     int64_t wfirst, wn;     /* file record of the first staged one; staged records */
@@ -489,6 +508,7 @@ grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids, co
 /* ---- profile.c: cache_bytes = auto ---- */
 grm_status ed_profile_batch(const ed_store *s, ed_table *t, const int64_t *ids, int64_t n);
 int64_t ed_cache_row_bytes(const ed_table *t);
+void ed_profile_fini(const ed_store *s, ed_table *t);
 
 /* ---- ckpt.c ---- */
 grm_status ed_export_table(const ed_store *s, ed_table *t);

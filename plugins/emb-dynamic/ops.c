@@ -524,7 +524,7 @@ grm_status ed_lookup_batch(const ed_store *s, ed_table *t, float *out /* [n, D] 
     } else {
         pthread_rwlock_unlock(&t->lock);
     }
-    if (st == GRM_OK && insert && s->tiered && s->cache_bytes < 0 && t->max_rows == 0)
+    if (st == GRM_OK && insert && s->tiered && s->cache_bytes < 0)
         st = ed_profile_batch(s, t, ids, n);
     if (st != GRM_OK || !insert || t->max_rows <= 0 || atomic_load(&t->keys.live) <= t->max_rows)
         return st;

@@ -178,6 +178,10 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
     const size_t len = strlen(s->cfg.backing) + strlen(t->name) + 16;
     grm_status st;
     tr->fd = -1;
+    if (pthread_mutex_init(&tr->plock, NULL) != 0)
+        return s->host->errorf(GRM_EINTERNAL, "emb-dynamic: table '%s': cannot create the "
+                               "profile's lock", t->name);
+    tr->plock_ready = 1;
     if (strchr(t->name, '/') != NULL)
         return s->host->errorf(GRM_EINVAL, "emb-dynamic: table '%s': a tiered table's name "
                                "names its backing file and may not hold '/'", t->name);
@@ -211,8 +215,7 @@ void ed_tier_close(const ed_store *s, ed_table *t)
     if (tr->index.slots != NULL) ed_keys_fini(s, &tr->index);
     free(tr->path);
     tr->path = NULL;
-    free(tr->profile);
-    tr->profile = NULL;
+    ed_profile_fini(s, t);
     free(tr->wbuf);
     tr->wbuf = NULL;
 }
