@@ -5,8 +5,9 @@ in the same run), on three id streams: Zipf(1.05) over 100K ids, ML-100K's items
 user's time order, Amazon Beauty's items in sequence order (both from $GRM_DATA_DIR; a
 missing data set is skipped with its reason). For each stream: cache budgets of 5, 10, 25
 and 50 % of the rows the stream touches, and cache_bytes = auto (marked `auto`), in
-alternated rounds (mem, 5 %, 10 %, 25 %, 50 %, auto, again); each number is the median of
-its rounds with the spread (max - min) / median.
+alternated rounds (mem, 5 %, mem, 10 %, mem, ..., auto, mem, again); each tiered run's
+ratio is to the mean of the in-memory runs just before and after it, and each number is the
+median over the rounds with the spread (max - min) / median.
 
 The loop (bench/bench-tiered.c): per batch of 1024 ids, lookup with INSERT of the unique
 ids, an Adam update of the same rows (dim 64), the next batch's rows prefetched meanwhile by
@@ -112,36 +113,51 @@ def main():
             modes = ["mem"] + [str(max(1, distinct * p // 100) * ROW_BYTES) for p in PCTS]
             modes.append("auto")
             labels = ["mem"] + ["%d%%" % p for p in PCTS] + ["auto"]
+            # Each tiered run sits between two in-memory runs, and its ratio is to their
+            # mean: on a shared machine whose speed drifts 20-30% within a minute, the ratio
+            # of a pair is steadier than the ratio of the medians.
             runs = {m: [] for m in modes}
+            ratios = {m: [] for m in modes[1:]}
+            run = lambda m: parse(subprocess.run(
+                [driver, path, str(DIM), m, back, str(args.epochs)], env=env, check=True,
+                capture_output=True, text=True).stdout.strip().splitlines()[-1])
             for _ in range(args.rounds):
-                for m in modes:
-                    out = subprocess.run([driver, path, str(DIM), m, back,
-                                          str(args.epochs)], env=env,
-                                         check=True, capture_output=True, text=True).stdout
-                    runs[m].append(parse(out.strip().splitlines()[-1]))
+                before = run("mem")
+                runs["mem"].append(before)
+                for m in modes[1:]:
+                    r = run(m)
+                    after = run("mem")
+                    runs[m].append(r)
+                    runs["mem"].append(after)
+                    ref = (float(before["ids_per_s"]) + float(after["ids_per_s"])) / 2
+                    ratios[m].append(float(r["ids_per_s"]) / ref)
+                    before = after
             med = {}
             for m in modes:
                 rates = sorted(float(r["ids_per_s"]) for r in runs[m])
                 mid = statistics.median(rates)
-                med[m] = (mid, (rates[-1] - rates[0]) / mid, runs[m][-1])
+                rs = sorted(ratios.get(m, [1.0]))
+                rmid = statistics.median(rs)
+                med[m] = (mid, (rates[-1] - rates[0]) / mid, runs[m][-1], rmid,
+                          (rs[-1] - rs[0]) / rmid)
             base = med["mem"][0]
             for m, label in zip(modes, labels):
-                rate, spread, r = med[m]
+                rate, spread, r, ratio, rspread = med[m]
                 pct = 100.0 * int(r["cache_rows"]) / distinct if m != "mem" else 100.0
                 line = ("bench=tiered case=%s-%s rows=%d cache_rows=%s cache_pct=%.1f "
                         "ids_per_s=%.0f spread=%.0f%% peer=mem peer_ids_per_s=%.0f "
-                        "ratio=%.3f hit_rate=%s lookup_hit_rate=%s bytes_read=%s "
-                        "bytes_written=%s" % (
+                        "ratio=%.3f ratio_spread=%.0f%% hit_rate=%s lookup_hit_rate=%s "
+                        "bytes_read=%s bytes_written=%s" % (
                             name, label, distinct, r["cache_rows"], pct, rate, 100 * spread,
-                            base, rate / base, r["hit_rate"], r["lookup_hit_rate"],
+                            base, ratio, 100 * rspread, r["hit_rate"], r["lookup_hit_rate"],
                             r["bytes_read"], r["bytes_written"]))
                 print(line)
                 table.append((name, label, distinct, int(r["cache_rows"]), pct, rate,
-                              100 * spread, rate / base, float(r["hit_rate"]),
+                              100 * rspread, ratio, float(r["hit_rate"]),
                               int(r["bytes_read"])))
     print()
     print("%-7s %-5s %7s %9s %6s %10s %6s %6s %6s %12s" % (
-        "stream", "cache", "rows", "cache_rows", "pct", "Mids/s", "spread", "ratio", "hit",
+        "stream", "cache", "rows", "cache_rows", "pct", "Mids/s", "rspread", "ratio", "hit",
         "MB read"))
     for name, label, rows, crow, pct, rate, spread, ratio, hit, br in table:
         print("%-7s %-5s %7d %9d %6.1f %10.3f %5.0f%% %6.3f %6.3f %12.1f" % (
