@@ -272,9 +272,6 @@ typedef struct ed_tier {
     int64_t wcap;           /* records it holds */
     int64_t wfirst, wn;     /* file record of the first staged one; staged records */
     int64_t garbage;        /* file records no id points to any more (rewritten since) */
-    const char *map;        /* the file mapped read-only (NULL: reads use pread) */
-    size_t map_len;         /* bytes mapped (past the end of the file is allowed) */
-    size_t written;         /* bytes of the file written out: reads through map stay below */
 } ed_tier;
 
 typedef struct ed_table {

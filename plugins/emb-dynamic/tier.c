@@ -22,20 +22,17 @@
  * fresh file (ed_tier_compact), so the file stays within about twice the live rows plus
  * that minimum, and the copying costs about one extra write a written-back row.
  *
- * Reads go through a read-only shared mapping of the file (MADV_RANDOM: a fault reads its
- * page, no read-around), a copy from the page cache instead of a pread system call: a
- * pread cost about 2 us of the prefetch thread's time a miss, and on this 2-core machine
- * that thread's time is taken from the trainer's pool. The mapping only changes under the
- * table's write lock (every write to the file runs under it; every read runs under the
- * read or the write lock), after the write that needed it; where mmap fails, reads fall
- * back to pread. */
+ * Reads are preads. A read-only shared mapping of the file made them ~10% faster in the
+ * synthetic-tiered run's loop, but every page a process maps counts in its RSS (fault-around
+ * maps 16 of them a fault), and the run's peak RSS went from 344 to 470 MB, past the
+ * all-in-memory run's 374: letting the pages go every cache budget of reads (MADV_DONTNEED)
+ * took the gain back and still left 410-450 MB. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,42 +83,11 @@ static grm_status ed_tier_io_error(const ed_store *s, const ed_table *t, const c
                            : "unknown error", s->cfg.backing);
 }
 
-/* Map the file's written bytes (tr->written) when they run past the mapping: twice what
- * is written, at least 64 MiB, so the mapping moves O(log size) times. Under the write
- * lock. A failed mmap is no error: reads then use pread. */
-static void ed_tier_map(ed_tier *tr)
-{
-    if (tr->map != NULL && tr->written <= tr->map_len) return;
-    if (tr->map != NULL) munmap((void *)tr->map, tr->map_len);
-    tr->map = NULL;
-    tr->map_len = 0;
-    size_t len = (size_t)64 << 20;
-    while (len < 2 * tr->written) len *= 2;
-    void *p = mmap(NULL, len, PROT_READ, MAP_SHARED, tr->fd, 0);
-    if (p == MAP_FAILED) return;
-    madvise(p, len, MADV_RANDOM);
-    tr->map = p;
-    tr->map_len = len;
-}
-
-static void ed_tier_unmap(ed_tier *tr)
-{
-    if (tr->map != NULL) munmap((void *)tr->map, tr->map_len);
-    tr->map = NULL;
-    tr->map_len = 0;
-}
-
 static grm_status ed_tier_pread(const ed_store *s, ed_table *t, char *rec, int64_t index)
 {
-    const ed_tier *tr = &t->tier;
     const size_t n = t->pools[0].rec_bytes;
-    const size_t off = (size_t)ed_tier_offset(t, index);
-    if (tr->map != NULL && off + n <= tr->written) {
-        memcpy(rec, tr->map + off, n);
-    } else {
-        const ssize_t got = pread(tr->fd, rec, n, (off_t)off);
-        if (got != (ssize_t)n) return ed_tier_io_error(s, t, "reading", index, got, n);
-    }
+    const ssize_t got = pread(t->tier.fd, rec, n, ed_tier_offset(t, index));
+    if (got != (ssize_t)n) return ed_tier_io_error(s, t, "reading", index, got, n);
     ed_meta *m = ed_rec_meta(rec);
     if (ed_tier_sum(t, rec) != (uint64_t)m->flags)
         return s->host->errorf(GRM_EFORMAT, "emb-dynamic: %s: record %lld (id %lld) fails "
@@ -191,8 +157,6 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
                                t->name);
     if ((st = ed_tier_create(s, t, tr->path, len, &tr->fd)) != GRM_OK) return st;
     if ((st = ed_keys_init(s, &tr->index, ed_keys_slots_for(0, 1), 1)) != GRM_OK) return st;
-    tr->written = ED_TIER_HEADER;
-    ed_tier_map(tr);
     tr->nrec = 0;
     tr->garbage = 0;
     // Write-back stages up to 1 MiB of records that follow each other in the file.
@@ -209,7 +173,6 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
 void ed_tier_close(const ed_store *s, ed_table *t)
 {
     ed_tier *tr = &t->tier;
-    ed_tier_unmap(tr);
     if (tr->fd >= 0) close(tr->fd);     // unlinked at open: its blocks go now
     tr->fd = -1;
     if (tr->index.slots != NULL) ed_keys_fini(s, &tr->index);
@@ -293,8 +256,6 @@ static grm_status ed_tier_write_staged(const ed_store *s, ed_table *t)
     tr->wn = 0;
     const grm_status st = ed_tier_put(s, t, tr->fd, tr->wbuf, tr->wfirst, n);
     if (st != GRM_OK) return st;
-    tr->written = (size_t)ed_tier_offset(t, tr->wfirst + n);
-    ed_tier_map(tr);
     atomic_fetch_add_explicit(&tr->writebacks, n, memory_order_relaxed);
     atomic_fetch_add_explicit(&tr->bytes_written, (int64_t)bytes, memory_order_relaxed);
     return GRM_OK;
@@ -349,7 +310,6 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
     s->host->log(GRM_LOG_DEBUG, "emb-dynamic", "table '%s': backing file compacted: %lld live "
                  "records kept, %lld garbage records dropped", t->name, (long long)n,
                  (long long)tr->garbage);
-    ed_tier_unmap(tr);
     close(tr->fd);
     tr->fd = fd;
     free(tr->path);
@@ -358,8 +318,6 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
     tr->index = index;
     tr->nrec = n;
     tr->garbage = 0;
-    tr->written = (size_t)ed_tier_offset(t, n);
-    ed_tier_map(tr);
     return GRM_OK;
 }
 
@@ -441,8 +399,6 @@ grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids /* 
     grm_status st;
     ed_keys index;
     if ((st = ed_keys_init(s, &index, ed_keys_slots_for(n, 1), 1)) != GRM_OK) return st;
-    ed_tier_unmap(tr);      // no page of it may outlive the truncation
-    tr->written = ED_TIER_HEADER;
     if (ftruncate(tr->fd, ED_TIER_HEADER) != 0) {
         ed_keys_fini(s, &index);
         return s->host->errorf(GRM_EIO, "emb-dynamic: %s: truncating: %s", tr->path,
@@ -476,10 +432,8 @@ grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids /* 
             atomic_store_explicit(&sl->ref, r, memory_order_relaxed);
         }
         st = ed_tier_put(s, t, tr->fd, buf, b, m);
-        if (st == GRM_OK) tr->written = (size_t)ed_tier_offset(t, b + m);
     }
     free(buf);
-    ed_tier_map(tr);
     if (st != GRM_OK) {
         ed_keys_fini(s, &index);
         return st;
