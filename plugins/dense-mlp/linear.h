@@ -61,11 +61,12 @@ typedef grm_status (*linear_fwd_fn)(
 
 /* The backward of linear_fwd_fn given dz = d(loss)/dz: dw [out, in] += dz^T x, db [out] +=
  * column sums of dz, and dx [rows, in] = dz W (dx_accumulate 0) or += dz W (1); dx NULL:
- * not computed. dx must not alias dz. ex as in linear_fwd_fn. */
+ * not computed; db NULL: not computed (a caller that sums dz's columns as it writes dz,
+ * while it is in cache). dx must not alias dz. ex as in linear_fwd_fn. */
 typedef grm_status (*linear_bwd_fn)(
         float *dx,                                  /* [rows, in] or NULL */
         float *dw,                                  /* [out, in]   */
-        float *db,                                  /* [out]       */
+        float *db,                                  /* [out] or NULL */
         const float *dz,                            /* [rows, out] */
         const float *x,                             /* [rows, in]  */
         const float *w,                             /* [out, in]   */

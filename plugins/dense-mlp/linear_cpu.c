@@ -72,7 +72,7 @@ static grm_status bwd_dw_cols(void *vctx, int64_t lo, int64_t hi)
     enum { BLOCK = 64 };
     const float *restrict dz = c->dz;
     const int64_t out = c->out, rows = c->rows;
-    for (int64_t o0 = lo; o0 < hi; o0 += BLOCK) {
+    for (int64_t o0 = lo; o0 < hi && c->db != NULL; o0 += BLOCK) {
         const int64_t n = hi - o0 < BLOCK ? hi - o0 : BLOCK;
         float acc[BLOCK];
         memcpy(acc, c->db + o0, (size_t)n * sizeof *acc);

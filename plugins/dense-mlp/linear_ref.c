@@ -27,10 +27,12 @@ grm_status linear_bwd_ref(float *dx, float *dw, float *db, const float *dz, cons
     (void)ex;
     // dw[o, i] += sum_r dz[r, o] x[r, i]; db[o] += sum_r dz[r, o]
     for (int64_t o = 0; o < out; o++) {
-        double bacc = 0;
-        for (int64_t r = 0; r < rows; r++)
-            bacc += dz[r * out + o];
-        db[o] += (float)bacc;
+        if (db != NULL) {
+            double bacc = 0;
+            for (int64_t r = 0; r < rows; r++)
+                bacc += dz[r * out + o];
+            db[o] += (float)bacc;
+        }
         for (int64_t i = 0; i < in; i++) {
             double acc = 0;
             for (int64_t r = 0; r < rows; r++)
