@@ -251,5 +251,12 @@ test $rc -eq 0 && grep -q "cut short after it wrote them; redoing it" "$tmp/rs2.
     && cmp -s "$tmp/rs-r1.grm" "$tmp/rs/rank-1-of-2/step-0000000004.grm" \
     && test -f "$tmp/rs/resharded-from-1/step-0000000004.grm" \
     && ! ls "$tmp/rs" | grep -q '^step-' && ! test -e "$tmp/rs/.reshard-to-2"
-ok $? "a reshard cut between publishing and moving aside is redone: the same 2-rank files, \
+r=$?
+# it failed once in a full parallel `make check` and not in 9 runs alone or under load:
+# keep what a failure needs to be understood
+if [ $r -ne 0 ]; then
+    echo "# rc $rc; the rerun said:"; sed 's/^/#   /' "$tmp/rs2.err"
+    echo "# left in rs: $(cd "$tmp/rs" && find . | sort | tr '\n' ' ')"
+fi
+ok $r "a reshard cut between publishing and moving aside is redone: the same 2-rank files, \
 the sources moved aside"
