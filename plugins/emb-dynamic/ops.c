@@ -575,21 +575,35 @@ grm_status ed_update_batch(const ed_store *s, ed_table *t, const int64_t *ids /*
  * the rows, a third of the lookups missed rows that had been in the cache. Runs on the
  * calling thread only (the data thread calls it while the trainer's thread uses the host
  * pool). */
+/* Ids the prefetch reserves (and holds the table's read lock for) at a time, a multiple of
+ * ED_GROUP: the trainer's evictions take the write lock, and a whole batch's fetches under
+ * one read lock (~1,200 preads a step in synthetic-tiered) kept them waiting. */
+#define ED_PF_CHUNK 64
+
 grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids /* [n] */,
                              int64_t n)
 {
-    grm_status st;
+    grm_status st = GRM_OK;
     ed_job j = { .s = s, .t = t, .ids = ids, .insert = 1 };
     atomic_init(&j.misses, 0);
 
-    if ((st = ed_reserve(s, t, n)) != GRM_OK) return st;
     j.now = atomic_load(&t->clock) + 1;     // the step in progress
     int64_t fetched = 0;
+    int64_t held = 0, held_end = 0;         // ids reserved under the current read lock
     // Groups of ED_GROUP ids, as the update's cpu path: their slot lines are requested
     // first, then the metadata lines of the rows found, so the misses overlap (one id at
     // a time, the loop was a quarter of this thread's samples in bench-tiered).
     for (int64_t g = 0; g < n && st == GRM_OK; g += ED_GROUP) {
         const int gm = n - g < ED_GROUP ? (int)(n - g) : ED_GROUP;
+        if (g >= held_end) {
+            if (held > 0) ed_release(t, held);
+            held = n - g < ED_PF_CHUNK ? n - g : ED_PF_CHUNK;
+            held_end = g + held;
+            if ((st = ed_reserve(s, t, held)) != GRM_OK) {
+                held = 0;
+                break;
+            }
+        }
         uint64_t hs[ED_GROUP];
         ed_slot *found[ED_GROUP];
         for (int k = 0; k < gm; k++) {
@@ -634,6 +648,6 @@ grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids 
         }
     }
     atomic_fetch_add(&t->tier.prefetched, fetched);
-    ed_release(t, n);
+    if (held > 0) ed_release(t, held);
     return st;
 }
