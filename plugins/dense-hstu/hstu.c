@@ -376,7 +376,8 @@ int64_t hstu_dim(const hstu *m)
 
 typedef struct rows_job {
     hstu *m;
-    int fuse_bias;          /* the linear layers ran without bias: the row passes add it */
+    int fuse_bias;          /* the cpu path: the row passes add the linear layers' biases
+                             * (forward) and sum f1's bias gradient (backward) */
     float *y;
     const float *x;
     const float *dy;
@@ -461,6 +462,13 @@ ln_row_bwd(float *dx, const float *g, const float *y, float rstd, int64_t n)
 static float silu(float z)
 {
     return z * hstu_sigmoid(z);
+}
+
+/* d SiLU(z) / dz = sigmoid(z) (1 + z (1 - sigmoid(z))). */
+static inline float silu_grad(float z)
+{
+    const float sg = hstu_sigmoid(z);
+    return sg * (1.0f + z * (1.0f - sg));
 }
 
 /* Rows [r0, r1): xn = LN(x) or x. */
@@ -785,10 +793,8 @@ static grm_status bwd_silu_rows(void *ctx, int64_t r0, int64_t r1)
     const hstu *m = j->m;
     float *restrict dh1 = m->dh1;
     const float *restrict z1 = m->z1;
-    for (int64_t e = r0 * m->P, end = r1 * m->P; e < end; e++) {
-        const float z = z1[e], sg = hstu_sigmoid(z);
-        dh1[e] *= sg * (1.0f + z * (1.0f - sg));
-    }
+    for (int64_t e = r0 * m->P, end = r1 * m->P; e < end; e++)
+        dh1[e] *= silu_grad(z1[e]);
     return GRM_OK;
 }
 
@@ -821,8 +827,7 @@ static grm_status bwd_silu_db_blocks(void *ctx, int64_t b0, int64_t b1)
             float *restrict dh = m->dh1 + r * P;                    /* [P] */
             const float *restrict z1 = m->z1 + r * P;
             for (int64_t c = 0; c < P; c++) {
-                const float z = z1[c], sg = hstu_sigmoid(z);
-                const float v = dh[c] * (sg * (1.0f + z * (1.0f - sg)));
+                const float v = dh[c] * silu_grad(z1[c]);
                 dh[c] = v;
                 acc[c] += v;
             }
@@ -877,7 +882,7 @@ grm_status hstu_backward(hstu *m, float *dx, const float *dy, int64_t rows)
                                "forward had %lld", (long long)rows, (long long)m->rows);
     if (rows == 0)
         return GRM_OK;
-    rows_job job = { .m = m, .dy = dy, .dx = dx };
+    rows_job job = { .m = m, .dy = dy, .dx = dx, .fuse_bias = m->impl->parallel };
     // eq. 3 backward: f2, dropout, the product with U, the norm of O
     grm_status st = m->impl->linear_bwd(m->dg, m->grad[P_W2], m->grad[P_B2], dy, m->gd,
                                         m->value[P_W2], rows, m->HV, m->D, 0, &m->ex);
@@ -890,16 +895,15 @@ grm_status hstu_backward(hstu *m, float *dx, const float *dy, int64_t rows)
                          m->dh1 + m->HV, m->grad[P_RAB_POS],
                          m->has_times ? m->grad[P_RAB_TIME] : NULL, m->dg, &a, m->ws);
     // eq. 1 backward: SiLU, f1, the input norm, and the residual
-    const int fused_db = m->impl->parallel;
     if (st == GRM_OK)
-        st = fused_db ? bwd_silu_db(m, rows) : run_rows(m, rows, bwd_silu_rows, &job);
+        st = job.fuse_bias ? bwd_silu_db(m, rows) : run_rows(m, rows, bwd_silu_rows, &job);
     // the position table's gradient needs d/d xd even when the caller wants no dx: it is
     // computed into xd, which the backward no longer reads
     if (dx == NULL && m->cfg.pos_emb)
         job.dx = m->xd;
     if (st == GRM_OK)
         st = m->impl->linear_bwd(job.dx != NULL ? m->tmp : NULL, m->grad[P_W1],
-                                 fused_db ? NULL : m->grad[P_B1], m->dh1, m->xn,
+                                 job.fuse_bias ? NULL : m->grad[P_B1], m->dh1, m->xn,
                                  m->value[P_W1], rows, m->D, m->P, 0, &m->ex);
     if (st == GRM_OK && job.dx != NULL)
         st = run_rows(m, rows, bwd_in_rows, &job);

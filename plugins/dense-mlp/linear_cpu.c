@@ -72,17 +72,18 @@ static grm_status bwd_dw_cols(void *vctx, int64_t lo, int64_t hi)
     enum { BLOCK = 64 };
     const float *restrict dz = c->dz;
     const int64_t out = c->out, rows = c->rows;
-    for (int64_t o0 = lo; o0 < hi && c->db != NULL; o0 += BLOCK) {
-        const int64_t n = hi - o0 < BLOCK ? hi - o0 : BLOCK;
-        float acc[BLOCK];
-        memcpy(acc, c->db + o0, (size_t)n * sizeof *acc);
-        for (int64_t r = 0; r < rows; r++) {
-            const float *restrict dzr = dz + r * out + o0;      /* [n] */
-            for (int64_t o = 0; o < n; o++)
-                acc[o] += dzr[o];
+    if (c->db != NULL)      // NULL: the caller sums the columns itself (linear.h)
+        for (int64_t o0 = lo; o0 < hi; o0 += BLOCK) {
+            const int64_t n = hi - o0 < BLOCK ? hi - o0 : BLOCK;
+            float acc[BLOCK];
+            memcpy(acc, c->db + o0, (size_t)n * sizeof *acc);
+            for (int64_t r = 0; r < rows; r++) {
+                const float *restrict dzr = dz + r * out + o0;      /* [n] */
+                for (int64_t o = 0; o < n; o++)
+                    acc[o] += dzr[o];
+            }
+            memcpy(c->db + o0, acc, (size_t)n * sizeof *acc);
         }
-        memcpy(c->db + o0, acc, (size_t)n * sizeof *acc);
-    }
     if (c->in == 0)
         return GRM_OK;
     return gemm(c, 1, 0, hi - lo, c->in, c->rows, c->dz + lo, c->out, c->x, c->in, 1.0f,

@@ -241,9 +241,10 @@ typedef struct ed_candidate {
  * than the profiled window. */
 #define ED_SH_BUCKETS 1408      /* log-linear: 32 a power of two, distances below 2^48 */
 typedef struct ed_shards {
-    uint64_t thresh;        /* an id is sampled iff ed_hash(id) >> 32 < thresh (0: off) */
+    uint64_t thresh;        /* an id is sampled iff ed_hash(id) >> 32 < thresh (>= 1) */
     ed_keys last;           /* sampled id -> position of its last sampled access */
-    int32_t *fw;            /* Fenwick tree over positions [0, fw_n): 1 at each last access */
+    int32_t *fw;            /* Fenwick tree over positions [0, fw_n): 1 at each last access;
+                             * NULL until the first profiled batch starts the sample */
     int64_t fw_n, pos;      /* its size; the next position */
     double *hist;           /* [ED_SH_BUCKETS] reuse weight (1/rate) by scaled distance */
     double reuse_w;         /* their sum */

@@ -213,9 +213,8 @@ static grm_status ed_sh_init(const ed_store *s, ed_table *t, int64_t n)
         ed_keys_init(s, &sh->last, ed_keys_slots_for(2 * ED_SH_MAX_IDS, 1), 1) != GRM_OK) {
         free(sh->fw);
         free(sh->hist);
-        sh->fw = NULL;
+        sh->fw = NULL;      // not started: the next batch tries again
         sh->hist = NULL;
-        sh->thresh = 0;
         return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory for the "
                                "sampled profile of cache_bytes = auto", t->name);
     }
@@ -358,22 +357,20 @@ grm_status ed_profile_batch(const ed_store *s, ed_table *t, const int64_t *ids, 
     ed_shards *sh = &tr->sh;
     grm_status st = GRM_OK;
     pthread_mutex_lock(&tr->plock);
-    if (sh->fw == NULL && sh->thresh == 0 && (st = ed_sh_init(s, t, n)) != GRM_OK) goto done;
-    if (sh->fw != NULL) {
-        int64_t ns = 0;
-        for (int64_t i = 0; i < n && st == GRM_OK; i++) {
-            const uint64_t h = ed_hash(ids[i]);
-            if (h >> 32 < sh->thresh) {
-                st = ed_sh_access(s, t, sh, ids[i], h);
-                ns++;
-            }
+    if (sh->fw == NULL && (st = ed_sh_init(s, t, n)) != GRM_OK) goto done;
+    int64_t ns = 0;
+    for (int64_t i = 0; i < n && st == GRM_OK; i++) {
+        const uint64_t h = ed_hash(ids[i]);
+        if (h >> 32 < sh->thresh) {
+            st = ed_sh_access(s, t, sh, ids[i], h);
+            ns++;
         }
-        if (st != GRM_OK) goto done;
-        sh->adj += (double)n - (double)ns / ed_sh_rate(sh);
     }
+    if (st != GRM_OK) goto done;
+    sh->adj += (double)n - (double)ns / ed_sh_rate(sh);
     tr->batches++;
     if (t->max_rows != 0) {     // the window is over: the sample's curve, now and then
-        if (sh->fw != NULL && tr->batches >= sh->next_check) ed_sh_rechoose(s, t);
+        if (tr->batches >= sh->next_check) ed_sh_rechoose(s, t);
         goto done;
     }
     if (tr->nprofile + n > tr->profile_cap) {

@@ -404,8 +404,8 @@ grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids /* 
         return s->host->errorf(GRM_EIO, "emb-dynamic: %s: truncating: %s", tr->path,
                                strerror(errno));
     }
-    // Records go out in blocks of up to 1 MiB.
-    const int64_t per = rb >= (1u << 20) ? 1 : (int64_t)((1u << 20) / rb);
+    // Records go out in blocks of the write-back buffer's size (up to 1 MiB, ed_tier_open).
+    const int64_t per = tr->wcap;
     char *buf = calloc((size_t)per, rb);
     if (buf == NULL) {
         ed_keys_fini(s, &index);
