@@ -4,6 +4,8 @@
  * for the memory-bound kernels (mbu = achieved bytes/s / copy bytes/s, RecIS Table 1),
  * the device's fp32 SIMT peak (SMs x fp32 lanes x 2 x clock) for the attention (mfu).
  * Without a device it prints `# SKIP no CUDA device` and exits 0. Usage: bench-cuda [quick] */
+#include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,6 +240,225 @@ static void bench_hash(void)
         }
 }
 
+/* ---- HBM cache over a host-RAM tier: a training step's rate at budgets of 5-100% ---- */
+typedef struct host_tier {
+    float *vals;            /* [N, W] */
+    int64_t *steps;         /* [N] */
+    uint8_t *present;       /* [N] */
+    int64_t W;
+} host_tier;
+
+static grm_status ht_fetch(void *ctx, float *vals, int64_t *steps, uint8_t *found,
+                           const int64_t *keys, int64_t n)
+{
+    host_tier *t = ctx;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t k = keys[i];
+        found[i] = t->present[k];
+        if (!found[i]) continue;
+        memcpy(vals + i * t->W, t->vals + k * t->W, (size_t)t->W * sizeof(float));
+        steps[i] = t->steps[k];
+    }
+    return GRM_OK;
+}
+
+static grm_status ht_store(void *ctx, const int64_t *keys, const float *vals,
+                           const int64_t *steps, int64_t n)
+{
+    host_tier *t = ctx;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t k = keys[i];
+        t->present[k] = 1;
+        memcpy(t->vals + k * t->W, vals + i * t->W, (size_t)t->W * sizeof(float));
+        t->steps[k] = steps[i];
+    }
+    return GRM_OK;
+}
+
+/* Zipf(1.05) ranks over N ids by inverse CDF, scattered by an odd multiplier mod N (N a
+ * power of two, so a bijection): the hot ids are not neighbours. */
+static void zipf_stream(int64_t *ids, int64_t n, int64_t N)
+{
+    double *cdf = malloc((size_t)N * sizeof(double)), sum = 0;
+    for (int64_t r = 0; r < N; r++) cdf[r] = (sum += 1.0 / pow((double)(r + 1), 1.05));
+    for (int64_t i = 0; i < n; i++) {
+        const double u = (double)(rnd() >> 11) / 9007199254740992.0 * sum;
+        int64_t lo = 0, hi = N - 1;
+        while (lo < hi) {
+            const int64_t mid = (lo + hi) / 2;
+            if (cdf[mid] < u) lo = mid + 1; else hi = mid;
+        }
+        ids[i] = (int64_t)(((uint64_t)lo * 0x9E3779B97F4A7C15ULL) & (uint64_t)(N - 1));
+    }
+    free(cdf);
+}
+
+/* The prefetch of the next batch, on its own thread and stream (the overlapped mode). */
+typedef struct pf_job {
+    grm_cuda_cache *c;
+    const int64_t *keys;
+    int64_t n, stamp, protect;
+    void *stream;
+    grm_status st;
+} pf_job;
+
+static void *pf_main(void *a)
+{
+    pf_job *j = a;
+    j->st = grm_cuda_cache_ensure(j->c, NULL, j->keys, j->n, j->stamp, j->protect,
+                                  GRM_CUDA_CACHE_PREFETCH, j->stream);
+    return NULL;
+}
+
+/* The store all in HBM (every row made resident before timing) against budgets of 50% to
+ * 5% of the rows over a host tier that holds every row (a trained table, its pages already
+ * touched), on the same Zipf stream: 300 batches of ids alone bring the cache to the state
+ * of a long run, warm-up training batches follow, then the mean step of the next 40 is
+ * timed. A step: lookup (ensure, marking dirty), prefetch of the next
+ * batch, gather, dedup of the slots, CSR, Adagrad. Each budget runs twice: the prefetch in
+ * line (sync), and on a thread and stream of its own while the step's kernels run
+ * (overlap; the cache's contract allows it: only rows older than the batch move). Peer of
+ * the tier's traffic: the pinned host-to-device copy bandwidth of the same run. */
+static void bench_cache(int64_t N)
+{
+    const int64_t batch = quick ? 16384 : 65536;
+    /* nfill batches of ids only bring the cache to its steady state (a long run's); then
+     * warm training batches, then nb - warm timed ones */
+    const int nfill = quick ? 40 : 300, nb = 50, warm = 10;
+    const int32_t D = 64;
+    const grm_cuda_row_opt opt = {.kind = GRM_CUDA_OPT_ADAGRAD, .lr = 0.05, .eps = 1e-10,
+                                  .initial_accumulator_value = 0.1};
+    const int32_t sf = grm_cuda_row_opt_state_floats(&opt);
+    const int64_t W = (int64_t)D * (1 + sf);
+    int64_t *ids = malloc((size_t)(nb * batch) * 8);
+    zipf_stream(ids, nb * batch, N);
+    int64_t *d_ids = dupload(ids, (size_t)(nb * batch) * 8);
+    int64_t *fill = malloc((size_t)nfill * (size_t)batch * 8);
+    zipf_stream(fill, nfill * batch, N);
+    int64_t *d_fill = dupload(fill, (size_t)nfill * (size_t)batch * 8);
+    free(fill);
+    /* the physical limit of the tier's traffic: pinned host-to-device copy bandwidth */
+    const size_t pb = (size_t)256 << 20;
+    void *pinned = NULL, *dbuf = dalloc(pb);
+    if (cudaMallocHost(&pinned, pb) != cudaSuccess) die("cudaMallocHost");
+    memset(pinned, 1, pb);
+    double t0 = now();
+    for (int i = 0; i < 5; i++)
+        if (cudaMemcpy(dbuf, pinned, pb, cudaMemcpyHostToDevice) != cudaSuccess) die("h2d");
+    const double h2d_bw = 5.0 * (double)pb / (now() - t0);
+    cudaFreeHost(pinned);
+    grm_cuda_free(dbuf);
+    printf("bench=cuda case=copy_h2d_pinned bytes=%zu gbps=%.1f\n", pb, h2d_bw / 1e9);
+    /* the host tier: every row present, every page written */
+    host_tier t = {malloc((size_t)(N * W) * 4), malloc((size_t)N * 8), malloc((size_t)N), W};
+    for (int64_t i = 0; i < N * W; i++) t.vals[i] = 0.001f * (float)(i % 7);
+    for (int64_t k = 0; k < N; k++) t.steps[k] = 1, t.present[k] = 1;
+    const int64_t chunk = 1 << 20;
+    int64_t *all = malloc((size_t)chunk * 8);
+    int64_t *d_all = dalloc((size_t)chunk * 8);
+    int64_t *d_slots = dalloc((size_t)batch * 8), *d_uniq = dalloc((size_t)batch * 8);
+    int64_t *d_inv = dalloc((size_t)batch * 8), *d_coff = dalloc((size_t)(batch + 1) * 8);
+    int64_t *d_cidx = dalloc((size_t)batch * 8), *d_uoff = dalloc(16);
+    int32_t *d_ufeat = dalloc((size_t)batch * 4);
+    float *d_rows = dalloc((size_t)batch * D * 4);
+    const int64_t off[2] = {0, batch};
+    int64_t *d_off = dupload(off, sizeof off);
+    size_t wu = 0, wc = 0;
+    CK(grm_cuda_segment_unique_workspace(batch, &wu));
+    CK(grm_cuda_csr_from_inverse_workspace(batch, &wc));
+    void *d_ws = dalloc(wu > wc ? wu : wc);
+    cudaStream_t s1, s2;
+    if (cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) != cudaSuccess)
+        die("cudaStreamCreate");
+    const int pct[] = {100, 50, 25, 10, 5};
+    double base = 0;     /* the faster of the two all-in-HBM runs */
+    for (int p = 0; p < 5; p++)
+        for (int overlap = 0; overlap < 2; overlap++) {
+            grm_cuda_cache_opts o = {.budget_rows = N * pct[p] / 100, .dim = D,
+                                     .state_floats = sf, .init = GRM_EMB_INIT_UNIFORM,
+                                     .init_scale = 0.01, .seed = 1, .table_hash = 2};
+            o.backing.ctx = &t;
+            o.backing.fetch = ht_fetch;
+            o.backing.store = ht_store;
+            grm_cuda_cache *c = NULL;
+            CK(grm_cuda_cache_create(&c, &o));
+            float *table, *state;
+            int64_t *steps;
+            grm_cuda_cache_arrays(c, &table, &state, &steps);
+            if (pct[p] == 100)      /* all in HBM: every row resident before the stream */
+                for (int64_t k0 = 0; k0 < N; k0 += chunk) {
+                    for (int64_t i = 0; i < chunk; i++) all[i] = k0 + i;
+                    CK(grm_cuda_memcpy_h2d(d_all, all, (size_t)chunk * 8));
+                    CK(grm_cuda_cache_ensure(c, NULL, d_all, chunk, 0, 0, 0, NULL));
+                }
+            else
+                for (int f = 0; f < nfill; f++)
+                    CK(grm_cuda_cache_ensure(c, NULL, d_fill + (int64_t)f * batch, batch, f,
+                                             f, 0, s1));
+            const int64_t t1 = nfill + 1;   /* the first training batch's stamp */
+            grm_cuda_cache_stats s0 = {0}, s1s;
+            for (int b = 0; b < nb; b++) {
+                if (b == warm) {
+                    CK(grm_cuda_sync(NULL));
+                    grm_cuda_cache_get_stats(c, &s0);
+                    t0 = now();
+                }
+                const int64_t *k = d_ids + (int64_t)b * batch;
+                CK(grm_cuda_cache_ensure(c, d_slots, k, batch, t1 + b, t1 + b,
+                                         GRM_CUDA_CACHE_UPDATE, s1));
+                pf_job job = {c, k + batch, batch, t1 + b + 1, t1 + b, s2, GRM_OK};
+                pthread_t th;
+                const int pf = b + 1 < nb;
+                if (pf && !overlap) pf_main(&job);
+                if (pf && overlap && pthread_create(&th, NULL, pf_main, &job) != 0)
+                    die("pthread_create");
+                CK(grm_cuda_gather_fwd(d_rows, table, d_slots, batch, o.budget_rows, D,
+                                       GRM_DTYPE_F32, s1));
+                CK(grm_cuda_segment_unique(d_uniq, d_ufeat, d_uoff, d_inv, d_slots, d_off, batch,
+                                           1, d_ws, wu, s1));
+                int64_t uoff[2];
+                if (cudaMemcpyAsync(uoff, d_uoff, sizeof uoff, cudaMemcpyDeviceToHost, s1) !=
+                        cudaSuccess ||
+                    cudaStreamSynchronize(s1) != cudaSuccess)
+                    die("uoff");
+                CK(grm_cuda_csr_from_inverse(d_coff, d_cidx, d_inv, batch, uoff[1], d_ws, wc,
+                                             s1));
+                /* the gradient of 0.5 |row|^2 is the row itself */
+                CK(grm_cuda_row_opt_step(table, state, steps, d_rows, d_uniq, d_coff, d_cidx,
+                                         uoff[1], D, &opt, s1));
+                if (cudaStreamSynchronize(s1) != cudaSuccess) die("step");
+                if (pf && overlap) pthread_join(th, NULL);
+                CK(job.st);
+            }
+            CK(grm_cuda_sync(NULL));
+            const int timed = nb - warm;
+            const double dt = (now() - t0) / timed;
+            grm_cuda_cache_get_stats(c, &s1s);
+            if (p == 0 && (overlap == 0 || dt < base)) base = dt;
+            const double uniq = (double)(s1s.unique - s0.unique);
+            const double moved = (double)(s1s.bytes_h2d - s0.bytes_h2d + s1s.bytes_d2h -
+                                          s0.bytes_d2h);
+            /* the distinct ids a prefetch found resident: the hit rate the cache gives alone */
+            const double hit = 1.0 - (double)(s1s.prefetched - s0.prefetched) / uniq;
+            printf("bench=cuda case=cache_zipf_%lldm_%dpct_%s rows=%lld budget_rows=%lld batch=%lld "
+                   "dim=%d step_ms=%.3f steps_s_ratio=%.3f hit=%.3f lookup_hit=%.3f "
+                   "tier_mb_step=%.2f tier_gbps=%.2f h2d_share=%.3f evicted_step=%.0f\n",
+                   (long long)N >> 20, pct[p], overlap ? "overlap" : "sync", (long long)N, (long long)o.budget_rows,
+                   (long long)batch, D, dt * 1e3, base / dt, hit,
+                   (double)(s1s.hits - s0.hits) / uniq, moved / timed / 1e6,
+                   moved / timed / dt / 1e9, moved / timed / h2d_bw / dt,
+                   (double)(s1s.evicted - s0.evicted) / timed);
+            grm_cuda_cache_destroy(c);
+        }
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+    void *bufs[] = {d_ids, d_slots, d_uniq, d_inv, d_coff, d_cidx, d_uoff, d_ufeat, d_rows,
+                    d_off, d_ws, d_all, d_fill};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) grm_cuda_free(bufs[i]);
+    free(t.vals), free(t.steps), free(t.present), free(ids), free(all);
+}
+
 /* ---- HSTU attention ---- */
 typedef struct attn_arg {
     grm_hstu_attn_args a;       /* device pointers */
@@ -321,6 +542,12 @@ int main(int argc, char **argv)
     bench_rows(copy_bw);
     bench_unique(copy_bw);
     bench_hash();
+    if (quick) {
+        bench_cache(1 << 20);
+    } else {
+        bench_cache(1 << 23);
+        bench_cache(1 << 21);    /* a table the stream nearly covers: hit rates near 0.9 */
+    }
     bench_attn();
     return 0;
 }

@@ -81,14 +81,15 @@ def main():
     if rows:
         print("%-28s %12s %12s %8s" % ("case", "GB/s|TF/s", "Mkeys/s", "mbu|mfu"))
         for r in rows:
-            rate = r.get("gbps") or r.get("fwd_tflops", "")
+            rate = r.get("gbps") or r.get("tier_gbps") or r.get("fwd_tflops", "")
             if "bwd_tflops" in r:
                 rate = "%s/%s" % (r["fwd_tflops"], r["bwd_tflops"])
             keys = r.get("find_mkeys_s", "")
             if keys:
                 keys = "%s/%s" % (r["insert_mkeys_s"], keys)
             print("%-28s %12s %12s %8s" % (r["case"], rate, keys,
-                                             r.get("mbu") or r.get("mfu") or ""))
+                                             r.get("mbu") or r.get("mfu") or
+                                             r.get("steps_s_ratio") or ""))
     if rows and not args.no_torch:
         torch_peers({r["case"]: r for r in rows if "time_ms" in r}, args.quick)
     if rows and args.ref:

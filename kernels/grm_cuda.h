@@ -229,6 +229,93 @@ grm_status grm_cuda_hash_gather(grm_cuda_hash *h, float *out, const int64_t *row
 int64_t grm_cuda_hash_size(const grm_cuda_hash *h);
 int64_t grm_cuda_hash_capacity(const grm_cuda_hash *h);
 
+/* ---- HBM cache of embedding rows over a host-RAM tier (emb_cache.cu; seed 003 §2.2) ---- */
+
+/* A fixed budget of rows in device memory -- each row's dim floats, its optimizer state and
+ * its step count, which move together -- over a slower tier the caller provides (host RAM,
+ * or a file-backed store behind it). Ids are made resident by ensure(): missing rows are
+ * read from the tier (or initialised by grm_row_init when the tier has none) and, when the
+ * budget is full, least-recently-used rows are evicted, dirty ones written back. A call
+ * carries a stamp (the batch number) and a protect bound: rows stamped at or after it are
+ * never evicted, so the prefetch of batch i+1 (stamp i+1, protect i) cannot take the rows
+ * that batch i looked up before its update (seed 003 §2.2, "prefetch i+1 without evicting
+ * i"). The resident rows sit in three plain device arrays in the layout of
+ * grm_cuda_row_opt_step, addressed by the slots ensure() returns, so gathers and the
+ * optimizer run on the cache directly. */
+typedef struct grm_cuda_cache grm_cuda_cache;
+
+/* The slower tier: host callbacks over host memory (pinned staging buffers of the cache).
+ * A record is W = dim * (1 + state_floats) floats (the row, then its state) and one int64
+ * step count. */
+typedef struct grm_cuda_cache_backing {
+    void *ctx;
+    /* For i < n: the record of keys[i] into vals [n, W] and steps [n], found[i] = 1; or
+     * found[i] = 0 when the tier holds no such key (the cache initialises the row, state
+     * 0, step 0). Keys are distinct. */
+    grm_status (*fetch)(void *ctx, float *vals, int64_t *steps, uint8_t *found,
+                        const int64_t *keys, int64_t n);
+    /* Keep the records of keys [n] (write-back of dirty rows; keys distinct). */
+    grm_status (*store)(void *ctx, const int64_t *keys, const float *vals,
+                        const int64_t *steps, int64_t n);
+} grm_cuda_cache_backing;
+
+typedef struct grm_cuda_cache_opts {
+    int64_t budget_rows;    /* rows resident at most, >= 1 (grm_cuda_cache_row_bytes) */
+    int32_t dim;            /* floats per row, [1, 4096] */
+    int32_t state_floats;   /* optimizer floats per row element (grm_cuda_row_opt_state_floats) */
+    int32_t init;           /* enum grm_emb_init of rows the tier does not hold */
+    double init_scale;
+    uint64_t seed, table_hash;  /* grm_row_init's, as the CPU stores */
+    grm_cuda_cache_backing backing;   /* fetch and store required */
+} grm_cuda_cache_opts;
+
+/* ensure() flags */
+#define GRM_CUDA_CACHE_UPDATE 1u    /* the rows will be updated: mark them dirty */
+#define GRM_CUDA_CACHE_PREFETCH 2u  /* count the call as a prefetch, not a lookup */
+
+typedef struct grm_cuda_cache_stats {
+    int64_t rows, budget_rows;  /* resident now; the budget */
+    int64_t lookups;            /* ids asked by lookups (not prefetches), duplicates counted */
+    int64_t unique;             /* distinct ids of lookups, summed over calls */
+    int64_t hits;               /* of those, found resident */
+    int64_t prefetched;         /* rows made resident by prefetches */
+    int64_t fetched;            /* records read from the tier */
+    int64_t initialised;        /* rows created by the initializer */
+    int64_t evicted;            /* rows evicted */
+    int64_t written_back;       /* dirty records stored to the tier (evictions and flushes) */
+    int64_t bytes_h2d, bytes_d2h;   /* record bytes moved between the tiers */
+} grm_cuda_cache_stats;
+
+/* Device bytes one budget row costs: the record, its stamp, key and dirty flag, and the key
+ * structure's share (two slots and a free-list entry). budget_rows = bytes / this. */
+int64_t grm_cuda_cache_row_bytes(int32_t dim, int32_t state_floats);
+
+/* Create an empty cache (owned; grm_cuda_cache_destroy). opts: copied. GRM_EINVAL names a
+ * bad option before anything is allocated. */
+grm_status grm_cuda_cache_create(grm_cuda_cache **out, const grm_cuda_cache_opts *opts);
+void grm_cuda_cache_destroy(grm_cuda_cache *c);
+
+/* The resident rows: table [budget, dim] f32, state [budget, state_floats * dim] (NULL when
+ * state_floats is 0), steps [budget] int64, all device memory indexed by slot. */
+void grm_cuda_cache_arrays(grm_cuda_cache *c, float **table, float **state, int64_t **steps);
+
+/* Make the rows of keys [n] (device, duplicates allowed) resident; slots [n] device (or
+ * NULL) receives each key's slot. Every row stamped >= protect stays (GRM_ENOMEM names the
+ * budget when the others cannot make room: it must hold two batches' distinct ids); the
+ * rows of keys get max(their stamp, stamp). Synchronises the stream. One ensure or flush
+ * at a time on a cache; kernels on other streams may use the rows stamped >= protect
+ * meanwhile (only other rows are evicted or filled). GRM_EIO etc. from the tier. */
+grm_status grm_cuda_cache_ensure(grm_cuda_cache *c, int64_t *slots, const int64_t *keys,
+                                 int64_t n, int64_t stamp, int64_t protect, uint32_t flags,
+                                 void *stream);
+/* slots [n] device: the slot of keys[i], -1 when not resident (changes nothing). */
+grm_status grm_cuda_cache_find(grm_cuda_cache *c, int64_t *slots, const int64_t *keys,
+                               int64_t n, void *stream);
+/* Store every dirty resident record to the tier (a checkpoint's consistent point); rows
+ * stay resident and become clean. Synchronises the stream. */
+grm_status grm_cuda_cache_flush(grm_cuda_cache *c, void *stream);
+void grm_cuda_cache_get_stats(const grm_cuda_cache *c, grm_cuda_cache_stats *out);
+
 /* ---- fused jagged HSTU attention (hstu_attn.cu) ---- */
 
 /* The HSTU attention of grm_hstu_attn_args (grm/backend.h, the contract; its spec is

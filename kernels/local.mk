@@ -6,7 +6,7 @@
 EXTRA_DIST += %reldir%/README.md %reldir%/grm_cuda.h %reldir%/cuda_common.cuh \
 	%reldir%/cuda_util.cu %reldir%/embedding_ops.cu %reldir%/segment_unique.cu \
 	%reldir%/row_opt.cu %reldir%/hash_table.cu %reldir%/hstu_attn.cu \
-	bench/bench_cuda.py bench/cuda_attn_peer.py
+	%reldir%/emb_cache.cu bench/bench_cuda.py bench/cuda_attn_peer.py
 
 if HAVE_CUDA
 # sm_80 (A100) and sm_90 (H100/H200) SASS, plus compute_90 PTX for later GPUs to JIT.
@@ -28,7 +28,8 @@ GRM_NVCCFLAGS = -std=c++17 -O3 $(GRM_NVCC_GENCODE) --Werror=all-warnings \
 noinst_LTLIBRARIES += %reldir%/libgrmcuda.la
 %canon_reldir%_libgrmcuda_la_SOURCES = %reldir%/grm_cuda.h %reldir%/cuda_common.cuh \
 	%reldir%/cuda_util.cu %reldir%/embedding_ops.cu %reldir%/segment_unique.cu \
-	%reldir%/row_opt.cu %reldir%/hash_table.cu %reldir%/hstu_attn.cu
+	%reldir%/row_opt.cu %reldir%/hash_table.cu %reldir%/hstu_attn.cu \
+	%reldir%/emb_cache.cu
 %canon_reldir%_libgrmcuda_la_LIBADD = $(CUDA_LIBS) -lstdc++
 
 # The cuda backend (backend_cuda.c + libgrmcuda.la) as a module that core/backend.c dlopens
@@ -69,6 +70,11 @@ TESTS += tests/test-cuda-hash
 tests_test_cuda_hash_SOURCES = tests/test-cuda-hash.c tests/cuda-common.h
 tests_test_cuda_hash_CPPFLAGS = $(GRM_CUDA_TEST_CPPFLAGS)
 tests_test_cuda_hash_LDADD = $(GRM_CUDA_TEST_LIBS)
+check_PROGRAMS += tests/test-cuda-cache
+TESTS += tests/test-cuda-cache
+tests_test_cuda_cache_SOURCES = tests/test-cuda-cache.c tests/cuda-common.h
+tests_test_cuda_cache_CPPFLAGS = $(GRM_CUDA_TEST_CPPFLAGS)
+tests_test_cuda_cache_LDADD = $(GRM_CUDA_TEST_LIBS)
 check_PROGRAMS += tests/test-cuda-backend
 TESTS += tests/test-cuda-backend
 tests_test_cuda_backend_SOURCES = tests/test-cuda-backend.c tests/cuda-common.h tests/hstu-ref.h
