@@ -309,8 +309,9 @@ static grm_status reserve_scratch(grm_cuda_cache *c, int64_t n)
 extern "C" int64_t grm_cuda_cache_row_bytes(int32_t dim, int32_t state_floats)
 {
     // record (row, state, step), stamp, key, dirty flag; the index: its one-float row, a
-    // free-list entry and two key slots (a key and a state each) at load <= 0.5
-    return 4 * (int64_t)dim * (1 + state_floats) + 8 + 8 + 8 + 1 + 4 + 8 + 2 * 16;
+    // free-list entry, two key slots (a key and a state each) at load <= 0.5 and two more
+    // in the spare structure that its tombstone rehashes reuse
+    return 4 * (int64_t)dim * (1 + state_floats) + 8 + 8 + 8 + 1 + 4 + 8 + 4 * 16;
 }
 
 extern "C" void grm_cuda_cache_destroy(grm_cuda_cache *c)

@@ -227,6 +227,13 @@ struct grm_cuda_hash {
     int64_t cap;                    // key slots
     int64_t *keys;                  // [cap] device
     long long *state;               // [cap] device
+    // the key structure a rehash at the same capacity left (one that only dropped erased
+    // slots): the next such rehash reuses it, without cudaMalloc and the device-wide
+    // synchronisation of cudaFree, since a table under steady churn (an HBM cache) does
+    // that every few batches
+    int64_t *spare_keys;
+    long long *spare_state;
+    int64_t spare_cap;
     std::vector<float *> chunks;    // host copy of the chunk pointers
     float **d_chunks;               // [chunk_slots] device
     int64_t chunk_slots;
@@ -256,7 +263,7 @@ static dev_table dev_view(const grm_cuda_hash *h)
     return t;
 }
 
-static grm_status alloc_keys(int64_t cap, int64_t **keys, long long **state)
+static grm_status alloc_keys(int64_t cap, int64_t **keys, long long **state, cudaStream_t st)
 {
     *keys = nullptr;
     *state = nullptr;
@@ -267,23 +274,44 @@ static grm_status alloc_keys(int64_t cap, int64_t **keys, long long **state)
         *keys = nullptr;
         GRM_CUDA_CHECK(e);
     }
-    GRM_CUDA_CHECK(cudaMemset(*state, 0xFF, (size_t)cap * sizeof(long long)));   // kEmpty
+    GRM_CUDA_CHECK(cudaMemsetAsync(*state, 0xFF, (size_t)cap * sizeof(long long), st));  // kEmpty
     return GRM_OK;
 }
 
-// Grow the key structure to new_cap slots (also drops erased slots); rows stay in place.
+// Rebuild the key structure with new_cap slots, dropping erased slots; rows stay in place.
+// At the same capacity the spare structure is reused and the old one becomes the spare.
 static grm_status rehash(grm_cuda_hash *h, int64_t new_cap, cudaStream_t st)
 {
     int64_t *nkeys;
     long long *nstate;
-    grm_status s = alloc_keys(new_cap, &nkeys, &nstate);
-    if (s != GRM_OK) return s;
+    if (h->spare_cap == new_cap) {
+        nkeys = h->spare_keys;
+        nstate = h->spare_state;
+        h->spare_keys = nullptr;
+        h->spare_state = nullptr;
+        h->spare_cap = 0;
+        GRM_CUDA_CHECK(cudaMemsetAsync(nstate, 0xFF, (size_t)new_cap * sizeof(long long), st));
+    } else {
+        grm_status s = alloc_keys(new_cap, &nkeys, &nstate, st);
+        if (s != GRM_OK) return s;
+    }
     rehash_kernel<<<grm_cuda__blocks(h->cap, 256), 256, 0, st>>>(
         nkeys, nstate, (uint64_t)new_cap / kG, h->keys, h->state, h->cap);
     GRM_CUDA_CHECK_LAUNCH();
     GRM_CUDA_CHECK(cudaStreamSynchronize(st));
-    cudaFree(h->keys);
-    cudaFree(h->state);
+    cudaFree(h->spare_keys);
+    cudaFree(h->spare_state);
+    if (new_cap == h->cap) {
+        h->spare_keys = h->keys;
+        h->spare_state = h->state;
+        h->spare_cap = h->cap;
+    } else {
+        cudaFree(h->keys);
+        cudaFree(h->state);
+        h->spare_keys = nullptr;
+        h->spare_state = nullptr;
+        h->spare_cap = 0;
+    }
     h->keys = nkeys;
     h->state = nstate;
     h->cap = new_cap;
@@ -362,6 +390,8 @@ extern "C" void grm_cuda_hash_destroy(grm_cuda_hash *h)
     if (h == nullptr) return;
     cudaFree(h->keys);
     cudaFree(h->state);
+    cudaFree(h->spare_keys);
+    cudaFree(h->spare_state);
     for (float *c : h->chunks) cudaFree(c);
     cudaFree(h->d_chunks);
     cudaFree(h->free_rows);
@@ -389,8 +419,12 @@ extern "C" grm_status grm_cuda_hash_create(grm_cuda_hash **out, const grm_cuda_h
     h->opts = *o;
     h->cap = 64;
     while (h->cap < o->capacity) h->cap *= 2;
-    grm_status s = alloc_keys(h->cap, &h->keys, &h->state);
+    grm_status s = alloc_keys(h->cap, &h->keys, &h->state, nullptr);
     if (s != GRM_OK) goto fail;
+    if (cudaStreamSynchronize(nullptr) != cudaSuccess) {
+        s = grm_cuda__errorf(GRM_EDEVICE, "%s: clearing the key structure failed", fn);
+        goto fail;
+    }
     {
         const cudaError_t e = cudaMalloc(&h->ctr, C_N * sizeof(long long));
         if (e != cudaSuccess) {

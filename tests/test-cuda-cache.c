@@ -407,7 +407,7 @@ static void test_args(void)
     tap_ok(grm_cuda_cache_create(&c, &o) == GRM_EINVAL &&
                strstr(grm_cuda_last_error(), "fetch and store") != NULL,
            "a tier without store refused: %s", grm_cuda_last_error());
-    tap_ok(grm_cuda_cache_row_bytes(DIM, SF) == 4 * W + 69,
+    tap_ok(grm_cuda_cache_row_bytes(DIM, SF) == 4 * W + 101,
            "a budget row of dim %d with Adagrad costs %lld bytes", DIM,
            (long long)grm_cuda_cache_row_bytes(DIM, SF));
 }
