@@ -18,6 +18,7 @@ void grm__batch_fini(const grm__trainer *t, grm__batch *bt)
         grm__batch_tab *w = &bt->tab[T];
         void *wb[] = { w->ids, w->segoff, w->counts, w->inv, w->keys, w->ufeat };
         for (size_t i = 0; i < sizeof wb / sizeof *wb; i++) grm__free(CPU, wb[i]);
+        free(w->pfkeys);
     }
     void *bufs[] = { bt->ex, bt->users, bt->gids, bt->hist_end, bt->labels, bt->pos_ids,
                      bt->tok_src,

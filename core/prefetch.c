@@ -15,16 +15,39 @@
 /* The rows of batch bt's keys brought into the store's fast tier while the trainer still
  * computes the batches before (grm_emb_ops.prefetch, ABI 1.6; seed 003 §2.2: batch i+1's
  * rows come in during batch i, which the store must not evict). Negatives are drawn by
- * the trainer later and fetched by its lookup. One rank only: with several, a key's row
- * lives in the store of the rank that owns it (core/dist.c). */
-static grm_status pf_prefetch_rows(grm__trainer *t, const grm__batch *bt)
+ * the trainer later and fetched by its lookup. With several ranks a key's row lives in the
+ * store of the rank that owns it (core/dist.c), and this thread knows only this rank's
+ * batch: it prefetches the keys this rank owns, a 1/nranks share of what its store will
+ * serve (the other ranks' requests arrive through the exchange and are fetched by the
+ * owner's lookup). Sending the next batch's keys to their owners would need collectives
+ * on the data thread, beside the trainer's own. */
+static grm_status pf_prefetch_rows(grm__trainer *t, grm__batch *bt)
 {
     const grm_emb_ops *e = t->sp.eops;
-    if (t->sp.dist || !GRM_HAS_OP(grm_emb_ops, e, prefetch)) return GRM_OK;
+    if (!GRM_HAS_OP(grm_emb_ops, e, prefetch)) return GRM_OK;
     for (int32_t T = 0; T < t->p->nphys; T++) {
-        const grm__batch_tab *w = &bt->tab[T];
-        if (w->nu <= 0) continue;
-        grm_status st = e->prefetch(t->p->emb.inst, T, w->keys, w->nu);
+        grm__batch_tab *w = &bt->tab[T];
+        const int64_t *keys = w->keys;
+        int64_t n = w->nu;
+        if (t->sp.dist && n > 0) {
+            /* the keys this rank owns, into the batch's own scratch */
+            if (w->pfcap < n) {
+                int64_t *k = realloc(w->pfkeys, (size_t)n * sizeof *k);
+                if (k == NULL)
+                    return grm_errorf(GRM_ENOMEM, "prefetch: out of memory for %lld keys",
+                                      (long long)n);
+                w->pfkeys = k;
+                w->pfcap = n;
+            }
+            int64_t m = 0;
+            for (int64_t i = 0; i < n; i++)
+                if (grm__dist_owner(t->sp.dist, t->rank, w->keys[i]) == t->rank)
+                    w->pfkeys[m++] = w->keys[i];
+            keys = w->pfkeys;
+            n = m;
+        }
+        if (n <= 0) continue;
+        grm_status st = e->prefetch(t->p->emb.inst, T, keys, n);
         if (st != GRM_OK) {
             grm_error_prefix("[embedding] %s: prefetch: ", t->p->emb.plugin->info->name);
             return st;

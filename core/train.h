@@ -77,6 +77,9 @@ typedef struct grm__batch_tab {
     int64_t *inv;         /* [cap] unique index of ids[j] */
     int64_t *keys;        /* [cap] the unique keys, first-seen order, then new negatives */
     int32_t *ufeat;       /* [cap] id space (segment) of each key: FusedRec's category */
+    int64_t *pfkeys;      /* [pfcap] several ranks: the keys this rank owns, for the data
+                           * thread's prefetch (prefetch.c); malloc'ed, grown on demand */
+    int64_t pfcap;
 } grm__batch_tab;
 
 struct grm__piece;

@@ -19,6 +19,8 @@ tests_test_emb_dynamic_stress_LDADD = $(GRM_TEST_LIBS) -lm -lpthread
 # kill-at-write.so (LD_PRELOAD) kills it inside a write-back or a checkpoint save
 TESTS += tests/test-train-tiered.sh
 EXTRA_DIST += tests/test-train-tiered.sh
+TESTS += tests/test-train-tiered-dist.sh
+EXTRA_DIST += tests/test-train-tiered-dist.sh
 check_LTLIBRARIES += tests/kill-at-write.la
 tests_kill_at_write_la_SOURCES = tests/kill-at-write.c
 tests_kill_at_write_la_CFLAGS = $(AM_CFLAGS) -fvisibility=default

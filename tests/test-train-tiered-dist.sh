@@ -1,0 +1,104 @@
+#!/bin/sh
+# tests/test-train-tiered-dist.sh - emb-dynamic's tiered mode across ranks and world sizes
+# (issue 20: checkpoints of a tiered table "resume and N->M resharding work as for the
+# other stores"), on test-reshard.sh's ranking pipeline (merged table user+item, ~500 rows)
+# with the table in a cache of 12,000 bytes (~45 rows) over a backing file:
+#  - one rank, tiered against in memory: the 60 losses bitwise;
+#  - the tiered checkpoint of step 40 resharded 1 -> 2 -> 1 and resumed tiered on one rank:
+#    the 60 losses of the uninterrupted in-memory run within 1e-5 (test-reshard.sh's
+#    tolerance for a reshard);
+#  - 2 ranks (comm-mpi), tiered against in memory: the same losses bitwise, and rank 0's
+#    data thread prefetched rows (the keys of its batch that its rank owns);
+#  - 2 ranks tiered for 40 steps, resharded to 1 rank and resumed there tiered: the 60
+#    losses of the one-rank run within 1e-5.
+# Without $MPIRUN or comm-mpi the 2-rank cases are skipped. TAP output.
+set -u
+: "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
+g="$GRM_TOP_BUILDDIR/grmhost"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tdist-tier-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+. "$GRM_TOP_SRCDIR/tests/tap.sh"
+echo "1..8"
+
+dist_data || exit 1
+mkdir -p "$tmp/tier"
+rank_ini() {   # $1 comm plugin, $2 checkpoint dir, $3 tiered (1) or in memory (0)
+    if [ "$3" = 1 ]; then
+        ini_dist_ranking "$1" "$2" | sed "s|^plugin = emb-dynamic\$|plugin = emb-dynamic\\
+backing = $tmp/tier\\
+cache_bytes = 12000\\
+evict = lru|"
+    else
+        ini_dist_ranking "$1" "$2"
+    fi
+}
+train1() {   # INI STEPS OUT.jsonl: one rank (resuming when the checkpoint dir has one)
+    "$g" train --max-steps "$2" --metrics-out "$3" "$1" >/dev/null 2>"$3.err"
+    rc=$?
+    [ $rc -ne 0 ] && sed 's/^/# /' "$3.err" | tail -5
+    return $rc
+}
+s40=step-0000000040.grm
+
+rank_ini comm-single "$tmp/ref" 0 >"$tmp/ref.ini"
+train1 "$tmp/ref.ini" 60 "$tmp/ref.jsonl"
+rc=$?
+rank_ini comm-single "$tmp/t1" 1 >"$tmp/t1.ini"
+train1 "$tmp/t1.ini" 60 "$tmp/t1.jsonl"
+rc=$((rc | $?))
+grep "cache .* of .* rows" "$tmp/t1.jsonl.err" | head -1 | sed 's/^/# /'
+same_curve "$tmp/ref.jsonl" "$tmp/t1.jsonl" 0
+ok $((rc | $?)) "one rank: the tiered table's 60 losses are the in-memory run's, bitwise"
+
+# 1 -> 2 -> 1 of a tiered checkpoint, resumed tiered on one rank
+rank_ini comm-single "$tmp/a" 1 >"$tmp/a.ini"
+train1 "$tmp/a.ini" 40 "$tmp/a.jsonl"
+rc=$?
+"$g" reshard -q "$tmp/a.ini" -n 2 >"$tmp/a2.out" 2>&1
+rc=$((rc | $?))
+test $rc -eq 0 && test -f "$tmp/a/rank-0-of-2/$s40" && test -f "$tmp/a/rank-1-of-2/$s40"
+ok $? "a tiered checkpoint of step 40 resharded 1 -> 2"
+"$g" reshard -q "$tmp/a.ini" -n 1 >"$tmp/a1.out" 2>&1
+rc=$?
+train1 "$tmp/a.ini" 20 "$tmp/a.b.jsonl"
+rc=$((rc | $?))
+cat "$tmp/a.jsonl" "$tmp/a.b.jsonl" >"$tmp/aa.jsonl"
+same_curve "$tmp/ref.jsonl" "$tmp/aa.jsonl" 1e-5
+ok $((rc | $?)) "... then 2 -> 1 and resumed tiered on one rank: the 60 losses of the \
+in-memory run within 1e-5"
+
+mpi_or_skip 4 8
+mpitrain() {   # N INI STEPS OUT.jsonl (stderr of all ranks in OUT.jsonl.out)
+    mpi "$1" train --max-steps "$3" --metrics-out "$4" "$2" >"$4.out" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && sed 's/^/# /' "$4.out" | tail -8
+    return $rc
+}
+
+rank_ini comm-mpi "$tmp/m" 0 >"$tmp/m.ini"
+mpitrain 2 "$tmp/m.ini" 60 "$tmp/m.jsonl"
+rc=$?
+rank_ini comm-mpi "$tmp/t2" 1 >"$tmp/t2.ini"
+mpitrain 2 "$tmp/t2.ini" 60 "$tmp/t2.jsonl"
+rc=$((rc | $?))
+same_curve "$tmp/m.jsonl" "$tmp/t2.jsonl" 0
+ok $((rc | $?)) "2 ranks: the tiered table's 60 losses are the 2-rank in-memory run's, bitwise"
+grep "cache .* of .* rows" "$tmp/t2.jsonl.out" | sed 's/^/# /'
+grep -q "cache [0-9]* of [0-9]* rows .*([1-9][0-9]* by prefetch)" "$tmp/t2.jsonl.out"
+ok $? "2 ranks: rank 0's data thread prefetched rows of the keys its rank owns (the other \
+ranks log warnings only)"
+same_curve "$tmp/ref.jsonl" "$tmp/t2.jsonl" 1e-5
+ok $? "... and the 2-rank tiered run takes the one-rank run's steps (within 1e-5)"
+
+rank_ini comm-mpi "$tmp/b" 1 >"$tmp/b.ini"
+mpitrain 2 "$tmp/b.ini" 40 "$tmp/b.jsonl"
+rc=$?
+"$g" reshard -q "$tmp/b.ini" -n 1 >"$tmp/b1.out" 2>&1
+rc=$((rc | $?))
+test $rc -eq 0 && test -f "$tmp/b/$s40"
+ok $? "2 ranks tiered for 40 steps, the checkpoint resharded to 1 rank"
+train1 "$tmp/b.ini" 20 "$tmp/b.b.jsonl"
+rc=$?
+cat "$tmp/b.jsonl" "$tmp/b.b.jsonl" >"$tmp/bb.jsonl"
+same_curve "$tmp/ref.jsonl" "$tmp/bb.jsonl" 1e-5
+ok $((rc | $?)) "... resumed tiered on one rank: the 60 losses of the one-rank run within 1e-5"
