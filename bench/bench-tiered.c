@@ -2,9 +2,10 @@
  * stream (lookup with INSERT of each batch's unique ids, an Adam update of the same rows)
  * on emb-dynamic all in memory or tiered (a RAM cache over a backing file); in both modes a
  * data thread assembles the batches up to 2 ahead as the trainer's does, and in tiered mode
- * it also prefetches their rows (BT_NOPF=1: not). Prints one line:
+ * it also prefetches their rows (BT_NOPF=1: not; BT_BACKING_IO=pread|io_uring: how).
+ * Prints one line:
  *   mode=<mem|tiered> cache_bytes=<given> cache_rows=R rows=N ids=I seconds=S ids_per_s=X
- *   hit_rate=H lookup_hit_rate=L bytes_read=BR bytes_written=BW prefetched=P
+ *   hit_rate=H lookup_hit_rate=L bytes_read=BR bytes_written=BW prefetched=P prefetch_s=T
  * hit_rate = 1 - (rows read from the backing file, by prefetch or lookup, plus rows created)
  * / ids: the cache's own hit rate. lookup_hit_rate = 1 - (rows the lookups had to read or
  * create) / ids: a prefetched row counts as a hit (its read was hidden).
@@ -12,12 +13,14 @@
  * EPOCHS (default 1): passes over the stream, as training makes; the step keeps counting.
  * STREAM_FILE: int64 nbatch, int64 B, then nbatch * B ids (a batch's ids may repeat).
  * GRM_TOP_BUILDDIR must be set. Wall time: the backing file's I/O is part of the cost. */
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <grm/emb.h>
 
@@ -67,7 +70,10 @@ typedef struct pf_ring {
     int64_t slot_n[DEPTH + 1];
     int64_t nb, B, total;       /* batches a pass, their size, batches in all (g = 1..total) */
     int64_t ready, done;        /* assembled through batch `ready`; trained through `done` */
+    double prefetch_s;          /* seconds in the store's prefetch */
     int prefetch, pf_sleeps, loop_sleeps;
+    int cold_fd;                /* BT_COLD=1: the backing file, dropped from the page cache
+                                 * before each prefetch (a file far larger than the RAM) */
     grm_status st;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -89,9 +95,15 @@ static void *pf_main(void *arg)
         pthread_mutex_unlock(&r->mu);
         const int64_t k = (g - 1) % (DEPTH + 1);
         int64_t *ids = r->slot_ids + k * r->B;
+        if (r->cold_fd >= 0) {      // BT_COLD: the backing file's pages out of the cache
+            fdatasync(r->cold_fd);
+            posix_fadvise(r->cold_fd, 0, 0, POSIX_FADV_DONTNEED);
+        }
         r->slot_n[k] = unique(ids, r->stream + (g - 1) % r->nb * r->B, r->B);
+        const double t0 = now_s();
         const grm_status st =
             r->prefetch ? r->ops->prefetch(r->store, 0, ids, r->slot_n[k]) : GRM_OK;
+        r->prefetch_s += now_s() - t0;
         pthread_mutex_lock(&r->mu);
         if (r->st == GRM_OK) r->st = st;
         r->ready = g;
@@ -124,6 +136,21 @@ static void pf_release(pf_ring *r, int64_t g)
     r->done = g;
     if (r->pf_sleeps) pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+}
+
+/* The descriptor of the store's backing file (unlinked at creation: found through
+ * /proc/self/fd), or -1. */
+static int backing_fd(void)
+{
+    for (int fd = 3; fd < 1024; fd++) {
+        char link[64], target[512];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        const ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = 0;
+        if (strstr(target, ".tier.") != NULL) return fd;
+    }
+    return -1;
 }
 
 static void die(const char *what)
@@ -175,8 +202,11 @@ int main(int argc, char **argv)
     char kv_back[600], kv_cache[64];
     snprintf(kv_back, sizeof kv_back, "backing=%s", argv[4]);
     snprintf(kv_cache, sizeof kv_cache, "cache_bytes=%s", mode);
+    char kv_io[64];     // BT_BACKING_IO=pread|io_uring|auto: emb-dynamic's backing_io
+    snprintf(kv_io, sizeof kv_io, "backing_io=%s",
+             getenv("BT_BACKING_IO") ? getenv("BT_BACKING_IO") : "auto");
     const void *cfg = tiered ? harness_config(info, kv_back, kv_cache, "profile_batches=20",
-                                              (const char *)NULL)
+                                              kv_io, (const char *)NULL)
                              : harness_config(info, (const char *)NULL);
     if (ops->create(cfg, &spec, 1, &opt, &s) != GRM_OK) die("create");
 
@@ -185,6 +215,7 @@ int main(int argc, char **argv)
                   .st = GRM_OK, .mu = PTHREAD_MUTEX_INITIALIZER,
                   .cv = PTHREAD_COND_INITIALIZER };
     r.slot_ids = malloc((size_t)(DEPTH + 1) * (size_t)B * sizeof(int64_t));
+    r.cold_fd = tiered && getenv("BT_COLD") ? backing_fd() : -1;
     pthread_t th;
     if (pthread_create(&th, NULL, pf_main, &r) != 0) {
         fprintf(stderr, "bench-tiered: cannot start the data thread\n");
@@ -209,7 +240,7 @@ int main(int argc, char **argv)
     const ed_table *t = &((const ed_store *)s)->tables[0];
     printf("mode=%s cache_bytes=%s cache_rows=%lld rows=%lld ids=%lld seconds=%.3f "
            "ids_per_s=%.0f hit_rate=%.4f lookup_hit_rate=%.4f bytes_read=%lld "
-           "bytes_written=%lld prefetched=%lld\n",
+           "bytes_written=%lld prefetched=%lld prefetch_s=%.3f\n",
            tiered ? "tiered" : "mem", tiered ? mode : "-", (long long)(tiered ? st.capacity
                                                                               : st.rows),
            (long long)st.rows, (long long)ids, secs, (double)ids / secs,
@@ -218,7 +249,7 @@ int main(int argc, char **argv)
            1.0 - (double)st.misses / (double)st.lookups,
            (long long)(tiered ? atomic_load(&t->tier.bytes_read) : 0),
            (long long)(tiered ? atomic_load(&t->tier.bytes_written) : 0),
-           (long long)(tiered ? atomic_load(&t->tier.prefetched) : 0));
+           (long long)(tiered ? atomic_load(&t->tier.prefetched) : 0), r.prefetch_s);
     ops->destroy(s);
     oops->destroy(adam);
     free(stream);

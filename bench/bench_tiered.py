@@ -76,6 +76,31 @@ def parse(line):
     return dict(p.split("=", 1) for p in line.split() if "=" in p)
 
 
+def cold_case(driver, path, back, env, args):
+    """The backing file out of the page cache (BT_COLD: bench-tiered's data thread syncs it
+    and drops its pages before each prefetch, as for a file far larger than the RAM): the
+    prefetch's reads go to the disk, one pread a row against one io_uring submission a chunk
+    of 64 ids (emb-dynamic's backing_io). Alternated; medians of the rounds."""
+    res = {"pread": [], "io_uring": []}
+    for _ in range(args.rounds):
+        for io in ("pread", "io_uring"):
+            e = dict(env, BT_COLD="1", BT_BACKING_IO=io)
+            out = subprocess.run([driver, path, str(DIM), "auto", back, "3"], env=e,
+                                 capture_output=True, text=True)
+            if out.returncode != 0:
+                print("bench=tiered case=ml100k-auto-cold io=%s SKIP %s" % (
+                    io, (out.stderr.strip().splitlines() or ["failed"])[-1]))
+                return
+            res[io].append(parse(out.stdout.strip().splitlines()[-1]))
+    pre = {io: statistics.median(float(r["prefetch_s"]) for r in rs) for io, rs in res.items()}
+    loop = {io: statistics.median(float(r["seconds"]) for r in rs) for io, rs in res.items()}
+    for io in ("pread", "io_uring"):
+        print("bench=tiered case=ml100k-auto-cold io=%s epochs=3 prefetched=%s prefetch_s=%.3f "
+              "loop_s=%.3f peer=pread prefetch_speedup=%.2f loop_speedup=%.2f" % (
+                  io, res[io][-1]["prefetched"], pre[io], loop[io],
+                  pre["pread"] / pre[io], loop["pread"] / loop[io]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grmhost", default=None)
@@ -144,6 +169,8 @@ def main():
                 rmid = statistics.median(rs)
                 med[m] = (mid, (rates[-1] - rates[0]) / mid, runs[m][-1], rmid,
                           (rs[-1] - rs[0]) / rmid)
+            if name == "ml100k":
+                cold_case(driver, path, back, env, args)
             base = med["mem"][0]
             for m, label in zip(modes, labels):
                 rate, spread, r, ratio, rspread = med[m]

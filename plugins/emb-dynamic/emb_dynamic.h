@@ -35,6 +35,13 @@ enum ed_impl {
     ED_IMPL_AUTO = 2        /* ref on [pipeline] device = ref, else cpu (grm/backend.h) */
 };
 
+/* backing_io values: how the prefetch reads its misses from the backing file. */
+enum ed_backing_io {
+    ED_IO_AUTO = 0,         /* io_uring when built with liburing and the kernel allows it */
+    ED_IO_PREAD = 1,        /* one pread a record */
+    ED_IO_URING = 2         /* io_uring, or an error at create naming why not */
+};
+
 /* The config struct the declared parameters fill (plugin.c: ed_params). */
 typedef struct ed_config {
     int32_t evict;          /* ed_evict_mode */
@@ -48,6 +55,7 @@ typedef struct ed_config {
     int32_t impl;           /* ed_impl */
     const char *backing;    /* tiered mode: directory of the backing files; "" = off */
     const char *cache_bytes;    /* tiered mode: cache budget per table, bytes or "auto" */
+    int32_t backing_io;         /* tiered mode: ed_backing_io */
     double target_hit_rate;     /* cache_bytes = auto: the hit rate the cache must reach */
     int64_t profile_batches;    /* cache_bytes = auto: training lookups profiled first */
 } ed_config;
@@ -273,6 +281,9 @@ typedef struct ed_tier {
     int64_t wcap;           /* records it holds */
     int64_t wfirst, wn;     /* file record of the first staged one; staged records */
     int64_t garbage;        /* file records no id points to any more (rewritten since) */
+    void *ring;             /* struct io_uring of the prefetch's reads (owned), or NULL:
+                             * pread (backing_io, tier.c) */
+    _Atomic int64_t ring_reads;     /* records read through it */
 } ed_tier;
 
 typedef struct ed_table {
@@ -493,6 +504,11 @@ grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids,
 grm_status ed_tier_open(const ed_store *s, ed_table *t);
 void ed_tier_close(const ed_store *s, ed_table *t);
 grm_status ed_tier_fetch(const ed_store *s, ed_table *t, int64_t ref, int64_t id, int64_t now);
+/* Up to ED_TIER_RING records at once: refs [n] fresh cache records of ids [n], index [n]
+ * their file records (the prefetch's misses of one chunk). */
+#define ED_TIER_RING 64
+grm_status ed_tier_fetch_many(const ed_store *s, ed_table *t, const int64_t *refs,
+                              const int64_t *ids, const int64_t *index, int64_t n);
 grm_status ed_tier_read_row(const ed_store *s, ed_table *t, int64_t id, float *out,
                             int *found);
 grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n);

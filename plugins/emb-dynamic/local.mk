@@ -3,9 +3,9 @@ plugin_LTLIBRARIES += %reldir%/emb-dynamic.la
 %canon_reldir%_emb_dynamic_la_SOURCES = %reldir%/plugin.c %reldir%/emb_dynamic.h \
 	%reldir%/table.c %reldir%/chunks.c %reldir%/evict.c %reldir%/ops.c %reldir%/ckpt.c \
 	%reldir%/tier.c %reldir%/profile.c
-%canon_reldir%_emb_dynamic_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS)
+%canon_reldir%_emb_dynamic_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS) $(URING_CFLAGS)
 %canon_reldir%_emb_dynamic_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-%canon_reldir%_emb_dynamic_la_LIBADD = -lm -lpthread $(XXHASH_LIBS)
+%canon_reldir%_emb_dynamic_la_LIBADD = -lm -lpthread $(XXHASH_LIBS) $(URING_LIBS)
 EXTRA_DIST += %reldir%/README.md
 
 check_PROGRAMS += tests/test-emb-dynamic tests/test-emb-dynamic-stress tests/test-emb-tiered

@@ -579,75 +579,94 @@ grm_status ed_update_batch(const ed_store *s, ed_table *t, const int64_t *ids /*
  * ED_GROUP: the trainer's evictions take the write lock, and a whole batch's fetches under
  * one read lock (~1,200 preads a step in synthetic-tiered) kept them waiting. */
 #define ED_PF_CHUNK 64
+_Static_assert(ED_PF_CHUNK <= ED_TIER_RING, "a chunk's misses go in one ring submission");
+
+/* Stamp the row of slot with the step in progress `now` (at least). */
+static void ed_prefetch_stamp(ed_table *t, ed_slot *slot, uint64_t h, int64_t now)
+{
+    ed_stripe_lock(t, h);
+    ed_meta *m = ed_rec_meta(ed_record(t, atomic_load_explicit(&slot->ref,
+                                                               memory_order_acquire)));
+    if (m->last < now) m->last = now;
+    ed_stripe_unlock(t, h);
+}
 
 grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids /* [n] */,
                              int64_t n)
 {
     grm_status st = GRM_OK;
-    ed_job j = { .s = s, .t = t, .ids = ids, .insert = 1 };
-    atomic_init(&j.misses, 0);
-
-    j.now = atomic_load(&t->clock) + 1;     // the step in progress
+    const int64_t now = atomic_load(&t->clock) + 1;     // the step in progress
     int64_t fetched = 0;
-    int64_t held = 0, held_end = 0;         // ids reserved under the current read lock
-    // Groups of ED_GROUP ids, as the update's cpu path: their slot lines are requested
-    // first, then the metadata lines of the rows found, so the misses overlap (one id at
-    // a time, the loop was a quarter of this thread's samples in bench-tiered).
-    for (int64_t g = 0; g < n && st == GRM_OK; g += ED_GROUP) {
-        const int gm = n - g < ED_GROUP ? (int)(n - g) : ED_GROUP;
-        if (g >= held_end) {
-            if (held > 0) ed_release(t, held);
-            held = n - g < ED_PF_CHUNK ? n - g : ED_PF_CHUNK;
-            held_end = g + held;
-            if ((st = ed_reserve(s, t, held)) != GRM_OK) {
-                held = 0;
-                break;
+    // A chunk's misses, claimed (their slots pending) and read together at its end
+    // (ed_tier_fetch_many: one io_uring submission, or a pread each), then published.
+    ed_slot *pslot[ED_PF_CHUNK];
+    int64_t pref[ED_PF_CHUNK], pid[ED_PF_CHUNK], pidx[ED_PF_CHUNK];
+    uint64_t ph[ED_PF_CHUNK];
+    for (int64_t c = 0; c < n && st == GRM_OK; c += ED_PF_CHUNK) {
+        const int64_t cn = n - c < ED_PF_CHUNK ? n - c : ED_PF_CHUNK;
+        if ((st = ed_reserve(s, t, cn)) != GRM_OK) break;
+        int np = 0;
+        // Groups of ED_GROUP ids, as the update's cpu path: their slot lines are requested
+        // first, then the metadata lines of the rows found, so the misses overlap (one id
+        // at a time, the loop was a quarter of this thread's samples in bench-tiered).
+        for (int64_t g = c; g < c + cn; g += ED_GROUP) {
+            const int gm = c + cn - g < ED_GROUP ? (int)(c + cn - g) : ED_GROUP;
+            uint64_t hs[ED_GROUP];
+            ed_slot *found[ED_GROUP];
+            for (int k = 0; k < gm; k++) {
+                hs[k] = ed_hash(ids[g + k]);
+                ed_keys_prefetch(&t->keys, hs[k]);
             }
-        }
-        uint64_t hs[ED_GROUP];
-        ed_slot *found[ED_GROUP];
-        for (int k = 0; k < gm; k++) {
-            hs[k] = ed_hash(ids[g + k]);
-            ed_keys_prefetch(&t->keys, hs[k]);
-        }
-        for (int k = 0; k < gm; k++) {
-            found[k] = ed_keys_find(&t->keys, ids[g + k], hs[k]);
-            const int64_t ref = found[k] != NULL
-                ? atomic_load_explicit(&found[k]->ref, memory_order_relaxed) : ED_REF_NONE;
-            if (ref >= 0) __builtin_prefetch(ed_rec_meta(ed_record(t, ref)));
-        }
-        for (int k = 0; k < gm && st == GRM_OK; k++) {
-            const int64_t id = ids[g + k];
-            const uint64_t h = hs[k];
-            int inserted = 0;
-            ed_slot *slot = found[k];
-            if (slot == NULL) {
-                if (ed_keys_find(&t->tier.index, id, h) == NULL) continue;
-                int64_t one = 0;
-                slot = ed_acquire(&j, id, h, 1, 0, &inserted, &st, NULL, &one);
-                ed_keys_add(&t->keys, one);
-                if (st != GRM_OK || slot == NULL) break;
-            } else {
+            for (int k = 0; k < gm; k++) {
+                found[k] = ed_keys_find(&t->keys, ids[g + k], hs[k]);
+                const int64_t ref = found[k] != NULL
+                    ? atomic_load_explicit(&found[k]->ref, memory_order_relaxed) : ED_REF_NONE;
+                if (ref >= 0) __builtin_prefetch(ed_rec_meta(ed_record(t, ref)));
+            }
+            for (int k = 0; k < gm; k++) {
+                const int64_t id = ids[g + k];
+                const uint64_t h = hs[k];
+                ed_slot *slot = found[k];
+                if (slot == NULL) {
+                    // ids in neither tier are left to the lookup (a new row costs no I/O)
+                    const ed_slot *fs = ed_keys_find(&t->tier.index, id, h);
+                    if (fs == NULL) continue;
+                    int inserted = 0;
+                    slot = ed_keys_claim(&t->keys, id, h, &inserted);
+                    if (slot == NULL) continue;     // full: the lookup will fetch it
+                    if (inserted) {
+                        pslot[np] = slot;
+                        pref[np] = ed_pool_alloc(&t->pools[0]) << 1;
+                        pid[np] = id;
+                        pidx[np] = atomic_load_explicit(&fs->ref, memory_order_relaxed);
+                        ph[np++] = h;
+                        continue;
+                    }
+                }
                 ed_wait_ref(slot);
-            }
-            fetched += inserted;
-            // Most rows of batch i+1 were also in batch i, which stamped them already:
-            // seen through the stripe's sequence (a read, no write to the stripe the
-            // trainer's updates lock), they need no lock. The rest are stamped under it.
-            if (!inserted) {
+                // Most rows of batch i+1 were also in batch i, which stamped them already:
+                // seen through the stripe's sequence (a read, no write to the stripe the
+                // trainer's updates lock), they need no lock. The rest are stamped under it.
                 const uint32_t v = ed_stripe_read_begin(t, h);
                 const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
                 const int64_t last = ed_rec_meta(ed_record(t, ref))->last;
-                if (!ed_stripe_read_retry(t, h, v) && last >= j.now) continue;
+                if (!ed_stripe_read_retry(t, h, v) && last >= now) continue;
+                ed_prefetch_stamp(t, slot, h, now);
             }
-            ed_stripe_lock(t, h);
-            ed_meta *m = ed_rec_meta(ed_record(t, atomic_load_explicit(&slot->ref,
-                                                                       memory_order_acquire)));
-            if (m->last < j.now) m->last = j.now;
-            ed_stripe_unlock(t, h);
         }
+        if (np > 0) {
+            // every record is defined even when a read fails, so all are published
+            const grm_status e = ed_tier_fetch_many(s, t, pref, pid, pidx, np);
+            for (int i = 0; i < np; i++) {
+                atomic_store_explicit(&pslot[i]->ref, pref[i], memory_order_release);
+                ed_prefetch_stamp(t, pslot[i], ph[i], now);
+            }
+            ed_keys_add(&t->keys, np);
+            fetched += np;
+            st = e;
+        }
+        ed_release(t, cn);
     }
     atomic_fetch_add(&t->tier.prefetched, fetched);
-    if (held > 0) ed_release(t, held);
     return st;
 }

@@ -40,7 +40,8 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
         if (t->tier.fd >= 0)
             s->host->log(GRM_LOG_INFO, "emb-dynamic", "table '%s': cache %lld of %lld rows "
                          "(budget %lld), %lld fetched from %s (%lld by prefetch), %lld "
-                         "written back, %lld bytes read, %lld written", t->name,
+                         "written back, %lld bytes read, %lld written; %lld reads through "
+                         "io_uring", t->name,
                          (long long)atomic_load(&t->keys.live),
                          (long long)(atomic_load(&t->keys.live)
                                      + atomic_load(&t->tier.file_only)),
@@ -48,7 +49,8 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
                          t->tier.path, (long long)atomic_load(&t->tier.prefetched),
                          (long long)atomic_load(&t->tier.writebacks),
                          (long long)atomic_load(&t->tier.bytes_read),
-                         (long long)atomic_load(&t->tier.bytes_written));
+                         (long long)atomic_load(&t->tier.bytes_written),
+                         (long long)atomic_load(&t->tier.ring_reads));
         ed_tier_close(s, t);
     }
     ed_keys_fini(s, &t->keys);
@@ -524,6 +526,10 @@ static const grm_param_decl ed_params[] = {
     GRM_PARAM_DECL_STRING(ed_config, cache_bytes, "",
                           "tiered mode: cache budget per table in bytes (64M, 1G, 512MiB) or "
                           "auto (chosen from the first profile_batches batches)"),
+    GRM_PARAM_DECL_ENUM(ed_config, backing_io, "auto", "auto|pread|io_uring",
+                        "tiered mode: how the prefetch reads its misses from the backing file: "
+                        "io_uring (one submission a chunk of 64 ids), pread (a call a row), "
+                        "auto (io_uring when built with liburing and the kernel allows it)"),
     GRM_PARAM_DECL_DOUBLE(ed_config, target_hit_rate, "0.9", GRM_PARAM_RANGE(0.01, 1),
                           "cache_bytes = auto: the LRU hit rate (of re-references) the cache "
                           "must reach"),

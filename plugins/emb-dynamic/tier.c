@@ -27,6 +27,8 @@
  * maps 16 of them a fault), and the run's peak RSS went from 344 to 470 MB, past the
  * all-in-memory run's 374: letting the pages go every cache budget of reads (MADV_DONTNEED)
  * took the gain back and still left 410-450 MB. */
+#include "config.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -37,6 +39,9 @@
 #include <unistd.h>
 
 #include <xxhash.h>
+#ifdef HAVE_LIBURING
+#include <liburing.h>
+#endif
 
 #include "emb_dynamic.h"
 
@@ -83,19 +88,26 @@ static grm_status ed_tier_io_error(const ed_store *s, const ed_table *t, const c
                            : "unknown error", s->cfg.backing);
 }
 
-static grm_status ed_tier_pread(const ed_store *s, ed_table *t, char *rec, int64_t index)
+/* The checksum of a record read from file record `index`, and its bytes counted. */
+static grm_status ed_tier_check(const ed_store *s, ed_table *t, char *rec, int64_t index)
 {
-    const size_t n = t->pools[0].rec_bytes;
-    const ssize_t got = pread(t->tier.fd, rec, n, ed_tier_offset(t, index));
-    if (got != (ssize_t)n) return ed_tier_io_error(s, t, "reading", index, got, n);
     ed_meta *m = ed_rec_meta(rec);
     if (ed_tier_sum(t, rec) != (uint64_t)m->flags)
         return s->host->errorf(GRM_EFORMAT, "emb-dynamic: %s: record %lld (id %lld) fails "
                                "its checksum; the backing file was changed under the run: "
                                "resume from the last checkpoint", t->tier.path,
                                (long long)index, (long long)m->id);
-    atomic_fetch_add_explicit(&t->tier.bytes_read, (int64_t)n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&t->tier.bytes_read, (int64_t)t->pools[0].rec_bytes,
+                              memory_order_relaxed);
     return GRM_OK;
+}
+
+static grm_status ed_tier_pread(const ed_store *s, ed_table *t, char *rec, int64_t index)
+{
+    const size_t n = t->pools[0].rec_bytes;
+    const ssize_t got = pread(t->tier.fd, rec, n, ed_tier_offset(t, index));
+    if (got != (ssize_t)n) return ed_tier_io_error(s, t, "reading", index, got, n);
+    return ed_tier_check(s, t, rec, index);
 }
 
 /* ---- open and close ---- */
@@ -138,6 +150,43 @@ static grm_status ed_tier_create(const ed_store *s, const ed_table *t, char *pat
     return GRM_OK;
 }
 
+/* The prefetch's ring (backing_io): one io_uring a table, used by the one thread that
+ * prefetches. A read of a record in the page cache completes inside the submission, so a
+ * chunk's misses cost one system call instead of one each (pread); on a disk they are in
+ * flight together. A kernel or sandbox that refuses io_uring (a seccomp profile, the
+ * kernel.io_uring_disabled sysctl) leaves auto on pread and makes io_uring an error. */
+static grm_status ed_tier_ring_open(const ed_store *s, ed_table *t)
+{
+    ed_tier *tr = &t->tier;
+    tr->ring = NULL;
+    if (s->cfg.backing_io == ED_IO_PREAD) return GRM_OK;
+#ifdef HAVE_LIBURING
+    struct io_uring *ring = malloc(sizeof *ring);
+    if (ring == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory",
+                               t->name);
+    const int rc = io_uring_queue_init(ED_TIER_RING, ring, 0);
+    if (rc == 0) {
+        tr->ring = ring;
+        return GRM_OK;
+    }
+    free(ring);
+    if (s->cfg.backing_io == ED_IO_URING)
+        return s->host->errorf(GRM_EIO, "emb-dynamic: table '%s': backing_io = io_uring, but "
+                               "the kernel refused a ring: %s; set backing_io = pread (or "
+                               "auto)", t->name, strerror(-rc));
+    s->host->log(GRM_LOG_INFO, "emb-dynamic", "table '%s': io_uring unavailable (%s): the "
+                 "prefetch reads the backing file with pread", t->name, strerror(-rc));
+    return GRM_OK;
+#else
+    if (s->cfg.backing_io == ED_IO_URING)
+        return s->host->errorf(GRM_EINVAL, "emb-dynamic: backing_io = io_uring, but this build "
+                               "has no liburing: install Debian package liburing-dev and "
+                               "rebuild, or set backing_io = pread (or auto)");
+    return GRM_OK;
+#endif
+}
+
 grm_status ed_tier_open(const ed_store *s, ed_table *t)
 {
     ed_tier *tr = &t->tier;
@@ -167,7 +216,7 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
     if (tr->wbuf == NULL)
         return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory for the "
                                "write-back buffer", t->name);
-    return GRM_OK;
+    return ed_tier_ring_open(s, t);
 }
 
 void ed_tier_close(const ed_store *s, ed_table *t)
@@ -181,9 +230,22 @@ void ed_tier_close(const ed_store *s, ed_table *t)
     ed_profile_fini(s, t);
     free(tr->wbuf);
     tr->wbuf = NULL;
+#ifdef HAVE_LIBURING
+    if (tr->ring != NULL) io_uring_queue_exit(tr->ring);
+#endif
+    free(tr->ring);
+    tr->ring = NULL;
 }
 
 /* ---- fetch and write-back ---- */
+
+/* A record read into the cache: clean (equal to its file copy), and counted. */
+static void ed_tier_took(ed_tier *tr, char *rec)
+{
+    ed_rec_meta(rec)->flags = 0;
+    atomic_fetch_add_explicit(&tr->fetches, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&tr->file_only, 1, memory_order_relaxed);
+}
 
 /* Fill the fresh cache record ref of id: from the backing file when the id is there, else
  * initialized (ed_record_fill). Runs inside batches: the index only changes under the
@@ -202,10 +264,74 @@ grm_status ed_tier_fetch(const ed_store *s, ed_table *t, int64_t ref, int64_t id
         ed_record_fill(s, t, ref, id, now);     // a defined record; the batch fails
         return st;
     }
-    ed_rec_meta(rec)->flags = 0;                // clean: equal to its file copy
-    atomic_fetch_add_explicit(&t->tier.fetches, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&t->tier.file_only, 1, memory_order_relaxed);
+    ed_tier_took(&t->tier, rec);
     return GRM_OK;
+}
+
+/* The file records index [n] of ids [n] into the fresh cache records refs [n]
+ * (n <= ED_TIER_RING), each checked as ed_tier_fetch checks one: through the ring in one
+ * submission when there is one, else a pread each. On an error every record is still
+ * defined (the ones not read are initialized), so the caller can publish them all and fail
+ * the batch. Caller holds the read lock; only the prefetching thread uses the ring. */
+grm_status ed_tier_fetch_many(const ed_store *s, ed_table *t, const int64_t *refs,
+                              const int64_t *ids, const int64_t *index, int64_t n)
+{
+    ed_tier *tr = &t->tier;
+    grm_status st = GRM_OK;
+#ifdef HAVE_LIBURING
+    if (tr->ring != NULL && n > 1) {
+        const size_t rb = t->pools[0].rec_bytes;
+        struct io_uring *ring = tr->ring;
+        int res[ED_TIER_RING];
+        for (int64_t i = 0; i < n; i++) {
+            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);  // n <= the ring's entries
+            io_uring_prep_read(sqe, tr->fd, ed_record(t, refs[i]), (unsigned)rb,
+                               (uint64_t)ed_tier_offset(t, index[i]));
+            io_uring_sqe_set_data(sqe, (void *)(uintptr_t)i);
+            res[i] = -ECANCELED;
+        }
+        int rc = io_uring_submit_and_wait(ring, (unsigned)n);
+        int64_t seen = 0;
+        while (seen < n) {
+            struct io_uring_cqe *cqe;
+            if (io_uring_peek_cqe(ring, &cqe) != 0) {
+                if (rc < 0) break;              // the submission failed: nothing more comes
+                if ((rc = io_uring_wait_cqe(ring, &cqe)) != 0) break;
+            }
+            res[(uintptr_t)io_uring_cqe_get_data(cqe)] = cqe->res;
+            io_uring_cqe_seen(ring, cqe);
+            seen++;
+        }
+        atomic_fetch_add_explicit(&tr->ring_reads, seen, memory_order_relaxed);
+        for (int64_t i = 0; i < n; i++) {
+            char *rec = ed_record(t, refs[i]);
+            grm_status e = st;
+            if (e == GRM_OK && res[i] != (int)rb) {
+                errno = res[i] < 0 ? -res[i] : 0;
+                e = ed_tier_io_error(s, t, "reading", index[i], res[i] < 0 ? -1 : res[i], rb);
+            }
+            if (e == GRM_OK) e = ed_tier_check(s, t, rec, index[i]);
+            if (e == GRM_OK) {
+                ed_tier_took(tr, rec);
+            } else {
+                ed_record_fill(s, t, refs[i], ids[i], 0);
+                st = e;
+            }
+        }
+        return st;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) {
+        char *rec = ed_record(t, refs[i]);
+        const grm_status e = st == GRM_OK ? ed_tier_pread(s, t, rec, index[i]) : st;
+        if (e == GRM_OK) {
+            ed_tier_took(tr, rec);
+        } else {
+            ed_record_fill(s, t, refs[i], ids[i], 0);
+            st = e;
+        }
+    }
+    return st;
 }
 
 /* The row of id as stored in the backing file, into out [D]; *found = 0 when absent.
