@@ -332,8 +332,14 @@ static void ed_sh_rechoose(const ed_store *s, ed_table *t)
     if (sh->reuses < ED_SH_MIN_REUSES) return;
     const double target = s->cfg.target_hit_rate;
     if (sh->reuse_w + sh->adj <= 0) return;
-    int64_t C = ed_sh_rows(sh, target);
+    const int64_t want = ed_sh_rows(sh, target);
+    int64_t C = want;
     if (C < 2 * tr->max_batch) C = 2 * tr->max_batch;
+    // Never more rows than both tiers hold now (the curve's buckets round up: on a Zipf
+    // stream the choice was 103% of the table); a table that grows is seen again at the
+    // next check.
+    const int64_t rows = atomic_load(&t->keys.live) + atomic_load(&tr->file_only);
+    if (C > rows) C = rows;
     const int64_t old = t->max_rows;
     if (C <= old) return;
     pthread_rwlock_wrlock(&t->lock);
@@ -343,9 +349,10 @@ static void ed_sh_rechoose(const ed_store *s, ed_table *t)
     s->host->log(GRM_LOG_INFO, "emb-dynamic", "table '%s': cache_bytes = auto: over %lld "
                  "batches (a 1/%.0f sample of the ids, %lld re-references) the LRU hit rate "
                  "of the re-references is %.3f at the cache's %lld rows; target %.3f reached "
-                 "at %lld rows: cache = %lld rows = %lld bytes", t->name,
+                 "at %lld rows: cache = %lld rows%s = %lld bytes", t->name,
                  (long long)tr->batches, 1.0 / ed_sh_rate(sh), (long long)sh->reuses,
-                 ed_sh_hit(sh, old), (long long)old, target, (long long)C, (long long)C,
+                 ed_sh_hit(sh, old), (long long)old, target, (long long)want, (long long)C,
+                 C == rows ? " (every row of the table)" : "",
                  (long long)(C * ed_cache_row_bytes(t)));
 }
 
