@@ -643,6 +643,13 @@ grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids 
                         continue;
                     }
                 }
+                // a repeated id whose first occurrence this chunk claimed: its read is
+                // ours, at the chunk's end (waiting here would wait for ourselves)
+                if (atomic_load_explicit(&slot->ref, memory_order_acquire) == ED_REF_PENDING) {
+                    int ours = 0;
+                    for (int q = 0; q < np && !ours; q++) ours = pslot[q] == slot;
+                    if (ours) continue;
+                }
                 ed_wait_ref(slot);
                 // Most rows of batch i+1 were also in batch i, which stamped them already:
                 // seen through the stripe's sequence (a read, no write to the stripe the
