@@ -193,6 +193,7 @@ grm_status grm__dense_wire(grm__trainer *t, int32_t D)
                           s->item_table, D, f ? f->file : p->cfg->path, f ? f->line : 0,
                           f ? f->name : s->item_table, D);
     }
+    t->dn.head_in = out;
     if ((st = grm__head_create(&t->dn.head, &p->head, out, (uint64_t)s->seed)) != GRM_OK)
         return st;
     return grm__head_check(p, &p->head, t->ranking, grm__head_task(&t->dn.head));

@@ -12,48 +12,103 @@
 
 /* ---- the data thread ---- */
 
+/* keys [n] this rank owns (several ranks), packed into *buf (grown to n); returns their
+ * count and sets *out to the keys to prefetch. */
+static grm_status pf_owned(grm__trainer *t, const int64_t *keys, int64_t n, int64_t **buf,
+                           int64_t *cap, const int64_t **out, int64_t *m)
+{
+    *out = keys;
+    *m = n;
+    if (!t->sp.dist || n <= 0) return GRM_OK;
+    if (*cap < n) {
+        int64_t *k = realloc(*buf, (size_t)n * sizeof *k);
+        if (k == NULL)
+            return grm_errorf(GRM_ENOMEM, "prefetch: out of memory for %lld keys",
+                              (long long)n);
+        *buf = k;
+        *cap = n;
+    }
+    int64_t j = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (grm__dist_owner(t->sp.dist, t->rank, keys[i]) == t->rank) (*buf)[j++] = keys[i];
+    *out = *buf;
+    *m = j;
+    return GRM_OK;
+}
+
+static grm_status pf_prefetch_keys(grm__trainer *t, int32_t T, const int64_t *keys, int64_t n)
+{
+    if (n <= 0) return GRM_OK;
+    grm_status st = t->sp.eops->prefetch(t->p->emb.inst, T, keys, n);
+    if (st != GRM_OK)
+        grm_error_prefix("[embedding] %s: prefetch: ", t->p->emb.plugin->info->name);
+    return st;
+}
+
 /* The rows of batch bt's keys brought into the store's fast tier while the trainer still
  * computes the batches before (grm_emb_ops.prefetch, ABI 1.6; seed 003 §2.2: batch i+1's
- * rows come in during batch i, which the store must not evict). Negatives are drawn by
- * the trainer later and fetched by its lookup. With several ranks a key's row lives in the
- * store of the rank that owns it (core/dist.c), and this thread knows only this rank's
- * batch: it prefetches the keys this rank owns, a 1/nranks share of what its store will
- * serve (the other ranks' requests arrive through the exchange and are fetched by the
- * owner's lookup). Sending the next batch's keys to their owners would need collectives
- * on the data thread, beside the trainer's own. */
+ * rows come in during batch i, which the store must not evict), the negatives' too. With
+ * several ranks a key's row lives in the store of the rank that owns it (core/dist.c),
+ * and this thread knows only this rank's batch: it prefetches the keys this rank owns, a
+ * 1/nranks share of what its store will serve (the other ranks' requests arrive through
+ * the exchange and are fetched by the owner's lookup). Sending the next batch's keys to
+ * their owners would need collectives on the data thread, beside the trainer's own. */
 static grm_status pf_prefetch_rows(grm__trainer *t, grm__batch *bt)
 {
     const grm_emb_ops *e = t->sp.eops;
     if (!GRM_HAS_OP(grm_emb_ops, e, prefetch)) return GRM_OK;
-    for (int32_t T = 0; T < t->p->nphys; T++) {
+    grm_status st = GRM_OK;
+    for (int32_t T = 0; T < t->p->nphys && st == GRM_OK; T++) {
         grm__batch_tab *w = &bt->tab[T];
-        const int64_t *keys = w->keys;
-        int64_t n = w->nu;
-        if (t->sp.dist && n > 0) {
-            /* the keys this rank owns, into the batch's own scratch */
-            if (w->pfcap < n) {
-                int64_t *k = realloc(w->pfkeys, (size_t)n * sizeof *k);
-                if (k == NULL)
-                    return grm_errorf(GRM_ENOMEM, "prefetch: out of memory for %lld keys",
-                                      (long long)n);
-                w->pfkeys = k;
-                w->pfcap = n;
-            }
-            int64_t m = 0;
-            for (int64_t i = 0; i < n; i++)
-                if (grm__dist_owner(t->sp.dist, t->rank, w->keys[i]) == t->rank)
-                    w->pfkeys[m++] = w->keys[i];
-            keys = w->pfkeys;
-            n = m;
-        }
-        if (n <= 0) continue;
-        grm_status st = e->prefetch(t->p->emb.inst, T, keys, n);
-        if (st != GRM_OK) {
-            grm_error_prefix("[embedding] %s: prefetch: ", t->p->emb.plugin->info->name);
-            return st;
-        }
+        const int64_t *keys;
+        int64_t n;
+        if ((st = pf_owned(t, w->keys, w->nu, &w->pfkeys, &w->pfcap, &keys, &n)) == GRM_OK)
+            st = pf_prefetch_keys(t, T, keys, n);
     }
-    return GRM_OK;
+    /* The negatives of batch g, drawn again by the data thread's own head: the same ids
+     * as the trainer's draw (the seed is batch g's), so their rows are in the fast tier
+     * when its lookup asks (the trainer's draw itself stays where the head keeps its state
+     * for the loss). */
+    grm__prefetcher *pf = &t->pf;
+    if (st == GRM_OK && pf->have_head) {
+        const grm__dataset *ds = t->ds;
+        grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
+        int64_t nneg = 0;
+        st = grm__head_negatives(&pf->head, pf->neg, &nneg, t->R, &cat,
+                                 grm__negatives_seed(t->p, bt->g));
+        if (st == GRM_OK)
+            st = grm__sparse_plan_encode(t->p->plan, t->item_table, pf->negk, pf->neg, nneg);
+        grm__batch_tab *w = &bt->tab[t->item_phys];
+        const int64_t *keys;
+        int64_t n;
+        if (st == GRM_OK &&
+            (st = pf_owned(t, pf->negk, nneg, &w->pfkeys, &w->pfcap, &keys, &n)) == GRM_OK)
+            st = pf_prefetch_keys(t, t->item_phys, keys, n);
+    }
+    return st;
+}
+
+/* The data thread's head (see grm__prefetcher): for a store that prefetches, in a run that
+ * draws negatives from a fixed catalog. Not fatal: without it the lookups fetch them. */
+static void pf_head_init(grm__trainer *t)
+{
+    grm__prefetcher *pf = &t->pf;
+    if (pf->have_head || t->ranking || t->R <= 0 || t->src.stream || !t->sp.eops ||
+        !GRM_HAS_OP(grm_emb_ops, t->sp.eops, prefetch) || !t->dn.head.stage)
+        return;
+    pf->neg = malloc((size_t)t->R * sizeof *pf->neg);
+    pf->negk = malloc((size_t)t->R * sizeof *pf->negk);
+    if (pf->neg && pf->negk &&
+        grm__head_create(&pf->head, t->dn.head.stage, t->dn.head_in,
+                         (uint64_t)t->p->set.seed) == GRM_OK) {
+        pf->have_head = 1;
+        return;
+    }
+    grm__log(GRM_LOG_DEBUG, "grmhost", "data thread: no head of its own (%s): the negatives' "
+             "rows are fetched by the lookups", grm_last_error());
+    free(pf->neg);
+    free(pf->negk);
+    pf->neg = pf->negk = NULL;
 }
 
 static void *pf_main(void *arg)
@@ -112,6 +167,7 @@ grm_status grm__prefetch_start(grm__trainer *t, int64_t first, int64_t last)
             if ((st = grm__batch_init(t, &pf->ring[k])) != GRM_OK) return st;
         pthread_mutex_init(&pf->lock, NULL);
         pthread_cond_init(&pf->cond, NULL);
+        pf_head_init(t);
     }
     pf->stop = 0;
     pf->next = first;
@@ -193,4 +249,9 @@ void grm__prefetch_fini(grm__trainer *t)
     for (int32_t k = 0; t->pf.ring && k < t->pf.nslots; k++) grm__batch_fini(t, &t->pf.ring[k]);
     free(t->pf.ring);
     t->pf.ring = NULL;
+    if (t->pf.have_head) grm__head_destroy(&t->pf.head);
+    t->pf.have_head = 0;
+    free(t->pf.neg);
+    free(t->pf.negk);
+    t->pf.neg = t->pf.negk = NULL;
 }

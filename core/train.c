@@ -193,12 +193,17 @@ static grm_status head_loss(grm__trainer *t, grm__batch *bt, float weight, doubl
 
 /* The head's negatives for batch g, drawn just before it computes (a head keeps the state of
  * its last draw for its loss) and merged into the item table's keys. */
+uint64_t grm__negatives_seed(const grm__pipeline *p, int64_t g)
+{
+    return grm_mix64((uint64_t)p->set.seed ^ grm_mix64(0x5eed + (uint64_t)g));
+}
+
 static grm_status draw_negatives(grm__trainer *t, grm__batch *bt)
 {
     const grm__pipeline *p = t->p;
     const grm__dataset *ds = t->ds;
     grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
-    uint64_t nseed = grm_mix64((uint64_t)p->set.seed ^ grm_mix64(0x5eed + (uint64_t)bt->g));
+    uint64_t nseed = grm__negatives_seed(p, bt->g);
     int64_t *neg = grm__scratch((size_t)(t->R ? t->R : 1) * sizeof *neg, 64), nneg = 0;
     grm_status st;
     if (!neg) return GRM_ENOMEM;

@@ -200,6 +200,12 @@ typedef struct grm__prefetcher {
     int64_t ready;        /* batches up to here are assembled (or failed) */
     int64_t released;     /* the trainer is done with batches up to here */
     double busy_s;        /* seconds the data thread spent assembling */
+    /* A second instance of the [head], used by the data thread alone: its draw for batch g
+     * (deterministic given the seed, grm/head.h) is the trainer's, so a store with a
+     * prefetch op gets the negatives' keys too (prefetch.c). have_head 0: none made. */
+    grm__head head;
+    int have_head;
+    int64_t *neg, *negk;  /* [R] the draw and its keys */
 } grm__prefetcher;
 
 /* ---- sparse_step.c: per physical table, the looked-up rows and their gradients ---- */
@@ -256,6 +262,7 @@ typedef struct grm__dparam {
 
 typedef struct grm__dense_stack {
     grm__head head;           /* [head] (core/head.c) */
+    int64_t head_in;          /* its input width */
     const grm_opt_ops *dops;
     void *dopt;
     int64_t din;              /* sum of feature widths */
@@ -476,6 +483,10 @@ grm_status grm__stream_snapshot(grm__trainer *t);
 /* The step's rows over the ranks, and whether every rank's input is used up. */
 grm_status grm__stream_step(grm__trainer *t, const grm__batch *bt, int failed, double *rows);
 void grm__stream_free(grm__trainer *t);
+
+/* The seed of batch g's negatives draw (train.c; the data thread draws them again to
+ * prefetch their rows). */
+uint64_t grm__negatives_seed(const grm__pipeline *p, int64_t g);
 
 /* ---- prefetch.c ---- */
 

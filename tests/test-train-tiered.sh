@@ -8,8 +8,9 @@
 # write-back, a checkpoint or a step), resumes and ends bitwise as the uninterrupted run; so
 # does one killed inside a write-back pwrite (step 18's) and one killed inside a checkpoint
 # save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL).
-# `grmhost profile` prints the miss-ratio curve and the cache auto would choose, keeping
-# nothing. TAP output.
+# A resumed run (every row in the file) fetches every row through the data thread's
+# prefetch, the negatives' included. `grmhost profile` prints the miss-ratio curve and the
+# cache auto would choose, keeping nothing. TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
@@ -17,7 +18,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..12"
+echo "1..13"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
@@ -152,6 +153,22 @@ checkpoints were saved" ;;
 done
 IFS=' 	
 '
+
+# Every row of a resumed run starts in the file (load writes them all there, the cache
+# starts empty); with a cache that holds them all, nothing is evicted, so every fetch of
+# the resumed run must be the data thread's: the batches' keys, and the negatives, which
+# its own head draws again from batch g's seed.
+ini 2 "backing = $tmp/tier\ncache_bytes = 10M\nevict = lru" "$tmp/ckbig" >"$tmp/big.ini"
+"$g" train --quiet --max-steps 30 "$tmp/big.ini" >/dev/null 2>&1
+"$g" train "$tmp/big.ini" >/dev/null 2>"$tmp/big.err"
+rc=$?
+line=$(grep "cache .* of .* rows" "$tmp/big.err" | head -1)
+echo "# $line"
+fp=$(echo "$line" | sed -n 's/.*, \([0-9]*\) fetched from .*(\([0-9]*\) by prefetch).*/\1 \2/p')
+set -- $fp
+test $rc -eq 0 && [ "${1:-0}" -gt 0 ] && [ "$1" = "${2:-}" ]
+ok $? "resumed with every row in the file: all ${1:-?} rows fetched were fetched by the data \
+thread's prefetch, the negatives' included"
 
 # grmhost profile: the curve and the choice of cache_bytes = auto, nothing kept
 ini 2 "backing = $tmp/never\ncache_bytes = 12000" "$tmp/ck-never" >"$tmp/prof.ini"
