@@ -96,6 +96,8 @@ static void pf_head_init(grm__trainer *t)
     if (pf->have_head || t->ranking || t->R <= 0 || t->src.stream || !t->sp.eops ||
         !GRM_HAS_OP(grm_emb_ops, t->sp.eops, prefetch) || !t->dn.head.stage)
         return;
+    /* the item table has no slower tier (grm_emb_ops.prefetch with n == 0): nothing to do */
+    if (t->sp.eops->prefetch(t->p->emb.inst, t->item_phys, NULL, 0) == GRM_ENOTSUP) return;
     pf->neg = malloc((size_t)t->R * sizeof *pf->neg);
     pf->negk = malloc((size_t)t->R * sizeof *pf->negk);
     if (pf->neg && pf->negk &&

@@ -166,7 +166,7 @@ static int64_t backing_bytes(const char *sub)
 
 int main(void)
 {
-    tap_plan(24);
+    tap_plan(25);
     info = harness_plugin("emb-dynamic");
     ops = info->ops;
     const grm_plugin_info *oinfo = harness_plugin("opt-adam");
@@ -503,6 +503,10 @@ int main(void)
                    "backing_io = auto read %lld of its %lld prefetched rows through io_uring",
                    (long long)atomic_load(&tu->ring_reads),
                    (long long)atomic_load(&tu->prefetched));
+        tap_ok(ops->prefetch(m7, 0, NULL, 0) == GRM_ENOTSUP
+                   && ops->prefetch(pr, 0, NULL, 0) == GRM_OK,
+               "prefetch of 0 ids answers whether a table has a slower tier: GRM_ENOTSUP all "
+               "in memory, GRM_OK tiered (the host then draws the negatives ahead)");
         for (int k = 0; k < 3; k++) ops->destroy(st3[k]);
     }
     bad = try_store(&spec, &est, (const char *[]){ kv_dir("e"), "cache_bytes=1M",

@@ -395,7 +395,8 @@ static grm_status ed_prefetch(void *inst, int32_t table, const int64_t *ids /* [
     if (n < 0 || (n > 0 && ids == NULL))
         return ed_host->errorf(GRM_EINVAL, "emb-dynamic: table '%s': prefetch of %lld ids at "
                                "%p", t->name, (long long)n, (const void *)ids);
-    if (n == 0 || !s->tiered) return GRM_OK;   // all rows are in memory already
+    if (n == 0) return s->tiered ? GRM_OK : GRM_ENOTSUP;    // the host's question (emb.h)
+    if (!s->tiered) return GRM_OK;      // all rows are in memory already
     if ((st = ed_check_ids(t, ids, n)) != GRM_OK) return st;
     return ed_prefetch_batch(s, t, ids, n);
 }

@@ -97,7 +97,10 @@ typedef struct grm_emb_ops {
      * it must not evict the rows the current batch looked up before that batch's update
      * (seed 003 §2.2). Thread-safe against one concurrent lookup or update of the
      * trainer's thread; it must not use host->parallel_for. ids: borrowed for the call.
-     * GRM_EIO / GRM_EFORMAT when a slower tier fails. since 1.6 */
+     * GRM_EIO / GRM_EFORMAT when a slower tier fails. With n == 0 it is a question: GRM_OK
+     * when `table` has a slower tier to prefetch from, GRM_ENOTSUP (no message) when all
+     * its rows are in memory, so the host spares the work of finding ids to prefetch (a
+     * store of 1.6 answers GRM_OK). since 1.6 */
     grm_status (*prefetch)(void *inst, int32_t table, const int64_t *ids, int64_t n);
 } grm_emb_ops;
 
