@@ -268,6 +268,44 @@ grm_status ed_tier_fetch(const ed_store *s, ed_table *t, int64_t ref, int64_t id
     return GRM_OK;
 }
 
+/* Read the file records index [n] into the cache records refs [n] through the ring, in
+ * one submission: res[i] gets record i's bytes read or -errno. 0 when there is no ring
+ * (or n <= 1, where a pread costs no more), and nothing was read. */
+static int ed_tier_ring_read(ed_table *t, const int64_t *refs, const int64_t *index,
+                             int64_t n, int *res)
+{
+#ifdef HAVE_LIBURING
+    ed_tier *tr = &t->tier;
+    if (tr->ring == NULL || n <= 1) return 0;
+    struct io_uring *ring = tr->ring;
+    const unsigned rb = (unsigned)t->pools[0].rec_bytes;
+    for (int64_t i = 0; i < n; i++) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(ring);  // n <= the ring's entries
+        io_uring_prep_read(sqe, tr->fd, ed_record(t, refs[i]), rb,
+                           (uint64_t)ed_tier_offset(t, index[i]));
+        io_uring_sqe_set_data(sqe, (void *)(uintptr_t)i);
+        res[i] = -ECANCELED;
+    }
+    int rc = io_uring_submit_and_wait(ring, (unsigned)n);
+    int64_t seen = 0;
+    while (seen < n) {
+        struct io_uring_cqe *cqe;
+        if (io_uring_peek_cqe(ring, &cqe) != 0) {
+            if (rc < 0) break;                  // the submission failed: nothing more comes
+            if ((rc = io_uring_wait_cqe(ring, &cqe)) != 0) break;
+        }
+        res[(uintptr_t)io_uring_cqe_get_data(cqe)] = cqe->res;
+        io_uring_cqe_seen(ring, cqe);
+        seen++;
+    }
+    atomic_fetch_add_explicit(&tr->ring_reads, seen, memory_order_relaxed);
+    return 1;
+#else
+    (void)t, (void)refs, (void)index, (void)n, (void)res;
+    return 0;
+#endif
+}
+
 /* The file records index [n] of ids [n] into the fresh cache records refs [n]
  * (n <= ED_TIER_RING), each checked as ed_tier_fetch checks one: through the ring in one
  * submission when there is one, else a pread each. On an error every record is still
@@ -276,56 +314,23 @@ grm_status ed_tier_fetch(const ed_store *s, ed_table *t, int64_t ref, int64_t id
 grm_status ed_tier_fetch_many(const ed_store *s, ed_table *t, const int64_t *refs,
                               const int64_t *ids, const int64_t *index, int64_t n)
 {
-    ed_tier *tr = &t->tier;
+    const size_t rb = t->pools[0].rec_bytes;
+    int res[ED_TIER_RING];
+    const int ring = ed_tier_ring_read(t, refs, index, n, res);
     grm_status st = GRM_OK;
-#ifdef HAVE_LIBURING
-    if (tr->ring != NULL && n > 1) {
-        const size_t rb = t->pools[0].rec_bytes;
-        struct io_uring *ring = tr->ring;
-        int res[ED_TIER_RING];
-        for (int64_t i = 0; i < n; i++) {
-            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);  // n <= the ring's entries
-            io_uring_prep_read(sqe, tr->fd, ed_record(t, refs[i]), (unsigned)rb,
-                               (uint64_t)ed_tier_offset(t, index[i]));
-            io_uring_sqe_set_data(sqe, (void *)(uintptr_t)i);
-            res[i] = -ECANCELED;
-        }
-        int rc = io_uring_submit_and_wait(ring, (unsigned)n);
-        int64_t seen = 0;
-        while (seen < n) {
-            struct io_uring_cqe *cqe;
-            if (io_uring_peek_cqe(ring, &cqe) != 0) {
-                if (rc < 0) break;              // the submission failed: nothing more comes
-                if ((rc = io_uring_wait_cqe(ring, &cqe)) != 0) break;
-            }
-            res[(uintptr_t)io_uring_cqe_get_data(cqe)] = cqe->res;
-            io_uring_cqe_seen(ring, cqe);
-            seen++;
-        }
-        atomic_fetch_add_explicit(&tr->ring_reads, seen, memory_order_relaxed);
-        for (int64_t i = 0; i < n; i++) {
-            char *rec = ed_record(t, refs[i]);
-            grm_status e = st;
-            if (e == GRM_OK && res[i] != (int)rb) {
-                errno = res[i] < 0 ? -res[i] : 0;
-                e = ed_tier_io_error(s, t, "reading", index[i], res[i] < 0 ? -1 : res[i], rb);
-            }
-            if (e == GRM_OK) e = ed_tier_check(s, t, rec, index[i]);
-            if (e == GRM_OK) {
-                ed_tier_took(tr, rec);
-            } else {
-                ed_record_fill(s, t, refs[i], ids[i], 0);
-                st = e;
-            }
-        }
-        return st;
-    }
-#endif
     for (int64_t i = 0; i < n; i++) {
         char *rec = ed_record(t, refs[i]);
-        const grm_status e = st == GRM_OK ? ed_tier_pread(s, t, rec, index[i]) : st;
+        grm_status e = st;
+        if (e == GRM_OK && !ring) {
+            e = ed_tier_pread(s, t, rec, index[i]);
+        } else if (e == GRM_OK) {
+            errno = res[i] < 0 ? -res[i] : 0;
+            e = res[i] != (int)rb
+                ? ed_tier_io_error(s, t, "reading", index[i], res[i] < 0 ? -1 : res[i], rb)
+                : ed_tier_check(s, t, rec, index[i]);
+        }
         if (e == GRM_OK) {
-            ed_tier_took(tr, rec);
+            ed_tier_took(&t->tier, rec);
         } else {
             ed_record_fill(s, t, refs[i], ids[i], 0);
             st = e;
