@@ -12,8 +12,8 @@
 
 /* ---- the data thread ---- */
 
-/* keys [n] this rank owns (several ranks), packed into *buf (grown to n); returns their
- * count and sets *out to the keys to prefetch. */
+/* The keys of keys [n] to prefetch into *out [*m]: all of them on one rank; with several,
+ * those this rank owns, packed into *buf (grown to n). */
 static grm_status pf_owned(grm__trainer *t, const int64_t *keys, int64_t n, int64_t **buf,
                            int64_t *cap, const int64_t **out, int64_t *m)
 {

@@ -559,22 +559,6 @@ grm_status ed_update_batch(const ed_store *s, ed_table *t, const int64_t *ids /*
     return st;
 }
 
-/* Bring the rows of ids [n] that live in the backing file into the cache ahead of their
- * lookup (seed 003 §2.2: batch i+1's rows are fetched while batch i computes). Ids in
- * neither tier are left to the lookup (a new row costs no I/O), so prefetching changes no
- * row and adds none: a checkpoint taken meanwhile is the same, and the table's version
- * (which keys the export snapshot) does not move. No access is counted; the rows are
- * stamped with the step in progress, like the rows batch i looked up, so the evictions of
- * batch i's lookup and update keep both.
- *
- * Prefetching evicts nothing (seed 003 §2.2: prefetching i+1 must never evict i): the cache
- * is trimmed back to its budget by the trainer's own lookups and updates. The data thread
- * may prefetch batch i+1 before batch i's lookup has stamped batch i's rows with the step
- * in progress (the trainer's ring runs ahead; the bench posts it first): an eviction here
- * then took rows batch i was about to look up, and on ML-100K with a cache of a quarter of
- * the rows, a third of the lookups missed rows that had been in the cache. Runs on the
- * calling thread only (the data thread calls it while the trainer's thread uses the host
- * pool). */
 /* Ids the prefetch reserves (and holds the table's read lock for) at a time, a multiple of
  * ED_GROUP: the trainer's evictions take the write lock, and a whole batch's fetches under
  * one read lock (~1,200 preads a step in synthetic-tiered) kept them waiting. */
@@ -591,6 +575,22 @@ static void ed_prefetch_stamp(ed_table *t, ed_slot *slot, uint64_t h, int64_t no
     ed_stripe_unlock(t, h);
 }
 
+/* Bring the rows of ids [n] that live in the backing file into the cache ahead of their
+ * lookup (seed 003 §2.2: batch i+1's rows are fetched while batch i computes). Ids in
+ * neither tier are left to the lookup (a new row costs no I/O), so prefetching changes no
+ * row and adds none: a checkpoint taken meanwhile is the same, and the table's version
+ * (which keys the export snapshot) does not move. No access is counted; the rows are
+ * stamped with the step in progress, like the rows batch i looked up, so the evictions of
+ * batch i's lookup and update keep both.
+ *
+ * Prefetching evicts nothing (seed 003 §2.2: prefetching i+1 must never evict i): the cache
+ * is trimmed back to its budget by the trainer's own lookups and updates. The data thread
+ * may prefetch batch i+1 before batch i's lookup has stamped batch i's rows with the step
+ * in progress (the data thread's ring runs ahead of the trainer): an eviction here
+ * then took rows batch i was about to look up, and on ML-100K with a cache of a quarter of
+ * the rows, a third of the lookups missed rows that had been in the cache. Ids may repeat.
+ * Runs on the calling thread only (the data thread calls it while the trainer's thread
+ * uses the host pool). */
 grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids /* [n] */,
                              int64_t n)
 {
