@@ -138,21 +138,6 @@ static void pf_release(pf_ring *r, int64_t g)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* The descriptor of the store's backing file (unlinked at creation: found through
- * /proc/self/fd), or -1. */
-static int backing_fd(void)
-{
-    for (int fd = 3; fd < 1024; fd++) {
-        char link[64], target[512];
-        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-        const ssize_t n = readlink(link, target, sizeof target - 1);
-        if (n <= 0) continue;
-        target[n] = 0;
-        if (strstr(target, ".tier.") != NULL) return fd;
-    }
-    return -1;
-}
-
 static void die(const char *what)
 {
     fprintf(stderr, "bench-tiered: %s: %s\n", what, harness_host()->last_error());
@@ -215,7 +200,7 @@ int main(int argc, char **argv)
                   .st = GRM_OK, .mu = PTHREAD_MUTEX_INITIALIZER,
                   .cv = PTHREAD_COND_INITIALIZER };
     r.slot_ids = malloc((size_t)(DEPTH + 1) * (size_t)B * sizeof(int64_t));
-    r.cold_fd = tiered && getenv("BT_COLD") ? backing_fd() : -1;
+    r.cold_fd = tiered && getenv("BT_COLD") ? harness_fd_of(".tier.") : -1;
     pthread_t th;
     if (pthread_create(&th, NULL, pf_main, &r) != 0) {
         fprintf(stderr, "bench-tiered: cannot start the data thread\n");

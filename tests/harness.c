@@ -186,3 +186,16 @@ int harness_error_has(const char *needle)
     tap_diag("wanted:  %s", needle);
     return 0;
 }
+
+int harness_fd_of(const char *needle)
+{
+    for (int fd = 3; fd < 1024; fd++) {
+        char link[64], target[4096];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        const ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n <= 0) continue;
+        target[n] = '\0';
+        if (strstr(target, needle) != NULL) return fd;
+    }
+    return -1;
+}

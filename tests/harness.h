@@ -34,6 +34,11 @@ const char *harness_datadir(void);
  * buffer. */
 const char *harness_tmpdir(const char *tag);
 
+/* The first open descriptor (>= 3) of this process whose path contains needle, or -1: how
+ * tests and benches reach a file a plugin opened and unlinked (emb-dynamic's backing file),
+ * through /proc/self/fd. */
+int harness_fd_of(const char *needle);
+
 /* Deterministic generator for test inputs. */
 uint64_t harness_rand(uint64_t *state);
 float harness_randf(uint64_t *state);   /* uniform in [-1, 1) */

@@ -152,16 +152,9 @@ static const char *kv_dir(const char *sub)
  * found through /proc/self/fd); -1 when none is open. */
 static int64_t backing_bytes(const char *sub)
 {
-    for (int fd = 3; fd < 1024; fd++) {
-        char link[64], path[512];
-        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-        const ssize_t n = readlink(link, path, sizeof path - 1);
-        if (n <= 0) continue;
-        path[n] = '\0';
-        struct stat sb;
-        if (strstr(path, sub) != NULL && fstat(fd, &sb) == 0) return (int64_t)sb.st_size;
-    }
-    return -1;
+    const int fd = harness_fd_of(sub);
+    struct stat sb;
+    return fd >= 0 && fstat(fd, &sb) == 0 ? (int64_t)sb.st_size : -1;
 }
 
 int main(void)
@@ -227,17 +220,10 @@ int main(void)
     // Every record after the 64-byte header overwritten; then evaluation lookups of every
     // id reach a row that lives only in the file.
     // The file is unlinked at creation: reach it through this process's descriptors.
-    char prefix[400], path[400] = "";
+    char prefix[400], path[64] = "";
     snprintf(prefix, sizeof prefix, "%s/a/t.tier.", dir);
-    for (int d = 3; d < 1024 && path[0] == '\0'; d++) {
-        char link[64], target[512];
-        snprintf(link, sizeof link, "/proc/self/fd/%d", d);
-        const ssize_t n = readlink(link, target, sizeof target - 1);
-        if (n <= 0) continue;
-        target[n] = '\0';
-        if (strncmp(target, prefix, strlen(prefix)) == 0)
-            snprintf(path, sizeof path, "%s", link);
-    }
+    const int tfd = harness_fd_of(prefix);
+    if (tfd >= 0) snprintf(path, sizeof path, "/proc/self/fd/%d", tfd);
     const int fd = path[0] != '\0' ? open(path, O_WRONLY) : -1;
     const off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : 0;
     int wrote = fd >= 0 && size > 64;
