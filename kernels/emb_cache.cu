@@ -573,11 +573,14 @@ extern "C" grm_status grm_cuda_cache_ensure(grm_cuda_cache *c, int64_t *slots,
     if (m > 0) {
         s = admit(c, m, st);
         if (s != GRM_OK) return s;
-        s = grm_cuda_hash_find(c->index, c->slot_u, c->uniq, U, st);
-        if (s != GRM_OK) return s;
-        stamp_kernel<<<grm_cuda__blocks(U, 256), 256, 0, st>>>(c->stamp, c->dirty, c->slot_u,
-                                                               U, (long long)stamp, mark);
+        // the resident keys are stamped already: the admitted ones are mslots [m]
+        stamp_kernel<<<grm_cuda__blocks(m, 256), 256, 0, st>>>(c->stamp, c->dirty, c->mslots,
+                                                               m, (long long)stamp, mark);
         GRM_CUDA_CHECK_LAUNCH();
+        if (slots != nullptr) {                 // every key's slot, for the expansion
+            s = grm_cuda_hash_find(c->index, c->slot_u, c->uniq, U, st);
+            if (s != GRM_OK) return s;
+        }
     }
     if (slots != nullptr) {
         expand_kernel<<<grm_cuda__blocks(n, 256), 256, 0, st>>>(slots, c->slot_u, c->inverse, n);
