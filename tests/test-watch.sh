@@ -116,6 +116,7 @@ if command -v curl >/dev/null 2>&1; then
     rc=$?
     curl -s --max-time 2 "$port" >/dev/null 2>&1
     crc=$?
+    [ $rc -ne 0 ] && tail -5 "$tmp/port.err" | sed 's/^/# /'   # why, when it did not exit 0
     ok $(( rc == 0 && crc != 0 ? 0 : 1 )) "SIGTERM ends the run ($rc) and the endpoint (curl $crc)"
 else
     for d in "the run is still going while it is scraped" "the page is Prometheus text" \
