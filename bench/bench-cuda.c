@@ -3,7 +3,8 @@
  * (DESIGN.md §8). Peers measured in the same run: cudaMemcpy device-to-device bandwidth
  * for the memory-bound kernels (mbu = achieved bytes/s / copy bytes/s, RecIS Table 1),
  * the device's fp32 SIMT peak (SMs x fp32 lanes x 2 x clock) for the attention (mfu).
- * Without a device it prints `# SKIP no CUDA device` and exits 0. Usage: bench-cuda [quick] */
+ * Without a device it prints `# SKIP no CUDA device` and exits 0.
+ * Usage: bench-cuda [quick] [rows|unique|hash|cache|attn ...] (the groups named, or all) */
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -527,9 +528,30 @@ static void bench_attn(void)
     }
 }
 
+/* a group runs when the command line names it, or names none */
+static int wanted(int argc, char **argv, const char *group)
+{
+    int named = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], group) == 0) return 1;
+        named += strcmp(argv[i], "quick") != 0;
+    }
+    return !named;
+}
+
 int main(int argc, char **argv)
 {
-    quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    static const char *const groups[] = {"quick", "rows", "unique", "hash", "cache", "attn"};
+    for (int i = 1; i < argc; i++) {
+        size_t g = 0;
+        while (g < sizeof groups / sizeof *groups && strcmp(argv[i], groups[g]) != 0) g++;
+        if (g == sizeof groups / sizeof *groups) {
+            fprintf(stderr, "bench-cuda: unknown argument '%s'\n"
+                    "usage: bench-cuda [quick] [rows|unique|hash|cache|attn ...]\n", argv[i]);
+            return 2;
+        }
+        quick |= g == 0;
+    }
     if (grm_cuda_device_count() == 0) {
         printf("# SKIP no CUDA device\n");
         return 0;
@@ -539,15 +561,17 @@ int main(int argc, char **argv)
     const double copy_bw = 2.0 * (double)bytes / time_op(copy_op, &c, 10);
     printf("bench=cuda case=copy_d2d bytes=%zu gbps=%.1f\n", bytes, copy_bw / 1e9);
     grm_cuda_free(c.dst), grm_cuda_free(c.src);
-    bench_rows(copy_bw);
-    bench_unique(copy_bw);
-    bench_hash();
-    if (quick) {
-        bench_cache(1 << 20);
-    } else {
-        bench_cache(1 << 23);
-        bench_cache(1 << 21);    /* a table the stream nearly covers: hit rates near 0.9 */
+    if (wanted(argc, argv, "rows")) bench_rows(copy_bw);
+    if (wanted(argc, argv, "unique")) bench_unique(copy_bw);
+    if (wanted(argc, argv, "hash")) bench_hash();
+    if (wanted(argc, argv, "cache")) {
+        if (quick) {
+            bench_cache(1 << 20);
+        } else {
+            bench_cache(1 << 23);
+            bench_cache(1 << 21);    /* a table the stream nearly covers: hit rates near 0.9 */
+        }
     }
-    bench_attn();
+    if (wanted(argc, argv, "attn")) bench_attn();
     return 0;
 }

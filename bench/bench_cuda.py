@@ -7,7 +7,10 @@ unique) and the device's fp32 SIMT peak (mfu of the HSTU attention). Without a C
 or device it prints a SKIP line and exits 0. --quick runs smaller sizes. With a CUDA torch
 importable, PyTorch on the same GPU is a second peer of the rows cases (index_select,
 index_add_, embedding_bag); with --ref DIR (or $GRM_HSTU_REF), Meta's Triton HSTU attention
-is the attention cases' peer (bench/cuda_attn_peer.py)."""
+is the attention cases' peer (bench/cuda_attn_peer.py); with --hkv DIR (or $GRM_HKV_DIR), a
+checkout of NVIDIA's HierarchicalKV, bench/bench-hkv-peer.cu is compiled with nvcc against it
+and run right after bench-cuda: HKV on the hash cases' keys, sizes and calls, and a `peer=hkv`
+ratio line a case (grm's keys/s over HKV's; above 1, grm is faster)."""
 import argparse
 import os
 import subprocess
@@ -55,6 +58,40 @@ def torch_peers(rows_by_case, quick):
             del table, src
 
 
+def hkv_peer(args, rows_by_case):
+    """Compile bench-hkv-peer.cu against the HierarchicalKV checkout (header-only) with the
+    nvcc that configure found, run it, and print HKV's lines and grm / HKV per case."""
+    inc = os.path.join(args.hkv, "include")
+    if not os.path.exists(os.path.join(inc, "merlin_hashtable.cuh")):
+        print("# bench_cuda: no HKV peer (%s has no include/merlin_hashtable.cuh)" % args.hkv)
+        return
+    exe = os.path.join(args.build, "bench", "bench-hkv-peer")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench-hkv-peer.cu")
+    if not os.path.exists(exe) or os.path.getmtime(exe) < os.path.getmtime(src):
+        cmd = [args.nvcc, "-std=c++17", "-O3", "-gencode", "arch=compute_90,code=sm_90",
+               "-gencode", "arch=compute_80,code=sm_80", "-I", inc, src, "-o", exe]
+        print("# bench_cuda: " + " ".join(cmd))
+        sys.stdout.flush()
+        if subprocess.run(cmd).returncode != 0:
+            print("# bench_cuda: no HKV peer (bench-hkv-peer.cu did not compile)")
+            return
+    cmd = [exe] + (["quick"] if args.quick else [])
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout.splitlines():
+        print(line)
+        if not line.startswith("bench=cuda"):
+            continue
+        hkv = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
+        grm = rows_by_case.get(hkv["case"])
+        if grm is None:
+            continue
+        ratios = " ".join("%s=%.2f" % (k.replace("_mkeys_s", "_ratio"),
+                                       float(grm[k]) / float(hkv[k]))
+                          for k in ("insert_mkeys_s", "find_mkeys_s", "find_values_mkeys_s",
+                                    "assign_mkeys_s"))
+        print("bench=cuda case=%s peer=hkv-ratio %s" % (hkv["case"], ratios))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grmhost", default=None)
@@ -65,6 +102,10 @@ def main():
                     help="checkout of meta-recsys/generative-recommenders: its Triton HSTU "
                          "attention is the attention cases' peer (cuda_attn_peer.py)")
     ap.add_argument("--ref-lengths", default="4096,1024")
+    ap.add_argument("--hkv", default=os.environ.get("GRM_HKV_DIR"),
+                    help="checkout of NVIDIA-Merlin/HierarchicalKV: its table is the hash "
+                         "cases' peer (bench-hkv-peer.cu, compiled here with nvcc)")
+    ap.add_argument("--nvcc", default=os.environ.get("NVCC", "nvcc"))
     args = ap.parse_args()
     exe = os.path.join(args.build, "bench", "bench-cuda")
     if not os.path.exists(exe):
@@ -90,6 +131,8 @@ def main():
             print("%-28s %12s %12s %8s" % (r["case"], rate, keys,
                                              r.get("mbu") or r.get("mfu") or
                                              r.get("steps_s_ratio") or ""))
+    if rows and args.hkv:
+        hkv_peer(args, {r["case"]: r for r in rows if "find_mkeys_s" in r})
     if rows and not args.no_torch:
         torch_peers({r["case"]: r for r in rows if "time_ms" in r}, args.quick)
     if rows and args.ref:
