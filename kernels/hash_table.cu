@@ -237,6 +237,7 @@ struct grm_cuda_hash {
     std::vector<float *> chunks;    // host copy of the chunk pointers
     float **d_chunks;               // [chunk_slots] device
     int64_t chunk_slots;
+    int64_t chunks_on_device;       // how many of chunks d_chunks holds
     int64_t *free_rows;             // [free_cap] device
     int64_t free_cap;
     long long *ctr;                 // [C_N] device
@@ -343,21 +344,32 @@ static grm_status reserve(grm_cuda_hash *h, int64_t n, cudaStream_t st)
         cudaFree(h->d_chunks);
         h->d_chunks = d;
         h->chunk_slots = slots;
+        h->chunks_on_device = 0;
     }
-    GRM_CUDA_CHECK(cudaMemcpy(h->d_chunks, h->chunks.data(), h->chunks.size() * sizeof(float *),
-                              cudaMemcpyHostToDevice));
-    const int64_t rows_cap = (int64_t)h->chunks.size() * cr;
-    if (rows_cap > h->free_cap) {
-        int64_t *nf = nullptr;
-        GRM_CUDA_CHECK(cudaMalloc(&nf, (size_t)rows_cap * sizeof(int64_t)));
-        if (h->free_rows != nullptr && h->host_ctr[C_FREE_TOP] > 0)
-            GRM_CUDA_CHECK(cudaMemcpy(nf, h->free_rows,
-                                      (size_t)h->host_ctr[C_FREE_TOP] * sizeof(int64_t),
-                                      cudaMemcpyDeviceToDevice));
-        cudaFree(h->free_rows);
-        h->free_rows = nf;
-        h->free_cap = rows_cap;
+    if ((int64_t)h->chunks.size() != h->chunks_on_device) {     // a synchronous copy
+        GRM_CUDA_CHECK(cudaMemcpy(h->d_chunks, h->chunks.data(),
+                                  h->chunks.size() * sizeof(float *), cudaMemcpyHostToDevice));
+        h->chunks_on_device = (int64_t)h->chunks.size();
     }
+    return GRM_OK;
+}
+
+// Room on the free list for every row there is, before an erase pushes rows on it. Only
+// an erase needs it: growing it as inserts added chunks put a cudaMalloc and a cudaFree (a
+// device-wide synchronisation) into the timed insert of every batch that took a new chunk.
+static grm_status reserve_free_list(grm_cuda_hash *h)
+{
+    const int64_t rows_cap = (int64_t)h->chunks.size() * h->opts.chunk_rows;
+    if (rows_cap <= h->free_cap) return GRM_OK;
+    int64_t *nf = nullptr;
+    GRM_CUDA_CHECK(cudaMalloc(&nf, (size_t)rows_cap * sizeof(int64_t)));
+    if (h->free_rows != nullptr && h->host_ctr[C_FREE_TOP] > 0)
+        GRM_CUDA_CHECK(cudaMemcpy(nf, h->free_rows,
+                                  (size_t)h->host_ctr[C_FREE_TOP] * sizeof(int64_t),
+                                  cudaMemcpyDeviceToDevice));
+    cudaFree(h->free_rows);
+    h->free_rows = nf;
+    h->free_cap = rows_cap;
     return GRM_OK;
 }
 
@@ -374,14 +386,19 @@ static grm_status settle(grm_cuda_hash *h, cudaStream_t st, bool erase)
         const long long erased = c[C_FREE_TOP] - h->host_ctr[C_FREE_TOP];
         h->size -= erased;
         h->tombs += erased;
-    } else {
-        if (c[C_FREE_TOP] < 0) c[C_FREE_TOP] = 0;
+    } else if (c[C_FREE_TOP] < 0) {
+        // pops past the bottom of the free list: the device's top is reset to 0 (the
+        // one case where the host's view and the device's differ; a second copy and
+        // synchronisation a call otherwise)
+        c[C_FREE_TOP] = 0;
+        GRM_CUDA_CHECK(cudaMemcpyAsync(h->ctr + C_FREE_TOP, &c[C_FREE_TOP], sizeof c[0],
+                                       cudaMemcpyHostToDevice, st));
+        GRM_CUDA_CHECK(cudaStreamSynchronize(st));
+    }
+    if (!erase)
         h->size += c[C_NEXT_ROW] - h->host_ctr[C_NEXT_ROW] +
                    h->host_ctr[C_FREE_TOP] - c[C_FREE_TOP];
-    }
     memcpy(h->host_ctr, c, sizeof c);
-    GRM_CUDA_CHECK(cudaMemcpyAsync(h->ctr, c, sizeof c, cudaMemcpyHostToDevice, st));
-    GRM_CUDA_CHECK(cudaStreamSynchronize(st));
     return GRM_OK;
 }
 
@@ -452,6 +469,10 @@ static grm_status run_op(grm_cuda_hash *h, int64_t *rows, const int64_t *keys,
     const cudaStream_t st = grm_cuda__stream(stream);
     if (OP == OP_FIND_OR_INSERT || OP == OP_ASSIGN) {
         grm_status s = reserve(h, n, st);
+        if (s != GRM_OK) return s;
+    }
+    if (OP == OP_ERASE) {
+        grm_status s = reserve_free_list(h);
         if (s != GRM_OK) return s;
     }
     if (h->d_chunks == nullptr) {                    // nothing inserted yet: all absent
