@@ -91,7 +91,10 @@ ini "$tmp/c.ini" "$tmp/ck-c" 10000000 1 emb-dynamic
 "$g" train --fresh "$tmp/c.ini" >/dev/null 2>"$tmp/c1.err" &
 pid=$!
 i=0
-while [ $i -lt 600 ] && [ "$(ls "$tmp/ck-c/export" 2>/dev/null | grep -c '^delta-')" -lt 8 ]
+# (count finished deltas only: counting the one being written, delta-N.safetensors.tmp.X,
+# ended the wait at 7 finished ones once, under a loaded parallel make check)
+while [ $i -lt 600 ] &&
+    [ "$(ls "$tmp/ck-c/export" 2>/dev/null | grep -c '^delta-[0-9]*\.safetensors$')" -lt 8 ]
 do
     sleep 0.1
     i=$((i + 1))
