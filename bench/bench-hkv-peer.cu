@@ -45,7 +45,8 @@ static double now()
                std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-/* splitmix64, as bench-cuda's rnd() */
+/* splitmix64, bench-cuda's generator; its own seed, so other keys of the same kind
+ * (bench-cuda draws its earlier cases' numbers from its stream first) */
 static uint64_t state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd()
 {

@@ -191,13 +191,13 @@ static grm_status head_loss(grm__trainer *t, grm__batch *bt, float weight, doubl
     return GRM_OK;
 }
 
-/* The head's negatives for batch g, drawn just before it computes (a head keeps the state of
- * its last draw for its loss) and merged into the item table's keys. */
 uint64_t grm__negatives_seed(const grm__pipeline *p, int64_t g)
 {
     return grm_mix64((uint64_t)p->set.seed ^ grm_mix64(0x5eed + (uint64_t)g));
 }
 
+/* The head's negatives for batch g, drawn just before it computes (a head keeps the state of
+ * its last draw for its loss) and merged into the item table's keys. */
 static grm_status draw_negatives(grm__trainer *t, grm__batch *bt)
 {
     const grm__pipeline *p = t->p;

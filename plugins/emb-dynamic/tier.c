@@ -440,7 +440,7 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
             at[r] = &index->slots[i];
     }
     if (st == GRM_OK) st = ed_tier_create(s, t, path, len, &fd);
-    int64_t n = 0, staged = 0;
+    int64_t n = 0, staged = 0, skipped = 0;
     for (int64_t a = 0; a < nrec && st == GRM_OK;) {
         if (at[a] == NULL) {
             a++;
@@ -456,14 +456,11 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
             st = ed_tier_io_error(s, t, "reading", a, got, bytes);
             break;
         }
-        // bytes_read counts what was read: ed_tier_check counts the live records, this the
-        // garbage between them
-        int64_t lives = 0;
-        for (int64_t r = a; r <= b; r++) lives += at[r] != NULL;
-        atomic_fetch_add_explicit(&tr->bytes_read, (int64_t)(bytes - (size_t)lives * rb),
-                                  memory_order_relaxed);
         for (int64_t r = a; r <= b && st == GRM_OK; r++) {
-            if (at[r] == NULL) continue;                // garbage inside the run: not read
+            if (at[r] == NULL) {            // garbage inside the run: read, not checked
+                skipped++;
+                continue;
+            }
             char *rec = in + (size_t)(r - a) * rb;
             const int64_t id = atomic_load_explicit(&at[r]->key, memory_order_relaxed);
             if (ed_rec_meta(rec)->id != id) {
@@ -488,6 +485,8 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
         st = ed_tier_put(s, t, fd, buf, n, staged);
         n += staged;
     }
+    // bytes_read counts what was read: ed_tier_check the live records, this the garbage
+    atomic_fetch_add_explicit(&tr->bytes_read, skipped * (int64_t)rb, memory_order_relaxed);
     free(in);
     free(buf);
     if (st != GRM_OK) {
