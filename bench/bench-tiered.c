@@ -190,8 +190,11 @@ int main(int argc, char **argv)
     char kv_io[64];     // BT_BACKING_IO=pread|io_uring|auto: emb-dynamic's backing_io
     snprintf(kv_io, sizeof kv_io, "backing_io=%s",
              getenv("BT_BACKING_IO") ? getenv("BT_BACKING_IO") : "auto");
+    char kv_evict[64];  // BT_EVICT=lru|lfu: emb-dynamic's evict policy
+    snprintf(kv_evict, sizeof kv_evict, "evict=%s",
+             getenv("BT_EVICT") ? getenv("BT_EVICT") : "lru");
     const void *cfg = tiered ? harness_config(info, kv_back, kv_cache, "profile_batches=20",
-                                              kv_io, (const char *)NULL)
+                                              kv_io, kv_evict, (const char *)NULL)
                              : harness_config(info, (const char *)NULL);
     if (ops->create(cfg, &spec, 1, &opt, &s) != GRM_OK) die("create");
 
@@ -223,9 +226,25 @@ int main(int argc, char **argv)
     grm_emb_stats st;
     ops->stats(s, 0, &st);
     const ed_table *t = &((const ed_store *)s)->tables[0];
+    // The checkpoint's export: the first tensors() call builds the sorted snapshot of every
+    // row (both tiers when tiered), which a checkpoint save then writes out.
+    // BT_COLD: the file out of the page cache for the export too (found again: a compaction
+    // replaced the descriptor the loop started with)
+    const int cold_fd = tiered && getenv("BT_COLD") ? harness_fd_of(".tier.") : -1;
+    if (cold_fd >= 0) {
+        fdatasync(cold_fd);
+        posix_fadvise(cold_fd, 0, 0, POSIX_FADV_DONTNEED);
+    }
+    const int64_t read_before = tiered ? atomic_load(&t->tier.bytes_read) : 0;
+    grm_named_tensor nt;
+    const double e0 = now_s();
+    if (ops->tensors(s, 0, &nt) != GRM_OK) die("tensors");
+    const double export_s = now_s() - e0;
+    const int64_t export_read = tiered ? atomic_load(&t->tier.bytes_read) - read_before : 0;
     printf("mode=%s cache_bytes=%s cache_rows=%lld rows=%lld ids=%lld seconds=%.3f "
            "ids_per_s=%.0f hit_rate=%.4f lookup_hit_rate=%.4f bytes_read=%lld "
-           "bytes_written=%lld prefetched=%lld prefetch_s=%.3f\n",
+           "bytes_written=%lld prefetched=%lld prefetch_s=%.3f export_s=%.4f "
+           "export_bytes_read=%lld\n",
            tiered ? "tiered" : "mem", tiered ? mode : "-", (long long)(tiered ? st.capacity
                                                                               : st.rows),
            (long long)st.rows, (long long)ids, secs, (double)ids / secs,
@@ -234,7 +253,8 @@ int main(int argc, char **argv)
            1.0 - (double)st.misses / (double)st.lookups,
            (long long)(tiered ? atomic_load(&t->tier.bytes_read) : 0),
            (long long)(tiered ? atomic_load(&t->tier.bytes_written) : 0),
-           (long long)(tiered ? atomic_load(&t->tier.prefetched) : 0), r.prefetch_s);
+           (long long)(tiered ? atomic_load(&t->tier.prefetched) : 0), r.prefetch_s,
+           export_s, (long long)export_read);
     ops->destroy(s);
     oops->destroy(adam);
     free(stream);

@@ -49,6 +49,38 @@ static grm_status ed_export_grow(const ed_store *s, const ed_table *t, ed_export
     return GRM_OK;
 }
 
+/* Row i of the export from record rec of pool p: its id, optimizer state and metadata
+ * (the row itself is the caller's: a cached FP16 row is widened by ed_row_read). */
+static void ed_export_fields(const ed_store *s, const ed_table *t, ed_export *e, int64_t i,
+                             char *rec, const ed_pool *p)
+{
+    const size_t SD = (size_t)s->S * (size_t)t->dim;
+    const ed_meta *m = ed_rec_meta(rec);
+    e->ids[i] = m->id;
+    if (SD > 0) memcpy(e->state + (size_t)i * SD, ed_rec_state(p, rec), SD * sizeof(float));
+    e->meta[3 * i] = m->steps;
+    e->meta[3 * i + 1] = m->count;
+    e->meta[3 * i + 2] = m->last;
+}
+
+typedef struct ed_export_job {
+    const ed_store *s;
+    ed_table *t;
+    ed_export *e;
+} ed_export_job;
+
+/* A backing record read for the export: row i of it, when it holds the id expected there. */
+static grm_status ed_export_visit(void *ctx, int64_t i, int64_t r, char *rec)
+{
+    const ed_export_job *j = ctx;
+    const grm_status st = ed_tier_expect(j->s, j->t, r, rec, j->t->cand[i].id);
+    if (st != GRM_OK) return st;
+    memcpy(j->e->weight + (size_t)i * (size_t)j->t->dim, ed_rec_row(rec),
+           (size_t)j->t->dim * sizeof(float));
+    ed_export_fields(j->s, j->t, j->e, i, rec, &j->t->pools[0]);
+    return GRM_OK;
+}
+
 static grm_status ed_export_locked(const ed_store *s, ed_table *t)
 {
     ed_export *e = &t->exp;
@@ -82,36 +114,30 @@ static grm_status ed_export_locked(const ed_store *s, ed_table *t)
     }
     if (s->tiered) n = ed_tier_collect(t, n);     // refs -1 - record number
     if (n > 1) qsort(t->cand, (size_t)n, sizeof(*t->cand), ed_cand_by_id);
-    char *buf = NULL;       // one backing record
-    if (s->tiered && (buf = malloc(t->pools[0].rec_bytes)) == NULL)
+
+    // The cache's rows now; the file's in file order after (ed_tier_visit: a pread a run
+    // of records, not one a row in id order), at[record] = their place in the export.
+    const int64_t nrec = s->tiered ? t->tier.nrec : 0;
+    int64_t *at = NULL, nfile = 0;
+    if (s->tiered && (at = malloc((size_t)(nrec > 0 ? nrec : 1) * sizeof *at)) == NULL)
         return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory "
                                "exporting", t->name);
-
-    const size_t D = (size_t)t->dim, SD = (size_t)s->S * D;
+    for (int64_t r = 0; r < nrec; r++) at[r] = -1;
     for (int64_t i = 0; i < n; i++) {
         const int64_t ref = t->cand[i].ref;
-        char *rec;
         if (ref < 0) {
-            rec = buf;
-            if ((st = ed_tier_read_record(s, t, -1 - ref, buf)) != GRM_OK) {
-                free(buf);
-                return st;
-            }
-            memcpy(e->weight + (size_t)i * D, ed_rec_row(rec), D * sizeof(float));
-        } else {
-            rec = ed_record(t, ref);
-            ed_row_read(s, t, ref, e->weight + (size_t)i * D);
+            at[-1 - ref] = i;
+            nfile++;
+            continue;
         }
-        const ed_meta *m = ed_rec_meta(rec);
-        e->ids[i] = m->id;
-        if (SD > 0)
-            memcpy(e->state + (size_t)i * SD,
-                   ed_rec_state(&t->pools[ref < 0 ? 0 : ref & 1], rec), SD * sizeof(float));
-        e->meta[3 * i] = m->steps;
-        e->meta[3 * i + 1] = m->count;
-        e->meta[3 * i + 2] = m->last;
+        char *rec = ed_record(t, ref);
+        ed_row_read(s, t, ref, e->weight + (size_t)i * (size_t)t->dim);
+        ed_export_fields(s, t, e, i, rec, &t->pools[ref & 1]);
     }
-    free(buf);
+    ed_export_job j = { s, t, e };
+    st = nfile > 0 ? ed_tier_visit(s, t, at, ed_export_visit, &j) : GRM_OK;
+    free(at);
+    if (st != GRM_OK) return st;
     e->n = n;
     e->counters[0] = atomic_load(&t->clock);
     e->counters[1] = t->keys.M;

@@ -515,7 +515,13 @@ grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n);
 grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref);
 grm_status ed_tier_flush(const ed_store *s, ed_table *t);
 int64_t ed_tier_collect(const ed_table *t, int64_t n);
-grm_status ed_tier_read_record(const ed_store *s, ed_table *t, int64_t index, char *buf);
+/* Called by ed_tier_visit for each wanted file record r (tag: the caller's, >= 0) with
+ * its checked bytes rec, valid for the call. */
+typedef grm_status (*ed_tier_visit_fn)(void *ctx, int64_t tag, int64_t r, char *rec);
+grm_status ed_tier_visit(const ed_store *s, ed_table *t, const int64_t *tag,
+                         ed_tier_visit_fn visit, void *ctx);
+grm_status ed_tier_expect(const ed_store *s, const ed_table *t, int64_t r, const char *rec,
+                          int64_t id);
 grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids, const float *w,
                           const float *state, const int64_t *meta, int64_t n);
 

@@ -393,63 +393,44 @@ static grm_status ed_tier_write_staged(const ed_store *s, ed_table *t)
     return GRM_OK;
 }
 
-/* Garbage records a compaction read may span rather than start a new pread: about 16 KiB,
+/* Garbage records a scan may read across rather than start a new pread: about 16 KiB,
  * which costs about what one more pread's call does. */
 #define ED_TIER_SPAN_BYTES 16384
 
-/* Copy the live records to a fresh file, in file order, and drop the old one with its
- * garbage. The index says which records are live (at[number] = its slot); they are read
- * in file order, a pread for each run of them whose gaps are at most ED_TIER_SPAN_BYTES of
- * garbage, up to a staging buffer (1 MiB). Reading the live records one pread each in
- * index order, as this did first, scattered the reads over the file: in the
- * synthetic-tiered run, where about half the records are live at a compaction, that was
- * 2.26M preads, about 0.8 ms of each step of the trainer, whose eviction runs this. A
- * file with few live records among much garbage (a small table) still gets about a pread
- * a live record, not a read of all its garbage. Every record copied is checked (its id
- * is the index's, its checksum holds) as a fetch checks it. On an error the old file and
- * index stay as they were. Caller holds the write lock; nothing is staged. The io_uring
- * ring reads by descriptor (no registered files), so the new one needs nothing more. */
-static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
+/* Visit the file records r with tag[r] >= 0 (tag [nrec]), in file order: one pread for
+ * each run of them whose gaps hold at most ED_TIER_SPAN_BYTES of garbage, up to the
+ * write-back buffer's size (1 MiB). Each record is checked (its checksum holds) before
+ * visit(ctx, tag[r], r, rec) sees it, in a scratch buffer that the next run reuses; the
+ * garbage read inside runs counts in bytes_read, as the records checked do. The first
+ * error stops the scan and is returned. Reading the records one pread each in the order
+ * of their owners (the index, or the ids of an export) scattered the reads over the file:
+ * in the synthetic-tiered run's compactions that was 2.26M preads, about 0.8 ms of each
+ * step of the trainer. A file with few live records among much garbage (a small table)
+ * still gets about a pread a record, not a read of all its garbage. Caller holds the
+ * write lock; the io_uring ring is not used (the prefetch's thread owns it). */
+grm_status ed_tier_visit(const ed_store *s, ed_table *t, const int64_t *tag,
+                         ed_tier_visit_fn visit, void *ctx)
 {
     ed_tier *tr = &t->tier;
-    const size_t rb = t->pools[0].rec_bytes, len = strlen(tr->path) + 1;
-    ed_keys *index = &tr->index;
-    const int64_t nrec = tr->nrec, wcap = tr->wcap;
+    const size_t rb = t->pools[0].rec_bytes;
+    const int64_t nrec = tr->nrec, cap = tr->wcap;
     const int64_t gap = (int64_t)(ED_TIER_SPAN_BYTES / rb) > 1
                         ? (int64_t)(ED_TIER_SPAN_BYTES / rb) : 1;
-    char *path = malloc(len);
-    char *in = malloc((size_t)wcap * rb), *buf = malloc((size_t)wcap * rb);
-    ed_slot **at = calloc((size_t)(nrec > 0 ? nrec : 1), sizeof *at);
-    int fd = -1;
-    grm_status st = path == NULL || in == NULL || buf == NULL || at == NULL
-        ? s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory compacting "
-                          "the backing file", t->name)
-        : GRM_OK;
-    // the index's record numbers, each once and inside the file, or the index is damaged
-    for (int64_t i = 0; i < index->M && st == GRM_OK; i++) {
-        const int64_t id = atomic_load_explicit(&index->slots[i].key, memory_order_relaxed);
-        if (id == ED_KEY_EMPTY || id == ED_KEY_TOMB) continue;
-        const int64_t r = atomic_load_explicit(&index->slots[i].ref, memory_order_relaxed);
-        if (r < 0 || r >= nrec || at[r] != NULL)
-            st = s->host->errorf(GRM_EFORMAT, "emb-dynamic: %s: the index of its records "
-                                 "maps id %lld to record %lld, %s; resume from the last "
-                                 "checkpoint", tr->path, (long long)id, (long long)r,
-                                 r < 0 || r >= nrec ? "outside the file"
-                                                    : "which another id holds too");
-        else
-            at[r] = &index->slots[i];
-    }
-    if (st == GRM_OK) st = ed_tier_create(s, t, path, len, &fd);
-    int64_t n = 0, staged = 0, skipped = 0;
+    char *in = malloc((size_t)cap * rb);
+    if (in == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory reading "
+                               "the backing file", t->name);
+    grm_status st = GRM_OK;
+    int64_t skipped = 0;
     for (int64_t a = 0; a < nrec && st == GRM_OK;) {
-        if (at[a] == NULL) {
+        if (tag[a] < 0) {
             a++;
             continue;
         }
-        // the run [a, b]: live records at most `gap` apart, within the buffer
+        // the run [a, b]: wanted records at most `gap` apart, within the buffer
         int64_t b = a;
-        for (int64_t c = a + 1; c < nrec && c - a < wcap && c - b <= gap; c++)
-            if (at[c] != NULL) b = c;
+        for (int64_t c = a + 1; c < nrec && c - a < cap && c - b <= gap; c++)
+            if (tag[c] >= 0) b = c;
         const size_t bytes = (size_t)(b - a + 1) * rb;
         const ssize_t got = pread(tr->fd, in, bytes, ed_tier_offset(t, a));
         if (got != (ssize_t)bytes) {
@@ -457,40 +438,98 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
             break;
         }
         for (int64_t r = a; r <= b && st == GRM_OK; r++) {
-            if (at[r] == NULL) {            // garbage inside the run: read, not checked
-                skipped++;
-                continue;
-            }
             char *rec = in + (size_t)(r - a) * rb;
-            const int64_t id = atomic_load_explicit(&at[r]->key, memory_order_relaxed);
-            if (ed_rec_meta(rec)->id != id) {
-                st = s->host->errorf(GRM_EFORMAT, "emb-dynamic: %s: record %lld holds id "
-                                     "%lld where the index puts id %lld; the backing file "
-                                     "was changed under the run: resume from the last "
-                                     "checkpoint", tr->path, (long long)r,
-                                     (long long)ed_rec_meta(rec)->id, (long long)id);
-                break;
-            }
-            if ((st = ed_tier_check(s, t, rec, r)) != GRM_OK) break;
-            memcpy(buf + (size_t)staged * rb, rec, rb);
-            if (++staged == wcap) {
-                st = ed_tier_put(s, t, fd, buf, n, staged);
-                n += staged;
-                staged = 0;
-            }
+            if (tag[r] < 0) skipped++;      // garbage inside the run: read, not checked
+            else if ((st = ed_tier_check(s, t, rec, r)) == GRM_OK)
+                st = visit(ctx, tag[r], r, rec);
         }
         a = b + 1;
     }
-    if (st == GRM_OK && staged > 0) {
-        st = ed_tier_put(s, t, fd, buf, n, staged);
-        n += staged;
-    }
-    // bytes_read counts what was read: ed_tier_check the live records, this the garbage
     atomic_fetch_add_explicit(&tr->bytes_read, skipped * (int64_t)rb, memory_order_relaxed);
     free(in);
-    free(buf);
+    return st;
+}
+
+/* The id file record r holds is the one its owner expects, or the file was changed. */
+grm_status ed_tier_expect(const ed_store *s, const ed_table *t, int64_t r, const char *rec,
+                          int64_t id)
+{
+    const int64_t got = ed_rec_meta((char *)rec)->id;
+    if (got == id) return GRM_OK;
+    return s->host->errorf(GRM_EFORMAT, "emb-dynamic: %s: record %lld holds id %lld where "
+                           "the index puts id %lld; the backing file was changed under the "
+                           "run: resume from the last checkpoint", t->tier.path,
+                           (long long)r, (long long)got, (long long)id);
+}
+
+/* Compaction's copy: the live records, checked, staged and written to the new file. */
+typedef struct ed_compact_job {
+    const ed_store *s;
+    const ed_table *t;
+    const ed_keys *index;
+    int fd;                 /* the new file */
+    char *buf;              /* staging [wcap records] */
+    int64_t staged, n;      /* records staged, records written */
+} ed_compact_job;
+
+static grm_status ed_compact_visit(void *ctx, int64_t slot, int64_t r, char *rec)
+{
+    ed_compact_job *j = ctx;
+    const size_t rb = j->t->pools[0].rec_bytes;
+    const int64_t id = atomic_load_explicit(&j->index->slots[slot].key, memory_order_relaxed);
+    grm_status st = ed_tier_expect(j->s, j->t, r, rec, id);
+    if (st != GRM_OK) return st;
+    memcpy(j->buf + (size_t)j->staged * rb, rec, rb);
+    if (++j->staged < j->t->tier.wcap) return GRM_OK;
+    st = ed_tier_put(j->s, j->t, j->fd, j->buf, j->n, j->staged);
+    j->n += j->staged;
+    j->staged = 0;
+    return st;
+}
+
+/* Copy the live records to a fresh file, in file order (ed_tier_visit), and drop the old
+ * one with its garbage. The index says which records are live (at[number] = its slot).
+ * Every record copied is checked (its id is the index's, its checksum holds) as a fetch
+ * checks it. On an error the old file and index stay as they were. Caller holds the write
+ * lock; nothing is staged. The io_uring ring reads by descriptor (no registered files), so
+ * the new one needs nothing more. */
+static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
+{
+    ed_tier *tr = &t->tier;
+    const size_t rb = t->pools[0].rec_bytes, len = strlen(tr->path) + 1;
+    ed_keys *index = &tr->index;
+    const int64_t nrec = tr->nrec;
+    char *path = malloc(len);
+    int64_t *at = malloc((size_t)(nrec > 0 ? nrec : 1) * sizeof *at);
+    ed_compact_job j = { s, t, index, -1, malloc((size_t)tr->wcap * rb), 0, 0 };
+    grm_status st = path == NULL || j.buf == NULL || at == NULL
+        ? s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory compacting "
+                          "the backing file", t->name)
+        : GRM_OK;
+    for (int64_t r = 0; r < nrec && st == GRM_OK; r++) at[r] = -1;
+    // the index's record numbers, each once and inside the file, or the index is damaged
+    for (int64_t i = 0; i < index->M && st == GRM_OK; i++) {
+        const int64_t id = atomic_load_explicit(&index->slots[i].key, memory_order_relaxed);
+        if (id == ED_KEY_EMPTY || id == ED_KEY_TOMB) continue;
+        const int64_t r = atomic_load_explicit(&index->slots[i].ref, memory_order_relaxed);
+        if (r < 0 || r >= nrec || at[r] >= 0)
+            st = s->host->errorf(GRM_EFORMAT, "emb-dynamic: %s: the index of its records "
+                                 "maps id %lld to record %lld, %s; resume from the last "
+                                 "checkpoint", tr->path, (long long)id, (long long)r,
+                                 r < 0 || r >= nrec ? "outside the file"
+                                                    : "which another id holds too");
+        else
+            at[r] = i;
+    }
+    if (st == GRM_OK) st = ed_tier_create(s, t, path, len, &j.fd);
+    if (st == GRM_OK) st = ed_tier_visit(s, t, at, ed_compact_visit, &j);
+    if (st == GRM_OK && j.staged > 0) {
+        st = ed_tier_put(s, t, j.fd, j.buf, j.n, j.staged);
+        j.n += j.staged;
+    }
+    free(j.buf);
     if (st != GRM_OK) {
-        if (fd >= 0) close(fd);
+        if (j.fd >= 0) close(j.fd);
         free(at);
         free(path);
         return st;
@@ -498,16 +537,17 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
     // the k-th live record in file order is record k of the new file; the index keeps its
     // keys (ids never leave it) and only their numbers change
     for (int64_t r = 0, k = 0; r < nrec; r++)
-        if (at[r] != NULL) atomic_store_explicit(&at[r]->ref, k++, memory_order_relaxed);
+        if (at[r] >= 0) atomic_store_explicit(&index->slots[at[r]].ref, k++,
+                                              memory_order_relaxed);
     free(at);
     s->host->log(GRM_LOG_DEBUG, "emb-dynamic", "table '%s': backing file compacted: %lld live "
-                 "records kept, %lld garbage records dropped", t->name, (long long)n,
+                 "records kept, %lld garbage records dropped", t->name, (long long)j.n,
                  (long long)tr->garbage);
     close(tr->fd);
-    tr->fd = fd;
+    tr->fd = j.fd;
     free(tr->path);
     tr->path = path;
-    tr->nrec = n;
+    tr->nrec = j.n;
     tr->garbage = 0;
     return GRM_OK;
 }
@@ -570,12 +610,6 @@ int64_t ed_tier_collect(const ed_table *t, int64_t n)
         n++;
     }
     return n;
-}
-
-/* The file record `index` into the scratch record buf (rec_bytes). */
-grm_status ed_tier_read_record(const ed_store *s, ed_table *t, int64_t index, char *buf)
-{
-    return ed_tier_pread(s, t, buf, index);
 }
 
 /* Load: every row of the checkpoint goes to the file, records 0..n-1 in id order, and the
