@@ -281,6 +281,8 @@ typedef struct ed_tier {
     int64_t wcap;           /* records it holds */
     int64_t wfirst, wn;     /* file record of the first staged one; staged records */
     int64_t garbage;        /* file records no id points to any more (rewritten since) */
+    int64_t compactions;    /* times the file was compacted */
+    int64_t from_cache;     /* records compactions wrote from the cache, not the file */
     void *ring;             /* struct io_uring of the prefetch's reads (owned), or NULL:
                              * pread (backing_io, tier.c) */
     _Atomic int64_t ring_reads;     /* records read through it */

@@ -41,7 +41,7 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
             s->host->log(GRM_LOG_INFO, "emb-dynamic", "table '%s': cache %lld of %lld rows "
                          "(budget %lld), %lld fetched from %s (%lld by prefetch), %lld "
                          "written back, %lld bytes read, %lld written; %lld reads through "
-                         "io_uring", t->name,
+                         "io_uring; %lld compactions (%lld records from the cache)", t->name,
                          (long long)atomic_load(&t->keys.live),
                          (long long)(atomic_load(&t->keys.live)
                                      + atomic_load(&t->tier.file_only)),
@@ -50,7 +50,8 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
                          (long long)atomic_load(&t->tier.writebacks),
                          (long long)atomic_load(&t->tier.bytes_read),
                          (long long)atomic_load(&t->tier.bytes_written),
-                         (long long)atomic_load(&t->tier.ring_reads));
+                         (long long)atomic_load(&t->tier.ring_reads),
+                         (long long)t->tier.compactions, (long long)t->tier.from_cache);
         ed_tier_close(s, t);
     }
     ed_keys_fini(s, &t->keys);

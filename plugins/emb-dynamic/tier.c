@@ -19,9 +19,9 @@
  * place cost one pwrite (and the file system's block lookup) a row: 3 us a miss, most of
  * a tiered step. Appended, they go out 1 MiB to a pwrite. When the garbage outnumbers the
  * live records (and is at least ED_TIER_COMPACT_MIN), the live records are copied to a
- * fresh file (ed_tier_compact, which reads them in file order), so the file stays
- * within about twice the live rows plus that minimum, and the copying costs about one
- * extra write a written-back row.
+ * fresh file (ed_tier_compact: those of rows in the cache from the cache, the others read
+ * in file order), so the file stays within about twice the live rows plus that minimum,
+ * and the copying costs about one extra write a written-back row.
  *
  * Reads are preads. A read-only shared mapping of the file made them ~10% faster in the
  * synthetic-tiered run's loop, but every page a process maps counts in its RSS (fault-around
@@ -462,37 +462,86 @@ grm_status ed_tier_expect(const ed_store *s, const ed_table *t, int64_t r, const
                            (long long)r, (long long)got, (long long)id);
 }
 
-/* Compaction's copy: the live records, checked, staged and written to the new file. */
+/* A compaction's marks of the old file's records: at[r] = ED_AT_GARBAGE, the index slot
+ * of a live record to read (>= 0), or ED_AT_CACHED(slot) for one whose row is in the cache,
+ * which is written from there. */
+#define ED_AT_GARBAGE (-1)
+#define ED_AT_CACHED(slot) (-2 - (slot))
+
+/* Compaction's copy: the live records in file order, read and checked or taken from the
+ * cache, staged and written to the new file. */
 typedef struct ed_compact_job {
     const ed_store *s;
     const ed_table *t;
     const ed_keys *index;
+    const int64_t *at;      /* [nrec] */
+    int64_t next;           /* records before next are staged or garbage */
     int fd;                 /* the new file */
     char *buf;              /* staging [wcap records] */
     int64_t staged, n;      /* records staged, records written */
+    int64_t cached;         /* records written from the cache */
 } ed_compact_job;
 
-static grm_status ed_compact_visit(void *ctx, int64_t slot, int64_t r, char *rec)
+/* Stage rec for the new file: a file record (its checksum in its flags), or with sum a
+ * cache record, whose copy gets its checksum there. */
+static grm_status ed_compact_stage(ed_compact_job *j, const char *rec, int sum)
 {
-    ed_compact_job *j = ctx;
     const size_t rb = j->t->pools[0].rec_bytes;
-    const int64_t id = atomic_load_explicit(&j->index->slots[slot].key, memory_order_relaxed);
-    grm_status st = ed_tier_expect(j->s, j->t, r, rec, id);
-    if (st != GRM_OK) return st;
-    memcpy(j->buf + (size_t)j->staged * rb, rec, rb);
+    char *dst = j->buf + (size_t)j->staged * rb;
+    memcpy(dst, rec, rb);
+    if (sum) ed_rec_meta(dst)->flags = (int64_t)ed_tier_sum(j->t, dst);
     if (++j->staged < j->t->tier.wcap) return GRM_OK;
-    st = ed_tier_put(j->s, j->t, j->fd, j->buf, j->n, j->staged);
+    const grm_status st = ed_tier_put(j->s, j->t, j->fd, j->buf, j->n, j->staged);
     j->n += j->staged;
     j->staged = 0;
     return st;
 }
 
-/* Copy the live records to a fresh file, in file order (ed_tier_visit), and drop the old
- * one with its garbage. The index says which records are live (at[number] = its slot).
- * Every record copied is checked (its id is the index's, its checksum holds) as a fetch
- * checks it. On an error the old file and index stay as they were. Caller holds the write
- * lock; nothing is staged. The io_uring ring reads by descriptor (no registered files), so
- * the new one needs nothing more. */
+/* The cache's row of the id in index slot `slot`, its current bytes (dirty or not), staged
+ * as the file record it becomes. It is marked clean only once the new file is the table's. */
+static grm_status ed_compact_cached(ed_compact_job *j, int64_t slot)
+{
+    const ed_table *t = j->t;
+    const int64_t id = atomic_load_explicit(&j->index->slots[slot].key, memory_order_relaxed);
+    const ed_slot *cs = ed_keys_find(&t->keys, id, ed_hash(id));
+    j->cached++;
+    return ed_compact_stage(j, ed_record(t, atomic_load_explicit(&cs->ref,
+                                                                 memory_order_relaxed)), 1);
+}
+
+/* Stage the cached records numbered below r that are not staged yet. */
+static grm_status ed_compact_upto(ed_compact_job *j, int64_t r)
+{
+    grm_status st = GRM_OK;
+    for (; j->next < r && st == GRM_OK; j->next++)
+        if (j->at[j->next] <= ED_AT_CACHED(0))
+            st = ed_compact_cached(j, ED_AT_CACHED(0) - j->at[j->next]);
+    return st;
+}
+
+static grm_status ed_compact_visit(void *ctx, int64_t slot, int64_t r, char *rec)
+{
+    ed_compact_job *j = ctx;
+    const int64_t id = atomic_load_explicit(&j->index->slots[slot].key, memory_order_relaxed);
+    grm_status st = ed_compact_upto(j, r);
+    if (st == GRM_OK) st = ed_tier_expect(j->s, j->t, r, rec, id);
+    if (st == GRM_OK) st = ed_compact_stage(j, rec, 0);
+    j->next = r + 1;
+    return st;
+}
+
+/* Copy the live records to a fresh file, in file order, and drop the old one with its
+ * garbage. The index says which records are live (at[number] = its slot). A live record
+ * whose row is in the cache is written from the cache, its current bytes: nothing of it is
+ * read, and the cached row is clean afterwards (a dirty one's file record was stale, and
+ * its eviction now writes nothing). The others are read (ed_tier_visit: a pread a run) and
+ * checked (their id is the index's, their checksum holds) as a fetch checks them. On
+ * Beauty with a cache of 90 % of the rows, reading every live record read about 65 MB a
+ * compaction, nearly the whole file, since the few live records among 65,536 garbage ones
+ * lie closer than a run's gap; 90 % of them are cached. On an error the old file, the
+ * index and the cache's dirty flags stay as they were. Caller holds the write lock;
+ * nothing is staged. The io_uring ring reads by descriptor (no registered files), so the
+ * new one needs nothing more. */
 static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
 {
     ed_tier *tr = &t->tier;
@@ -501,28 +550,33 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
     const int64_t nrec = tr->nrec;
     char *path = malloc(len);
     int64_t *at = malloc((size_t)(nrec > 0 ? nrec : 1) * sizeof *at);
-    ed_compact_job j = { s, t, index, -1, malloc((size_t)tr->wcap * rb), 0, 0 };
+    ed_compact_job j = { s, t, index, at, 0, -1, malloc((size_t)tr->wcap * rb), 0, 0, 0 };
     grm_status st = path == NULL || j.buf == NULL || at == NULL
         ? s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory compacting "
                           "the backing file", t->name)
         : GRM_OK;
-    for (int64_t r = 0; r < nrec && st == GRM_OK; r++) at[r] = -1;
+    for (int64_t r = 0; r < nrec && st == GRM_OK; r++) at[r] = ED_AT_GARBAGE;
     // the index's record numbers, each once and inside the file, or the index is damaged
     for (int64_t i = 0; i < index->M && st == GRM_OK; i++) {
         const int64_t id = atomic_load_explicit(&index->slots[i].key, memory_order_relaxed);
         if (id == ED_KEY_EMPTY || id == ED_KEY_TOMB) continue;
         const int64_t r = atomic_load_explicit(&index->slots[i].ref, memory_order_relaxed);
-        if (r < 0 || r >= nrec || at[r] >= 0)
+        if (r < 0 || r >= nrec || at[r] != ED_AT_GARBAGE) {
             st = s->host->errorf(GRM_EFORMAT, "emb-dynamic: %s: the index of its records "
                                  "maps id %lld to record %lld, %s; resume from the last "
                                  "checkpoint", tr->path, (long long)id, (long long)r,
                                  r < 0 || r >= nrec ? "outside the file"
                                                     : "which another id holds too");
-        else
-            at[r] = i;
+            break;
+        }
+        const ed_slot *cs = ed_keys_find(&t->keys, id, ed_hash(id));
+        const int64_t ref = cs != NULL ? atomic_load_explicit(&cs->ref, memory_order_relaxed)
+                                       : ED_REF_NONE;
+        at[r] = ref >= 0 && !(ref & 1) ? ED_AT_CACHED(i) : i;
     }
     if (st == GRM_OK) st = ed_tier_create(s, t, path, len, &j.fd);
     if (st == GRM_OK) st = ed_tier_visit(s, t, at, ed_compact_visit, &j);
+    if (st == GRM_OK) st = ed_compact_upto(&j, nrec);
     if (st == GRM_OK && j.staged > 0) {
         st = ed_tier_put(s, t, j.fd, j.buf, j.n, j.staged);
         j.n += j.staged;
@@ -535,20 +589,30 @@ static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
         return st;
     }
     // the k-th live record in file order is record k of the new file; the index keeps its
-    // keys (ids never leave it) and only their numbers change
-    for (int64_t r = 0, k = 0; r < nrec; r++)
-        if (at[r] >= 0) atomic_store_explicit(&index->slots[at[r]].ref, k++,
-                                              memory_order_relaxed);
+    // keys (ids never leave it) and only their numbers change; the cached rows written
+    // from the cache are now equal to their file records
+    for (int64_t r = 0, k = 0; r < nrec; r++) {
+        if (at[r] == ED_AT_GARBAGE) continue;
+        const int64_t slot = at[r] >= 0 ? at[r] : ED_AT_CACHED(0) - at[r];
+        atomic_store_explicit(&index->slots[slot].ref, k++, memory_order_relaxed);
+        if (at[r] >= 0) continue;
+        const int64_t id = atomic_load_explicit(&index->slots[slot].key, memory_order_relaxed);
+        const ed_slot *cs = ed_keys_find(&t->keys, id, ed_hash(id));
+        ed_rec_meta(ed_record(t, atomic_load_explicit(&cs->ref, memory_order_relaxed)))
+            ->flags &= ~(int64_t)ED_FLAG_DIRTY;
+    }
     free(at);
     s->host->log(GRM_LOG_DEBUG, "emb-dynamic", "table '%s': backing file compacted: %lld live "
-                 "records kept, %lld garbage records dropped", t->name, (long long)j.n,
-                 (long long)tr->garbage);
+                 "records kept (%lld written from the cache), %lld garbage records dropped",
+                 t->name, (long long)j.n, (long long)j.cached, (long long)tr->garbage);
     close(tr->fd);
     tr->fd = j.fd;
     free(tr->path);
     tr->path = path;
     tr->nrec = j.n;
     tr->garbage = 0;
+    tr->compactions++;
+    tr->from_cache += j.cached;
     return GRM_OK;
 }
 
