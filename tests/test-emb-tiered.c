@@ -157,22 +157,11 @@ static int64_t backing_bytes(const char *sub)
     return fd >= 0 && fstat(fd, &sb) == 0 ? (int64_t)sb.st_size : -1;
 }
 
-/* Overwrite with junk every garbage record of this process's backing file whose path
- * contains `sub`: every copy of an id but its last (write-back only appends, and
- * compaction keeps the file's order, so the index holds the last). Records of rec bytes
- * after the 64-byte header, each starting with its id. Returns the records junked, or -1. */
-typedef struct id_at {
-    int64_t id, at;
-} id_at;
-
-static int id_at_cmp(const void *a, const void *b)
-{
-    const id_at *x = a, *y = b;
-    if (x->id != y->id) return x->id < y->id ? -1 : 1;
-    return x->at < y->at ? -1 : x->at > y->at;
-}
-
-static int64_t junk_garbage(const char *sub, int64_t rec)
+/* Overwrite with junk every garbage record of the backing file of table t, whose path
+ * contains `sub`: every record the table's index does not point at (an id's older copies,
+ * the records of free segments). Records of rec bytes after the 64-byte header, each
+ * starting with its id. Returns the records junked, or -1. */
+static int64_t junk_garbage(const ed_table *t, const char *sub, int64_t rec)
 {
     const int fd0 = harness_fd_of(sub);
     char path[64];
@@ -181,23 +170,20 @@ static int64_t junk_garbage(const char *sub, int64_t rec)
     const int fd = open(path, O_RDWR);
     const off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : 0;
     const int64_t n = size > 64 ? (int64_t)(size - 64) / rec : 0;
-    id_at *v = malloc((size_t)(n > 0 ? n : 1) * sizeof *v);
     char *junk = malloc((size_t)rec);
-    int64_t junked = fd >= 0 && v != NULL && junk != NULL ? 0 : -1;
-    for (int64_t i = 0; i < n && junked == 0; i++) {
-        v[i].at = i;
-        if (pread(fd, &v[i].id, 8, 64 + i * rec) != 8) junked = -1;
-    }
-    if (junked == 0) {
-        qsort(v, (size_t)n, sizeof *v, id_at_cmp);
-        memset(junk, 0xA5, (size_t)rec);
-        for (int64_t i = 0; i + 1 < n && junked >= 0; i++) {
-            if (v[i].id != v[i + 1].id) continue;       // v[i] is its id's last copy
-            junked = pwrite(fd, junk, (size_t)rec, 64 + v[i].at * rec) == rec ? junked + 1 : -1;
+    int64_t junked = fd >= 0 && junk != NULL ? 0 : -1;
+    if (junk != NULL) memset(junk, 0xA5, (size_t)rec);
+    for (int64_t i = 0; i < n && junked >= 0; i++) {
+        int64_t id;
+        if (pread(fd, &id, 8, 64 + i * rec) != 8) {
+            junked = -1;
+            break;
         }
+        const ed_slot *sl = ed_keys_find(&t->tier.index, id, ed_hash(id));
+        if (sl != NULL && atomic_load(&sl->ref) == i) continue;     // live
+        junked = pwrite(fd, junk, (size_t)rec, 64 + i * rec) == rec ? junked + 1 : -1;
     }
     if (fd >= 0) close(fd);
-    free(v);
     free(junk);
     return junked;
 }
@@ -358,82 +344,85 @@ int main(void)
     ops->destroy(ref);
     ops->destroy(pin);
 
-    // ---- 4b. log-structured write-back: the file is compacted, not grown without end ----
-    // 500 steps through a ~250-row cache move ~117,000 rows out, each to a new record at
-    // the file's end; the table has under 6000 rows. Without compaction the file would
-    // hold every one (more than the bound below); with it, at most twice the live records
-    // plus the 65,536 garbage records compaction waits for, plus one staging buffer (4519
-    // records of 232 bytes).
+    // ---- 4b. log-structured write-back: segments are cleaned, the file does not grow ----
+    // 500 steps through a ~250-row cache move ~117,000 rows out, each to a new record in
+    // the open segment; the table has under 6000 rows. Without cleaning the file would
+    // hold every one (more than the bound below); with it, at most the live records, the
+    // 65,536 garbage records cleaning waits for as many more, and two segments (the open
+    // one and the one being cleaned, 4519 records of 232 bytes each).
     void *mem4 = make_store(&spec, NULL);
     void *log4 = make_store(&spec, (const char *[]){ kv_dir("g"), "cache_bytes=58000",
                                                      "evict=lru", NULL });
+    const ed_table *t4 = &((const ed_store *)log4)->tables[0];
     int64_t mism4 = 0;
     int ok4 = train_both(mem4, log4, 1, 500, 99, &mism4);
     const grm_emb_stats s4 = stats_of(log4);
     const int64_t fbytes = backing_bytes("/g/t.tier.");
-    const int64_t rec = 232, bound = (2 * s4.rows + 65536 + 4519) * rec;
+    const int64_t rec = 232, bound = (2 * s4.rows + 65536 + 2 * 4519) * rec + 64;
     tap_ok(ok4 && mism4 == 0 && same_export(mem4, log4, "after 500 steps")
-               && s4.evictions * rec > bound && fbytes > 0 && fbytes <= bound,
+               && s4.evictions * rec > bound && fbytes > 0 && fbytes <= bound
+               && t4->tier.cleaned > 0,
            "%lld rows moved out over 500 steps (%lld mismatches, exports equal): the backing "
-           "file holds %lld bytes, within %lld (compacted)", (long long)s4.evictions,
-           (long long)mism4, (long long)fbytes, (long long)bound);
+           "file holds %lld bytes, within %lld (%lld segments cleaned)",
+           (long long)s4.evictions, (long long)mism4, (long long)fbytes, (long long)bound,
+           (long long)t4->tier.cleaned);
 
-    // ---- 4c. compaction reads only what is live ----
-    // Compaction reads the live records in file order, runs of them across small gaps of
-    // garbage, and keeps the records the index points at. Every garbage record of log4's
-    // file is overwritten with junk; the store then trains on until the file is compacted
-    // (its size drops): were any garbage record checked or kept, the compaction or a later
-    // read would fail its checksum. Rows and export stay bitwise the in-memory store's.
-    const int64_t junked = junk_garbage("/g/t.tier.", rec);
-    // The export reads the rows that are only in the file the same way, in runs that span
-    // garbage: a checkpoint taken now reads across the junk and checks none of it.
-    // One step first: the export of 500 steps is kept until the rows change.
-    int64_t prev = backing_bytes("/g/t.tier."), mism4c = 0, steps4c = 1;
-    int ok4c = junked > 0 && train_both(mem4, log4, 501, 1, 1000, &mism4c);
-    int compacted = backing_bytes("/g/t.tier.") < prev;
-    const int export_ok = ok4c && !compacted && mism4c == 0
-                          && same_export(mem4, log4, "over junked garbage");
-    prev = backing_bytes("/g/t.tier.");
-    while (ok4c && !compacted && steps4c < 600) {
+    // ---- 4c. cleaning reads only what is live ----
+    // Cleaning reads a segment and moves the records the index points at. Every garbage
+    // record of log4's file is overwritten with junk; the store then trains on until more
+    // segments are cleaned: were any garbage record checked or moved, the cleaning or a
+    // later read would fail its checksum. Rows and export stay bitwise the in-memory
+    // store's.
+    // One step first: the export of 500 steps is kept until the rows change. The export
+    // reads the rows that are only in the file in runs that span garbage: a checkpoint
+    // taken after the junk reads across it and checks none of it.
+    int64_t mism4c = 0, steps4c = 1;
+    int ok4c = train_both(mem4, log4, 501, 1, 1000, &mism4c);
+    const int64_t junked = junk_garbage(t4, "/g/t.tier.", rec);
+    const int64_t cleaned0 = t4->tier.cleaned;
+    ok4c = ok4c && junked > 0;
+    const int export_ok = ok4c && mism4c == 0 && same_export(mem4, log4, "over junked garbage");
+    while (ok4c && t4->tier.cleaned < cleaned0 + 4 && steps4c < 600) {
         ok4c = train_both(mem4, log4, 501 + steps4c, 1, 1000 + (uint64_t)steps4c, &mism4c);
-        const int64_t now = backing_bytes("/g/t.tier.");
-        compacted = now < prev;
-        prev = now;
         steps4c++;
     }
-    tap_ok(ok4c && compacted && mism4c == 0 && same_export(mem4, log4, "after compaction"),
-           "%lld garbage records overwritten with junk, then %lld steps until the file was "
-           "compacted: no read failed, rows and export bitwise equal (%lld mismatches)",
+    tap_ok(ok4c && t4->tier.cleaned >= cleaned0 + 4 && mism4c == 0
+               && same_export(mem4, log4, "after cleaning"),
+           "%lld garbage records overwritten with junk, then %lld steps until 4 more segments "
+           "were cleaned: no read failed, rows and export bitwise equal (%lld mismatches)",
            (long long)junked, (long long)steps4c, (long long)mism4c);
     tap_ok(export_ok, "an export over the junked garbage (the file's rows read in runs "
            "across it) equals the in-memory store's bitwise");
     ops->destroy(log4);
     ops->destroy(mem4);
 
-    // ---- 4d. compaction writes the cached rows from the cache ----
-    // With a cache of ~1,000 rows most live records at a compaction have their row in the
-    // cache, dirty or clean, and most of those rows are not in the batch in flight.
-    // Compaction writes them from the cache and marks them clean, so a later eviction of
+    // ---- 4d. cleaning writes the cached rows from the cache ----
+    // With a cache of ~1,000 rows and cleaning from the first garbage record on
+    // (backing_garbage_min = 0: segments stay about half live), many live records of a
+    // cleaned segment have their row in the cache, dirty or clean, and most of those rows
+    // are not in the batch in flight.
+    // Cleaning writes them from the cache and marks them clean, so a later eviction of
     // one that is not touched again writes nothing: were the bytes written the file's
     // older ones, its next fetch would read them, and rows and export would differ from
-    // the in-memory store's. Trained until 2 compactions, then 300 steps more.
+    // the in-memory store's. Trained until cleaning starts, then 300 steps more.
     void *mem5 = make_store(&spec, NULL);
     void *log5 = make_store(&spec, (const char *[]){ kv_dir("h"), "cache_bytes=265000",
-                                                     "evict=lru", NULL });
+                                                     "evict=lru", "backing_garbage_min=0",
+                                                     NULL });
     const ed_table *t5 = &((const ed_store *)log5)->tables[0];
     int64_t mism5 = 0, steps5 = 0, after5 = 0;
     int ok5 = 1;
     while (ok5 && after5 < 300 && steps5 < 6000) {
         ok5 = train_both(mem5, log5, 1 + steps5, 1, 5000 + (uint64_t)steps5, &mism5);
         steps5++;
-        after5 += t5->tier.compactions >= 2;
+        after5 += t5->tier.cleaned > 0;
     }
     const int64_t cached5 = t5->tier.from_cache;
     tap_ok(ok5 && after5 == 300 && cached5 > 2 * B && mism5 == 0
-               && same_export(mem5, log5, "after compactions from the cache"),
-           "%lld compactions over %lld steps wrote %lld records from the cache (> 2 batches "
-           "of %d): rows and export bitwise equal (%lld mismatches)",
-           (long long)t5->tier.compactions, (long long)steps5, (long long)cached5, B,
+               && same_export(mem5, log5, "after cleaning from the cache"),
+           "%lld segments cleaned over %lld steps, %lld of their live records written from "
+           "the cache (> 2 batches of %d): rows and export bitwise equal (%lld mismatches)",
+           (long long)t5->tier.cleaned, (long long)steps5, (long long)cached5, B,
            (long long)mism5);
     ops->destroy(log5);
     ops->destroy(mem5);

@@ -56,6 +56,7 @@ typedef struct ed_config {
     const char *backing;    /* tiered mode: directory of the backing files; "" = off */
     const char *cache_bytes;    /* tiered mode: cache budget per table, bytes or "auto" */
     int32_t backing_io;         /* tiered mode: ed_backing_io */
+    int64_t backing_garbage_min;    /* tiered mode: garbage records before cleaning */
     double target_hit_rate;     /* cache_bytes = auto: the hit rate the cache must reach */
     int64_t profile_batches;    /* cache_bytes = auto: training lookups profiled first */
 } ed_config;
@@ -265,7 +266,7 @@ typedef struct ed_tier {
     int fd;                 /* the backing file, -1 when tiering is off */
     char *path;             /* owned (malloc) */
     ed_keys index;          /* id -> record number in the file */
-    int64_t nrec;           /* records in the file */
+    int64_t nrec;           /* record numbers in use: nseg * wcap */
     _Atomic int64_t file_only;      /* rows in the file and not in the cache */
     _Atomic int64_t fetches, writebacks, bytes_read, bytes_written;
     _Atomic int64_t prefetched;     /* rows brought in by prefetch (not by a lookup) */
@@ -277,12 +278,20 @@ typedef struct ed_tier {
     ed_shards sh;           /* cache_bytes = auto: the sample of the rest of the run */
     pthread_mutex_t plock;  /* the profile's state (training lookups of several threads) */
     int plock_ready;
-    char *wbuf;             /* write-back records staged for one pwrite, owned (malloc) */
-    int64_t wcap;           /* records it holds */
-    int64_t wfirst, wn;     /* file record of the first staged one; staged records */
-    int64_t garbage;        /* file records no id points to any more (rewritten since) */
-    int64_t compactions;    /* times the file was compacted */
-    int64_t from_cache;     /* records compactions wrote from the cache, not the file */
+    /* The file is a sequence of segments of wcap records (1 MiB, tier.c): records are
+     * appended to the open one, staged in wbuf, and cleaning empties the others. */
+    char *wbuf;             /* the open segment's records, owned (malloc) [wcap] */
+    int64_t wcap;           /* records a segment */
+    int64_t wseg;           /* the open segment, -1 when none */
+    int64_t wn, wdone;      /* its records staged; of those, written to the file */
+    int64_t nseg, seg_cap;  /* segments the file spans; seg_live's and seg_free's size */
+    int32_t *seg_live;      /* [seg_cap] live records of each segment, -1 when free */
+    int64_t *seg_free;      /* [seg_cap] the free segments, a stack */
+    int64_t nfree;
+    int64_t garbage;        /* dead records of the closed segments (neither open nor free) */
+    int64_t cleaned;        /* segments cleaned */
+    int64_t moved;          /* live records cleaning moved to the open segment */
+    int64_t from_cache;     /* of those, written from the cache, not read from the file */
     void *ring;             /* struct io_uring of the prefetch's reads (owned), or NULL:
                              * pread (backing_io, tier.c) */
     _Atomic int64_t ring_reads;     /* records read through it */

@@ -93,6 +93,9 @@ grm_status ed_evict_ttl(const ed_store *s, ed_table *t, int64_t now)
     return GRM_OK;
 }
 
+/* Candidates ahead whose key slots an eviction requests. */
+#define ED_EVICT_AHEAD 8
+
 grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from)
 {
     const int64_t live = atomic_load(&t->keys.live);
@@ -129,8 +132,21 @@ grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from)
     if (k < n) ed_select(t->cand, n, k);
     grm_status st;
     if (s->tiered && (st = ed_tier_reserve(s, t, k)) != GRM_OK) return st;
-    for (int64_t i = 0; i < k; i++)
+    for (int64_t i = 0; i < k; i++) {
+        // The key slots an eviction probes (the cache's, and the backing index's when
+        // tiered) and the record's metadata are requested ED_EVICT_AHEAD candidates
+        // early, so their misses overlap (group prefetching, as ops.c's lookups): in the
+        // synthetic-tiered run's evictions the two probes were over a quarter of the
+        // time, a miss each.
+        if (i + ED_EVICT_AHEAD < k) {
+            const ed_candidate *c = &t->cand[i + ED_EVICT_AHEAD];
+            const uint64_t h = ed_hash(c->id);
+            ed_keys_prefetch(&t->keys, h);
+            if (s->tiered) ed_keys_prefetch(&t->tier.index, h);
+            __builtin_prefetch(ed_record(t, c->ref));  // its metadata: dirty or not
+        }
         if ((st = ed_evict_ref(s, t, t->cand[i].ref)) != GRM_OK) return st;
+    }
     if (s->tiered && (st = ed_tier_flush(s, t)) != GRM_OK) return st;
     s->host->log(GRM_LOG_DEBUG, "emb-dynamic", "table '%s': %s %lld %s rows to keep "
                  "%lld rows (%lld evictions so far)", t->name,

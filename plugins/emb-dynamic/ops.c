@@ -607,8 +607,9 @@ grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids 
         if ((st = ed_reserve(s, t, cn)) != GRM_OK) break;
         int np = 0;
         // Groups of ED_GROUP ids, as the update's cpu path: their slot lines are requested
-        // first, then the metadata lines of the rows found, so the misses overlap (one id
-        // at a time, the loop was a quarter of this thread's samples in bench-tiered).
+        // first, then the metadata lines of the rows found and the backing index's slot
+        // lines of the rows not found, so the misses overlap (one id at a time, the loop
+        // was a quarter of this thread's samples in bench-tiered).
         for (int64_t g = c; g < c + cn; g += ED_GROUP) {
             const int gm = c + cn - g < ED_GROUP ? (int)(c + cn - g) : ED_GROUP;
             uint64_t hs[ED_GROUP];
@@ -622,6 +623,7 @@ grm_status ed_prefetch_batch(const ed_store *s, ed_table *t, const int64_t *ids 
                 const int64_t ref = found[k] != NULL
                     ? atomic_load_explicit(&found[k]->ref, memory_order_relaxed) : ED_REF_NONE;
                 if (ref >= 0) __builtin_prefetch(ed_rec_meta(ed_record(t, ref)));
+                else if (found[k] == NULL) ed_keys_prefetch(&t->tier.index, hs[k]);
             }
             for (int k = 0; k < gm; k++) {
                 const int64_t id = ids[g + k];

@@ -41,7 +41,8 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
             s->host->log(GRM_LOG_INFO, "emb-dynamic", "table '%s': cache %lld of %lld rows "
                          "(budget %lld), %lld fetched from %s (%lld by prefetch), %lld "
                          "written back, %lld bytes read, %lld written; %lld reads through "
-                         "io_uring; %lld compactions (%lld records from the cache)", t->name,
+                         "io_uring; %lld segments cleaned, %lld live records moved (%lld from the "
+                         "cache)", t->name,
                          (long long)atomic_load(&t->keys.live),
                          (long long)(atomic_load(&t->keys.live)
                                      + atomic_load(&t->tier.file_only)),
@@ -51,7 +52,8 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
                          (long long)atomic_load(&t->tier.bytes_read),
                          (long long)atomic_load(&t->tier.bytes_written),
                          (long long)atomic_load(&t->tier.ring_reads),
-                         (long long)t->tier.compactions, (long long)t->tier.from_cache);
+                         (long long)t->tier.cleaned, (long long)t->tier.moved,
+                         (long long)t->tier.from_cache);
         ed_tier_close(s, t);
     }
     ed_keys_fini(s, &t->keys);
@@ -262,7 +264,7 @@ static const ed_config ed_defaults = {
     .evict = ED_EVICT_NONE, .fp16_cold = 0, .max_rows = 0, .ttl_steps = 0,
     .hot_threshold = 8, .initial_rows = -1, .chunk_rows = 65536, .probe_lanes = 4,
     .impl = ED_IMPL_CPU, .backing = "", .cache_bytes = "", .target_hit_rate = 0.9,
-    .profile_batches = 20,
+    .profile_batches = 20, .backing_garbage_min = 65536,
 };
 
 static grm_status ed_create(const void *config, const grm_emb_table_spec *tables,
@@ -532,6 +534,11 @@ static const grm_param_decl ed_params[] = {
                         "tiered mode: how the prefetch reads its misses from the backing file: "
                         "io_uring (one submission a chunk of 64 ids), pread (a call a row), "
                         "auto (io_uring when built with liburing and the kernel allows it)"),
+    GRM_PARAM_DECL_INT(ed_config, backing_garbage_min, "65536",
+                       GRM_PARAM_RANGE(0, 1e12),
+                       "tiered mode: garbage records (older copies of rows) the backing file "
+                       "holds before its emptiest segments are cleaned; cleaning then keeps "
+                       "them at most as many as the live records"),
     GRM_PARAM_DECL_DOUBLE(ed_config, target_hit_rate, "0.9", GRM_PARAM_RANGE(0.01, 1),
                           "cache_bytes = auto: the LRU hit rate (of re-references) the cache "
                           "must reach"),

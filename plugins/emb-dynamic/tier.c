@@ -14,14 +14,16 @@
  *
  * Write-back is log-structured (Rosenblum and Ousterhout, "The Design and Implementation
  * of a Log-Structured File System", SOSP 1991): a dirty row leaving the cache always goes
- * to a new record at the end of the file, and its old record becomes garbage. Evictions
- * pick rows by LRU/LFU, so their old records lie all over the file, and writing each in
- * place cost one pwrite (and the file system's block lookup) a row: 3 us a miss, most of
- * a tiered step. Appended, they go out 1 MiB to a pwrite. When the garbage outnumbers the
- * live records (and is at least ED_TIER_COMPACT_MIN), the live records are copied to a
- * fresh file (ed_tier_compact: those of rows in the cache from the cache, the others read
- * in file order), so the file stays within about twice the live rows plus that minimum,
- * and the copying costs about one extra write a written-back row.
+ * to a new record in the open segment (1 MiB of records), and its old record dies.
+ * Evictions pick rows by LRU/LFU, so their old records lie all over the file, and writing
+ * each in place cost one pwrite (and the file system's block lookup) a row: 3 us a miss,
+ * most of a tiered step. Appended, they go out 1 MiB to a pwrite. When the dead records
+ * outnumber the live ones (and backing_garbage_min), the closed segments with the fewest
+ * live records are cleaned (the paper's cleaner with its greedy policy): their live
+ * records move to the open segment (from the cache when the row is there) and they become
+ * free, to be reused before the file grows. Rows evicted together leave and come back
+ * together, so most segments die almost whole and cleaning moves little; a compaction of
+ * the whole file, which this replaced, copied every live record each time.
  *
  * Reads are preads. A read-only shared mapping of the file made them ~10% faster in the
  * synthetic-tiered run's loop, but every page a process maps counts in its RSS (fault-around
@@ -113,9 +115,6 @@ static grm_status ed_tier_pread(const ed_store *s, ed_table *t, char *rec, int64
 
 /* ---- open and close ---- */
 
-/* Compaction waits for at least this many garbage records. */
-#define ED_TIER_COMPACT_MIN 65536
-
 /* A new backing file <backing>/<table>.tier.XXXXXX with its header, unlinked at once: its
  * descriptor into *fd and its name into path [cap]. */
 static grm_status ed_tier_create(const ed_store *s, const ed_table *t, char *path, size_t cap,
@@ -132,6 +131,11 @@ static grm_status ed_tier_create(const ed_store *s, const ed_table *t, char *pat
                                "give an existing, writable directory", s->cfg.backing, path,
                                strerror(errno));
     unlink(path);
+    // No access times: every read of the file would check whether to update one (about 3%
+    // of the prefetching thread's time). Ours alone, so the kernel allows it; if not,
+    // nothing is lost.
+    const int fl = fcntl(*fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(*fd, F_SETFL, fl | O_NOATIME);
     ed_tier_header h;
     memset(&h, 0, sizeof(h));
     memcpy(h.magic, ED_TIER_MAGIC, 8);
@@ -209,11 +213,13 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
     if ((st = ed_keys_init(s, &tr->index, ed_keys_slots_for(0, 1), 1)) != GRM_OK) return st;
     tr->nrec = 0;
     tr->garbage = 0;
-    // Write-back stages up to 1 MiB of records that follow each other in the file.
+    // Segments of 1 MiB of records; the open one is staged in wbuf.
     const size_t rb = t->pools[0].rec_bytes;
     tr->wcap = rb >= (1u << 20) ? 1 : (int64_t)((1u << 20) / rb);
     tr->wbuf = malloc((size_t)tr->wcap * rb);
-    tr->wn = 0;
+    tr->wseg = -1;
+    tr->wn = tr->wdone = 0;
+    tr->nseg = tr->nfree = 0;
     if (tr->wbuf == NULL)
         return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory for the "
                                "write-back buffer", t->name);
@@ -231,6 +237,11 @@ void ed_tier_close(const ed_store *s, ed_table *t)
     ed_profile_fini(s, t);
     free(tr->wbuf);
     tr->wbuf = NULL;
+    free(tr->seg_live);
+    free(tr->seg_free);
+    tr->seg_live = NULL;
+    tr->seg_free = NULL;
+    tr->seg_cap = 0;
 #ifdef HAVE_LIBURING
     if (tr->ring != NULL) io_uring_queue_exit(tr->ring);
 #endif
@@ -378,21 +389,6 @@ static grm_status ed_tier_put(const ed_store *s, const ed_table *t, int fd, cons
                                  : ed_tier_io_error(s, t, "writing", first, put, bytes);
 }
 
-/* Write the staged records out. */
-static grm_status ed_tier_write_staged(const ed_store *s, ed_table *t)
-{
-    ed_tier *tr = &t->tier;
-    if (tr->wn == 0) return GRM_OK;
-    const int64_t n = tr->wn;
-    const size_t bytes = (size_t)n * t->pools[0].rec_bytes;
-    tr->wn = 0;
-    const grm_status st = ed_tier_put(s, t, tr->fd, tr->wbuf, tr->wfirst, n);
-    if (st != GRM_OK) return st;
-    atomic_fetch_add_explicit(&tr->writebacks, n, memory_order_relaxed);
-    atomic_fetch_add_explicit(&tr->bytes_written, (int64_t)bytes, memory_order_relaxed);
-    return GRM_OK;
-}
-
 /* Garbage records a scan may read across rather than start a new pread: about 16 KiB,
  * which costs about what one more pread's call does. */
 #define ED_TIER_SPAN_BYTES 16384
@@ -404,10 +400,11 @@ static grm_status ed_tier_write_staged(const ed_store *s, ed_table *t)
  * garbage read inside runs counts in bytes_read, as the records checked do. The first
  * error stops the scan and is returned. Reading the records one pread each in the order
  * of their owners (the index, or the ids of an export) scattered the reads over the file:
- * in the synthetic-tiered run's compactions that was 2.26M preads, about 0.8 ms of each
- * step of the trainer. A file with few live records among much garbage (a small table)
- * still gets about a pread a record, not a read of all its garbage. Caller holds the
- * write lock; the io_uring ring is not used (the prefetch's thread owns it). */
+ * in the synthetic-tiered run's former compactions that was 2.26M preads, about 0.8 ms of
+ * each step of the trainer. A file with few live records among much garbage (a small table)
+ * still gets about a pread a record, not a read of all its garbage. The checkpoint's
+ * export reads the file's rows with it. Caller holds the write lock; the io_uring ring is
+ * not used (the prefetch's thread owns it). */
 grm_status ed_tier_visit(const ed_store *s, ed_table *t, const int64_t *tag,
                          ed_tier_visit_fn visit, void *ctx)
 {
@@ -462,183 +459,196 @@ grm_status ed_tier_expect(const ed_store *s, const ed_table *t, int64_t r, const
                            (long long)r, (long long)got, (long long)id);
 }
 
-/* A compaction's marks of the old file's records: at[r] = ED_AT_GARBAGE, the index slot
- * of a live record to read (>= 0), or ED_AT_CACHED(slot) for one whose row is in the cache,
- * which is written from there. */
-#define ED_AT_GARBAGE (-1)
-#define ED_AT_CACHED(slot) (-2 - (slot))
+/* ---- segments: write-back and cleaning ---- */
 
-/* Compaction's copy: the live records in file order, read and checked or taken from the
- * cache, staged and written to the new file. */
-typedef struct ed_compact_job {
-    const ed_store *s;
-    const ed_table *t;
-    const ed_keys *index;
-    const int64_t *at;      /* [nrec] */
-    int64_t next;           /* records before next are staged or garbage */
-    int fd;                 /* the new file */
-    char *buf;              /* staging [wcap records] */
-    int64_t staged, n;      /* records staged, records written */
-    int64_t cached;         /* records written from the cache */
-} ed_compact_job;
-
-/* Stage rec for the new file: a file record (its checksum in its flags), or with sum a
- * cache record, whose copy gets its checksum there. */
-static grm_status ed_compact_stage(ed_compact_job *j, const char *rec, int sum)
-{
-    const size_t rb = j->t->pools[0].rec_bytes;
-    char *dst = j->buf + (size_t)j->staged * rb;
-    memcpy(dst, rec, rb);
-    if (sum) ed_rec_meta(dst)->flags = (int64_t)ed_tier_sum(j->t, dst);
-    if (++j->staged < j->t->tier.wcap) return GRM_OK;
-    const grm_status st = ed_tier_put(j->s, j->t, j->fd, j->buf, j->n, j->staged);
-    j->n += j->staged;
-    j->staged = 0;
-    return st;
-}
-
-/* The cache's row of the id in index slot `slot`, its current bytes (dirty or not), staged
- * as the file record it becomes. It is marked clean only once the new file is the table's. */
-static grm_status ed_compact_cached(ed_compact_job *j, int64_t slot)
-{
-    const ed_table *t = j->t;
-    const int64_t id = atomic_load_explicit(&j->index->slots[slot].key, memory_order_relaxed);
-    const ed_slot *cs = ed_keys_find(&t->keys, id, ed_hash(id));
-    j->cached++;
-    return ed_compact_stage(j, ed_record(t, atomic_load_explicit(&cs->ref,
-                                                                 memory_order_relaxed)), 1);
-}
-
-/* Stage the cached records numbered below r that are not staged yet. */
-static grm_status ed_compact_upto(ed_compact_job *j, int64_t r)
-{
-    grm_status st = GRM_OK;
-    for (; j->next < r && st == GRM_OK; j->next++)
-        if (j->at[j->next] <= ED_AT_CACHED(0))
-            st = ed_compact_cached(j, ED_AT_CACHED(0) - j->at[j->next]);
-    return st;
-}
-
-static grm_status ed_compact_visit(void *ctx, int64_t slot, int64_t r, char *rec)
-{
-    ed_compact_job *j = ctx;
-    const int64_t id = atomic_load_explicit(&j->index->slots[slot].key, memory_order_relaxed);
-    grm_status st = ed_compact_upto(j, r);
-    if (st == GRM_OK) st = ed_tier_expect(j->s, j->t, r, rec, id);
-    if (st == GRM_OK) st = ed_compact_stage(j, rec, 0);
-    j->next = r + 1;
-    return st;
-}
-
-/* Copy the live records to a fresh file, in file order, and drop the old one with its
- * garbage. The index says which records are live (at[number] = its slot). A live record
- * whose row is in the cache is written from the cache, its current bytes: nothing of it is
- * read, and the cached row is clean afterwards (a dirty one's file record was stale, and
- * its eviction now writes nothing). The others are read (ed_tier_visit: a pread a run) and
- * checked (their id is the index's, their checksum holds) as a fetch checks them. On
- * Beauty with a cache of 90 % of the rows, reading every live record read about 65 MB a
- * compaction, nearly the whole file, since the few live records among 65,536 garbage ones
- * lie closer than a run's gap; 90 % of them are cached. On an error the old file, the
- * index and the cache's dirty flags stay as they were. Caller holds the write lock;
- * nothing is staged. The io_uring ring reads by descriptor (no registered files), so the
- * new one needs nothing more. */
-static grm_status ed_tier_compact(const ed_store *s, ed_table *t)
+/* Room for segment `seg` in seg_live and seg_free. */
+static grm_status ed_seg_room(const ed_store *s, ed_table *t, int64_t seg)
 {
     ed_tier *tr = &t->tier;
-    const size_t rb = t->pools[0].rec_bytes, len = strlen(tr->path) + 1;
-    ed_keys *index = &tr->index;
-    const int64_t nrec = tr->nrec;
-    char *path = malloc(len);
-    int64_t *at = malloc((size_t)(nrec > 0 ? nrec : 1) * sizeof *at);
-    ed_compact_job j = { s, t, index, at, 0, -1, malloc((size_t)tr->wcap * rb), 0, 0, 0 };
-    grm_status st = path == NULL || j.buf == NULL || at == NULL
-        ? s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory compacting "
-                          "the backing file", t->name)
-        : GRM_OK;
-    for (int64_t r = 0; r < nrec && st == GRM_OK; r++) at[r] = ED_AT_GARBAGE;
-    // the index's record numbers, each once and inside the file, or the index is damaged
-    for (int64_t i = 0; i < index->M && st == GRM_OK; i++) {
-        const int64_t id = atomic_load_explicit(&index->slots[i].key, memory_order_relaxed);
-        if (id == ED_KEY_EMPTY || id == ED_KEY_TOMB) continue;
-        const int64_t r = atomic_load_explicit(&index->slots[i].ref, memory_order_relaxed);
-        if (r < 0 || r >= nrec || at[r] != ED_AT_GARBAGE) {
-            st = s->host->errorf(GRM_EFORMAT, "emb-dynamic: %s: the index of its records "
-                                 "maps id %lld to record %lld, %s; resume from the last "
-                                 "checkpoint", tr->path, (long long)id, (long long)r,
-                                 r < 0 || r >= nrec ? "outside the file"
-                                                    : "which another id holds too");
-            break;
+    if (seg < tr->seg_cap) return GRM_OK;
+    const int64_t cap = tr->seg_cap > 0 ? 2 * tr->seg_cap : 64;
+    int32_t *live = realloc(tr->seg_live, (size_t)cap * sizeof *live);
+    if (live != NULL) tr->seg_live = live;
+    int64_t *fr = realloc(tr->seg_free, (size_t)cap * sizeof *fr);
+    if (fr != NULL) tr->seg_free = fr;
+    if (live == NULL || fr == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory for the "
+                               "backing file's segments", t->name);
+    tr->seg_cap = cap;
+    return GRM_OK;
+}
+
+/* Write the open segment's staged records that are not written yet, in one pwrite. */
+static grm_status ed_seg_write(const ed_store *s, ed_table *t)
+{
+    ed_tier *tr = &t->tier;
+    if (tr->wn == tr->wdone) return GRM_OK;
+    const size_t rb = t->pools[0].rec_bytes;
+    const int64_t n = tr->wn - tr->wdone;
+    const grm_status st = ed_tier_put(s, t, tr->fd, tr->wbuf + (size_t)tr->wdone * rb,
+                                      tr->wseg * tr->wcap + tr->wdone, n);
+    if (st != GRM_OK) return st;
+    tr->wdone = tr->wn;
+    atomic_fetch_add_explicit(&tr->bytes_written, n * (int64_t)rb, memory_order_relaxed);
+    return GRM_OK;
+}
+
+/* A place for one more record: the next of the open segment. A full one is written and
+ * closed (its dead records become garbage), and the next is a free segment, else a new one
+ * at the end of the file. *r gets the record number, *dst its staging bytes. */
+static grm_status ed_seg_append(const ed_store *s, ed_table *t, int64_t *r, char **dst)
+{
+    ed_tier *tr = &t->tier;
+    grm_status st;
+    if (tr->wseg >= 0 && tr->wn == tr->wcap) {
+        if ((st = ed_seg_write(s, t)) != GRM_OK) return st;
+        tr->garbage += tr->wcap - tr->seg_live[tr->wseg];
+        tr->wseg = -1;
+    }
+    if (tr->wseg < 0) {
+        int64_t seg;
+        if (tr->nfree > 0) {
+            seg = tr->seg_free[--tr->nfree];
+        } else {
+            if ((st = ed_seg_room(s, t, tr->nseg)) != GRM_OK) return st;
+            seg = tr->nseg++;
+            tr->nrec = tr->nseg * tr->wcap;
         }
+        tr->seg_live[seg] = 0;
+        tr->wseg = seg;
+        tr->wn = tr->wdone = 0;
+    }
+    *r = tr->wseg * tr->wcap + tr->wn;
+    *dst = tr->wbuf + (size_t)tr->wn++ * t->pools[0].rec_bytes;
+    tr->seg_live[tr->wseg]++;
+    return GRM_OK;
+}
+
+/* Record r is dead (its row was written again, or moved): its segment has one live record
+ * less, and when that segment is closed, the file one more garbage record. */
+static void ed_seg_kill(ed_tier *tr, int64_t r)
+{
+    const int64_t seg = r / tr->wcap;
+    tr->seg_live[seg]--;
+    if (seg != tr->wseg) tr->garbage++;
+}
+
+/* Point id's index slot sl at a new record holding rec's bytes (a cache record, or with
+ * file a record read from the file, its checksum kept); its old record, if any, dies. */
+static grm_status ed_seg_put(const ed_store *s, ed_table *t, ed_slot *sl, int had,
+                             const char *rec, int file)
+{
+    ed_tier *tr = &t->tier;
+    int64_t r;
+    char *dst;
+    // the old record dies first: were it in the open segment when that fills up, the
+    // closing would count it live
+    if (had) ed_seg_kill(tr, atomic_load_explicit(&sl->ref, memory_order_relaxed));
+    const grm_status st = ed_seg_append(s, t, &r, &dst);
+    if (st != GRM_OK) return st;
+    memcpy(dst, rec, t->pools[0].rec_bytes);
+    if (!file) ed_rec_meta(dst)->flags = (int64_t)ed_tier_sum(t, dst);
+    atomic_store_explicit(&sl->ref, r, memory_order_relaxed);
+    return GRM_OK;
+}
+
+/* Clean segment seg (closed): read it in one pread and move its live records (those the
+ * index points at) to the open segment, then free it. A live record whose row is in the
+ * cache is written from the cache, its current bytes, and the cached row is clean
+ * afterwards (a dirty row's file record was stale; its eviction now writes nothing unless
+ * it changes again); the others are moved as read, after their checksum is checked. */
+static grm_status ed_seg_clean(const ed_store *s, ed_table *t, int64_t seg, char *buf)
+{
+    ed_tier *tr = &t->tier;
+    const size_t rb = t->pools[0].rec_bytes;
+    const int64_t first = seg * tr->wcap;
+    const size_t bytes = (size_t)tr->wcap * rb;
+    if (tr->seg_live[seg] > 0) {    // one without live records is freed unread
+        const ssize_t got = pread(tr->fd, buf, bytes, ed_tier_offset(t, first));
+        if (got != (ssize_t)bytes)
+            return ed_tier_io_error(s, t, "reading", first, got, bytes);
+    }
+    int64_t checked = 0;
+    const int64_t moved0 = tr->moved;
+    grm_status st = GRM_OK;
+    for (int64_t p = 0; p < tr->wcap && st == GRM_OK && tr->seg_live[seg] > 0; p++) {
+        char *rec = buf + (size_t)p * rb;
+        const int64_t id = ed_rec_meta(rec)->id;
+        ed_slot *sl = ed_keys_find(&tr->index, id, ed_hash(id));
+        if (sl == NULL || atomic_load_explicit(&sl->ref, memory_order_relaxed) != first + p)
+            continue;               // garbage (its bytes need not even be a record)
         const ed_slot *cs = ed_keys_find(&t->keys, id, ed_hash(id));
         const int64_t ref = cs != NULL ? atomic_load_explicit(&cs->ref, memory_order_relaxed)
                                        : ED_REF_NONE;
-        at[r] = ref >= 0 && !(ref & 1) ? ED_AT_CACHED(i) : i;
+        if (ref >= 0 && !(ref & 1)) {
+            char *crec = ed_record(t, ref);
+            st = ed_seg_put(s, t, sl, 1, crec, 0);
+            if (st == GRM_OK) ed_rec_meta(crec)->flags &= ~(int64_t)ED_FLAG_DIRTY;
+            tr->from_cache++;
+        } else if ((st = ed_tier_check(s, t, rec, first + p)) == GRM_OK) {
+            st = ed_seg_put(s, t, sl, 1, rec, 1);
+            checked++;
+        }
+        tr->moved++;
     }
-    if (st == GRM_OK) st = ed_tier_create(s, t, path, len, &j.fd);
-    if (st == GRM_OK) st = ed_tier_visit(s, t, at, ed_compact_visit, &j);
-    if (st == GRM_OK) st = ed_compact_upto(&j, nrec);
-    if (st == GRM_OK && j.staged > 0) {
-        st = ed_tier_put(s, t, j.fd, j.buf, j.n, j.staged);
-        j.n += j.staged;
-    }
-    free(j.buf);
-    if (st != GRM_OK) {
-        if (j.fd >= 0) close(j.fd);
-        free(at);
-        free(path);
-        return st;
-    }
-    // the k-th live record in file order is record k of the new file; the index keeps its
-    // keys (ids never leave it) and only their numbers change; the cached rows written
-    // from the cache are now equal to their file records
-    for (int64_t r = 0, k = 0; r < nrec; r++) {
-        if (at[r] == ED_AT_GARBAGE) continue;
-        const int64_t slot = at[r] >= 0 ? at[r] : ED_AT_CACHED(0) - at[r];
-        atomic_store_explicit(&index->slots[slot].ref, k++, memory_order_relaxed);
-        if (at[r] >= 0) continue;
-        const int64_t id = atomic_load_explicit(&index->slots[slot].key, memory_order_relaxed);
-        const ed_slot *cs = ed_keys_find(&t->keys, id, ed_hash(id));
-        ed_rec_meta(ed_record(t, atomic_load_explicit(&cs->ref, memory_order_relaxed)))
-            ->flags &= ~(int64_t)ED_FLAG_DIRTY;
-    }
-    free(at);
-    s->host->log(GRM_LOG_DEBUG, "emb-dynamic", "table '%s': backing file compacted: %lld live "
-                 "records kept (%lld written from the cache), %lld garbage records dropped",
-                 t->name, (long long)j.n, (long long)j.cached, (long long)tr->garbage);
-    close(tr->fd);
-    tr->fd = j.fd;
-    free(tr->path);
-    tr->path = path;
-    tr->nrec = j.n;
-    tr->garbage = 0;
-    tr->compactions++;
-    tr->from_cache += j.cached;
+    // bytes_read counts the segment once (ed_tier_check counted the records it checked)
+    if (tr->moved > moved0)
+        atomic_fetch_add_explicit(&tr->bytes_read, (int64_t)bytes - checked * (int64_t)rb,
+                                  memory_order_relaxed);
+    if (st != GRM_OK) return st;
+    tr->garbage -= tr->wcap;        // all of its records are dead now, and it is free
+    tr->seg_live[seg] = -1;
+    tr->seg_free[tr->nfree++] = seg;
+    tr->cleaned++;
     return GRM_OK;
 }
 
-/* Write the staged records out, then compact the file when its garbage outnumbers its live
- * records. Caller holds the write lock, and calls this before letting it go. */
-grm_status ed_tier_flush(const ed_store *s, ed_table *t)
+/* Clean the closed segments with the fewest live records (the greedy policy of Rosenblum
+ * and Ousterhout's cleaner) while their dead records outnumber the live records and are
+ * more than backing_garbage_min. A linear scan for the emptiest: a segment is 1 MiB, so a
+ * file of 100 GB has 10^5 of them, about 0.1 ms a segment cleaned. */
+static grm_status ed_tier_clean(const ed_store *s, ed_table *t)
 {
     ed_tier *tr = &t->tier;
-    const grm_status st = ed_tier_write_staged(s, t);
-    if (st != GRM_OK) return st;
-    if (tr->garbage >= ED_TIER_COMPACT_MIN && tr->garbage > atomic_load(&tr->index.live))
-        return ed_tier_compact(s, t);
-    return GRM_OK;
+    char *buf = NULL;
+    grm_status st = GRM_OK;
+    while (st == GRM_OK && tr->garbage > s->cfg.backing_garbage_min
+           && tr->garbage > atomic_load(&tr->index.live)) {
+        int64_t best = -1;
+        for (int64_t g = 0; g < tr->nseg; g++)
+            if (g != tr->wseg && tr->seg_live[g] >= 0
+                && (best < 0 || tr->seg_live[g] < tr->seg_live[best]))
+                best = g;
+        if (best < 0 || tr->seg_live[best] >= tr->wcap) break;     // nothing to gain
+        if (buf == NULL && (buf = malloc((size_t)tr->wcap * t->pools[0].rec_bytes)) == NULL)
+            return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory "
+                                   "cleaning the backing file", t->name);
+        st = ed_seg_clean(s, t, best, buf);
+    }
+    free(buf);
+    return st;
+}
+
+/* Write the staged records out, then clean segments when the file's garbage outnumbers its
+ * live records. Caller holds the write lock, and calls this before letting it go. */
+grm_status ed_tier_flush(const ed_store *s, ed_table *t)
+{
+    grm_status st = ed_seg_write(s, t);
+    if (st == GRM_OK) st = ed_tier_clean(s, t);
+    if (st == GRM_OK) st = ed_seg_write(s, t);
+    return st;
 }
 
 /* A cache record leaves the cache: when dirty (its file copy, if any, is older), it is
- * staged as a new record at the end of the file and its old record, if any, becomes
- * garbage; a clean one's file copy is current. The staged records go out together when
- * the buffer is full and in ed_tier_flush, before the write lock is let go. Caller holds
- * the write lock and reserved room in the index (ed_tier_reserve). */
+ * staged as a new record in the open segment and its old record, if any, dies; a clean
+ * one's file copy is current. The staged records go out together when the segment is full
+ * and in ed_tier_flush, before the write lock is let go. Caller holds the write lock and
+ * reserved room in the index (ed_tier_reserve). */
 grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref)
 {
     ed_tier *tr = &t->tier;
     char *rec = ed_record(t, ref);
     ed_meta *m = ed_rec_meta(rec);
-    grm_status st;
     atomic_fetch_add_explicit(&tr->file_only, 1, memory_order_relaxed);
     if (!(m->flags & ED_FLAG_DIRTY)) return GRM_OK;
     int inserted;
@@ -646,15 +656,8 @@ grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref)
     if (sl == NULL)
         return s->host->errorf(GRM_EINTERNAL, "emb-dynamic: table '%s': backing index full",
                                t->name);
-    if (!inserted) tr->garbage++;
-    if (tr->wn == tr->wcap && (st = ed_tier_write_staged(s, t)) != GRM_OK) return st;
-    if (tr->wn == 0) tr->wfirst = tr->nrec;
-    const size_t rb = t->pools[0].rec_bytes;
-    char *dst = tr->wbuf + (size_t)tr->wn++ * rb;
-    memcpy(dst, rec, rb);
-    ed_rec_meta(dst)->flags = (int64_t)ed_tier_sum(t, dst);
-    atomic_store_explicit(&sl->ref, tr->nrec++, memory_order_relaxed);
-    return GRM_OK;
+    atomic_fetch_add_explicit(&tr->writebacks, 1, memory_order_relaxed);
+    return ed_seg_put(s, t, sl, !inserted, rec, 0);
 }
 
 /* ---- checkpoints ---- */
@@ -687,6 +690,9 @@ grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids /* 
     const size_t D = (size_t)t->dim, SD = (size_t)s->S * D, rb = t->pools[0].rec_bytes;
     grm_status st;
     ed_keys index;
+    // records 0..n-1 fill the first segments; a last one partly full stays open
+    const int64_t nseg = (n + tr->wcap - 1) / tr->wcap;
+    if (nseg > 0 && (st = ed_seg_room(s, t, nseg - 1)) != GRM_OK) return st;
     if ((st = ed_keys_init(s, &index, ed_keys_slots_for(n, 1), 1)) != GRM_OK) return st;
     if (ftruncate(tr->fd, ED_TIER_HEADER) != 0) {
         ed_keys_fini(s, &index);
@@ -729,7 +735,13 @@ grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids /* 
     }
     ed_keys_fini(s, &tr->index);
     tr->index = index;
-    tr->nrec = n;
+    for (int64_t g = 0; g < nseg; g++)
+        tr->seg_live[g] = (int32_t)(n - g * tr->wcap < tr->wcap ? n - g * tr->wcap : tr->wcap);
+    tr->nseg = nseg;
+    tr->nrec = nseg * tr->wcap;
+    tr->nfree = 0;
+    tr->wseg = n % tr->wcap != 0 ? nseg - 1 : -1;
+    tr->wn = tr->wdone = n % tr->wcap;
     tr->garbage = 0;
     atomic_store(&tr->file_only, n);
     return GRM_OK;
