@@ -2,10 +2,15 @@
  * stream (lookup with INSERT of each batch's unique ids, an Adam update of the same rows)
  * on emb-dynamic all in memory or tiered (a RAM cache over a backing file); in both modes a
  * data thread assembles the batches up to 2 ahead as the trainer's does, and in tiered mode
- * it also prefetches their rows (BT_NOPF=1: not; BT_BACKING_IO=pread|io_uring: how).
+ * it also prefetches their rows (BT_NOPF=1: not; BT_BACKING_IO=pread|io_uring: how;
+ * BT_EVICT=lru|lfu: the policy; BT_THREADS=N: the store's pool, 2 by default; BT_COLD=1:
+ * the file dropped from the page cache before each prefetch and before the export).
  * Prints one line:
  *   mode=<mem|tiered> cache_bytes=<given> cache_rows=R rows=N ids=I seconds=S ids_per_s=X
  *   hit_rate=H lookup_hit_rate=L bytes_read=BR bytes_written=BW prefetched=P prefetch_s=T
+ *   wait_s=W export_s=E export_bytes_read=EB
+ * wait_s: the loop's time waiting for the data thread; export_s: the first tensors() call
+ * after the loop, the checkpoint's export of every row (both tiers when tiered).
  * hit_rate = 1 - (rows read from the backing file, by prefetch or lookup, plus rows created)
  * / ids: the cache's own hit rate. lookup_hit_rate = 1 - (rows the lookups had to read or
  * create) / ids: a prefetched row counts as a hit (its read was hidden).
@@ -26,6 +31,7 @@
 
 #include "../plugins/emb-dynamic/emb_dynamic.h"
 #include "harness.h"
+#include "../core/grm_core.h"
 
 static double now_s(void)
 {
@@ -71,6 +77,7 @@ typedef struct pf_ring {
     int64_t nb, B, total;       /* batches a pass, their size, batches in all (g = 1..total) */
     int64_t ready, done;        /* assembled through batch `ready`; trained through `done` */
     double prefetch_s;          /* seconds in the store's prefetch */
+    double wait_s;              /* seconds the loop waited for a batch to be assembled */
     int prefetch, pf_sleeps, loop_sleeps;
     int cold_fd;                /* BT_COLD=1: the backing file, dropped from the page cache
                                  * before each prefetch (a file far larger than the RAM) */
@@ -118,9 +125,13 @@ static void *pf_main(void *arg)
 static const int64_t *pf_take(pf_ring *r, int64_t g, int64_t *n)
 {
     pthread_mutex_lock(&r->mu);
-    while (r->ready < g && r->st == GRM_OK) {
-        r->loop_sleeps = 1;
-        pthread_cond_wait(&r->cv, &r->mu);
+    if (r->ready < g && r->st == GRM_OK) {
+        const double t0 = now_s();
+        while (r->ready < g && r->st == GRM_OK) {
+            r->loop_sleeps = 1;
+            pthread_cond_wait(&r->cv, &r->mu);
+        }
+        r->wait_s += now_s() - t0;
     }
     r->loop_sleeps = 0;
     pthread_mutex_unlock(&r->mu);
@@ -177,6 +188,13 @@ int main(int argc, char **argv)
 
     const grm_plugin_info *info = harness_plugin("emb-dynamic");
     const grm_plugin_info *oinfo = harness_plugin("opt-adam");
+    // BT_THREADS=N: the trainer's pool (the harness starts 2, both of this machine's cores,
+    // which leaves the data thread only what the loop does not use; N = 1 leaves it a core,
+    // as a trainer does that keeps a core for its data thread)
+    if (getenv("BT_THREADS") != NULL) {
+        grm__pool_fini();
+        if (grm__pool_init(atoi(getenv("BT_THREADS"))) != GRM_OK) die("BT_THREADS");
+    }
     const grm_emb_ops *ops = info->ops;
     const grm_opt_ops *oops = oinfo->ops;
     void *adam = NULL, *s = NULL;
@@ -243,7 +261,7 @@ int main(int argc, char **argv)
     const int64_t export_read = tiered ? atomic_load(&t->tier.bytes_read) - read_before : 0;
     printf("mode=%s cache_bytes=%s cache_rows=%lld rows=%lld ids=%lld seconds=%.3f "
            "ids_per_s=%.0f hit_rate=%.4f lookup_hit_rate=%.4f bytes_read=%lld "
-           "bytes_written=%lld prefetched=%lld prefetch_s=%.3f export_s=%.4f "
+           "bytes_written=%lld prefetched=%lld prefetch_s=%.3f wait_s=%.3f export_s=%.4f "
            "export_bytes_read=%lld\n",
            tiered ? "tiered" : "mem", tiered ? mode : "-", (long long)(tiered ? st.capacity
                                                                               : st.rows),
@@ -253,7 +271,7 @@ int main(int argc, char **argv)
            1.0 - (double)st.misses / (double)st.lookups,
            (long long)(tiered ? atomic_load(&t->tier.bytes_read) : 0),
            (long long)(tiered ? atomic_load(&t->tier.bytes_written) : 0),
-           (long long)(tiered ? atomic_load(&t->tier.prefetched) : 0), r.prefetch_s,
+           (long long)(tiered ? atomic_load(&t->tier.prefetched) : 0), r.prefetch_s, r.wait_s,
            export_s, (long long)export_read);
     ops->destroy(s);
     oops->destroy(adam);

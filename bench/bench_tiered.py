@@ -3,20 +3,24 @@
 issue 20) against the same store with every row in memory (DESIGN.md §8: the peer measured
 in the same run), on three id streams: Zipf(1.05) over 100K ids, ML-100K's items in each
 user's time order, Amazon Beauty's items in sequence order (both from $GRM_DATA_DIR; a
-missing data set is skipped with its reason). For each stream: cache budgets of 5, 10, 25
-and 50 % of the rows the stream touches, and cache_bytes = auto (marked `auto`), in
-alternated rounds (mem, 5 %, mem, 10 %, mem, ..., auto, mem, again); each tiered run's
-ratio is to the mean of the in-memory runs just before and after it, and each number is the
-median over the rounds with the spread (max - min) / median.
+missing data set is skipped with its reason). For each stream: cache budgets of 5, 10, 25,
+50, 75 and 90 % of the rows the stream touches under LRU, 50 and 90 % under LFU too
+(--lfu), and cache_bytes = auto (marked `auto`), in alternated rounds (mem, 5 %, mem, 10 %,
+mem, ..., auto, mem, again); each tiered run's ratio is to the mean of the in-memory runs
+just before and after it, and each number is the median over the rounds with the spread
+(max - min) / median.
 
 The loop (bench/bench-tiered.c): per batch of 1024 ids, lookup with INSERT of the unique
 ids, an Adam update of the same rows (dim 64), the next batch's rows prefetched meanwhile by
-one thread kept for the run (as the trainer's data thread), --epochs passes (default 3). Printed: ids/s and the ratio to in-memory, the cache's hit rate (rows
+one thread kept for the run (as the trainer's data thread), --epochs passes over the same
+stream (default 10). Printed: ids/s and the ratio to in-memory, the cache's hit rate (rows
 read from the file or created count as misses; first touches are misses at every size),
 the lookups' hit rate (a prefetched row is a hit: its read was hidden), bytes read from
-and written to the backing file. The backing file lives on the disk of --dir (default: a temporary
-directory under the build); a file that fits in RAM stays in the page cache, so this
-measures the store's own cost (syscalls, copies, checksums, eviction), not the device's.
+and written to the backing file, and the time of the checkpoint export after the loop
+(every row of both tiers, sorted by id) against the in-memory store's. The backing file
+lives on the disk of --dir (default: a temporary directory under the build); a file that
+fits in RAM stays in the page cache, so this measures the store's own cost (syscalls,
+copies, checksums, eviction), not the device's.
 
 Peers not run: FBGEMM's SSD table (SSDTableBatchedEmbeddingBags) needs fbgemm-gpu's CUDA
 build, and TorchRec's key-value tables need fbgemm-gpu too; neither runs on this CPU-only
@@ -32,7 +36,7 @@ import tempfile
 
 B = 1024
 DIM = 64
-PCTS = (5, 10, 25, 50)
+PCTS = (5, 10, 25, 50, 75, 90)
 ROW_BYTES = 40 + 4 * DIM + 8 * DIM + 32   # record (meta, row, Adam state) + 2 key slots
 
 
@@ -111,15 +115,23 @@ def main():
                     help="passes over each stream (training makes several; the first "
                          "pass's first touches are misses at every cache size, and auto "
                          "profiles and grows its cache during the first passes)")
+    ap.add_argument("--lfu", default="50,90",
+                    help="cache sizes (%% of the rows) also run with evict = lfu ('' for none)")
+    ap.add_argument("--threads1", default="75,90",
+                    help="cache sizes (%% of the rows) run again, with auto, on a pool of one "
+                         "thread, the data thread having the other core ('' for none)")
     args = ap.parse_args()
+    args.threads1 = [int(x) for x in args.threads1.split(",") if x]
+    args.lfu_pcts = {int(x) for x in args.lfu.split(",") if x}
     build = os.path.abspath(args.build)
     src = os.environ.get("GRM_TOP_SRCDIR",
                          os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     data = os.environ.get("GRM_DATA_DIR", os.path.join(src, "..", "shared", "data"))
     driver = os.path.join(build, "bench", "bench-tiered")
-    if not os.path.exists(driver):
-        subprocess.run(["make", "-C", build, "bench/bench-tiered"], check=True,
-                       stdout=subprocess.DEVNULL)
+    # always through make: the driver reads emb-dynamic's own structures (its counters), so
+    # one built before the plugin's last change reads them wrong
+    subprocess.run(["make", "-C", build, "bench/bench-tiered"], check=True,
+                   stdout=subprocess.DEVNULL)
     # one BLAS thread, as grmhost train sets (core/train.c): an OpenBLAS worker left to
     # spin in sched_yield took the cycles of the SCHED_IDLE data thread, so the tiered runs
     # waited for their prefetch
@@ -139,28 +151,54 @@ def main():
                 continue
             path = os.path.join(tmp, name + ".ids")
             distinct = write_stream(path, ids)
-            modes = ["mem"] + [str(max(1, distinct * p // 100) * ROW_BYTES) for p in PCTS]
-            modes.append("auto")
-            labels = ["mem"] + ["%d%%" % p for p in PCTS] + ["auto"]
-            # Each tiered run sits between two in-memory runs, and its ratio is to their
-            # mean: on a shared machine whose speed drifts 20-30% within a minute, the ratio
-            # of a pair is steadier than the ratio of the medians.
+            # (cache_bytes, evict policy, label, pool threads): every size under LRU, the
+            # default; LFU beside it at 50 % and 90 %, where the policy decides what a
+            # cyclic tail costs. The harness's pool has 2 threads, both of this machine's
+            # cores, so the data thread (SCHED_IDLE, as the trainer's) prefetches only in
+            # what the loop leaves idle; --threads1 runs the sizes near the goal's 0.9 hit
+            # rate again with a pool of 1, the data thread then having a core of its own,
+            # as on a machine with a core to spare for it.
+            modes = [("mem", "lru", "mem", 2)]
+            for p in PCTS:
+                cb = str(max(1, distinct * p // 100) * ROW_BYTES)
+                modes.append((cb, "lru", "%d%%" % p, 2))
+                if p in args.lfu_pcts:
+                    modes.append((cb, "lfu", "%d%%-lfu" % p, 2))
+            modes.append(("auto", "lru", "auto", 2))
+            if args.threads1:
+                modes.append(("mem", "lru", "mem", 1))
+                for p in args.threads1:
+                    cb = str(max(1, distinct * p // 100) * ROW_BYTES)
+                    modes.append((cb, "lru", "%d%%" % p, 1))
+                modes.append(("auto", "lru", "auto", 1))
+            peer = lambda m: ("mem", "lru", "mem", m[3])
+            # Each tiered run sits between two in-memory runs (same pool), and its ratio is
+            # to their mean: on a shared machine whose speed drifts 20-30% within a minute,
+            # the ratio of a pair is steadier than the ratio of the medians.
             runs = {m: [] for m in modes}
-            ratios = {m: [] for m in modes[1:]}
+            tiered = [m for m in modes if m[0] != "mem"]
+            ratios = {m: [] for m in tiered}
+            xratios = {m: [] for m in tiered}
             run = lambda m: parse(subprocess.run(
-                [driver, path, str(DIM), m, back, str(args.epochs)], env=env, check=True,
+                [driver, path, str(DIM), m[0], back, str(args.epochs)],
+                env=dict(env, BT_EVICT=m[1], BT_THREADS=str(m[3])), check=True,
                 capture_output=True, text=True).stdout.strip().splitlines()[-1])
             for _ in range(args.rounds):
-                before = run("mem")
-                runs["mem"].append(before)
-                for m in modes[1:]:
+                before = None
+                for m in tiered:
+                    if before is None or before[0] != peer(m):
+                        before = (peer(m), run(peer(m)))
+                        runs[peer(m)].append(before[1])
                     r = run(m)
-                    after = run("mem")
+                    after = run(peer(m))
                     runs[m].append(r)
-                    runs["mem"].append(after)
-                    ref = (float(before["ids_per_s"]) + float(after["ids_per_s"])) / 2
+                    runs[peer(m)].append(after)
+                    b = before[1]
+                    ref = (float(b["ids_per_s"]) + float(after["ids_per_s"])) / 2
                     ratios[m].append(float(r["ids_per_s"]) / ref)
-                    before = after
+                    xref = (float(b["export_s"]) + float(after["export_s"])) / 2
+                    xratios[m].append(float(r["export_s"]) / xref)
+                    before = (peer(m), after)
             med = {}
             for m in modes:
                 rates = sorted(float(r["ids_per_s"]) for r in runs[m])
@@ -168,31 +206,35 @@ def main():
                 rs = sorted(ratios.get(m, [1.0]))
                 rmid = statistics.median(rs)
                 med[m] = (mid, (rates[-1] - rates[0]) / mid, runs[m][-1], rmid,
-                          (rs[-1] - rs[0]) / rmid)
+                          (rs[-1] - rs[0]) / rmid, statistics.median(xratios.get(m, [1.0])),
+                          statistics.median(float(r["export_s"]) for r in runs[m]))
             if name == "ml100k":
                 cold_case(driver, path, back, env, args)
-            base = med["mem"][0]
-            for m, label in zip(modes, labels):
-                rate, spread, r, ratio, rspread = med[m]
-                pct = 100.0 * int(r["cache_rows"]) / distinct if m != "mem" else 100.0
-                line = ("bench=tiered case=%s-%s rows=%d cache_rows=%s cache_pct=%.1f "
-                        "ids_per_s=%.0f spread=%.0f%% peer=mem peer_ids_per_s=%.0f "
-                        "ratio=%.3f ratio_spread=%.0f%% hit_rate=%s lookup_hit_rate=%s "
-                        "bytes_read=%s bytes_written=%s" % (
-                            name, label, distinct, r["cache_rows"], pct, rate, 100 * spread,
-                            base, ratio, 100 * rspread, r["hit_rate"], r["lookup_hit_rate"],
-                            r["bytes_read"], r["bytes_written"]))
+            for m in modes:
+                rate, spread, r, ratio, rspread, xratio, xs = med[m]
+                base, xbase = med[peer(m)][0], med[peer(m)][6]
+                label = m[2] + ("" if m[3] == 2 else "-pool%d" % m[3])
+                pct = 100.0 * int(r["cache_rows"]) / distinct if m[0] != "mem" else 100.0
+                line = ("bench=tiered case=%s-%s evict=%s threads=%d rows=%d cache_rows=%s "
+                        "cache_pct=%.1f ids_per_s=%.0f spread=%.0f%% peer=mem "
+                        "peer_ids_per_s=%.0f ratio=%.3f ratio_spread=%.0f%% hit_rate=%s "
+                        "lookup_hit_rate=%s bytes_read=%s bytes_written=%s wait_s=%s "
+                        "export_s=%.4f peer_export_s=%.4f export_ratio=%.2f" % (
+                            name, label, m[1], m[3], distinct, r["cache_rows"], pct, rate,
+                            100 * spread, base, ratio, 100 * rspread, r["hit_rate"],
+                            r["lookup_hit_rate"], r["bytes_read"], r["bytes_written"],
+                            r["wait_s"], xs, xbase, xratio))
                 print(line)
                 table.append((name, label, distinct, int(r["cache_rows"]), pct, rate,
                               100 * rspread, ratio, float(r["hit_rate"]),
-                              int(r["bytes_read"])))
+                              int(r["bytes_read"]), xratio))
     print()
-    print("%-7s %-5s %7s %9s %6s %10s %6s %6s %6s %12s" % (
+    print("%-7s %-13s %7s %9s %6s %10s %6s %6s %6s %12s %7s" % (
         "stream", "cache", "rows", "cache_rows", "pct", "Mids/s", "rspread", "ratio", "hit",
-        "MB read"))
-    for name, label, rows, crow, pct, rate, spread, ratio, hit, br in table:
-        print("%-7s %-5s %7d %9d %6.1f %10.3f %5.0f%% %6.3f %6.3f %12.1f" % (
-            name, label, rows, crow, pct, rate / 1e6, spread, ratio, hit, br / 1e6))
+        "MB read", "export"))
+    for name, label, rows, crow, pct, rate, spread, ratio, hit, br, xr in table:
+        print("%-7s %-13s %7d %9d %6.1f %10.3f %5.0f%% %6.3f %6.3f %12.1f %6.2fx" % (
+            name, label, rows, crow, pct, rate / 1e6, spread, ratio, hit, br / 1e6, xr))
     return 0
 
 
