@@ -102,6 +102,16 @@ int64_t ed_cache_row_bytes(const ed_table *t)
     return (int64_t)t->pools[0].rec_bytes + 2 * (int64_t)sizeof(ed_slot);
 }
 
+/* The budget in rows whose trimmed size still holds C rows: past its budget a tiered cache
+ * is cut to 7/8 of it (evict.c), so with a budget of C rows it would be an LRU cache of C
+ * rows only just before each cut, and hit less than the curve says at C. */
+static int64_t ed_budget_for(int64_t C)
+{
+    int64_t b = C;
+    while (b - b / 8 < C) b++;
+    return b;
+}
+
 /* Choose the cache's rows from the exact profile and log the curve; frees the profile.
  * Caller holds the profile's lock, not the table's. */
 static grm_status ed_profile_choose(const ed_store *s, ed_table *t)
@@ -137,7 +147,7 @@ static grm_status ed_profile_choose(const ed_store *s, ed_table *t)
             break;
         }
     }
-    const int64_t chosen = C > floor_rows ? C : floor_rows;
+    const int64_t chosen = ed_budget_for(C > floor_rows ? C : floor_rows);
     const int64_t row_bytes = ed_cache_row_bytes(t);
 
     // The curve, at cache sizes of 1/32 .. 1 of the rows seen, and the choice.
@@ -156,7 +166,8 @@ static grm_status ed_profile_choose(const ed_store *s, ed_table *t)
     s->host->log(GRM_LOG_INFO, "emb-dynamic", "table '%s': cache_bytes = auto profiled %lld "
                  "ids of %lld batches (%lld distinct, %lld re-references); LRU hit rate "
                  "of the re-references:%s target %.3f reached at %lld rows; two batches' "
-                 "working set %lld rows; cache = %lld rows = %lld bytes", t->name,
+                 "working set %lld rows; cache = %lld rows (cut to 7/8 when full) = %lld "
+                 "bytes", t->name,
                  (long long)N, (long long)tr->batches, (long long)U, (long long)reuses, line,
                  target, (long long)C, (long long)floor_rows, (long long)chosen,
                  (long long)(chosen * row_bytes));
@@ -333,8 +344,7 @@ static void ed_sh_rechoose(const ed_store *s, ed_table *t)
     const double target = s->cfg.target_hit_rate;
     if (sh->reuse_w + sh->adj <= 0) return;
     const int64_t want = ed_sh_rows(sh, target);
-    int64_t C = want;
-    if (C < 2 * tr->max_batch) C = 2 * tr->max_batch;
+    int64_t C = ed_budget_for(want > 2 * tr->max_batch ? want : 2 * tr->max_batch);
     // Never more rows than both tiers hold now (the curve's buckets round up: on a Zipf
     // stream the choice was 103% of the table); a table that grows is seen again at the
     // next check.
@@ -348,10 +358,11 @@ static void ed_sh_rechoose(const ed_store *s, ed_table *t)
     pthread_rwlock_unlock(&t->lock);
     s->host->log(GRM_LOG_INFO, "emb-dynamic", "table '%s': cache_bytes = auto: over %lld "
                  "batches (a 1/%.0f sample of the ids, %lld re-references) the LRU hit rate "
-                 "of the re-references is %.3f at the cache's %lld rows; target %.3f reached "
-                 "at %lld rows: cache = %lld rows%s = %lld bytes", t->name,
-                 (long long)tr->batches, 1.0 / ed_sh_rate(sh), (long long)sh->reuses,
-                 ed_sh_hit(sh, old), (long long)old, target, (long long)want, (long long)C,
+                 "of the re-references is %.3f at the %lld rows the cache keeps (7/8 of "
+                 "%lld); target %.3f reached at %lld rows: cache = %lld rows%s = %lld bytes",
+                 t->name, (long long)tr->batches, 1.0 / ed_sh_rate(sh), (long long)sh->reuses,
+                 ed_sh_hit(sh, old - old / 8), (long long)(old - old / 8), (long long)old,
+                 target, (long long)want, (long long)C,
                  C == rows ? " (every row of the table)" : "",
                  (long long)(C * ed_cache_row_bytes(t)));
 }
