@@ -117,7 +117,7 @@ static grm_status ed_export_locked(const ed_store *s, ed_table *t)
 
     // The cache's rows now; the file's in file order after (ed_tier_visit: a pread a run
     // of records, not one a row in id order), at[record] = their place in the export.
-    const int64_t nrec = s->tiered ? t->tier.nrec : 0;
+    const int64_t nrec = s->tiered ? ed_tier_nrec(&t->tier) : 0;
     int64_t *at = NULL, nfile = 0;
     if (s->tiered && (at = malloc((size_t)(nrec > 0 ? nrec : 1) * sizeof *at)) == NULL)
         return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory "

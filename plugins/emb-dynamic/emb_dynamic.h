@@ -266,7 +266,6 @@ typedef struct ed_tier {
     int fd;                 /* the backing file, -1 when tiering is off */
     char *path;             /* owned (malloc) */
     ed_keys index;          /* id -> record number in the file */
-    int64_t nrec;           /* record numbers in use: nseg * wcap */
     _Atomic int64_t file_only;      /* rows in the file and not in the cache */
     _Atomic int64_t fetches, writebacks, bytes_read, bytes_written;
     _Atomic int64_t prefetched;     /* rows brought in by prefetch (not by a lookup) */
@@ -531,6 +530,11 @@ int64_t ed_tier_collect(const ed_table *t, int64_t n);
 typedef grm_status (*ed_tier_visit_fn)(void *ctx, int64_t tag, int64_t r, char *rec);
 grm_status ed_tier_visit(const ed_store *s, ed_table *t, const int64_t *tag,
                          ed_tier_visit_fn visit, void *ctx);
+/* Record numbers the backing file spans: its segments' records. */
+static inline int64_t ed_tier_nrec(const ed_tier *tr)
+{
+    return tr->nseg * tr->wcap;
+}
 grm_status ed_tier_expect(const ed_store *s, const ed_table *t, int64_t r, const char *rec,
                           int64_t id);
 grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids, const float *w,

@@ -107,7 +107,10 @@ int64_t ed_cache_row_bytes(const ed_table *t)
  * rows only just before each cut, and hit less than the curve says at C. */
 static int64_t ed_budget_for(int64_t C)
 {
-    int64_t b = C;
+    // b - b/8 grows with b and is exactly C at b = C + C/7 (C = 7q + r: b = 8q + r, b/8 =
+    // q); the smallest such b is that or one less, so the search starts just below
+    int64_t b = C + C / 7 - 1;
+    if (b < C) b = C;
     while (b - b / 8 < C) b++;
     return b;
 }

@@ -211,7 +211,6 @@ grm_status ed_tier_open(const ed_store *s, ed_table *t)
                                t->name);
     if ((st = ed_tier_create(s, t, tr->path, len, &tr->fd)) != GRM_OK) return st;
     if ((st = ed_keys_init(s, &tr->index, ed_keys_slots_for(0, 1), 1)) != GRM_OK) return st;
-    tr->nrec = 0;
     tr->garbage = 0;
     // Segments of 1 MiB of records; the open one is staged in wbuf.
     const size_t rb = t->pools[0].rec_bytes;
@@ -393,7 +392,7 @@ static grm_status ed_tier_put(const ed_store *s, const ed_table *t, int fd, cons
  * which costs about what one more pread's call does. */
 #define ED_TIER_SPAN_BYTES 16384
 
-/* Visit the file records r with tag[r] >= 0 (tag [nrec]), in file order: one pread for
+/* Visit the file records r with tag[r] >= 0 (tag [ed_tier_nrec]), in file order: a pread for
  * each run of them whose gaps hold at most ED_TIER_SPAN_BYTES of garbage, up to the
  * write-back buffer's size (1 MiB). Each record is checked (its checksum holds) before
  * visit(ctx, tag[r], r, rec) sees it, in a scratch buffer that the next run reuses; the
@@ -410,7 +409,7 @@ grm_status ed_tier_visit(const ed_store *s, ed_table *t, const int64_t *tag,
 {
     ed_tier *tr = &t->tier;
     const size_t rb = t->pools[0].rec_bytes;
-    const int64_t nrec = tr->nrec, cap = tr->wcap;
+    const int64_t nrec = ed_tier_nrec(tr), cap = tr->wcap;
     const int64_t gap = (int64_t)(ED_TIER_SPAN_BYTES / rb) > 1
                         ? (int64_t)(ED_TIER_SPAN_BYTES / rb) : 1;
     char *in = malloc((size_t)cap * rb);
@@ -512,7 +511,6 @@ static grm_status ed_seg_append(const ed_store *s, ed_table *t, int64_t *r, char
         } else {
             if ((st = ed_seg_room(s, t, tr->nseg)) != GRM_OK) return st;
             seg = tr->nseg++;
-            tr->nrec = tr->nseg * tr->wcap;
         }
         tr->seg_live[seg] = 0;
         tr->wseg = seg;
@@ -563,13 +561,13 @@ static grm_status ed_seg_clean(const ed_store *s, ed_table *t, int64_t seg, char
     const size_t rb = t->pools[0].rec_bytes;
     const int64_t first = seg * tr->wcap;
     const size_t bytes = (size_t)tr->wcap * rb;
-    if (tr->seg_live[seg] > 0) {    // one without live records is freed unread
+    const int read = tr->seg_live[seg] > 0;     // one without live records is freed unread
+    if (read) {
         const ssize_t got = pread(tr->fd, buf, bytes, ed_tier_offset(t, first));
         if (got != (ssize_t)bytes)
             return ed_tier_io_error(s, t, "reading", first, got, bytes);
     }
     int64_t checked = 0;
-    const int64_t moved0 = tr->moved;
     grm_status st = GRM_OK;
     for (int64_t p = 0; p < tr->wcap && st == GRM_OK && tr->seg_live[seg] > 0; p++) {
         char *rec = buf + (size_t)p * rb;
@@ -592,7 +590,7 @@ static grm_status ed_seg_clean(const ed_store *s, ed_table *t, int64_t seg, char
         tr->moved++;
     }
     // bytes_read counts the segment once (ed_tier_check counted the records it checked)
-    if (tr->moved > moved0)
+    if (read)
         atomic_fetch_add_explicit(&tr->bytes_read, (int64_t)bytes - checked * (int64_t)rb,
                                   memory_order_relaxed);
     if (st != GRM_OK) return st;
@@ -738,7 +736,6 @@ grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids /* 
     for (int64_t g = 0; g < nseg; g++)
         tr->seg_live[g] = (int32_t)(n - g * tr->wcap < tr->wcap ? n - g * tr->wcap : tr->wcap);
     tr->nseg = nseg;
-    tr->nrec = nseg * tr->wcap;
     tr->nfree = 0;
     tr->wseg = n % tr->wcap != 0 ? nseg - 1 : -1;
     tr->wn = tr->wdone = n % tr->wcap;
