@@ -167,13 +167,40 @@ static grm_tensor tensor1(void *data, int32_t dtype, int64_t n)
                          .device = CPU };
 }
 
+/* The store's k-th checkpoint tensor: described only (data NULL, its rows read later a
+ * range at a time) when the store has tensor_rows (ABI 1.10), else exported whole. */
+static grm_status emb_tensor(grm__trainer *t, int32_t k, grm_named_tensor *nt)
+{
+    const grm_emb_ops *e = t->sp.eops;
+    if (GRM_HAS_OP(grm_emb_ops, e, tensor_rows))
+        return e->tensor_rows(t->p->emb.inst, k, nt, 0, 0, NULL);
+    return e->tensors(t->p->emb.inst, k, nt);
+}
+
+/* grm_ckpt_rows_fn of save_rows: the list's first tensors are the store's, in its order. */
+static grm_status emb_rows(void *user, int64_t index, int64_t row0, int64_t n, void *out)
+{
+    grm__trainer *t = user;
+    grm_status st = t->sp.eops->tensor_rows(t->p->emb.inst, (int32_t)index, NULL, row0, n, out);
+    if (st != GRM_OK)
+        grm_error_prefix("[embedding] %s: tensor_rows: ", t->p->emb.plugin->info->name);
+    return st;
+}
+
+static size_t tensor_bytes(const grm_tensor *x)
+{
+    size_t b = grm_dtype_size(x->dtype);
+    for (int32_t d = 0; d < x->ndim; d++) b *= (size_t)x->shape[d];
+    return b;
+}
+
 static grm_status collect_state(grm__trainer *t, ckpt_list *l, int64_t *steps_buf)
 {
     grm__pipeline *p = t->p;
     grm_status st;
     for (int32_t k = 0;; k++) {
         grm_named_tensor nt;
-        st = t->sp.eops->tensors(p->emb.inst, k, &nt);
+        st = emb_tensor(t, k, &nt);
         if (st == GRM_ENOTFOUND) break;
         if (st != GRM_OK) return st;
         if ((st = ckl_add(l, "emb.", nt.name, nt.tensor)) != GRM_OK) return st;
@@ -537,6 +564,8 @@ static grm_status save_ckpt_as(grm__trainer *t, const char *file)
         return grm_errorf(GRM_ENOMEM, "out of memory");
     }
     int64_t *steps_buf = NULL;
+    void **whole = NULL;      /* the store's tensors read whole for a format without save_rows */
+    int64_t nwhole = 0;
     if ((st = grm__ckpt_make_dirs(dir)) != GRM_OK) goto out;
     steps_buf = calloc((size_t)t->dn.nparams + 1, sizeof *steps_buf);
     if (!steps_buf) {
@@ -573,10 +602,35 @@ static grm_status save_ckpt_as(grm__trainer *t, const char *file)
                         cap);
         goto out;
     }
-    if ((st = kops->save(p->ckpt.inst, path, l.v, l.n, meta)) != GRM_OK) goto out;
+    /* The store's tensors described by tensor_rows go to a format with save_rows a range of
+     * rows at a time (a tiered table is never held whole); another format gets them whole. */
+    int by_rows = 0;
+    for (int64_t i = 0; i < l.n; i++) by_rows |= l.v[i].tensor.data == NULL;
+    if (by_rows && GRM_HAS_OP(grm_ckpt_ops, kops, save_rows)) {
+        st = kops->save_rows(p->ckpt.inst, path, l.v, l.n, meta, emb_rows, t);
+    } else {
+        for (int64_t i = 0; i < l.n && st == GRM_OK; i++) {
+            grm_tensor *x = &l.v[i].tensor;
+            const size_t bytes = tensor_bytes(x);
+            if (x->data != NULL || bytes == 0) continue;
+            void **more = realloc(whole, (size_t)(nwhole + 1) * sizeof *whole);
+            if (more) whole = more;
+            if (!more || !(whole[nwhole] = malloc(bytes))) {
+                st = grm_errorf(GRM_ENOMEM, "%s: out of memory for the %zu bytes of tensor "
+                                "'%s'", path, bytes, l.v[i].name);
+                break;
+            }
+            x->data = whole[nwhole++];
+            st = emb_rows(t, i, 0, x->shape[0], x->data);
+        }
+        if (st == GRM_OK) st = kops->save(p->ckpt.inst, path, l.v, l.n, meta);
+    }
+    if (st != GRM_OK) goto out;
     if (!file) prune_ckpts(dir, kops->extension(p->ckpt.inst), p->set.ckpt_keep);
     if (!t->opts->quiet) grm__log(GRM_LOG_INFO, "grmhost", "checkpoint %s", path);
 out:
+    for (int64_t i = 0; i < nwhole; i++) free(whole[i]);
+    free(whole);
     ckl_free(&l);
     free(steps_buf);
     free(meta);
@@ -595,10 +649,17 @@ typedef struct load_ctx {
     char **need;              /* [nneed] names, owned */
     uint8_t *seen;            /* [nneed] */
     int32_t nemb, nneed;
+    /* load_rows: a tensor that arrives in pieces and is not the store's (or the store has
+     * no load_rows) is put together here, then visited whole */
+    grm_named_tensor acc;
+    char *acc_name;           /* owned */
+    int64_t acc_rows, acc_got;
 } load_ctx;
 
 static void load_ctx_fini(load_ctx *c)
 {
+    free(c->acc.tensor.data);
+    free(c->acc_name);
     for (int32_t i = 0; i < c->nneed; i++) free(c->need[i]);
     free(c->need);
     free(c->seen);
@@ -617,7 +678,7 @@ static grm_status load_ctx_init(load_ctx *c, grm__trainer *t, const char *path)
     if (!c->param_steps) return grm_errorf(GRM_ENOMEM, "out of memory");
     for (int32_t k = 0;; k++) {
         grm_named_tensor nt;
-        st = t->sp.eops->tensors(t->p->emb.inst, k, &nt);
+        st = emb_tensor(t, k, &nt);
         if (st == GRM_ENOTFOUND) break;
         if (st != GRM_OK || (st = ckl_add(&l, "emb.", nt.name, nt.tensor)) != GRM_OK) goto out;
     }
@@ -722,6 +783,52 @@ static grm_status load_visit(void *user, const grm_named_tensor *nt)
     return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' belongs to no part of this pipeline; it was "
                       "written by a different model (start over with --fresh)", c->path,
                       grm__printable(shown, sizeof shown, name));
+}
+
+/* grm_ckpt_piece_fn of load_rows: the store's pieces go to its load_rows (a tiered table
+ * writes them to its file, never holding the table); any other tensor is put together
+ * and visited whole. */
+static grm_status load_piece(void *user, const grm_named_tensor *nt, int64_t row0, int64_t rows)
+{
+    load_ctx *c = user;
+    grm__trainer *t = c->t;
+    const grm_emb_ops *e = t->sp.eops;
+    grm_status st;
+    if (strncmp(nt->name, "emb.", 4) == 0 && GRM_HAS_OP(grm_emb_ops, e, load_rows)) {
+        if (row0 == 0 && (st = load_mark(c, nt->name, 0, c->nemb)) != GRM_OK) return st;
+        grm_named_tensor inner = { nt->name + 4, nt->tensor };
+        st = e->load_rows(t->p->emb.inst, &inner, row0, rows);
+        if (st != GRM_OK) grm_error_prefix("%s: tensor '%s': ", c->path, nt->name);
+        return st;
+    }
+    if (row0 == 0 && nt->tensor.shape[0] == rows) return load_visit(user, nt);
+    grm_tensor *a = &c->acc.tensor;
+    const size_t row_bytes = tensor_bytes(&nt->tensor) / (size_t)(nt->tensor.shape[0] > 0
+                                                                  ? nt->tensor.shape[0] : 1);
+    if (row0 == 0) {
+        free(a->data);
+        free(c->acc_name);
+        c->acc = *nt;
+        a->shape[0] = rows;
+        c->acc_rows = rows;
+        c->acc_got = 0;
+        c->acc.name = c->acc_name = strdup(nt->name);
+        if (!(a->data = malloc(row_bytes * (size_t)rows + 1)) || !c->acc_name)
+            return grm_errorf(GRM_ENOMEM, "%s: out of memory for tensor '%s'", c->path,
+                              nt->name);
+    } else if (!c->acc_name || strcmp(c->acc_name, nt->name) != 0 || row0 != c->acc_got
+               || rows != c->acc_rows) {
+        return grm_errorf(GRM_EINTERNAL, "%s: tensor '%s': rows from %lld arrive out of "
+                          "order", c->path, nt->name, (long long)row0);
+    }
+    memcpy((char *)a->data + (size_t)row0 * row_bytes, nt->tensor.data,
+           row_bytes * (size_t)nt->tensor.shape[0]);
+    c->acc_got += nt->tensor.shape[0];
+    if (c->acc_got < rows) return GRM_OK;
+    st = load_visit(user, &c->acc);
+    free(a->data);
+    a->data = NULL;
+    return st;
 }
 
 /* A restored scalar outside [lo, hi]: the file is damaged or forged (its checksums can be
@@ -841,7 +948,9 @@ static grm_status load_ckpt_as(grm__trainer *t, const char *path, int owned_only
     st = owned_only
         ? grm__reshard_load_owned(t->p, kops, kinst, path, t->rank, t->nranks,
                                   load_visit, &c, &kept, &dropped)
-        : kops->load(kinst, path, load_visit, &c);
+        : GRM_HAS_OP(grm_ckpt_ops, kops, load_rows)
+            ? kops->load_rows(kinst, path, load_piece, &c)
+            : kops->load(kinst, path, load_visit, &c);
     if (st == GRM_OK && owned_only)
         grm__log(GRM_LOG_INFO, "grmhost", "%s: kept the %lld keyed rows this rank owns, "
                  "left %lld to the other ranks", path, (long long)kept, (long long)dropped);

@@ -50,6 +50,15 @@ void ckpt_unmap(const uint8_t *data, size_t size)
     if (data != NULL) munmap((void *)data, size);
 }
 
+void ckpt_unneed(const uint8_t *data, size_t off, size_t len)
+{
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)(data + off), b = a + len;
+    a = (a + page - 1) & ~(page - 1);
+    b &= ~(page - 1);
+    if (data != NULL && b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 int ckpt_fsync_dir(const char *path)
 {
     const char *slash = strrchr(path, '/');

@@ -17,6 +17,11 @@ grm_status ckpt_map(const grm_host_api *host, const char *who, const char *path,
 /* Release a mapping from ckpt_map; accepts NULL. */
 void ckpt_unmap(const uint8_t *data, size_t size);
 
+/* Let go of the pages of data [off, off + len) of a mapping from ckpt_map (the whole
+ * pages inside it; MADV_DONTNEED): read again, they come back from the page cache. A
+ * reader that walks a file larger than memory keeps its resident set to what it walks. */
+void ckpt_unneed(const uint8_t *data, size_t off, size_t len);
+
 /* fsync the directory holding path, so a rename into it is durable. 0 or an errno. */
 int ckpt_fsync_dir(const char *path);
 

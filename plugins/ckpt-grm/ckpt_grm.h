@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grm/ckpt.h>
 #include <grm/host.h>
 #include <grm/tensor.h>
 
@@ -27,10 +28,16 @@ typedef struct cg_config {
 } cg_config;
 
 
+/* A tensor larger than this is written (save_rows) and read (load_rows) a piece of about
+ * this many bytes of rows at a time, never whole. */
+#define CG_PIECE_BYTES ((size_t)16 << 20)
+
 /* Write tensors [n] and meta to path atomically (temp file, fsync, rename, fsync of the
- * directory). host: static. meta: NUL-terminated, NULL writes "{}". */
+ * directory). host: static. meta: NUL-terminated, NULL writes "{}". With rows non-NULL, a
+ * tensor whose data is NULL is read through rows(user, ...) CG_PIECE_BYTES at a time. */
 grm_status cg_save(const grm_host_api *host, int level, const char *path,
-                   const grm_named_tensor *tensors, int64_t n, const char *meta);
+                   const grm_named_tensor *tensors, int64_t n, const char *meta,
+                   grm_ckpt_rows_fn rows, void *user);
 
 /* One tensor's header as read from the file. */
 typedef struct cg_entry {
@@ -44,6 +51,7 @@ typedef struct cg_entry {
     size_t payload;            /* file offset of the zstd frame */
     size_t name_off;           /* file offset of the name's bytes */
     uint32_t name_len;         /* bytes of the name, without a NUL */
+    int pieces;                /* read a piece at a time (cg_open_pieces, > CG_PIECE_BYTES) */
 } cg_entry;
 
 /* A checkpoint mapped into memory and fully verified by cg_open. */
@@ -59,12 +67,24 @@ typedef struct cg_file {
     void *buf;                 /* owned (malloc) [max_raw]: one decompressed tensor */
     size_t max_raw;            /* largest raw_bytes of any tensor */
     void *dctx;                /* owned ZSTD_DCtx */
+    int lazy;                  /* opened by cg_open_pieces */
 } cg_file;
 
 /* Map path and verify everything: magic, version, every header's bounds, every payload's
  * decompressed size and XXH64, the end marker and the file checksum. On failure nothing
  * is left open and the status is GRM_EIO (cannot read) or GRM_EFORMAT (bad contents). */
 grm_status cg_open(const grm_host_api *host, const char *path, cg_file *f);
+
+/* cg_open for a reader of pieces (load_rows): a tensor above CG_PIECE_BYTES is checked
+ * for its frame's bounds and size and by the file checksum, not decompressed; its own
+ * XXH64 is checked by cg_pieces after its last piece. The mapping's pages are let go as
+ * they are walked, so the reader's resident set stays at a piece. */
+grm_status cg_open_pieces(const grm_host_api *host, const char *path, cg_file *f);
+
+/* Hand tensor i of a file to visit: whole (one piece), or, when opened by cg_open_pieces
+ * and larger than CG_PIECE_BYTES, CG_PIECE_BYTES of rows at a time. */
+grm_status cg_pieces(const grm_host_api *host, cg_file *f, int64_t i, grm_ckpt_piece_fn visit,
+                     void *user);
 
 /* Decompress tensor i of a verified file into f->buf and describe it in *out (which
  * borrows f->buf and the name until the next cg_read or cg_close). */

@@ -130,7 +130,8 @@ static cg_parse cg_parse_headers(cg_file *f, size_t *end, char *what, size_t cap
                 (unsigned long long)e->comp_bytes, pos);
         e->payload = pos;
         pos += (size_t)e->comp_bytes;
-        if (e->raw_bytes > f->max_raw) f->max_raw = (size_t)e->raw_bytes;
+        e->pieces = f->lazy && e->raw_bytes > CG_PIECE_BYTES && e->ndim >= 1;
+        if (!e->pieces && e->raw_bytes > f->max_raw) f->max_raw = (size_t)e->raw_bytes;
     }
     CG_NEED(CG_TRAILER_LEN, "the trailer at byte %zu", pos);
     if (size - pos > CG_TRAILER_LEN)
@@ -180,6 +181,42 @@ static grm_status cg_inflate(const grm_host_api *host, cg_file *f, const cg_entr
                             f->path, nl, name, (unsigned long long)h,
                             (unsigned long long)e->raw_hash);
     return GRM_OK;
+}
+
+/* A tensor read by pieces, before any is: one zstd frame of exactly its payload's bytes
+ * that says it holds raw_bytes. Its data are covered by the file checksum; their own
+ * XXH64 is checked by cg_pieces. */
+static grm_status cg_check_frame(const grm_host_api *host, cg_file *f, const cg_entry *e)
+{
+    const char *name = (const char *)f->data + e->name_off;
+    const int nl = (int)e->name_len;
+    const void *src = f->data + e->payload;
+    const size_t comp = (size_t)e->comp_bytes;
+    const size_t frame = ZSTD_findFrameCompressedSize(src, comp);
+    const unsigned long long content = ZSTD_getFrameContentSize(src, comp);
+    ckpt_unneed(f->data, e->payload, comp);
+    if (ZSTD_isError(frame) || frame != comp || content != e->raw_bytes)
+        return host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in tensor '%.*s' "
+                            "(its payload is not one zstd frame of %zu bytes holding %llu)",
+                            f->path, nl, name, comp, (unsigned long long)e->raw_bytes);
+    return GRM_OK;
+}
+
+/* XXH64 of data [0, end); a reader of pieces lets the pages go as it walks them. */
+static uint64_t cg_file_hash(const cg_file *f, size_t end)
+{
+    XXH64_state_t *st = f->lazy ? XXH64_createState() : NULL;
+    if (st == NULL) return XXH64(f->data, end, CG_XXH_SEED);
+    XXH64_reset(st, CG_XXH_SEED);
+    const size_t win = (size_t)64 << 20;
+    for (size_t off = 0; off < end; off += win) {
+        const size_t len = end - off < win ? end - off : win;
+        XXH64_update(st, f->data + off, len);
+        ckpt_unneed(f->data, off, len);
+    }
+    const uint64_t h = XXH64_digest(st);
+    XXH64_freeState(st);
+    return h;
 }
 
 static grm_status cg_verify(const grm_host_api *host, cg_file *f)
@@ -238,12 +275,13 @@ static grm_status cg_verify(const grm_host_api *host, cg_file *f)
         return host->errorf(GRM_ENOMEM, "ckpt-grm: %s: cannot allocate %zu bytes to "
                             "decompress its largest tensor", path, f->max_raw);
     for (int64_t i = 0; i < f->n; i++) {
-        const grm_status st = cg_inflate(host, f, &f->entries[i]);
+        const cg_entry *e = &f->entries[i];
+        const grm_status st = e->pieces ? cg_check_frame(host, f, e) : cg_inflate(host, f, e);
         if (st != GRM_OK) return st;
     }
 
     // The trailer's XXH64 covers every byte before it: names, shapes, metadata included.
-    const uint64_t want = cg_get_u64(d + end), got = XXH64(d, end, CG_XXH_SEED);
+    const uint64_t want = cg_get_u64(d + end), got = cg_file_hash(f, end);
     if (want != got)
         return host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in the file's "
                             "headers or metadata (XXH64 %016llx, the trailer says %016llx)",
@@ -265,15 +303,26 @@ static grm_status cg_verify(const grm_host_api *host, cg_file *f)
     return GRM_OK;
 }
 
-grm_status cg_open(const grm_host_api *host, const char *path, cg_file *f)
+static grm_status cg_open_as(const grm_host_api *host, const char *path, int lazy, cg_file *f)
 {
     memset(f, 0, sizeof(*f));
     f->path = path;
+    f->lazy = lazy;
     grm_status st = ckpt_map(host, "ckpt-grm", path, &f->data, &f->size);
     if (st != GRM_OK) return st;
     st = cg_verify(host, f);
     if (st != GRM_OK) cg_close(f);
     return st;
+}
+
+grm_status cg_open(const grm_host_api *host, const char *path, cg_file *f)
+{
+    return cg_open_as(host, path, 0, f);
+}
+
+grm_status cg_open_pieces(const grm_host_api *host, const char *path, cg_file *f)
+{
+    return cg_open_as(host, path, 1, f);
 }
 
 grm_status cg_read(const grm_host_api *host, cg_file *f, int64_t i, grm_named_tensor *out)
@@ -290,4 +339,84 @@ grm_status cg_read(const grm_host_api *host, cg_file *f, int64_t i, grm_named_te
     out->tensor.device.type = GRM_DEVICE_CPU;
     out->tensor.device.index = 0;
     return GRM_OK;
+}
+
+grm_status cg_pieces(const grm_host_api *host, cg_file *f, int64_t i, grm_ckpt_piece_fn visit,
+                     void *user)
+{
+    const cg_entry *e = &f->entries[i];
+    grm_named_tensor t;
+    grm_status st;
+    if (!e->pieces) {
+        if ((st = cg_read(host, f, i, &t)) != GRM_OK) return st;
+        return visit(user, &t, 0, t.tensor.ndim >= 1 ? t.tensor.shape[0] : 1);
+    }
+    const char *name = (const char *)f->data + e->name_off;
+    const int nl = (int)e->name_len;
+    const int64_t rows = e->shape[0];
+    const size_t rb = (size_t)e->raw_bytes / (size_t)rows;
+    const int64_t per = rb >= CG_PIECE_BYTES ? 1 : (int64_t)(CG_PIECE_BYTES / rb);
+    const int64_t first = per < rows ? per : rows;
+    void *buf = malloc((size_t)first * rb);
+    XXH64_state_t *h = XXH64_createState();
+    if (buf == NULL || h == NULL) {
+        free(buf);
+        XXH64_freeState(h);
+        return host->errorf(GRM_ENOMEM, "ckpt-grm: %s: tensor '%.*s': cannot allocate %zu "
+                            "bytes for a piece of it", f->path, nl, name, (size_t)first * rb);
+    }
+    XXH64_reset(h, CG_XXH_SEED);
+    ZSTD_DCtx_reset(f->dctx, ZSTD_reset_session_only);
+    ZSTD_inBuffer ib = { f->data + e->payload, (size_t)e->comp_bytes, 0 };
+    size_t left = 1, let_go = 0;
+    st = GRM_OK;
+    memset(&t, 0, sizeof(t));
+    t.name = e->name;
+    t.tensor.dtype = e->dtype;
+    t.tensor.ndim = e->ndim;
+    for (int k = 0; k < GRM_TENSOR_MAX_DIMS; k++) t.tensor.shape[k] = e->shape[k];
+    t.tensor.device.type = GRM_DEVICE_CPU;
+    t.tensor.data = buf;
+    for (int64_t r0 = 0; r0 < rows && st == GRM_OK; r0 += per) {
+        const int64_t nr = rows - r0 < per ? rows - r0 : per;
+        ZSTD_outBuffer ob = { buf, (size_t)nr * rb, 0 };
+        while (ob.pos < ob.size) {
+            const size_t in0 = ib.pos, out0 = ob.pos;
+            left = ZSTD_decompressStream(f->dctx, &ob, &ib);
+            if (ZSTD_isError(left) || (ib.pos == in0 && ob.pos == out0)
+                || (left == 0 && ob.pos < ob.size)) {
+                st = host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in tensor "
+                                  "'%.*s' (its data end at row %lld of %lld%s%s)", f->path, nl,
+                                  name, (long long)r0, (long long)rows,
+                                  ZSTD_isError(left) ? ": zstd: " : "",
+                                  ZSTD_isError(left) ? ZSTD_getErrorName(left) : "");
+                break;
+            }
+        }
+        if (st != GRM_OK) break;
+        XXH64_update(h, buf, ob.pos);
+        ckpt_unneed(f->data, e->payload + let_go, ib.pos - let_go);
+        let_go = ib.pos;
+        t.tensor.shape[0] = nr;
+        st = visit(user, &t, r0, rows);
+    }
+    // every row is out; the frame must end here, its zstd checksum checked
+    while (st == GRM_OK && left != 0) {
+        uint8_t extra;
+        ZSTD_outBuffer ob = { &extra, 1, 0 };
+        const size_t in0 = ib.pos;
+        left = ZSTD_decompressStream(f->dctx, &ob, &ib);
+        if (ZSTD_isError(left) || ob.pos > 0 || (left != 0 && ib.pos == in0))
+            st = host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in tensor '%.*s' "
+                              "(its zstd frame does not end after its %lld rows)", f->path,
+                              nl, name, (long long)rows);
+    }
+    const uint64_t got = XXH64_digest(h);
+    if (st == GRM_OK && got != e->raw_hash)
+        st = host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in tensor '%.*s' (XXH64 "
+                          "of its data is %016llx, the header says %016llx)", f->path, nl,
+                          name, (unsigned long long)got, (unsigned long long)e->raw_hash);
+    free(buf);
+    XXH64_freeState(h);
+    return st;
 }

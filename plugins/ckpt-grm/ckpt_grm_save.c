@@ -15,7 +15,8 @@
 
 /* Bytes of tensor t, or an error naming it. */
 static grm_status cg_tensor_bytes(const grm_host_api *host, const char *path,
-                                  const grm_named_tensor *nt, int64_t i, size_t *bytes)
+                                  const grm_named_tensor *nt, int64_t i, int streamed,
+                                  size_t *bytes)
 {
     const grm_tensor *t = &nt->tensor;
     if (nt->name == NULL || nt->name[0] == '\0')
@@ -45,9 +46,12 @@ static grm_status cg_tensor_bytes(const grm_host_api *host, const char *path,
                                 nt->name);
         b *= (size_t)t->shape[d];
     }
-    if (b > 0 && t->data == NULL)
+    if (b > 0 && t->data == NULL && !streamed)
         return host->errorf(GRM_EINVAL, "ckpt-grm: %s: tensor '%s' holds %zu bytes but its "
                             "data is NULL", path, nt->name, b);
+    if (b > 0 && t->data == NULL && t->ndim < 1)
+        return host->errorf(GRM_EINVAL, "ckpt-grm: %s: tensor '%s' is read by rows but has "
+                            "no dims", path, nt->name);
     *bytes = b;
     return GRM_OK;
 }
@@ -84,13 +88,109 @@ static void cg_write_u64(cg_writer *w, uint64_t v)
     cg_write(w, b, sizeof(b));
 }
 
+/* A tensor header up to its raw size: name, dtype, ndim, shape, raw bytes. */
+static void cg_write_head(cg_writer *w, const grm_named_tensor *nt, size_t raw)
+{
+    const uint32_t name_len = (uint32_t)strlen(nt->name);
+    cg_write_u32(w, name_len);
+    cg_write(w, nt->name, name_len);
+    cg_write_u32(w, (uint32_t)nt->tensor.dtype);
+    cg_write_u32(w, (uint32_t)nt->tensor.ndim);
+    for (int d = 0; d < GRM_TENSOR_MAX_DIMS; d++)     // dims beyond ndim are stored as 1
+        cg_write_u64(w, (uint64_t)(d < nt->tensor.ndim ? nt->tensor.shape[d] : 1));
+    cg_write_u64(w, raw);
+}
+
 static const char *cg_errno_str(int err)
 {
     return err > 0 ? strerror(err) : "short write";
 }
 
+/* Tensor i (raw bytes, its data NULL) read through rows() CG_PIECE_BYTES at a time and
+ * compressed as it comes into one zstd frame of pledged size raw, written at the file's
+ * end: *comp its size, *hash the XXH64 of the raw bytes, for the caller to patch into the
+ * header written before it. in [*cap] is the caller's scratch. */
+static grm_status cg_stream(const grm_host_api *host, const char *path, cg_writer *w,
+                            ZSTD_CCtx *cctx, const grm_named_tensor *nt, int64_t i, size_t raw,
+                            grm_ckpt_rows_fn rows, void *user, void **in, size_t *cap,
+                            uint64_t *comp, uint64_t *hash)
+{
+    const int64_t nrows = nt->tensor.shape[0];
+    const size_t rb = raw / (size_t)nrows;
+    const int64_t per = rb >= CG_PIECE_BYTES ? 1 : (int64_t)(CG_PIECE_BYTES / rb);
+    const size_t want = (size_t)(per < nrows ? per : nrows) * rb;
+    const size_t ocap = ZSTD_CStreamOutSize();
+    uint8_t out[1 << 17];
+    const size_t olen = ocap < sizeof(out) ? ocap : sizeof(out);
+    XXH64_state_t *rh = XXH64_createState();
+    grm_status st = GRM_OK;
+    if (want > *cap) {
+        void *p = realloc(*in, want);
+        if (p != NULL) {
+            *in = p;
+            *cap = want;
+        }
+    }
+    if (want > *cap || rh == NULL) {
+        XXH64_freeState(rh);
+        return host->errorf(GRM_ENOMEM, "ckpt-grm: %s: tensor '%s': cannot allocate %zu bytes "
+                            "for a piece of it", path, nt->name, want);
+    }
+    XXH64_reset(rh, CG_XXH_SEED);
+    ZSTD_CCtx_reset(cctx, ZSTD_reset_session_only);
+    ZSTD_CCtx_setPledgedSrcSize(cctx, (unsigned long long)raw);
+    *comp = 0;
+    for (int64_t r0 = 0; r0 < nrows && st == GRM_OK && w->err == 0; r0 += per) {
+        const int64_t nr = nrows - r0 < per ? nrows - r0 : per;
+        if ((st = rows(user, i, r0, nr, *in)) != GRM_OK) break;
+        XXH64_update(rh, *in, (size_t)nr * rb);
+        ZSTD_inBuffer ib = { *in, (size_t)nr * rb, 0 };
+        const int end = r0 + nr == nrows;
+        for (;;) {
+            ZSTD_outBuffer ob = { out, olen, 0 };
+            const size_t left = ZSTD_compressStream2(cctx, &ob, &ib,
+                                                     end ? ZSTD_e_end : ZSTD_e_continue);
+            if (ZSTD_isError(left)) {
+                st = host->errorf(GRM_EINTERNAL, "ckpt-grm: %s: tensor '%s': zstd: %s", path,
+                                  nt->name, ZSTD_getErrorName(left));
+                break;
+            }
+            cg_write(w, out, ob.pos);
+            *comp += ob.pos;
+            if (end ? left == 0 : ib.pos == ib.size) break;
+        }
+    }
+    *hash = XXH64_digest(rh);
+    XXH64_freeState(rh);
+    return st;
+}
+
+/* The XXH64 of the file's first `end` bytes, read back (a save that patched headers after
+ * their payloads cannot keep a running one). */
+static int cg_rehash(FILE *f, uint64_t end, uint64_t *out)
+{
+    static uint8_t buf[1 << 20];
+    XXH64_state_t *h = XXH64_createState();
+    if (h == NULL) return ENOMEM;
+    XXH64_reset(h, CG_XXH_SEED);
+    int err = 0;
+    for (uint64_t off = 0; off < end && err == 0;) {
+        const size_t want = end - off < sizeof(buf) ? (size_t)(end - off) : sizeof(buf);
+        const ssize_t got = pread(fileno(f), buf, want, (off_t)off);
+        if (got <= 0) err = got < 0 ? errno : -1;
+        else {
+            XXH64_update(h, buf, (size_t)got);
+            off += (uint64_t)got;
+        }
+    }
+    *out = XXH64_digest(h);
+    XXH64_freeState(h);
+    return err;
+}
+
 grm_status cg_save(const grm_host_api *host, int level, const char *path,
-                   const grm_named_tensor *tensors, int64_t n, const char *meta)
+                   const grm_named_tensor *tensors, int64_t n, const char *meta,
+                   grm_ckpt_rows_fn rows, void *user)
 {
     grm_status st = GRM_OK;
     char *tmp = NULL;
@@ -108,7 +208,8 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
                             (long long)n, (const void *)tensors);
     for (int64_t i = 0; i < n; i++) {
         size_t bytes;
-        if ((st = cg_tensor_bytes(host, path, &tensors[i], i, &bytes)) != GRM_OK) return st;
+        if ((st = cg_tensor_bytes(host, path, &tensors[i], i, rows != NULL, &bytes)) != GRM_OK)
+            return st;
     }
     if (meta == NULL) meta = "{}";
 
@@ -128,7 +229,7 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
     }
     XXH64_reset(w.hash, CG_XXH_SEED);
 
-    w.f = fopen(tmp, "wb");
+    w.f = fopen(tmp, "w+b");     // read too: a patched file is rehashed (cg_rehash)
     if (w.f == NULL) {
         st = host->errorf(GRM_EIO, "ckpt-grm: %s: cannot create %s: %s", path, tmp,
                           strerror(errno));
@@ -145,11 +246,34 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
     cg_write(&w, meta, meta_len);
     cg_write_u64(&w, (uint64_t)n);
 
+    int patched = 0;     // a header was patched after its payload: the file is rehashed
     for (int64_t i = 0; i < n && w.err == 0; i++) {
         const grm_named_tensor *nt = &tensors[i];
         size_t raw;
-        cg_tensor_bytes(host, path, nt, i, &raw);      // checked above
+        cg_tensor_bytes(host, path, nt, i, rows != NULL, &raw);      // checked above
         const void *src = raw > 0 ? nt->tensor.data : &empty;
+        if (src == NULL) {
+            // read by rows: the header goes first with its size and checksum as 0, and is
+            // patched once the payload is out
+            cg_write_head(&w, nt, raw);
+            if (w.err == 0 && fflush(w.f) != 0) w.err = errno != 0 ? errno : -1;
+            if (w.err != 0) break;
+            const off_t at = ftello(w.f);
+            cg_write_u64(&w, 0);
+            cg_write_u64(&w, 0);
+            uint64_t comp = 0, hash = 0;
+            if ((st = cg_stream(host, path, &w, cctx, nt, i, raw, rows, user, &zbuf, &zcap,
+                                &comp, &hash)) != GRM_OK)
+                goto fail;
+            uint8_t fix[16];
+            cg_put_u64(fix, comp);
+            cg_put_u64(fix + 8, hash);
+            errno = 0;
+            if (w.err == 0 && (fflush(w.f) != 0 || pwrite(fileno(w.f), fix, 16, at) != 16))
+                w.err = errno != 0 ? errno : -1;
+            patched = 1;
+            continue;
+        }
 
         const size_t bound = ZSTD_compressBound(raw);
         if (bound > zcap) {
@@ -169,14 +293,7 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
             goto fail;
         }
 
-        const uint32_t name_len = (uint32_t)strlen(nt->name);
-        cg_write_u32(&w, name_len);
-        cg_write(&w, nt->name, name_len);
-        cg_write_u32(&w, (uint32_t)nt->tensor.dtype);
-        cg_write_u32(&w, (uint32_t)nt->tensor.ndim);
-        for (int d = 0; d < GRM_TENSOR_MAX_DIMS; d++)     // dims beyond ndim are stored as 1
-            cg_write_u64(&w, (uint64_t)(d < nt->tensor.ndim ? nt->tensor.shape[d] : 1));
-        cg_write_u64(&w, raw);
+        cg_write_head(&w, nt, raw);
         cg_write_u64(&w, comp);
         cg_write_u64(&w, XXH64(src, raw, CG_XXH_SEED));
         cg_write(&w, zbuf, comp);
@@ -185,10 +302,16 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
     // Trailer: the XXH64 of everything before it (not of itself), then the end marker.
     if (w.err == 0) {
         uint8_t trailer[CG_TRAILER_LEN];
-        cg_put_u64(trailer, XXH64_digest(w.hash));
+        uint64_t sum = XXH64_digest(w.hash);
+        if (patched) {
+            errno = 0;
+            if (fflush(w.f) != 0) w.err = errno != 0 ? errno : -1;
+            else w.err = cg_rehash(w.f, (uint64_t)ftello(w.f), &sum);
+        }
+        cg_put_u64(trailer, sum);
         memcpy(trailer + 8, CG_END_MAGIC, CG_MAGIC_LEN);
         errno = 0;
-        if (fwrite(trailer, 1, sizeof(trailer), w.f) != sizeof(trailer))
+        if (w.err == 0 && fwrite(trailer, 1, sizeof(trailer), w.f) != sizeof(trailer))
             w.err = errno != 0 ? errno : -1;
     }
     if (w.err == 0 && fflush(w.f) != 0) w.err = errno;

@@ -52,7 +52,17 @@ static grm_status cg_save_op(void *inst, const char *path, const grm_named_tenso
 {
     const cg_inst *c = inst;
     if (c == NULL) return cg_host->errorf(GRM_EINVAL, "ckpt-grm: save: inst is NULL");
-    return cg_save(cg_host, c->level, path, tensors, n, meta);
+    return cg_save(cg_host, c->level, path, tensors, n, meta, NULL, NULL);
+}
+
+static grm_status cg_save_rows_op(void *inst, const char *path,
+                                  const grm_named_tensor *tensors, int64_t n, const char *meta,
+                                  grm_ckpt_rows_fn rows, void *user)
+{
+    const cg_inst *c = inst;
+    if (c == NULL || rows == NULL)
+        return cg_host->errorf(GRM_EINVAL, "ckpt-grm: save_rows: inst or rows is NULL");
+    return cg_save(cg_host, c->level, path, tensors, n, meta, rows, user);
 }
 
 static grm_status cg_load_op(void *inst, const char *path, grm_ckpt_visit_fn visit,
@@ -69,6 +79,20 @@ static grm_status cg_load_op(void *inst, const char *path, grm_ckpt_visit_fn vis
         if ((st = cg_read(cg_host, &f, i, &t)) != GRM_OK) break;
         if ((st = visit(user, &t)) != GRM_OK) break;
     }
+    cg_close(&f);
+    return st;
+}
+
+static grm_status cg_load_rows_op(void *inst, const char *path, grm_ckpt_piece_fn visit,
+                                  void *user)
+{
+    cg_file f;
+    grm_status st;
+
+    if (inst == NULL || path == NULL || visit == NULL)
+        return cg_host->errorf(GRM_EINVAL, "ckpt-grm: load_rows: inst, path or visit is NULL");
+    if ((st = cg_open_pieces(cg_host, path, &f)) != GRM_OK) return st;
+    for (int64_t i = 0; i < f.n && st == GRM_OK; i++) st = cg_pieces(cg_host, &f, i, visit, user);
     cg_close(&f);
     return st;
 }
@@ -106,13 +130,15 @@ static const grm_ckpt_ops cg_ops = {
     .save = cg_save_op,
     .load = cg_load_op,
     .meta = cg_meta_op,
+    .save_rows = cg_save_rows_op,
+    .load_rows = cg_load_rows_op,
 };
 
 static const grm_plugin_info cg_info = {
     GRM_PLUGIN_INFO_HEADER,
     .kind = GRM_KIND_CKPT,
     .name = "ckpt-grm",
-    .version = "1.0.0",
+    .version = "1.1.0",
     .description = "single-file checkpoint: named tensors + metadata, zstd, XXH64-checked",
     .ops = &cg_ops,
     .params = cg_params,

@@ -13,9 +13,15 @@
 
 #include "emb_dynamic.h"
 
-static int ed_cand_by_id(const void *a, const void *b)
+static int ed_id_cmp(const void *a, const void *b)
 {
-    const int64_t x = ((const ed_candidate *)a)->id, y = ((const ed_candidate *)b)->id;
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int ed_recref_cmp(const void *a, const void *b)
+{
+    const int64_t x = ((const ed_recref *)a)->r, y = ((const ed_recref *)b)->r;
     return x < y ? -1 : x > y;
 }
 
@@ -26,79 +32,25 @@ void ed_export_free(ed_export *e)
     free(e->state);
     free(e->meta);
     memset(e, 0, sizeof(*e));
-    e->version = -1;
+    e->version = e->full = -1;
 }
 
-static grm_status ed_export_grow(const ed_store *s, const ed_table *t, ed_export *e,
-                                 int64_t n)
-{
-    if (n <= e->cap && e->ids != NULL) return GRM_OK;
-    const size_t N = (size_t)(n > 0 ? n : 1), D = (size_t)t->dim, S = (size_t)s->S;
-    int64_t *ids = realloc(e->ids, N * sizeof(int64_t));
-    if (ids != NULL) e->ids = ids;
-    float *w = realloc(e->weight, N * D * sizeof(float));
-    if (w != NULL) e->weight = w;
-    float *st = realloc(e->state, N * (S > 0 ? S * D : 1) * sizeof(float));
-    if (st != NULL) e->state = st;
-    int64_t *m = realloc(e->meta, N * 3 * sizeof(int64_t));
-    if (m != NULL) e->meta = m;
-    if (ids == NULL || w == NULL || st == NULL || m == NULL)
-        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory exporting "
-                               "%lld rows", t->name, (long long)n);
-    e->cap = (int64_t)N;
-    return GRM_OK;
-}
-
-/* Row i of the export from record rec of pool p: its id, optimizer state and metadata
- * (the row itself is the caller's: a cached FP16 row is widened by ed_row_read). */
-static void ed_export_fields(const ed_store *s, const ed_table *t, ed_export *e, int64_t i,
-                             char *rec, const ed_pool *p)
-{
-    const size_t SD = (size_t)s->S * (size_t)t->dim;
-    const ed_meta *m = ed_rec_meta(rec);
-    e->ids[i] = m->id;
-    if (SD > 0) memcpy(e->state + (size_t)i * SD, ed_rec_state(p, rec), SD * sizeof(float));
-    e->meta[3 * i] = m->steps;
-    e->meta[3 * i + 1] = m->count;
-    e->meta[3 * i + 2] = m->last;
-}
-
-typedef struct ed_export_job {
-    const ed_store *s;
-    ed_table *t;
-    ed_export *e;
-} ed_export_job;
-
-/* A backing record read for the export: row i of it, when it holds the id expected there. */
-static grm_status ed_export_visit(void *ctx, int64_t i, int64_t r, char *rec)
-{
-    const ed_export_job *j = ctx;
-    const grm_status st = ed_tier_expect(j->s, j->t, r, rec, j->t->cand[i].id);
-    if (st != GRM_OK) return st;
-    memcpy(j->e->weight + (size_t)i * (size_t)j->t->dim, ed_rec_row(rec),
-           (size_t)j->t->dim * sizeof(float));
-    ed_export_fields(j->s, j->t, j->e, i, rec, &j->t->pools[0]);
-    return GRM_OK;
-}
-
-static grm_status ed_export_locked(const ed_store *s, ed_table *t)
+/* The ids of every row of both tiers (the cache's, then the file's that are not cached),
+ * ascending, and the counters, at the table's version. Caller holds the write lock. */
+static grm_status ed_snapshot_locked(const ed_store *s, ed_table *t)
 {
     ed_export *e = &t->exp;
     const int64_t version = atomic_load(&t->version);
-    if (e->version == version && e->ids != NULL) return GRM_OK;
-
-    // Tiered: the rows of both tiers (the cache's, then the file's that are not cached).
+    if (e->version == version) return GRM_OK;
     const int64_t cached = atomic_load(&t->keys.live);
     const int64_t live = cached + (s->tiered ? atomic_load(&t->tier.file_only) : 0);
-    grm_status st = ed_export_grow(s, t, e, live);
-    if (st != GRM_OK) return st;
-    if (t->cand_cap < live) {
-        ed_candidate *c = realloc(t->cand, (size_t)live * sizeof(*c));
-        if (c == NULL)
+    if (e->cap < live || e->ids == NULL) {
+        int64_t *ids = realloc(e->ids, (size_t)(live > 0 ? live : 1) * sizeof *ids);
+        if (ids == NULL)
             return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory "
                                    "exporting %lld rows", t->name, (long long)live);
-        t->cand = c;
-        t->cand_cap = live;
+        e->ids = ids;
+        e->cap = live > 0 ? live : 1;
     }
     int64_t n = 0;
     for (int i = 0; i < 2; i++) {
@@ -106,38 +58,11 @@ static grm_status ed_export_locked(const ed_store *s, ed_table *t)
         const int64_t end = atomic_load(&p->next);
         for (int64_t r = 0; r < end && n < cached; r++) {
             const ed_meta *m = ed_rec_meta(ed_pool_record(p, r));
-            if (m->id == ED_KEY_EMPTY) continue;
-            t->cand[n].id = m->id;
-            t->cand[n].ref = (r << 1) | i;
-            n++;
+            if (m->id != ED_KEY_EMPTY) e->ids[n++] = m->id;
         }
     }
-    if (s->tiered) n = ed_tier_collect(t, n);     // refs -1 - record number
-    if (n > 1) qsort(t->cand, (size_t)n, sizeof(*t->cand), ed_cand_by_id);
-
-    // The cache's rows now; the file's in file order after (ed_tier_visit: a pread a run
-    // of records, not one a row in id order), at[record] = their place in the export.
-    const int64_t nrec = s->tiered ? ed_tier_nrec(&t->tier) : 0;
-    int64_t *at = NULL, nfile = 0;
-    if (s->tiered && (at = malloc((size_t)(nrec > 0 ? nrec : 1) * sizeof *at)) == NULL)
-        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory "
-                               "exporting", t->name);
-    for (int64_t r = 0; r < nrec; r++) at[r] = -1;
-    for (int64_t i = 0; i < n; i++) {
-        const int64_t ref = t->cand[i].ref;
-        if (ref < 0) {
-            at[-1 - ref] = i;
-            nfile++;
-            continue;
-        }
-        char *rec = ed_record(t, ref);
-        ed_row_read(s, t, ref, e->weight + (size_t)i * (size_t)t->dim);
-        ed_export_fields(s, t, e, i, rec, &t->pools[ref & 1]);
-    }
-    ed_export_job j = { s, t, e };
-    st = nfile > 0 ? ed_tier_visit(s, t, at, ed_export_visit, &j) : GRM_OK;
-    free(at);
-    if (st != GRM_OK) return st;
+    if (s->tiered) n = ed_tier_collect(t, e->ids, n);
+    if (n > 1) qsort(e->ids, (size_t)n, sizeof(*e->ids), ed_id_cmp);
     e->n = n;
     e->counters[0] = atomic_load(&t->clock);
     e->counters[1] = t->keys.M;
@@ -145,6 +70,149 @@ static grm_status ed_export_locked(const ed_store *s, ed_table *t)
     e->counters[3] = atomic_load(&t->misses);
     e->counters[4] = atomic_load(&t->evictions);
     e->version = version;
+    e->full = -1;
+    return GRM_OK;
+}
+
+/* Where rows [a, a + n) of the export go: any of the three may be NULL (not wanted);
+ * row i of the export is row i - a of each. */
+typedef struct ed_rows_job {
+    const ed_store *s;
+    ed_table *t;
+    int64_t a;
+    float *w, *state;
+    int64_t *meta;
+} ed_rows_job;
+
+/* Export row i from record rec of pool p; the row itself from the cache record ref (an
+ * FP16 row widened: exact on reload), or, with ref < 0, from a file record. */
+static void ed_rows_put(const ed_rows_job *j, int64_t i, char *rec, const ed_pool *p,
+                        int64_t ref)
+{
+    const ed_table *t = j->t;
+    const size_t D = (size_t)t->dim, SD = (size_t)j->s->S * D, o = (size_t)(i - j->a);
+    const ed_meta *m = ed_rec_meta(rec);
+    if (j->w != NULL) {
+        if (ref >= 0) ed_row_read(j->s, t, ref, j->w + o * D);
+        else memcpy(j->w + o * D, ed_rec_row(rec), D * sizeof(float));
+    }
+    if (j->state != NULL && SD > 0)
+        memcpy(j->state + o * SD, ed_rec_state(p, rec), SD * sizeof(float));
+    if (j->meta != NULL) {
+        j->meta[3 * o] = m->steps;
+        j->meta[3 * o + 1] = m->count;
+        j->meta[3 * o + 2] = m->last;
+    }
+}
+
+/* A backing record read for the export: row tag of it, when it holds the id expected. */
+static grm_status ed_rows_visit(void *ctx, int64_t tag, int64_t r, char *rec)
+{
+    const ed_rows_job *j = ctx;
+    const grm_status st = ed_tier_expect(j->s, j->t, r, rec, j->t->exp.ids[tag]);
+    if (st != GRM_OK) return st;
+    ed_rows_put(j, tag, rec, &j->t->pools[0], -1);
+    return GRM_OK;
+}
+
+/* Rows [a, a + n) of the snapshot into j's buffers: each id is found where it is now
+ * (the prefetch moves rows between the tiers between two calls, never changing one), the
+ * cache's rows copied, the file's read in file order (ed_tier_visit: a pread a run of
+ * records, not one a row in id order). Caller holds the write lock. */
+static grm_status ed_rows_locked(const ed_store *s, ed_table *t, ed_rows_job *j, int64_t n)
+{
+    const ed_export *e = &t->exp;
+    ed_recref *want = NULL;
+    int64_t nwant = 0;
+    if (s->tiered && n > 0 && (want = malloc((size_t)n * sizeof *want)) == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory "
+                               "exporting %lld rows", t->name, (long long)n);
+    for (int64_t i = j->a; i < j->a + n; i++) {
+        const int64_t id = e->ids[i];
+        const uint64_t h = ed_hash(id);
+        const ed_slot *sl = ed_keys_find(&t->keys, id, h);
+        if (sl != NULL) {
+            const int64_t ref = atomic_load_explicit(&sl->ref, memory_order_relaxed);
+            ed_rows_put(j, i, ed_record(t, ref), &t->pools[ref & 1], ref);
+            continue;
+        }
+        const ed_slot *fs = s->tiered ? ed_keys_find(&t->tier.index, id, h) : NULL;
+        if (fs == NULL) {
+            free(want);
+            return s->host->errorf(GRM_EINTERNAL, "emb-dynamic: table '%s': id %lld of the "
+                                   "checkpoint's snapshot is gone; the table changed while "
+                                   "it was saved", t->name, (long long)id);
+        }
+        want[nwant].r = atomic_load_explicit(&fs->ref, memory_order_relaxed);
+        want[nwant++].tag = i;
+    }
+    if (nwant > 1) qsort(want, (size_t)nwant, sizeof *want, ed_recref_cmp);
+    const grm_status st = nwant > 0 ? ed_tier_visit(s, t, want, nwant, ed_rows_visit, j)
+                                    : GRM_OK;
+    free(want);
+    return st;
+}
+
+grm_status ed_export_describe(const ed_store *s, ed_table *t, int64_t *rows)
+{
+    pthread_rwlock_wrlock(&t->lock);
+    const grm_status st = ed_snapshot_locked(s, t);
+    *rows = t->exp.n;
+    pthread_rwlock_unlock(&t->lock);
+    return st;
+}
+
+grm_status ed_export_rows(const ed_store *s, ed_table *t, int k, int64_t row0, int64_t n,
+                          void *out)
+{
+    ed_export *e = &t->exp;
+    grm_status st = GRM_OK;
+    pthread_rwlock_wrlock(&t->lock);
+    const int64_t rows = k == 4 ? 5 : e->n;
+    if (e->version != atomic_load(&t->version) || e->ids == NULL)
+        st = s->host->errorf(GRM_EINTERNAL, "emb-dynamic: table '%s': rows asked for of a "
+                             "snapshot the table has moved past (a lookup or update between "
+                             "the description and the rows)", t->name);
+    else if (row0 < 0 || n < 0 || row0 > rows - n || (n > 0 && out == NULL))
+        st = s->host->errorf(GRM_EINVAL, "emb-dynamic: table '%s': rows [%lld, +%lld) at %p "
+                             "of a tensor of %lld", t->name, (long long)row0, (long long)n,
+                             out, (long long)rows);
+    else if (k == 0)
+        memcpy(out, e->ids + row0, (size_t)n * sizeof(int64_t));
+    else if (k == 4)
+        memcpy(out, e->counters + row0, (size_t)n * sizeof(int64_t));
+    else {
+        ed_rows_job j = { s, t, row0, k == 1 ? out : NULL, k == 2 ? out : NULL,
+                          k == 3 ? out : NULL };
+        st = ed_rows_locked(s, t, &j, n);
+    }
+    pthread_rwlock_unlock(&t->lock);
+    return st;
+}
+
+/* Every row into the whole-tensor buffers (tensors()). */
+static grm_status ed_export_locked(const ed_store *s, ed_table *t)
+{
+    ed_export *e = &t->exp;
+    grm_status st = ed_snapshot_locked(s, t);
+    if (st != GRM_OK || e->full == e->version) return st;
+    const int64_t n = e->n;
+    if (n > e->wcap || e->weight == NULL) {
+        const size_t N = (size_t)(n > 0 ? n : 1), D = (size_t)t->dim, S = (size_t)s->S;
+        float *w = realloc(e->weight, N * D * sizeof(float));
+        if (w != NULL) e->weight = w;
+        float *sv = realloc(e->state, N * (S > 0 ? S * D : 1) * sizeof(float));
+        if (sv != NULL) e->state = sv;
+        int64_t *m = realloc(e->meta, N * 3 * sizeof(int64_t));
+        if (m != NULL) e->meta = m;
+        if (w == NULL || sv == NULL || m == NULL)
+            return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory "
+                                   "exporting %lld rows", t->name, (long long)n);
+        e->wcap = (int64_t)N;
+    }
+    ed_rows_job j = { s, t, 0, e->weight, e->state, e->meta };
+    if ((st = ed_rows_locked(s, t, &j, n)) != GRM_OK) return st;
+    e->full = e->version;
     return GRM_OK;
 }
 
@@ -158,10 +226,12 @@ grm_status ed_export_table(const ed_store *s, ed_table *t)
 
 /* ---- load ---- */
 
-void ed_stage_clear(ed_stage *st)
+void ed_stage_clear(const ed_store *s, ed_stage *st)
 {
     for (int k = 0; k < ED_NTENSORS; k++) free(st->data[k]);
+    if (st->index.slots != NULL) ed_keys_fini(s, &st->index);
     memset(st, 0, sizeof(*st));
+    st->last = -1;
 }
 
 static const char *ed_dtype_name(int32_t dtype)
@@ -177,11 +247,28 @@ static const char *ed_dtype_name(int32_t dtype)
     }
 }
 
-/* Rebuild table t from the staged tensors. Caller holds the write lock. */
+/* The clock and the counters of a restored table. */
+static void ed_commit_counters(ed_table *t, const int64_t *counters)
+{
+    atomic_store(&t->clock, counters[0]);
+    atomic_store(&t->last_sweep, counters[0]);
+    atomic_store(&t->lookups, counters[2]);
+    atomic_store(&t->misses, counters[3]);
+    atomic_store(&t->evictions, counters[4]);
+    atomic_fetch_add(&t->version, 1);
+}
+
+static grm_status ed_bad_id(const ed_store *s, const ed_table *t, int64_t id)
+{
+    return s->host->errorf(GRM_EFORMAT, "emb-dynamic: table '%s': checkpoint id %lld is "
+                           "reserved or repeated", t->name, (long long)id);
+}
+
+/* Rebuild an all-in-memory table t from the staged tensors. Caller holds the write lock. */
 static grm_status ed_commit(const ed_store *s, ed_table *t)
 {
     ed_stage *sg = &t->stage;
-    int64_t n = sg->n[0];
+    const int64_t n = sg->n[0];
     const int64_t *ids = sg->data[0];                  /* [n] */
     const float *w = sg->data[1];                      /* [n, D] */
     const float *state = sg->data[2];                  /* [n, S*D] */
@@ -196,8 +283,7 @@ static grm_status ed_commit(const ed_store *s, ed_table *t)
                                    "ids but %lld rows in '%s'", t->name, (long long)n,
                                    (long long)sg->n[k], t->tensor_names[k]);
 
-    // Keys first, into a fresh structure: a bad id leaves the table as it was. Tiered: the
-    // key structure is checked the same way, then left empty (the rows go to the file).
+    // Keys first, into a fresh structure: a bad id leaves the table as it was.
     int64_t M = ed_keys_slots_for(n, t->keys.lanes);
     if (counters[1] >= M && counters[1] <= (INT64_C(1) << 40)
         && (counters[1] & (counters[1] - 1)) == 0)
@@ -210,24 +296,11 @@ static grm_status ed_commit(const ed_store *s, ed_table *t)
             || ed_keys_find_or_insert(&keys, ids[i], ed_hash(ids[i]), &inserted) == NULL
             || !inserted) {
             ed_keys_fini(s, &keys);
-            return s->host->errorf(GRM_EFORMAT, "emb-dynamic: table '%s': checkpoint id "
-                                   "%lld is reserved or repeated", t->name,
-                                   (long long)ids[i]);
+            return ed_bad_id(s, t, ids[i]);
         }
     }
-    if (s->tiered) {
-        ed_keys_fini(s, &keys);
-        if ((st = ed_tier_commit(s, t, ids, w, state, meta, n)) != GRM_OK) return st;
-        ed_keys empty;
-        if ((st = ed_keys_init(s, &empty, t->keys.M, t->keys.lanes)) != GRM_OK) return st;
-        ed_keys_fini(s, &t->keys);
-        t->keys = empty;
-        for (int i = 0; i < 2; i++) ed_pool_reset(&t->pools[i]);
-        n = 0;      // nothing cached
-    } else {
-        ed_keys_fini(s, &t->keys);
-        t->keys = keys;
-    }
+    ed_keys_fini(s, &t->keys);
+    t->keys = keys;
 
     for (int i = 0; i < 2; i++) ed_pool_reset(&t->pools[i]);
     for (int i = 0; i < (s->cfg.fp16_cold ? 2 : 1); i++)
@@ -250,27 +323,111 @@ static grm_status ed_commit(const ed_store *s, ed_table *t)
         ed_slot *slot = ed_keys_find(&t->keys, ids[i], ed_hash(ids[i]));
         atomic_store(&slot->ref, ref);
     }
-    atomic_store(&t->clock, counters[0]);
-    atomic_store(&t->last_sweep, counters[0]);
-    atomic_store(&t->lookups, counters[2]);
-    atomic_store(&t->misses, counters[3]);
-    atomic_store(&t->evictions, counters[4]);
-    atomic_fetch_add(&t->version, 1);
+    ed_commit_counters(t, counters);
     return GRM_OK;
 }
 
-/* Check tensor k of table t against what tensors() writes, and stage a copy. */
-grm_status ed_load_tensor(const ed_store *s, ed_table *t, int k, const grm_named_tensor *in)
+/* A piece of row tensor k (0..3) of a tiered table: rows [row0, row0 + m) written into
+ * file records [row0, row0 + m), a block of up to a segment at a time. Records another
+ * tensor filled already are read back and patched; the pieces of the tensor that comes
+ * last finish each record (its checksum) and put its id in the new index. The records of
+ * a table of N rows are numbered in id order, so every pass is sequential. Caller holds
+ * the write lock. */
+static grm_status ed_tier_piece(const ed_store *s, ed_table *t, int k, const void *data,
+                                int64_t row0, int64_t m)
+{
+    ed_stage *sg = &t->stage;
+    const size_t rb = t->pools[0].rec_bytes, D = (size_t)t->dim, SD = (size_t)s->S * D;
+    const int32_t rowmask = s->S > 0 ? 0xF : 0xB;
+    const int readback = (sg->have & rowmask & ~(1 << k)) != 0;
+    const int last = sg->last == k;
+    const int64_t per = t->tier.wcap;
+    grm_status st = GRM_OK;
+    char *buf = malloc((size_t)per * rb);
+    if (buf == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory writing "
+                               "the backing file", t->name);
+    for (int64_t b = 0; b < m && st == GRM_OK; b += per) {
+        const int64_t c = m - b < per ? m - b : per;
+        if (readback) st = ed_tier_block(s, t, row0 + b, c, buf, 1);
+        else memset(buf, 0, (size_t)c * rb);
+        for (int64_t q = 0; q < c && st == GRM_OK; q++) {
+            const int64_t i = b + q;        // row of the piece
+            char *rec = buf + (size_t)q * rb;
+            ed_meta *md = ed_rec_meta(rec);
+            switch (k) {
+            case 0: md->id = ((const int64_t *)data)[i]; break;
+            case 1: memcpy(ed_rec_row(rec), (const float *)data + (size_t)i * D,
+                           D * sizeof(float)); break;
+            case 2: memcpy(ed_rec_state(&t->pools[0], rec), (const float *)data + (size_t)i * SD,
+                           SD * sizeof(float)); break;
+            default:
+                md->steps = ((const int64_t *)data)[3 * i];
+                md->count = ((const int64_t *)data)[3 * i + 1];
+                md->last = ((const int64_t *)data)[3 * i + 2];
+                break;
+            }
+            if (!last) continue;
+            ed_tier_seal(t, rec);
+            int inserted = 0;
+            ed_slot *sl = md->id == ED_KEY_EMPTY || md->id == ED_KEY_TOMB ? NULL
+                : ed_keys_find_or_insert(&sg->index, md->id, ed_hash(md->id), &inserted);
+            if (sl == NULL || !inserted) {
+                st = ed_bad_id(s, t, md->id);
+                break;
+            }
+            atomic_store_explicit(&sl->ref, row0 + i, memory_order_relaxed);
+        }
+        if (st == GRM_OK) st = ed_tier_block(s, t, row0 + b, c, buf, 0);
+    }
+    free(buf);
+    return st;
+}
+
+/* Tiered: the first piece of a row tensor. The first of the load empties the file and
+ * the cache; the one that completes the set of row tensors (the last to begin) will seal
+ * the records and build the index, sized for the rows. */
+static grm_status ed_tier_piece_begin(const ed_store *s, ed_table *t, int k, int64_t rows)
+{
+    ed_stage *sg = &t->stage;
+    const int32_t rowmask = s->S > 0 ? 0xF : 0xB;
+    grm_status st;
+    for (int q = 0; q < 4; q++)
+        if ((rowmask >> q & 1) && q != k && ((sg->have >> q & 1) || sg->got[q] > 0)
+            && sg->n[q] != rows)
+            return s->host->errorf(GRM_EFORMAT, "emb-dynamic: table '%s': checkpoint has "
+                                   "%lld rows in '%s' but %lld in '%s'", t->name,
+                                   (long long)sg->n[q], t->tensor_names[q], (long long)rows,
+                                   t->tensor_names[k]);
+    if (!sg->begun) {
+        if ((st = ed_tier_load_begin(s, t)) != GRM_OK) return st;
+        sg->begun = 1;
+    }
+    if (((sg->have | 1 << k) & rowmask) == rowmask) {
+        sg->last = k;
+        if ((st = ed_keys_init(s, &sg->index, ed_keys_slots_for(rows, 1), 1)) != GRM_OK)
+            return st;
+    }
+    return GRM_OK;
+}
+
+/* Check a piece of tensor k of table t against what tensors() writes; stage it (an
+ * all-in-memory table, or the counters) or write it to the file (a tiered table's rows);
+ * the piece that completes the set commits the table. */
+grm_status ed_load_rows(const ed_store *s, ed_table *t, int k, const grm_named_tensor *in,
+                        int64_t row0, int64_t rows)
 {
     static const int32_t dtypes[ED_NTENSORS] = { GRM_DTYPE_I64, GRM_DTYPE_F32, GRM_DTYPE_F32,
                                                  GRM_DTYPE_I64, GRM_DTYPE_I64 };
     const grm_tensor *x = &in->tensor;
     const int32_t ndim = k == 0 || k == 4 ? 1 : 2;
     const int64_t cols = k == 1 ? t->dim : k == 2 ? (int64_t)s->S * t->dim : k == 3 ? 3 : 1;
+    ed_stage *sg = &t->stage;
+    const int64_t m = x->shape[0];
 
-    int ok = x->dtype == dtypes[k] && x->ndim == ndim && x->shape[0] >= 0;
+    int ok = x->dtype == dtypes[k] && x->ndim == ndim && m >= 0 && rows >= 0;
     if (ok && ndim == 2) ok = x->shape[1] == cols;
-    if (ok && k == 4) ok = x->shape[0] == 5;
+    if (ok && k == 4) ok = rows == 5;
     if (!ok) {
         char want[64];
         if (k == 4) snprintf(want, sizeof(want), "i64 [5]");
@@ -280,33 +437,61 @@ grm_status ed_load_tensor(const ed_store *s, ed_table *t, int k, const grm_named
         return s->host->errorf(GRM_EFORMAT, "emb-dynamic: tensor '%s': expected %s, got %s "
                                "with %d dims [%lld, %lld]; the checkpoint was written for "
                                "another table config", in->name, want,
-                               ed_dtype_name(x->dtype), (int)x->ndim,
-                               (long long)x->shape[0],
+                               ed_dtype_name(x->dtype), (int)x->ndim, (long long)rows,
                                (long long)(x->ndim > 1 ? x->shape[1] : 1));
     }
     if (x->device.type != GRM_DEVICE_CPU)
         return s->host->errorf(GRM_ENOTSUP, "emb-dynamic: tensor '%s': load needs a CPU "
                                "tensor", in->name);
-    const size_t elem = grm_dtype_size(dtypes[k]);
-    const size_t bytes = (size_t)x->shape[0] * (size_t)cols * elem;
-    if (bytes > 0 && x->data == NULL)
+    if (row0 != (sg->have >> k & 1 ? -1 : sg->got[k]) || m > rows - row0)
+        return s->host->errorf(GRM_EFORMAT, "emb-dynamic: tensor '%s': rows [%lld, %lld) of "
+                               "%lld arrive after %lld rows; pieces come in order, once",
+                               in->name, (long long)row0, (long long)(row0 + m),
+                               (long long)rows, (long long)sg->got[k]);
+    const size_t row_bytes = (size_t)cols * grm_dtype_size(dtypes[k]);
+    if (m > 0 && x->data == NULL)
         return s->host->errorf(GRM_EINVAL, "emb-dynamic: tensor '%s': data is NULL", in->name);
 
-    void *copy = malloc(bytes > 0 ? bytes : 1);
-    if (copy == NULL)
-        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: tensor '%s': out of memory staging "
-                               "%zu bytes", in->name, bytes);
-    if (bytes > 0) memcpy(copy, x->data, bytes);
-    free(t->stage.data[k]);
-    t->stage.data[k] = copy;
-    t->stage.n[k] = x->shape[0];
-    t->stage.have |= 1 << k;
+    grm_status st = GRM_OK;
+    const int tiered_rows = s->tiered && k < 4;
+    if (row0 == 0) {
+        sg->n[k] = rows;
+        if (tiered_rows) {
+            pthread_rwlock_wrlock(&t->lock);
+            st = ed_tier_piece_begin(s, t, k, rows);
+            pthread_rwlock_unlock(&t->lock);
+        } else {
+            free(sg->data[k]);
+            const size_t bytes = (size_t)rows * row_bytes;
+            if ((sg->data[k] = malloc(bytes > 0 ? bytes : 1)) == NULL)
+                st = s->host->errorf(GRM_ENOMEM, "emb-dynamic: tensor '%s': out of memory "
+                                     "staging %zu bytes", in->name, bytes);
+        }
+    }
+    if (st == GRM_OK && tiered_rows) {
+        pthread_rwlock_wrlock(&t->lock);
+        st = ed_tier_piece(s, t, k, x->data, row0, m);
+        pthread_rwlock_unlock(&t->lock);
+    } else if (st == GRM_OK && m > 0) {
+        memcpy((char *)sg->data[k] + (size_t)row0 * row_bytes, x->data, (size_t)m * row_bytes);
+    }
+    if (st != GRM_OK) {
+        ed_stage_clear(s, sg);      // a failed set is dropped whole; load it again
+        return st;
+    }
+    sg->got[k] += m;
+    if (sg->got[k] == rows) sg->have |= 1 << k;
 
     const int32_t need = s->S > 0 ? 0x1F : 0x1B;
-    if ((t->stage.have & need) != need) return GRM_OK;
+    if ((sg->have & need) != need) return GRM_OK;
     pthread_rwlock_wrlock(&t->lock);
-    const grm_status st = ed_commit(s, t);
+    if (!s->tiered) {
+        st = ed_commit(s, t);
+    } else {
+        st = ed_tier_load_end(s, t, &sg->index, sg->n[0]);
+        if (st == GRM_OK) ed_commit_counters(t, sg->data[4]);
+    }
     pthread_rwlock_unlock(&t->lock);
-    ed_stage_clear(&t->stage);     // a failed set is dropped whole; load it again
+    ed_stage_clear(s, sg);
     return st;
 }

@@ -218,12 +218,16 @@ typedef void (*ed_from_f16_fn)(float *dst, const uint16_t *src, int32_t n);
 #define ED_STRIPES 1024     /* row sequence locks, striped by the id's hash */
 #define ED_MAX_DIM 4096     /* FP16 rows are converted through a stack buffer of this */
 
-/* One export snapshot (tensors()), sorted by id. */
+/* The export (ckpt.c): the ids of every row of both tiers, ascending, taken at a table
+ * version; tensor_rows reads any range of their rows, tensors() all of them into the
+ * buffers below. */
 typedef struct ed_export {
-    int64_t version;        /* table version it was taken at; -1 = none */
+    int64_t version;        /* table version the ids were taken at; -1 = none */
     int64_t n;
-    int64_t cap;
-    int64_t *ids;           /* [n] */
+    int64_t cap;            /* of ids */
+    int64_t *ids;           /* [n] ascending */
+    int64_t full;           /* version the whole-tensor buffers hold; -1 = none */
+    int64_t wcap;           /* rows the buffers hold */
     float *weight;          /* [n, D] */
     float *state;           /* [n, S*D] */
     int64_t *meta;          /* [n, 3]: steps, count, last */
@@ -232,11 +236,18 @@ typedef struct ed_export {
 
 #define ED_NTENSORS 5       /* ids, weight, opt_state, meta, counters */
 
-/* Tensors of one table staged by load() until all have arrived. */
+/* Tensors of one table as load_rows() receives them: an all-in-memory table stages whole
+ * copies until the set is complete; a tiered one writes each piece into the backing
+ * file's records at once (record i: row i of the checkpoint). */
 typedef struct ed_stage {
-    void *data[ED_NTENSORS];    /* owned (malloc) copies */
+    void *data[ED_NTENSORS];    /* owned (malloc) whole copies (tiered: counters only) */
     int64_t n[ED_NTENSORS];     /* rows of each */
-    int32_t have;               /* bit k: tensor k staged */
+    int64_t got[ED_NTENSORS];   /* rows arrived */
+    int32_t have;               /* bit k: tensor k complete */
+    int32_t begun;              /* tiered: the backing file was emptied for this load */
+    int32_t last;               /* tiered: the row tensor whose pieces finish the records
+                                 * (checksums, index), -1 while unknown */
+    ed_keys index;              /* tiered: the index the last row tensor builds */
 } ed_stage;
 
 typedef struct ed_candidate {
@@ -524,11 +535,17 @@ grm_status ed_tier_read_row(const ed_store *s, ed_table *t, int64_t id, float *o
 grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n);
 grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref);
 grm_status ed_tier_flush(const ed_store *s, ed_table *t);
-int64_t ed_tier_collect(const ed_table *t, int64_t n);
-/* Called by ed_tier_visit for each wanted file record r (tag: the caller's, >= 0) with
- * its checked bytes rec, valid for the call. */
+/* The ids of the rows only the file holds, appended to ids from position n; returns the
+ * new count. Caller holds the write lock and sized ids for n + file_only. */
+int64_t ed_tier_collect(const ed_table *t, int64_t *ids, int64_t n);
+/* A file record wanted by a reader: its number and the caller's tag. */
+typedef struct ed_recref {
+    int64_t r, tag;
+} ed_recref;
+/* Called by ed_tier_visit for each wanted file record r with its checked bytes rec,
+ * valid for the call. */
 typedef grm_status (*ed_tier_visit_fn)(void *ctx, int64_t tag, int64_t r, char *rec);
-grm_status ed_tier_visit(const ed_store *s, ed_table *t, const int64_t *tag,
+grm_status ed_tier_visit(const ed_store *s, ed_table *t, const ed_recref *want, int64_t n,
                          ed_tier_visit_fn visit, void *ctx);
 /* Record numbers the backing file spans: its segments' records. */
 static inline int64_t ed_tier_nrec(const ed_tier *tr)
@@ -537,8 +554,14 @@ static inline int64_t ed_tier_nrec(const ed_tier *tr)
 }
 grm_status ed_tier_expect(const ed_store *s, const ed_table *t, int64_t r, const char *rec,
                           int64_t id);
-grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids, const float *w,
-                          const float *state, const int64_t *meta, int64_t n);
+/* Load (ckpt.c): the file restarts empty (and the cache with it); records [first,
+ * first + n) are then read (read: 1) or written as a block; ed_tier_seal stores a finished
+ * record's checksum; ed_tier_load_end makes records [0, n) the file's, index theirs. */
+grm_status ed_tier_load_begin(const ed_store *s, ed_table *t);
+grm_status ed_tier_block(const ed_store *s, ed_table *t, int64_t first, int64_t n, char *buf,
+                         int read);
+void ed_tier_seal(const ed_table *t, char *rec);
+grm_status ed_tier_load_end(const ed_store *s, ed_table *t, ed_keys *index, int64_t n);
 
 /* ---- profile.c: cache_bytes = auto ---- */
 grm_status ed_profile_batch(const ed_store *s, ed_table *t, const int64_t *ids, int64_t n);
@@ -547,8 +570,16 @@ void ed_profile_fini(const ed_store *s, ed_table *t);
 
 /* ---- ckpt.c ---- */
 grm_status ed_export_table(const ed_store *s, ed_table *t);
-grm_status ed_load_tensor(const ed_store *s, ed_table *t, int k, const grm_named_tensor *in);
-void ed_stage_clear(ed_stage *st);
+/* Rows [row0, row0 + n) of tensor k of table t into out (ids, weight, state, meta; the
+ * counters' row0/n index them), from the ids snapshot taken by ed_export_describe; a
+ * table changed since is GRM_EINTERNAL. */
+grm_status ed_export_rows(const ed_store *s, ed_table *t, int k, int64_t row0, int64_t n,
+                          void *out);
+/* The snapshot of table t's ids at its version (taken when the version moved): *rows. */
+grm_status ed_export_describe(const ed_store *s, ed_table *t, int64_t *rows);
+grm_status ed_load_rows(const ed_store *s, ed_table *t, int k, const grm_named_tensor *in,
+                        int64_t row0, int64_t rows);
+void ed_stage_clear(const ed_store *s, ed_stage *st);
 void ed_export_free(ed_export *e);
 
 #endif /* EMB_DYNAMIC_H */

@@ -60,7 +60,7 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
     for (int i = 0; i < 2; i++) ed_pool_fini(s, &t->pools[i]);
     free(t->cand);
     ed_export_free(&t->exp);
-    ed_stage_clear(&t->stage);
+    ed_stage_clear(s, &t->stage);
     for (int k = 0; k < ED_NTENSORS; k++) free(t->tensor_names[k]);
     if (t->lock_ready) pthread_rwlock_destroy(&t->lock);
 }
@@ -217,7 +217,8 @@ static grm_status ed_table_init(ed_store *s, ed_table *t, const grm_emb_table_sp
     atomic_init(&t->version, 0);
     atomic_init(&t->last_sweep, 0);
     for (int i = 0; i < ED_STRIPES; i++) atomic_init(&t->stripes[i], 0);
-    t->exp.version = -1;
+    t->exp.version = t->exp.full = -1;
+    t->stage.last = -1;
 
     for (int k = 0; k < ED_NTENSORS; k++) {
         const size_t len = strlen(sp->name) + strlen(ed_tensor_suffix[k]) + 1;
@@ -443,25 +444,56 @@ static void ed_describe(const ed_store *s, ed_table *t, int k, grm_named_tensor 
     }
 }
 
+/* Table and tensor kind (0..4: ids, weight, opt_state, meta, counters) of tensor index. */
+static grm_status ed_tensor_at(ed_store *s, int32_t index, const char *op, ed_table **t,
+                               int *k)
+{
+    const int32_t per_table = s->S > 0 ? ED_NTENSORS : ED_NTENSORS - 1;
+    if (index < 0 || index >= per_table * s->ntables)
+        return ed_host->errorf(GRM_ENOTFOUND, "emb-dynamic: %s: index %d outside [0, %d)", op,
+                               (int)index, (int)(per_table * s->ntables));
+    *k = (int)(index % per_table);
+    if (s->S == 0 && *k >= 2) (*k)++;       // no opt_state tensor when S == 0
+    *t = &s->tables[index / per_table];
+    return GRM_OK;
+}
+
 static grm_status ed_tensors(void *inst, int32_t index, grm_named_tensor *out)
 {
     ed_store *s = inst;
+    ed_table *t;
+    int k;
     if (s == NULL || out == NULL)
         return ed_host->errorf(GRM_EINVAL, "emb-dynamic: tensors: inst or out is NULL");
-    const int32_t per_table = s->S > 0 ? ED_NTENSORS : ED_NTENSORS - 1;
-    if (index < 0 || index >= per_table * s->ntables)
-        return ed_host->errorf(GRM_ENOTFOUND, "emb-dynamic: tensors: index %d outside [0, %d)",
-                               (int)index, (int)(per_table * s->ntables));
-    int k = (int)(index % per_table);
-    if (s->S == 0 && k >= 2) k++;       // no opt_state tensor when S == 0
-    ed_table *t = &s->tables[index / per_table];
-    const grm_status st = ed_export_table(s, t);
+    grm_status st = ed_tensor_at(s, index, "tensors", &t, &k);
+    if (st == GRM_OK) st = ed_export_table(s, t);
     if (st != GRM_OK) return st;
     ed_describe(s, t, k, out);
     return GRM_OK;
 }
 
-static grm_status ed_load(void *inst, const grm_named_tensor *in)
+/* The export a range of rows at a time (ABI 1.10): a tiered table's checkpoint never holds
+ * its rows whole, only the sorted ids (8 bytes a row) and the range asked for. */
+static grm_status ed_tensor_rows(void *inst, int32_t index, grm_named_tensor *out,
+                                 int64_t row0, int64_t n, void *rows)
+{
+    ed_store *s = inst;
+    ed_table *t;
+    int k;
+    if (s == NULL || (rows == NULL && out == NULL))
+        return ed_host->errorf(GRM_EINVAL, "emb-dynamic: tensor_rows: inst or out is NULL");
+    grm_status st = ed_tensor_at(s, index, "tensor_rows", &t, &k);
+    if (st != GRM_OK) return st;
+    if (rows != NULL) return ed_export_rows(s, t, k, row0, n, rows);
+    int64_t total;
+    if ((st = ed_export_describe(s, t, &total)) != GRM_OK) return st;
+    ed_describe(s, t, k, out);
+    out->tensor.data = NULL;
+    return GRM_OK;
+}
+
+static grm_status ed_load_piece(void *inst, const grm_named_tensor *in, int64_t row0,
+                                int64_t rows)
 {
     ed_store *s = inst;
     if (s == NULL || in == NULL || in->name == NULL)
@@ -470,12 +502,20 @@ static grm_status ed_load(void *inst, const grm_named_tensor *in)
         ed_table *t = &s->tables[i];
         for (int k = 0; k < ED_NTENSORS; k++) {
             if (k == 2 && s->S == 0) continue;
-            if (strcmp(in->name, t->tensor_names[k]) == 0) return ed_load_tensor(s, t, k, in);
+            if (strcmp(in->name, t->tensor_names[k]) == 0)
+                return ed_load_rows(s, t, k, in, row0, rows);
         }
     }
     return ed_host->errorf(GRM_ENOTFOUND, "emb-dynamic: load: no tensor named '%s' in this "
                            "store (its tensors are <table>.ids, .weight, .opt_state, .meta "
                            "and .counters)", in->name);
+}
+
+static grm_status ed_load(void *inst, const grm_named_tensor *in)
+{
+    if (in == NULL)
+        return ed_host->errorf(GRM_EINVAL, "emb-dynamic: load: inst, tensor or name is NULL");
+    return ed_load_piece(inst, in, 0, in->tensor.shape[0]);
 }
 
 static grm_status ed_stats(void *inst, int32_t table, grm_emb_stats *out)
@@ -558,6 +598,8 @@ static const grm_emb_ops ed_ops = {
     .stats = ed_stats,
     .flags = GRM_EMB_ANY_ID,
     .prefetch = ed_prefetch,
+    .tensor_rows = ed_tensor_rows,
+    .load_rows = ed_load_piece,
 };
 
 static const grm_plugin_info ed_info = {

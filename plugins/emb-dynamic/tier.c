@@ -392,24 +392,23 @@ static grm_status ed_tier_put(const ed_store *s, const ed_table *t, int fd, cons
  * which costs about what one more pread's call does. */
 #define ED_TIER_SPAN_BYTES 16384
 
-/* Visit the file records r with tag[r] >= 0 (tag [ed_tier_nrec]), in file order: a pread for
- * each run of them whose gaps hold at most ED_TIER_SPAN_BYTES of garbage, up to the
- * write-back buffer's size (1 MiB). Each record is checked (its checksum holds) before
- * visit(ctx, tag[r], r, rec) sees it, in a scratch buffer that the next run reuses; the
+/* Visit the file records want [n] (ascending by record), in file order: a pread for each
+ * run of them whose gaps hold at most ED_TIER_SPAN_BYTES of garbage, up to the write-back
+ * buffer's size (1 MiB). Each record is checked (its checksum holds) before
+ * visit(ctx, tag, r, rec) sees it, in a scratch buffer that the next run reuses; the
  * garbage read inside runs counts in bytes_read, as the records checked do. The first
  * error stops the scan and is returned. Reading the records one pread each in the order
  * of their owners (the index, or the ids of an export) scattered the reads over the file:
  * in the synthetic-tiered run's former compactions that was 2.26M preads, about 0.8 ms of
- * each step of the trainer. A file with few live records among much garbage (a small table)
- * still gets about a pread a record, not a read of all its garbage. The checkpoint's
- * export reads the file's rows with it. Caller holds the write lock; the io_uring ring is
- * not used (the prefetch's thread owns it). */
-grm_status ed_tier_visit(const ed_store *s, ed_table *t, const int64_t *tag,
+ * each step of the trainer. Records far apart still get a pread each, not a read of the
+ * garbage between them. The checkpoint's export reads the file's rows with it. Caller
+ * holds the write lock; the io_uring ring is not used (the prefetch's thread owns it). */
+grm_status ed_tier_visit(const ed_store *s, ed_table *t, const ed_recref *want, int64_t n,
                          ed_tier_visit_fn visit, void *ctx)
 {
     ed_tier *tr = &t->tier;
     const size_t rb = t->pools[0].rec_bytes;
-    const int64_t nrec = ed_tier_nrec(tr), cap = tr->wcap;
+    const int64_t cap = tr->wcap;
     const int64_t gap = (int64_t)(ED_TIER_SPAN_BYTES / rb) > 1
                         ? (int64_t)(ED_TIER_SPAN_BYTES / rb) : 1;
     char *in = malloc((size_t)cap * rb);
@@ -418,28 +417,25 @@ grm_status ed_tier_visit(const ed_store *s, ed_table *t, const int64_t *tag,
                                "the backing file", t->name);
     grm_status st = GRM_OK;
     int64_t skipped = 0;
-    for (int64_t a = 0; a < nrec && st == GRM_OK;) {
-        if (tag[a] < 0) {
-            a++;
-            continue;
-        }
-        // the run [a, b]: wanted records at most `gap` apart, within the buffer
-        int64_t b = a;
-        for (int64_t c = a + 1; c < nrec && c - a < cap && c - b <= gap; c++)
-            if (tag[c] >= 0) b = c;
+    for (int64_t i = 0; i < n && st == GRM_OK;) {
+        // the run want[i..j): records at most `gap` apart, within the buffer
+        const int64_t a = want[i].r;
+        int64_t j = i + 1;
+        while (j < n && want[j].r - a < cap && want[j].r - want[j - 1].r <= gap) j++;
+        const int64_t b = want[j - 1].r;
         const size_t bytes = (size_t)(b - a + 1) * rb;
         const ssize_t got = pread(tr->fd, in, bytes, ed_tier_offset(t, a));
         if (got != (ssize_t)bytes) {
             st = ed_tier_io_error(s, t, "reading", a, got, bytes);
             break;
         }
-        for (int64_t r = a; r <= b && st == GRM_OK; r++) {
-            char *rec = in + (size_t)(r - a) * rb;
-            if (tag[r] < 0) skipped++;      // garbage inside the run: read, not checked
-            else if ((st = ed_tier_check(s, t, rec, r)) == GRM_OK)
-                st = visit(ctx, tag[r], r, rec);
+        skipped += (b - a + 1) - (j - i);   // garbage inside the run: read, not checked
+        for (int64_t q = i; q < j && st == GRM_OK; q++) {
+            char *rec = in + (size_t)(want[q].r - a) * rb;
+            if ((st = ed_tier_check(s, t, rec, want[q].r)) == GRM_OK)
+                st = visit(ctx, want[q].tag, want[q].r, rec);
         }
-        a = b + 1;
+        i = j;
     }
     atomic_fetch_add_explicit(&tr->bytes_read, skipped * (int64_t)rb, memory_order_relaxed);
     free(in);
@@ -660,79 +656,79 @@ grm_status ed_tier_evict(const ed_store *s, ed_table *t, int64_t ref)
 
 /* ---- checkpoints ---- */
 
-/* Rows that live only in the file (not in the cache), as (id, -1 - record number) pairs
- * appended to t->cand from position n; returns the new count. Caller holds the write
- * lock and sized t->cand for n + file_only entries. */
-int64_t ed_tier_collect(const ed_table *t, int64_t n)
+/* The ids only the file holds (not cached), appended to ids from position n. Caller holds
+ * the write lock and sized ids for n + file_only. */
+int64_t ed_tier_collect(const ed_table *t, int64_t *ids, int64_t n)
 {
     const ed_keys *k = &t->tier.index;
     for (int64_t i = 0; i < k->M; i++) {
         const int64_t id = atomic_load_explicit(&k->slots[i].key, memory_order_relaxed);
         if (id == ED_KEY_EMPTY || id == ED_KEY_TOMB) continue;
         if (ed_keys_find(&t->keys, id, ed_hash(id)) != NULL) continue;
-        t->cand[n].id = id;
-        t->cand[n].ref = -1 - atomic_load_explicit(&k->slots[i].ref, memory_order_relaxed);
-        n++;
+        ids[n++] = id;
     }
     return n;
 }
 
-/* Load: every row of the checkpoint goes to the file, records 0..n-1 in id order, and the
- * cache starts empty (rows come back on first access). Caller holds the write lock; the
- * cache's key structure and pools were reset by the caller. */
-grm_status ed_tier_commit(const ed_store *s, ed_table *t, const int64_t *ids /* [n] */,
-                          const float *w /* [n, D] */, const float *state /* [n, S*D] */,
-                          const int64_t *meta /* [n, 3] */, int64_t n)
+/* Load: every row of the checkpoint goes to the file, records 0..n-1 in id order, a piece
+ * of a tensor at a time (ckpt.c ed_load_rows), and the cache starts empty (rows come back
+ * on first access). The file and the cache are emptied first: a load that fails leaves an
+ * empty table, never a mix of two. Caller holds the write lock. */
+grm_status ed_tier_load_begin(const ed_store *s, ed_table *t)
 {
     ed_tier *tr = &t->tier;
-    const size_t D = (size_t)t->dim, SD = (size_t)s->S * D, rb = t->pools[0].rec_bytes;
     grm_status st;
-    ed_keys index;
-    // records 0..n-1 fill the first segments; a last one partly full stays open
-    const int64_t nseg = (n + tr->wcap - 1) / tr->wcap;
-    if (nseg > 0 && (st = ed_seg_room(s, t, nseg - 1)) != GRM_OK) return st;
-    if ((st = ed_keys_init(s, &index, ed_keys_slots_for(n, 1), 1)) != GRM_OK) return st;
-    if (ftruncate(tr->fd, ED_TIER_HEADER) != 0) {
-        ed_keys_fini(s, &index);
-        return s->host->errorf(GRM_EIO, "emb-dynamic: %s: truncating: %s", tr->path,
-                               strerror(errno));
-    }
-    // Records go out in blocks of the write-back buffer's size (up to 1 MiB, ed_tier_open).
-    const int64_t per = tr->wcap;
-    char *buf = calloc((size_t)per, rb);
-    if (buf == NULL) {
-        ed_keys_fini(s, &index);
-        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory writing "
-                               "the backing file", t->name);
-    }
-    for (int64_t b = 0; b < n && st == GRM_OK; b += per) {
-        const int64_t m = n - b < per ? n - b : per;
-        for (int64_t i = 0; i < m; i++) {
-            const int64_t r = b + i;
-            char *rec = buf + (size_t)i * rb;
-            ed_meta *md = ed_rec_meta(rec);
-            md->id = ids[r];
-            md->steps = meta[3 * r];
-            md->count = meta[3 * r + 1];
-            md->last = meta[3 * r + 2];
-            memcpy(ed_rec_row(rec), w + (size_t)r * D, D * sizeof(float));
-            if (SD > 0)
-                memcpy(ed_rec_state(&t->pools[0], rec), state + (size_t)r * SD,
-                       SD * sizeof(float));
-            md->flags = (int64_t)ed_tier_sum(t, rec);
-            int inserted;
-            ed_slot *sl = ed_keys_find_or_insert(&index, ids[r], ed_hash(ids[r]), &inserted);
-            atomic_store_explicit(&sl->ref, r, memory_order_relaxed);
-        }
-        st = ed_tier_put(s, t, tr->fd, buf, b, m);
-    }
-    free(buf);
-    if (st != GRM_OK) {
-        ed_keys_fini(s, &index);
+    ed_keys empty, index;
+    if ((st = ed_keys_init(s, &empty, t->keys.M, t->keys.lanes)) != GRM_OK) return st;
+    if ((st = ed_keys_init(s, &index, ed_keys_slots_for(0, 1), 1)) != GRM_OK) {
+        ed_keys_fini(s, &empty);
         return st;
     }
+    ed_keys_fini(s, &t->keys);
+    t->keys = empty;
     ed_keys_fini(s, &tr->index);
     tr->index = index;
+    for (int i = 0; i < 2; i++) ed_pool_reset(&t->pools[i]);
+    tr->nseg = tr->nfree = 0;
+    tr->wseg = -1;
+    tr->wn = tr->wdone = 0;
+    tr->garbage = 0;
+    atomic_store(&tr->file_only, 0);
+    atomic_fetch_add(&t->version, 1);
+    if (ftruncate(tr->fd, ED_TIER_HEADER) != 0)
+        return s->host->errorf(GRM_EIO, "emb-dynamic: %s: truncating: %s", tr->path,
+                               strerror(errno));
+    return GRM_OK;
+}
+
+/* Records [first, first + n) of the file to or from buf (n at most wcap). */
+grm_status ed_tier_block(const ed_store *s, ed_table *t, int64_t first, int64_t n, char *buf,
+                         int read)
+{
+    const size_t bytes = (size_t)n * t->pools[0].rec_bytes;
+    if (!read) return ed_tier_put(s, t, t->tier.fd, buf, first, n);
+    const ssize_t got = pread(t->tier.fd, buf, bytes, ed_tier_offset(t, first));
+    return got == (ssize_t)bytes ? GRM_OK
+                                 : ed_tier_io_error(s, t, "reading", first, got, bytes);
+}
+
+void ed_tier_seal(const ed_table *t, char *rec)
+{
+    ed_rec_meta(rec)->flags = (int64_t)ed_tier_sum(t, rec);
+}
+
+/* Records [0, n) written and sealed, index mapping their ids to them: they are the file.
+ * The last partly full segment stays open. Caller holds the write lock. */
+grm_status ed_tier_load_end(const ed_store *s, ed_table *t, ed_keys *index, int64_t n)
+{
+    ed_tier *tr = &t->tier;
+    const int64_t nseg = (n + tr->wcap - 1) / tr->wcap;
+    grm_status st;
+    if (nseg > 0 && (st = ed_seg_room(s, t, nseg - 1)) != GRM_OK) return st;
+    ed_keys_fini(s, &tr->index);
+    tr->index = *index;
+    memset(index, 0, sizeof(*index));
+    // records [0, wdone) of the open segment are in the file; only later ones are staged
     for (int64_t g = 0; g < nseg; g++)
         tr->seg_live[g] = (int32_t)(n - g * tr->wcap < tr->wcap ? n - g * tr->wcap : tr->wcap);
     tr->nseg = nseg;

@@ -18,6 +18,17 @@ extern "C" {
  * return stops the load and is returned by it. */
 typedef grm_status (*grm_ckpt_visit_fn)(void *user, const grm_named_tensor *t);
 
+/* Called by save_rows: copy rows [row0, row0 + n) of tensors[index] (one whose data is
+ * NULL; a row is its first dim) into out. since 1.10 */
+typedef grm_status (*grm_ckpt_rows_fn)(void *user, int64_t index, int64_t row0, int64_t n,
+                                       void *out);
+
+/* Called by load_rows with a piece of a tensor: rows [row0, row0 + t->tensor.shape[0]) of
+ * one of `rows` rows (its other dims those of the whole tensor). t borrowed for the call.
+ * A tensor's pieces come in file order, back to back from row 0. since 1.10 */
+typedef grm_status (*grm_ckpt_piece_fn)(void *user, const grm_named_tensor *t, int64_t row0,
+                                        int64_t rows);
+
 typedef struct grm_ckpt_ops {
     uint32_t struct_size;       /* sizeof(grm_ckpt_ops) */
 
@@ -43,6 +54,22 @@ typedef struct grm_ckpt_ops {
     /* (required) Copy the metadata string of the file at `path` into buf [cap],
      * NUL-terminated; GRM_EFORMAT if it does not fit or the file is corrupt. */
     grm_status (*meta)(void *inst, const char *path, char *buf, size_t cap);
+
+    /* (optional; if NULL, the host gives save whole tensors) save, where the tensors whose
+     * data is NULL are read through rows(user, ...) a range of rows at a time and never
+     * held whole, so that a checkpoint of a store larger than memory is written in bounded
+     * memory. The file is the one save would write. since 1.10 */
+    grm_status (*save_rows)(void *inst, const char *path, const grm_named_tensor *tensors,
+                            int64_t n, const char *meta, grm_ckpt_rows_fn rows, void *user);
+
+    /* (optional; if NULL, the host loads whole tensors) load, handing each tensor to visit
+     * in pieces of rows (a small tensor is one piece) so that no tensor is held whole. As
+     * with load, a corrupt, truncated or foreign file is GRM_EFORMAT before any piece is
+     * visited, except for a check that needs a piece-wise tensor's decompressed bytes (its
+     * own checksum): that one fails after its last piece, and the caller drops what it
+     * restored. since 1.10 */
+    grm_status (*load_rows)(void *inst, const char *path, grm_ckpt_piece_fn visit,
+                            void *user);
 } grm_ckpt_ops;
 
 #ifdef __cplusplus

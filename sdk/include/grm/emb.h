@@ -102,6 +102,27 @@ typedef struct grm_emb_ops {
      * its rows are in memory, so the host spares the work of finding ids to prefetch (a
      * store of 1.6 answers GRM_OK). since 1.6 */
     grm_status (*prefetch)(void *inst, int32_t table, const int64_t *ids, int64_t n);
+
+    /* (optional; if NULL, the host checkpoints the store through tensors() and load(),
+     * each tensor whole in memory) The checkpoint's tensors a range of rows at a time, so
+     * that a store larger than memory (a tiered one) is saved in memory bounded by the
+     * range. With rows NULL: describe the index-th tensor as tensors() would (name, dtype,
+     * the whole tensor's shape) with data NULL, or GRM_ENOTFOUND past the last, copying no
+     * row. With rows non-NULL: copy rows [row0, row0 + n) of that tensor (a row: its first
+     * dim) into rows, in the order tensors() exports them; out may be NULL. Between the
+     * description and the last range the host calls no lookup with GRM_EINSERT and no
+     * update; a store that changed meanwhile answers GRM_EINTERNAL. Thread-safe against
+     * prefetch. since 1.10 */
+    grm_status (*tensor_rows)(void *inst, int32_t index, grm_named_tensor *out, int64_t row0,
+                              int64_t n, void *rows);
+
+    /* (optional; if NULL, the host restores whole tensors with load()) Restore a piece of
+     * a tensor written by tensors(): rows [row0, row0 + piece->tensor.shape[0]) of a
+     * tensor of `rows` rows, its other dims those of the whole tensor. A tensor's pieces
+     * come in order, back to back from row 0, and end before another tensor's begin;
+     * tensors come in any order. load(t) is load_rows(t, 0, t's rows). since 1.10 */
+    grm_status (*load_rows)(void *inst, const grm_named_tensor *piece, int64_t row0,
+                            int64_t rows);
 } grm_emb_ops;
 
 #ifdef __cplusplus

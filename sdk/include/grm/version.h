@@ -18,7 +18,7 @@ extern "C" {
 #define GRM_ABI_MAJOR 1
 /* Minor: bumped when an op or field is appended. A host accepts plugins of its own
  * minor or older; it refuses a plugin built for a newer minor. */
-#define GRM_ABI_MINOR 9
+#define GRM_ABI_MINOR 10
 
 /* History of the ABI (append-only within a major):
  *   1.0  the seven kinds, the host API, declared parameters.
@@ -42,7 +42,11 @@ extern "C" {
  *        into the form a dot product ranks as its logits do (cosine heads normalise them),
  *        so evaluation, recommend and export rank as the head trains.
  *   1.9  grm_opt_ops.set_lr_scale appended (optional): the host scales an optimizer's
- *        learning rate step by step ([train] lr_warmup, lr_decay). */
+ *        learning rate step by step ([train] lr_warmup, lr_decay).
+ *   1.10 grm_emb_ops.tensor_rows and load_rows, grm_ckpt_ops.save_rows and load_rows
+ *        appended (optional): a checkpoint moves between a store and its file a range of
+ *        rows at a time, so a table larger than memory is saved and restored in bounded
+ *        memory. */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"
