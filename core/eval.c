@@ -15,11 +15,13 @@
 
 typedef struct rank_ctx {
     grm__trainer *t;
-    int64_t b;
     int split;                 /* 0 valid, 1 test */
     int popularity;            /* score by training popularity instead of the model */
-    grm__rank_acc *acc;        /* [b] per-row results merged afterwards */
-    int64_t *ranks;            /* [b] */
+    int want_ts, want_rank;    /* take the targets' scores; count the items above them */
+    const int64_t *users, *hist_end;   /* [b] the batch's users and their history ends */
+    int64_t c0, cc;            /* the catalog chunk [c0, c0 + cc) the scores hold */
+    float *ts;                 /* [b] the targets' scores */
+    int64_t *ranks;            /* [b] items ranked above each target so far */
 } rank_ctx;
 
 int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id)
@@ -34,33 +36,43 @@ int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id)
     return -1;
 }
 
+/* Users [lo, hi) of a batch against the catalog chunk in t->ev.scores: the target's score
+ * when the target is in the chunk (want_ts), then (want_rank) the chunk's items that rank
+ * above it, history excluded, ties by id. A rank is the sum over the chunks. */
 static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
 {
     rank_ctx *c = vctx;
     grm__trainer *t = c->t;
     const grm__dataset *ds = t->ds;
-    int64_t C = ds->ncatalog;
+    const int64_t c0 = c->c0, cc = c->cc;
     for (int64_t k = lo; k < hi; k++) {
-        int64_t u = t->eb.users[k], end = t->eb.hist_end[k];
+        int64_t u = c->users[k], end = c->hist_end[k];
         int64_t target = ds->items[end];
-        float *sc = t->ev.scores + k * C;
+        float *sc = t->ev.scores + k * cc;
         if (c->popularity)
-            for (int64_t j = 0; j < C; j++) sc[j] = (float)ds->catalog_counts[j];
+            for (int64_t j = 0; j < cc; j++) sc[j] = (float)ds->catalog_counts[c0 + j];
+        int64_t ti = grm__eval_catalog_index(ds, target);
+        if (c->want_ts && ti >= c0 && ti < c0 + cc) c->ts[k] = sc[ti - c0];
+        if (!c->want_rank) continue;
         /* items already in the user's history are not candidates */
         for (int64_t j = ds->offsets[u]; j < end; j++) {
             int64_t ci = grm__eval_catalog_index(ds, ds->items[j]);
-            if (ci >= 0 && ds->items[j] != target) sc[ci] = -FLT_MAX;
+            if (ci >= c0 && ci < c0 + cc && ds->items[j] != target) sc[ci - c0] = -FLT_MAX;
         }
-        int64_t ti = grm__eval_catalog_index(ds, target);
-        float ts = sc[ti];
+        float ts = c->ts[k];
         int64_t rank = 0;
-        /* a non-finite score (a diverged model) ranks last, C: a miss at every K, never a
-         * hit because no comparison with NaN holds; NaN candidates likewise never outrank */
-        if (!isfinite(ts)) rank = C;
+        /* a non-finite score (a diverged model) ranks last, C (set by the caller): a miss at
+         * every K, never a hit because no comparison with NaN holds; NaN candidates likewise
+         * never outrank */
+        if (!isfinite(ts)) continue;
+        if (c0 + cc <= ti)
+            for (int64_t j = 0; j < cc; j++) rank += sc[j] >= ts;
+        else if (c0 > ti)
+            for (int64_t j = 0; j < cc; j++) rank += sc[j] > ts;
         else
-            for (int64_t j = 0; j < C; j++)
-                rank += sc[j] > ts || (sc[j] == ts && j < ti);
-        c->ranks[k] = rank;
+            for (int64_t j = 0; j < cc; j++)
+                rank += sc[j] > ts || (sc[j] == ts && c0 + j < ti);
+        c->ranks[k] += rank;
     }
     return GRM_OK;
 }
@@ -113,23 +125,46 @@ static grm_status merge_accs(grm__trainer *t, grm__rank_acc *acc)
     return st;
 }
 
-grm_status grm__eval_catalog(grm__trainer *t)
+/* Catalog items [c0, c0 + n) into t->ev.cat_rows [n, D] (collective with several ranks),
+ * in the head's form: ranked by a dot product with the query, so evaluation ranks as the
+ * head's logits do (a cosine head's rows normalised). */
+static grm_status catalog_rows(grm__trainer *t, int64_t c0, int64_t n)
 {
     grm__pipeline *p = t->p;
     const grm__dataset *ds = t->ds;
-    const int64_t C = ds->ncatalog;
     grm_status st = grm__sparse_plan_encode(p->plan, t->item_table, t->ev.cat_keys,
-                                            ds->catalog_ids, C);
+                                            ds->catalog_ids + c0, n);
     if (st == GRM_OK && t->sp.dist)
-        st = grm__dist_lookup(t->sp.dist, t->item_phys, t->ev.cat_keys, NULL, C, 0, t->ev.cat_rows,
-                              0);
+        st = grm__dist_lookup(t->sp.dist, t->item_phys, t->ev.cat_keys, NULL, n, 0,
+                              t->ev.cat_rows, 0);
     else if (st == GRM_OK)
-        st = t->sp.eops->lookup(p->emb.inst, t->ev.cat_rows, t->item_phys, t->ev.cat_keys, C, 0);
-    /* ranked by a dot product with the query: in the head's form (a cosine head's rows
-     * normalised), so evaluation ranks as the head's logits do */
+        st = t->sp.eops->lookup(p->emb.inst, t->ev.cat_rows, t->item_phys, t->ev.cat_keys, n, 0);
     if (st == GRM_OK)
-        st = grm__head_score_rows(&t->dn.head, t->ev.cat_rows, C, p->tables[t->item_table].dim);
+        st = grm__head_score_rows(&t->dn.head, t->ev.cat_rows, n, p->tables[t->item_table].dim);
     return st;
+}
+
+/* The buffers of the catalog and the scores for chunks of cc items. */
+static grm_status eval_buffers(grm__trainer *t, int64_t cc)
+{
+    const grm__pipeline *p = t->p;
+    const grm__dataset *ds = t->ds;
+    const int32_t D = t->ranking ? (int32_t)ds->ntasks : p->tables[t->item_table].dim;
+    void *bufs[] = { t->ev.cat_keys, t->ev.cat_rows, t->ev.scores };
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
+    t->ev.cat_keys = xalloc((size_t)(cc ? cc : 1) * sizeof(int64_t));
+    t->ev.cat_rows = xalloc((size_t)(cc * D) * sizeof(float));
+    t->ev.scores = xalloc((size_t)(p->set.eval_batch * cc) * sizeof(float));
+    t->ev.chunk = cc;
+    if (!t->ev.cat_keys || !t->ev.cat_rows || !t->ev.scores) return GRM_ENOMEM;
+    return GRM_OK;
+}
+
+grm_status grm__eval_catalog(grm__trainer *t)
+{
+    const int64_t C = t->ds->ncatalog;
+    grm_status st = t->ev.chunk < C ? eval_buffers(t, C) : GRM_OK;
+    return st == GRM_OK ? catalog_rows(t, 0, C) : st;
 }
 
 grm_status grm__eval_queries(grm__trainer *t, const float **q)
@@ -160,58 +195,100 @@ grm_status grm__eval_queries(grm__trainer *t, const float **q)
 }
 
 /* Rank the split's targets for the evaluated users (this rank's share); the results of all
- * ranks into acc (and pop). */
+ * ranks into acc (and pop). The catalog is scored a chunk at a time (t->ev.chunk items,
+ * [train] eval_memory_mb of rows and scores): a user's rank is the sum over the chunks of
+ * the items above its target, so a catalog larger than memory (a tiered table) is ranked
+ * without holding its rows. A catalog of one chunk is looked up once and each batch's
+ * queries meet it once, as they always did; with several, the queries of the share are
+ * kept, and each chunk is looked up twice: to find the targets' scores, then to count
+ * what ranks above them. */
 static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__rank_acc *pop)
 {
     grm__pipeline *p = t->p;
     grm__dataset *ds = t->ds;
     grm_status st;
-    int64_t C = ds->ncatalog, EB = p->set.eval_batch;
-    int32_t D = p->tables[t->item_table].dim;
+    const int64_t C = ds->ncatalog, EB = p->set.eval_batch, CC = t->ev.chunk;
+    const int32_t D = p->tables[t->item_table].dim;
+    const int64_t nch = CC > 0 ? (C + CC - 1) / CC : 0;
     grm__rank_acc_init(acc, &p->set.topk);
     if (pop) grm__rank_acc_init(pop, &p->set.topk);
-    if ((st = grm__eval_catalog(t)) != GRM_OK) return st;
-    int64_t *ranks = xalloc((size_t)EB * sizeof *ranks);
-    if (!ranks) return GRM_ENOMEM;
     int64_t ne = 0, lo, hi, nb;
     for (int64_t u = 0; u < ds->nusers; u++) ne += ds->has_eval[u];
-    if ((st = eval_share(t, ne, EB, &lo, &hi, &nb)) != GRM_OK) {
-        grm__free(CPU, ranks);
-        return st;
+    if ((st = eval_share(t, ne, EB, &lo, &hi, &nb)) != GRM_OK) return st;
+    /* this rank's share of the evaluated users, in order, their targets' scores and ranks;
+     * with several chunks, their queries */
+    const int64_t n = hi - lo;
+    int64_t *users = xalloc((size_t)(n + 1) * sizeof *users);
+    int64_t *hend = xalloc((size_t)(n + 1) * sizeof *hend);
+    int64_t *ranks = xalloc((size_t)(n + 1) * sizeof *ranks);
+    float *ts = xalloc((size_t)(n + 1) * sizeof *ts);
+    float *Q = nch > 1 ? xalloc((size_t)(n * D + 1) * sizeof *Q) : NULL;
+    if (!users || !hend || !ranks || !ts || (nch > 1 && !Q)) {
+        st = GRM_ENOMEM;
+        goto out;
     }
-    int64_t u0 = 0, seen = 0;   /* the next user, and evaluated users before it */
+    for (int64_t u = 0, seen = 0, i = 0; u < ds->nusers && seen < hi; u++) {
+        if (!ds->has_eval[u] || seen++ < lo) continue;
+        users[i] = u;
+        hend[i++] = ds->train_end[u] + split;
+    }
+    memset(ranks, 0, (size_t)n * sizeof *ranks);
+    for (int64_t i = 0; i < n; i++) ts[i] = NAN;
+    /* pass 0 finds the targets' scores, pass 1 counts above them; one chunk does both */
+    for (int pass = nch > 1 ? -1 : 1; pass < 2 && st == GRM_OK; pass++) {
+        for (int64_t c = 0; c < nch && st == GRM_OK; c++) {
+            const int64_t c0 = c * CC, cc = C - c0 < CC ? C - c0 : CC;
+            if (pass >= 0 && (st = catalog_rows(t, c0, cc)) != GRM_OK) break;
+            for (int64_t ib = 0; ib < nb; ib++) {
+                if ((st = grm__poll_stop(t)) != GRM_OK) break;
+                const int64_t i0 = ib * EB < n ? ib * EB : n;
+                const int64_t b = n - i0 < EB ? n - i0 : EB;
+                const float *q = Q ? Q + i0 * D : NULL;   /* [b, D] queries */
+                if (pass < 0 || !Q) {
+                    memcpy(t->eb.users, users + i0, (size_t)b * sizeof *users);
+                    memcpy(t->eb.hist_end, hend + i0, (size_t)b * sizeof *hend);
+                    t->eb.b = b;
+                    if ((st = grm__eval_queries(t, &q)) != GRM_OK) break;
+                    if (pass < 0 && b > 0) memcpy(Q + i0 * D, q, (size_t)(b * D) * sizeof *q);
+                }
+                if (b == 0 || pass < 0) {   /* past this rank's share: lookups only */
+                    grm__scratch_reset();
+                    continue;
+                }
+                st = t->be.iface->gemm(t->be.context, 0, 1, b, cc, D, 1.0f, q, D,
+                                       t->ev.cat_rows, D, 0.0f, t->ev.scores, cc, NULL);
+                if (st != GRM_OK) break;
+                rank_ctx rc = { .t = t, .split = split, .want_ts = pass == 0 || nch == 1,
+                                .want_rank = pass == 1, .users = users + i0,
+                                .hist_end = hend + i0, .c0 = c0, .cc = cc, .ts = ts + i0,
+                                .ranks = ranks + i0 };
+                if ((st = grm__parallel_for(b, 8, rank_range, &rc)) != GRM_OK) break;
+                grm__scratch_reset();
+            }
+            if (pass < 0) break;    /* the queries need no chunk */
+        }
+    }
     int64_t nonfinite = 0;      /* users whose target scored NaN or inf */
-    for (int64_t ib = 0; ib < nb; ib++) {
-        int64_t b = 0;
-        if ((st = grm__poll_stop(t)) != GRM_OK) break;
-        for (; u0 < ds->nusers && b < EB && seen < hi; u0++) {
-            if (!ds->has_eval[u0]) continue;
-            if (seen++ < lo) continue;
-            t->eb.users[b] = u0;
-            t->eb.hist_end[b] = ds->train_end[u0] + split;
-            b++;
-        }
-        t->eb.b = b;
-        const float *q;   /* [b, D] queries */
-        if ((st = grm__eval_queries(t, &q)) != GRM_OK) break;
-        if (b == 0) continue;   /* past this rank's share: the collective lookup only */
-        st = t->be.iface->gemm(t->be.context, 0, 1, b, C, D, 1.0f, q, D, t->ev.cat_rows, D, 0.0f,
-                               t->ev.scores, C, NULL);
-        if (st != GRM_OK) break;
-        rank_ctx rc = { .t = t, .b = b, .split = split, .ranks = ranks };
-        if ((st = grm__parallel_for(b, 8, rank_range, &rc)) != GRM_OK) break;
-        for (int64_t k = 0; k < b; k++) {
-            grm__rank_acc_add(acc, ranks[k]);
-            nonfinite += ranks[k] >= C;
-        }
-        if (pop) {
-            rc.popularity = 1;
-            if ((st = grm__parallel_for(b, 8, rank_range, &rc)) != GRM_OK) break;
-            for (int64_t k = 0; k < b; k++) grm__rank_acc_add(pop, ranks[k]);
-        }
-        grm__scratch_reset();
+    for (int64_t i = 0; st == GRM_OK && i < n; i++) {
+        if (!isfinite(ts[i])) ranks[i] = C;
+        grm__rank_acc_add(acc, ranks[i]);
+        nonfinite += ranks[i] >= C;
     }
-    grm__free(CPU, ranks);
+    /* the most-popular baseline: the same ranking by training counts, no rows */
+    if (st == GRM_OK && pop) {
+        memset(ranks, 0, (size_t)n * sizeof *ranks);
+        for (int pass = nch > 1 ? 0 : 1; pass < 2 && st == GRM_OK; pass++)
+            for (int64_t c = 0; c < nch && st == GRM_OK; c++)
+                for (int64_t i0 = 0; i0 < n && st == GRM_OK; i0 += EB) {
+                    const int64_t c0 = c * CC, cc = C - c0 < CC ? C - c0 : CC;
+                    rank_ctx rc = { .t = t, .split = split, .popularity = 1,
+                                    .want_ts = pass == 0 || nch == 1, .want_rank = pass == 1,
+                                    .users = users + i0, .hist_end = hend + i0, .c0 = c0,
+                                    .cc = cc, .ts = ts + i0, .ranks = ranks + i0 };
+                    st = grm__parallel_for(n - i0 < EB ? n - i0 : EB, 8, rank_range, &rc);
+                }
+        for (int64_t i = 0; st == GRM_OK && i < n; i++) grm__rank_acc_add(pop, ranks[i]);
+    }
     if (nonfinite)
         grm__log(GRM_LOG_WARN, "grmhost", "step %lld: %lld of the evaluated users' targets "
                  "scored NaN or inf and were ranked last; the model has diverged (lower the "
@@ -219,6 +296,12 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
                  (long long)nonfinite);
     if (st == GRM_OK) st = merge_accs(t, acc);
     if (st == GRM_OK && pop) st = merge_accs(t, pop);
+out:
+    grm__free(CPU, users);
+    grm__free(CPU, hend);
+    grm__free(CPU, ranks);
+    grm__free(CPU, ts);
+    grm__free(CPU, Q);
     return st;
 }
 
@@ -442,12 +525,18 @@ grm_status grm__eval_setup(grm__trainer *t)
     const grm__dataset *ds = t->ds;
     const grm__settings *s = &p->set;
     const int32_t D = t->ranking ? (int32_t)ds->ntasks : p->tables[t->item_table].dim;
-    t->ev.cat_keys = xalloc((size_t)(ds->ncatalog ? ds->ncatalog : 1) * sizeof(int64_t));
+    const int64_t C = ds->ncatalog;
+    const int64_t per = ((int64_t)D + s->eval_batch) * (int64_t)sizeof(float) + 8;
+    const int64_t budget = s->eval_memory_mb << 20;
+    const int64_t cc = C * per <= budget ? C : budget / per;
     t->ev.queries = xalloc((size_t)(t->B * D) * sizeof(float));
-    t->ev.cat_rows = xalloc((size_t)(ds->ncatalog * D) * sizeof(float));
-    t->ev.scores = xalloc((size_t)(s->eval_batch * ds->ncatalog) * sizeof(float));
-    if (!t->ev.cat_keys || !t->ev.queries || !t->ev.cat_rows || !t->ev.scores) return GRM_ENOMEM;
-    return GRM_OK;
+    if (!t->ev.queries) return GRM_ENOMEM;
+    if (cc < C && !t->ranking)
+        grm__log(GRM_LOG_INFO, "grmhost", "evaluation: the catalog's %lld items are ranked in "
+                 "%lld chunks of %lld items ([train] eval_memory_mb = %lld)", (long long)C,
+                 (long long)((C + cc - 1) / (cc > 0 ? cc : 1)), (long long)(cc > 0 ? cc : 1),
+                 (long long)s->eval_memory_mb);
+    return eval_buffers(t, cc > 0 ? cc : 1);
 }
 
 void grm__eval_teardown(grm__trainer *t)

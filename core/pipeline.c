@@ -38,6 +38,7 @@ typedef struct train_cfg {
     const char *user_column, *sequence_column, *time_column, *item_table, *metrics_out;
     const char *shard_by;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
+    int64_t eval_memory_mb;
     int64_t early_stop, batch_tokens, accumulate, sparse_group, prefetch, sequence_blocks;
     int64_t select_k, shuffle_buffer;
     int32_t batching, rank_split, sparse_async, input, train_on_valid, lr_decay;
@@ -144,6 +145,10 @@ static const grm_param_decl train_params[] = {
       GRM_PARAM_RANGE(0, 1e12), NULL, "steps between validation runs (0: after each epoch)" },
     { "eval_batch", GRM_PARAM_INT, 0, offsetof(train_cfg, eval_batch), "256",
       GRM_PARAM_RANGE(1, 1 << 20), NULL, "users scored at once in evaluation" },
+    { "eval_memory_mb", GRM_PARAM_INT, 0, offsetof(train_cfg, eval_memory_mb), "256",
+      GRM_PARAM_RANGE(1, 1 << 24), NULL, "MiB of catalog rows and scores evaluation holds; "
+      "a larger catalog (a table larger than memory) is ranked a chunk at a time, the same "
+      "ranks" },
     { "early_stop", GRM_PARAM_INT, 0, offsetof(train_cfg, early_stop), "0",
       GRM_PARAM_RANGE(0, 1e6), NULL, "stop after this many validation runs without "
       "improvement (NDCG@select_k, or the first task's AUC) and test the best model, kept "
@@ -578,6 +583,7 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
     p->set.log_every = tc->log_every;
     p->set.eval_every = tc->eval_every;
     p->set.eval_batch = tc->eval_batch;
+    p->set.eval_memory_mb = tc->eval_memory_mb;
     p->set.early_stop = tc->early_stop;
     p->set.accumulate = tc->accumulate;
     p->set.sparse_group = tc->sparse_group;

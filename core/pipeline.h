@@ -63,6 +63,7 @@ typedef struct grm__settings {
     const char *user_column, *sequence_column, *time_column;
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every;
     int64_t eval_batch, early_stop;
+    int64_t eval_memory_mb;   /* [train] eval_memory_mb: catalog rows and scores, MiB */
     int32_t train_on_valid;        /* retrieval: the validation item trains too */
     int64_t accumulate;            /* batches per optimizer step (gradient accumulation) */
     int64_t sparse_group;          /* ranks per replica group of the rows (0: all) */

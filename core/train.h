@@ -285,9 +285,11 @@ typedef struct grm__dense_stack {
 /* ---- eval.c ---- */
 
 typedef struct grm__eval_bufs {
-    int64_t *cat_keys;        /* [C] keys of the catalog items */
-    float *cat_rows;          /* [C, D] */
-    float *scores;            /* [eval_batch, C] */
+    int64_t *cat_keys;        /* [chunk] keys of the catalog items */
+    float *cat_rows;          /* [chunk, D] */
+    float *scores;            /* [eval_batch, chunk] */
+    int64_t chunk;            /* catalog items the buffers hold: every one (C), or a chunk
+                               * of them when C would take more than [train] eval_memory_mb */
     float *queries;           /* [B, D] seqmode evaluation: last-token outputs */
 } grm__eval_bufs;
 
@@ -568,7 +570,8 @@ void grm__eval_teardown(grm__trainer *t);
 /* Evaluate split (0 valid, 1 test); *score (optional) gets the model-selection metric. */
 grm_status grm__run_eval(grm__trainer *t, int split, int with_pop, double *score);
 /* The catalog's item rows into t->ev.cat_rows [ncatalog, D], the candidates every query is
- * scored against (collective with several ranks). */
+ * scored against (collective with several ranks); the buffers grow to the whole catalog
+ * if they held a chunk. What `recommend` and `export` score with. */
 grm_status grm__eval_catalog(grm__trainer *t);
 /* The index of item id in ds->catalog_ids (sorted), or -1. */
 int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id);

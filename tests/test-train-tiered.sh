@@ -18,7 +18,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..13"
+echo "1..14"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
@@ -169,6 +169,24 @@ set -- $fp
 test $rc -eq 0 && [ "${1:-0}" -gt 0 ] && [ "$1" = "${2:-}" ]
 ok $? "resumed with every row in the file: all ${1:-?} rows fetched were fetched by the data \
 thread's prefetch, the negatives' included"
+
+# Evaluation ranks a catalog a chunk at a time when its rows and scores pass
+# [train] eval_memory_mb: 400 items x (16 + 4096) floats = 6.6 MB, so 1 MiB is 7 chunks of
+# 63. The ranks, so every metric and the baseline's, are those of the one-chunk evaluation.
+for c in one chunks; do
+    mem=; [ $c = chunks ] && mem="--set train.eval_memory_mb=1"
+    "$g" eval --checkpoint "$tmp/ref" --set train.eval_batch=4096 $mem \
+        --metrics-out "$tmp/ev-$c.jsonl" "$tmp/ref.ini" >/dev/null 2>"$tmp/ev-$c.err"
+done
+grep "chunks" "$tmp/ev-chunks.err" | sed 's/^/# /'
+for c in one chunks; do     # step, split, name, value of each metric
+    sed 's/.*\("step":.*\)}/\1/' "$tmp/ev-$c.jsonl" >"$tmp/ev-$c.v"
+done
+test "$(grep -c . "$tmp/ev-one.v")" -ge 8 && cmp -s "$tmp/ev-one.v" "$tmp/ev-chunks.v" \
+    && grep -q "ranked in 7 chunks of 63 items" "$tmp/ev-chunks.err" \
+    && ! grep -q "chunks" "$tmp/ev-one.err"
+ok $? "evaluation in 7 catalog chunks (eval_memory_mb = 1): every metric, the most-popular \
+baseline's too, equals the one-chunk evaluation's"
 
 # grmhost profile: the curve and the choice of cache_bytes = auto, nothing kept
 ini 2 "backing = $tmp/never\ncache_bytes = 12000" "$tmp/ck-never" >"$tmp/prof.ini"
