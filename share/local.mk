@@ -8,7 +8,7 @@ dist_pipelines_DATA = share/pipelines/quickstart.ini share/pipelines/ml100k-retr
 	share/pipelines/ml1m-hstu.ini share/pipelines/retrieval-base.ini \
 	share/pipelines/line-feed.ini share/pipelines/line-shop.ini \
 	share/pipelines/beauty-sasrec-ce.ini share/pipelines/ml100k-hstu-ref.ini \
-	share/pipelines/synthetic-tiered.ini
+	share/pipelines/synthetic-tiered.ini share/pipelines/synthetic-tiered-large.ini
 
 # The quick start trains on synthetic data written by grmhost's seeded generator: the
 # same bytes on every machine, built with the program, never committed.
