@@ -207,23 +207,25 @@ def main():
                 rmid = statistics.median(rs)
                 med[m] = (mid, (rates[-1] - rates[0]) / mid, runs[m][-1], rmid,
                           (rs[-1] - rs[0]) / rmid, statistics.median(xratios.get(m, [1.0])),
-                          statistics.median(float(r["export_s"]) for r in runs[m]))
+                          statistics.median(float(r["export_s"]) for r in runs[m]),
+                          statistics.median(float(r["rows_export_s"]) for r in runs[m]))
             if name == "ml100k":
                 cold_case(driver, path, back, env, args)
             for m in modes:
-                rate, spread, r, ratio, rspread, xratio, xs = med[m]
-                base, xbase = med[peer(m)][0], med[peer(m)][6]
+                rate, spread, r, ratio, rspread, xratio, xs, rxs = med[m]
+                base, xbase, rxbase = med[peer(m)][0], med[peer(m)][6], med[peer(m)][7]
                 label = m[2] + ("" if m[3] == 2 else "-pool%d" % m[3])
                 pct = 100.0 * int(r["cache_rows"]) / distinct if m[0] != "mem" else 100.0
                 line = ("bench=tiered case=%s-%s evict=%s threads=%d rows=%d cache_rows=%s "
                         "cache_pct=%.1f ids_per_s=%.0f spread=%.0f%% peer=mem "
                         "peer_ids_per_s=%.0f ratio=%.3f ratio_spread=%.0f%% hit_rate=%s "
                         "lookup_hit_rate=%s bytes_read=%s bytes_written=%s wait_s=%s "
-                        "export_s=%.4f peer_export_s=%.4f export_ratio=%.2f" % (
+                        "export_s=%.4f peer_export_s=%.4f export_ratio=%.2f "
+                        "rows_export_s=%.4f peer_rows_export_s=%.4f" % (
                             name, label, m[1], m[3], distinct, r["cache_rows"], pct, rate,
                             100 * spread, base, ratio, 100 * rspread, r["hit_rate"],
                             r["lookup_hit_rate"], r["bytes_read"], r["bytes_written"],
-                            r["wait_s"], xs, xbase, xratio))
+                            r["wait_s"], xs, xbase, xratio, rxs, rxbase))
                 print(line)
                 table.append((name, label, distinct, int(r["cache_rows"]), pct, rate,
                               100 * rspread, ratio, float(r["hit_rate"]),
