@@ -945,12 +945,15 @@ static grm_status load_ckpt_as(grm__trainer *t, const char *path, int owned_only
         return st;
     }
     int64_t kept = 0, dropped = 0;
-    st = owned_only
+    const int by_rows = GRM_HAS_OP(grm_ckpt_ops, kops, load_rows);
+    st = owned_only && by_rows
+        ? grm__reshard_load_owned_rows(t->p, kops, kinst, path, t->rank, t->nranks,
+                                       load_piece, &c, &kept, &dropped)
+        : owned_only
         ? grm__reshard_load_owned(t->p, kops, kinst, path, t->rank, t->nranks,
                                   load_visit, &c, &kept, &dropped)
-        : GRM_HAS_OP(grm_ckpt_ops, kops, load_rows)
-            ? kops->load_rows(kinst, path, load_piece, &c)
-            : kops->load(kinst, path, load_visit, &c);
+        : by_rows ? kops->load_rows(kinst, path, load_piece, &c)
+                  : kops->load(kinst, path, load_visit, &c);
     if (st == GRM_OK && owned_only)
         grm__log(GRM_LOG_INFO, "grmhost", "%s: kept the %lld keyed rows this rank owns, "
                  "left %lld to the other ranks", path, (long long)kept, (long long)dropped);

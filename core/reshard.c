@@ -1131,3 +1131,120 @@ out:
     file_fini(&f);
     return st;
 }
+
+/* ---- the same, a piece at a time ---- */
+
+typedef struct own_ctx {
+    const grm__pipeline *p;
+    const char *path;
+    int32_t rank, IM;
+    grm_ckpt_piece_fn visit;
+    void *user;
+    int64_t kept, dropped;
+    int32_t T;                /* table whose ids made keep, -1: none yet */
+    uint8_t *keep;            /* [n] this rank owns row r of table T */
+    int64_t n, w;             /* rows of T in the file; of those, kept */
+    int64_t *ids;             /* [<= n] the kept ids, while the ids tensor arrives */
+    int64_t out;              /* rows of the current row tensor passed on */
+    uint8_t *indexed;         /* [nphys] a row tensor came with no ids before it: an indexed
+                               * table (emb-static), whole on every rank, passed unchanged */
+    void *buf;                /* a filtered piece */
+    size_t cap;
+} own_ctx;
+
+static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0, int64_t rows)
+{
+    own_ctx *c = user;
+    const int32_t T = table_in(c->p, nt->name);
+    char ids_name[512];
+    snprintf(ids_name, sizeof ids_name, "emb.%s.ids", T >= 0 ? c->p->phys_names[T] : "");
+    const int is_ids = T >= 0 && strcmp(nt->name, ids_name) == 0;
+    const int64_t m = nt->tensor.shape[0];
+    if (T < 0 || (!is_ids && nt->tensor.ndim < 2))      /* not per row: unchanged */
+        return c->visit(c->user, nt, row0, rows);
+    if (is_ids && c->indexed[T])
+        return grm_errorf(GRM_EFORMAT, "%s: the ids of table '%s' come after its rows; rewrite "
+                          "the checkpoints for this job with `grmhost reshard FILE.ini -n M` "
+                          "instead", c->path, c->p->phys_names[T]);
+    if (!is_ids && c->T != T) {     /* no ids: every rank holds the whole table */
+        c->indexed[T] = 1;
+        return c->visit(c->user, nt, row0, rows);
+    }
+    if (is_ids) {
+        if (row0 == 0) {
+            free(c->keep);
+            free(c->ids);
+            c->keep = malloc(rows ? (size_t)rows : 1);
+            c->ids = malloc((rows ? (size_t)rows : 1) * sizeof *c->ids);
+            c->T = -1;
+            c->w = 0;
+            if (!c->keep || !c->ids)
+                return grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", c->path,
+                                  nt->name);
+        }
+        const int64_t *key = nt->tensor.data;
+        for (int64_t r = 0; r < m; r++) {
+            const int k = owner_in_group(key[r], c->IM) == c->rank % c->IM;
+            c->keep[row0 + r] = (uint8_t)k;
+            if (k) c->ids[c->w++] = key[r];
+        }
+        if (row0 + m < rows) return GRM_OK;
+        c->T = T;
+        c->n = rows;
+        c->kept += c->w;
+        c->dropped += rows - c->w;
+        grm_named_tensor out = *nt;
+        out.tensor.shape[0] = c->w;
+        out.tensor.data = c->ids;
+        grm_status st = c->visit(c->user, &out, 0, c->w);
+        free(c->ids);
+        c->ids = NULL;
+        return st;
+    }
+    if (c->n != rows)
+        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' holds %lld rows and its table's ids "
+                          "%lld; the file is damaged or was not written by grmhost", c->path,
+                          nt->name, (long long)rows, (long long)c->n);
+    const size_t rb = row_bytes(&nt->tensor);
+    if ((size_t)m * rb > c->cap) {
+        void *b = realloc(c->buf, (size_t)m * rb);
+        if (!b) return grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", c->path,
+                                  nt->name);
+        c->buf = b;
+        c->cap = (size_t)m * rb;
+    }
+    if (row0 == 0) c->out = 0;
+    int64_t w = 0;
+    for (int64_t r = 0; r < m; r++)
+        if (c->keep[row0 + r])
+            memcpy((char *)c->buf + (size_t)w++ * rb, (const char *)nt->tensor.data
+                   + (size_t)r * rb, rb);
+    /* a piece that keeps nothing is passed on only when it is the tensor's first, so that a
+     * tensor of no kept rows still arrives (once) */
+    if (w == 0 && row0 != 0) return GRM_OK;
+    grm_named_tensor out = *nt;
+    out.tensor.shape[0] = w;
+    out.tensor.data = c->buf;
+    grm_status st = c->visit(c->user, &out, c->out, c->w);
+    c->out += w;
+    return st;
+}
+
+grm_status grm__reshard_load_owned_rows(const grm__pipeline *p, const grm_ckpt_ops *kops,
+                                        void *kinst, const char *path, int32_t rank,
+                                        int32_t M, grm_ckpt_piece_fn visit, void *user,
+                                        int64_t *kept, int64_t *dropped)
+{
+    own_ctx c = { .p = p, .path = path, .rank = rank, .IM = group_of(p->set.sparse_group, M),
+                  .visit = visit, .user = user, .T = -1,
+                  .indexed = calloc((size_t)p->nphys + 1, 1) };
+    grm_status st = c.indexed ? kops->load_rows(kinst, path, own_piece, &c)
+                              : grm_errorf(GRM_ENOMEM, "out of memory");
+    free(c.indexed);
+    *kept = c.kept;
+    *dropped = c.dropped;
+    free(c.keep);
+    free(c.ids);
+    free(c.buf);
+    return st;
+}

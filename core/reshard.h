@@ -78,5 +78,13 @@ grm_status grm__reshard_load_owned(const grm__pipeline *p, const grm_ckpt_ops *k
                                    void *kinst, const char *path, int32_t rank, int32_t M,
                                    grm_ckpt_visit_fn visit, void *user, int64_t *kept,
                                    int64_t *dropped);
+/* The same through the format's load_rows, a piece at a time, so a table larger than
+ * memory is never held whole: a keyed table's ids (which must come before its other row
+ * tensors, as every store writes them) are filtered into one piece (8 bytes a kept row),
+ * and its other row tensors' pieces are filtered as they come. */
+grm_status grm__reshard_load_owned_rows(const grm__pipeline *p, const grm_ckpt_ops *kops,
+                                        void *kinst, const char *path, int32_t rank,
+                                        int32_t M, grm_ckpt_piece_fn visit, void *user,
+                                        int64_t *kept, int64_t *dropped);
 
 #endif /* GRM_RESHARD_H */

@@ -37,6 +37,11 @@ TESTS += tests/test-param-macros
 tests_test_param_macros_SOURCES = tests/test-param-macros.c
 tests_test_param_macros_LDADD = $(GRM_TEST_LIBS)
 
+# core/reshard.c: a checkpoint's rows filtered to their owner a piece at a time.
+check_PROGRAMS += tests/test-reshard-rows
+TESTS += tests/test-reshard-rows
+tests_test_reshard_rows_SOURCES = tests/test-reshard-rows.c
+tests_test_reshard_rows_LDADD = $(GRM_TEST_LIBS)
 # core/sparse.c: table merging, segment unique, ids partition, pooling operators.
 check_PROGRAMS += tests/test-sparse
 TESTS += tests/test-sparse

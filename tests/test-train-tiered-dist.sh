@@ -10,7 +10,9 @@
 #  - 2 ranks (comm-mpi), tiered against in memory: the same losses bitwise, and rank 0's
 #    data thread prefetched rows (the keys of its batch that its rank owns);
 #  - 2 ranks tiered for 40 steps, resharded to 1 rank and resumed there tiered: the 60
-#    losses of the one-rank run within 1e-5.
+#    losses of the one-rank run within 1e-5;
+#  - 1 rank tiered for 40 steps, resumed directly on 2 ranks (each filters the one file a
+#    piece at a time): the 60 losses of the one-rank run within 1e-5.
 # Without $MPIRUN or comm-mpi the 2-rank cases are skipped. TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
@@ -18,7 +20,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tdist-tier-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..8"
+echo "1..10"
 
 dist_data || exit 1
 mkdir -p "$tmp/tier"
@@ -67,7 +69,7 @@ same_curve "$tmp/ref.jsonl" "$tmp/aa.jsonl" 1e-5
 ok $((rc | $?)) "... then 2 -> 1 and resumed tiered on one rank: the 60 losses of the \
 in-memory run within 1e-5"
 
-mpi_or_skip 4 8
+mpi_or_skip 4 10
 mpitrain() {   # N INI STEPS OUT.jsonl (stderr of all ranks in OUT.jsonl.out)
     mpi "$1" train --max-steps "$3" --metrics-out "$4" "$2" >"$4.out" 2>&1
     rc=$?
@@ -102,3 +104,18 @@ rc=$?
 cat "$tmp/b.jsonl" "$tmp/b.b.jsonl" >"$tmp/bb.jsonl"
 same_curve "$tmp/ref.jsonl" "$tmp/bb.jsonl" 1e-5
 ok $((rc | $?)) "... resumed tiered on one rank: the 60 losses of the one-rank run within 1e-5"
+
+# 1 rank tiered for 40 steps, resumed directly on 2 ranks (no reshard): each rank reads the
+# one file a piece at a time (ckpt-grm's load_rows) and keeps the rows it owns, written
+# straight into its own backing file
+rank_ini comm-mpi "$tmp/o" 1 >"$tmp/o.ini"
+mpitrain 1 "$tmp/o.ini" 40 "$tmp/o.jsonl"
+rc=$?
+mpitrain 2 "$tmp/o.ini" 20 "$tmp/o.b.jsonl"
+rc=$((rc | $?))
+grep -q "resuming 2 ranks from step 40 of the 1-rank checkpoints" "$tmp/o.b.jsonl.out"
+ok $((rc | $?)) "1 rank tiered for 40 steps, resumed on 2 ranks directly (each keeps the rows \
+it owns of the one file)"
+cat "$tmp/o.jsonl" "$tmp/o.b.jsonl" >"$tmp/oo.jsonl"
+same_curve "$tmp/ref.jsonl" "$tmp/oo.jsonl" 1e-5
+ok $? "... the 60 losses of the one-rank run within 1e-5"

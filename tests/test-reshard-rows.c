@@ -1,0 +1,167 @@
+/* tests/test-reshard-rows.c - core/reshard.c's grm__reshard_load_owned_rows: a checkpoint
+ * handed over a piece at a time (a format's load_rows, here a fake one that cuts every
+ * tensor into pieces of 7 rows) reaches rank r of M as the rows it owns: a keyed table's
+ * ids in one piece, its other row tensors filtered piece by piece, back to back, with the
+ * kept rows in file order; an indexed table (no ids) and the other tensors unchanged.
+ * The expected rows are filtered here with grm__dist_owner_of, the ownership of core/dist.h.
+ * A keyed table whose ids come after its rows is refused. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grm/ckpt.h>
+
+#include "dist.h"
+#include "harness.h"
+#include "pipeline.h"
+#include "reshard.h"
+#include "tap.h"
+
+#define N 50        /* rows of the keyed table */
+#define S 10        /* rows of the indexed table */
+#define PIECE 7
+
+static int64_t ids[N];
+static float w[N * 3];
+static int64_t counters[5] = { 9, 8, 7, 6, 5 };
+static float st[S * 2];
+static int ids_last;        /* the fake file puts the ids after the weight */
+
+static grm_named_tensor mk(const char *name, void *data, int32_t dtype, int32_t ndim,
+                           int64_t d0, int64_t d1)
+{
+    grm_named_tensor t = { name, { data, dtype, ndim, { d0, d1, 1, 1 }, { GRM_DEVICE_CPU, 0 } } };
+    return t;
+}
+
+/* The fake format: every tensor in pieces of PIECE rows. */
+static grm_status fake_load_rows(void *inst, const char *path, grm_ckpt_piece_fn visit,
+                                 void *user)
+{
+    (void)inst;
+    (void)path;
+    grm_named_tensor t[5] = {
+        mk("emb.item.ids", ids, GRM_DTYPE_I64, 1, N, 1),
+        mk("emb.item.weight", w, GRM_DTYPE_F32, 2, N, 3),
+        mk("emb.item.counters", counters, GRM_DTYPE_I64, 1, 5, 1),
+        mk("emb.stat.weight", st, GRM_DTYPE_F32, 2, S, 2),
+        mk("dense.w", st, GRM_DTYPE_F32, 2, 5, 4),
+    };
+    if (ids_last) {
+        grm_named_tensor x = t[0];
+        t[0] = t[1];
+        t[1] = x;
+    }
+    for (int i = 0; i < 5; i++) {
+        const int64_t rows = t[i].tensor.shape[0];
+        const size_t rb = grm_dtype_size(t[i].tensor.dtype) * (size_t)t[i].tensor.shape[1];
+        for (int64_t r0 = 0; r0 < rows; r0 += PIECE) {
+            grm_named_tensor p = t[i];
+            p.tensor.shape[0] = rows - r0 < PIECE ? rows - r0 : PIECE;
+            p.tensor.data = (char *)t[i].tensor.data + (size_t)r0 * rb;
+            grm_status s = visit(user, &p, r0, rows);
+            if (s != GRM_OK) return s;
+        }
+    }
+    return GRM_OK;
+}
+
+/* What the rank received: each tensor put back together, pieces checked to be in order. */
+typedef struct got {
+    int64_t ids[N], nids, ids_pieces;
+    float w[N * 3];
+    int64_t wrows, wtotal, w_pieces;
+    int64_t stat_rows, dense_rows, counters_ok;
+    int bad;
+} got;
+
+static grm_status rank_visit(void *user, const grm_named_tensor *t, int64_t row0, int64_t rows)
+{
+    got *g = user;
+    const int64_t m = t->tensor.shape[0];
+    if (strcmp(t->name, "emb.item.ids") == 0) {
+        g->ids_pieces++;
+        g->bad += row0 != 0 || m != rows;
+        memcpy(g->ids, t->tensor.data, (size_t)m * sizeof(int64_t));
+        g->nids = m;
+    } else if (strcmp(t->name, "emb.item.weight") == 0) {
+        g->w_pieces++;
+        g->bad += row0 != g->wrows || t->tensor.shape[1] != 3;
+        memcpy(g->w + 3 * row0, t->tensor.data, (size_t)m * 3 * sizeof(float));
+        g->wrows += m;
+        g->wtotal = rows;
+    } else if (strcmp(t->name, "emb.item.counters") == 0) {
+        g->counters_ok = m == 5 && memcmp(t->tensor.data, counters, sizeof counters) == 0;
+    } else if (strcmp(t->name, "emb.stat.weight") == 0) {
+        g->bad += row0 != g->stat_rows || rows != S
+                  || memcmp(t->tensor.data, st + 2 * row0, (size_t)m * 2 * sizeof(float)) != 0;
+        g->stat_rows += m;
+    } else {
+        g->dense_rows += m;
+    }
+    return GRM_OK;
+}
+
+int main(void)
+{
+    tap_plan(7);
+    for (int i = 0; i < N; i++) {
+        ids[i] = 1000 + 37 * i;
+        for (int d = 0; d < 3; d++) w[3 * i + d] = (float)(i * 10 + d);
+    }
+    for (int i = 0; i < S * 2; i++) st[i] = (float)i / 4;
+    grm__pipeline p;
+    memset(&p, 0, sizeof p);
+    char *names[2] = { "item", "stat" };
+    p.phys_names = names;
+    p.nphys = 2;
+    grm_ckpt_ops kops;
+    memset(&kops, 0, sizeof kops);
+    kops.struct_size = sizeof kops;
+    kops.load_rows = fake_load_rows;
+
+    int64_t all = 0;
+    for (int32_t r = 0; r < 2; r++) {
+        got g;
+        memset(&g, 0, sizeof g);
+        int64_t kept = 0, dropped = 0;
+        grm_status s = grm__reshard_load_owned_rows(&p, &kops, NULL, "fake.grm", r, 2,
+                                                    rank_visit, &g, &kept, &dropped);
+        // the rows rank r owns, in file order
+        int64_t want[N], nw = 0;
+        int same = 1;
+        for (int i = 0; i < N; i++)
+            if (grm__dist_owner_of(ids[i], 0, 2) == r) want[nw++] = i;
+        same = g.nids == nw && g.wrows == nw && g.wtotal == nw;
+        for (int64_t k = 0; same && k < nw; k++)
+            same = g.ids[k] == ids[want[k]]
+                   && memcmp(g.w + 3 * k, w + 3 * want[k], 3 * sizeof(float)) == 0;
+        tap_ok(s == GRM_OK && same && g.bad == 0 && g.ids_pieces == 1 && kept == nw
+               && dropped == N - nw,
+               "rank %d of 2: the %lld ids it owns in one piece, their weight rows in %lld "
+               "pieces back to back, in file order (%lld kept, %lld dropped)", r,
+               (long long)nw, (long long)g.w_pieces, (long long)kept, (long long)dropped);
+        tap_ok(g.counters_ok && g.stat_rows == S && g.dense_rows == 5,
+               "rank %d: the counters, the indexed table's %d rows and the dense tensor pass "
+               "unchanged", r, S);
+        all += nw;
+    }
+    tap_ok(all == N, "the two ranks' rows partition the table (%lld of %d)", (long long)all, N);
+
+    got g;
+    memset(&g, 0, sizeof g);
+    int64_t kept = 0, dropped = 0;
+    grm_status s = grm__reshard_load_owned_rows(&p, &kops, NULL, "fake.grm", 0, 1, rank_visit,
+                                                &g, &kept, &dropped);
+    tap_ok(s == GRM_OK && g.nids == N && g.wrows == N && kept == N && dropped == 0
+           && memcmp(g.w, w, sizeof w) == 0, "one rank of 1 keeps every row");
+
+    ids_last = 1;
+    memset(&g, 0, sizeof g);
+    s = grm__reshard_load_owned_rows(&p, &kops, NULL, "fake.grm", 0, 2, rank_visit, &g, &kept,
+                                     &dropped);
+    tap_ok(s == GRM_EFORMAT && harness_error_has("come after its rows")
+           && harness_error_has("grmhost reshard"),
+           "ids after their table's rows: GRM_EFORMAT pointing at grmhost reshard");
+    return tap_done();
+}
