@@ -104,7 +104,10 @@ static grm_status cg_meta_op(void *inst, const char *path, char *buf, size_t cap
 
     if (inst == NULL || path == NULL || (buf == NULL && cap > 0))
         return cg_host->errorf(GRM_EINVAL, "ckpt-grm: meta: inst, path or buf is NULL");
-    if ((st = cg_open(cg_host, path, &f)) != GRM_OK) return st;
+    // verified as load_rows verifies: a tensor above 16 MiB by its frame and the file
+    // checksum, not decompressed (a resume reads the metadata before the tensors, and a
+    // tiered table's would be held whole)
+    if ((st = cg_open_pieces(cg_host, path, &f)) != GRM_OK) return st;
     if (f.meta_len >= cap) {
         st = cg_host->errorf(GRM_EFORMAT, "ckpt-grm: %s: metadata of %zu bytes does not fit "
                              "in a buffer of %zu; pass a larger one", path, f.meta_len, cap);
