@@ -802,9 +802,13 @@ static grm_status load_piece(void *user, const grm_named_tensor *nt, int64_t row
         return st;
     }
     if (row0 == 0 && nt->tensor.shape[0] == rows) return load_visit(user, nt);
+    if (nt->tensor.shape[0] < 0 || row0 < 0 || nt->tensor.shape[0] > rows - row0)
+        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows [%lld, +%lld) of %lld", c->path,
+                          nt->name, (long long)row0, (long long)nt->tensor.shape[0],
+                          (long long)rows);
     grm_tensor *a = &c->acc.tensor;
-    const size_t row_bytes = tensor_bytes(&nt->tensor) / (size_t)(nt->tensor.shape[0] > 0
-                                                                  ? nt->tensor.shape[0] : 1);
+    size_t row_bytes = grm_dtype_size(nt->tensor.dtype);   /* of the dims after the first */
+    for (int32_t d = 1; d < nt->tensor.ndim; d++) row_bytes *= (size_t)nt->tensor.shape[d];
     if (row0 == 0) {
         free(a->data);
         free(c->acc_name);

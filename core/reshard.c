@@ -1162,6 +1162,9 @@ static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0
     const int64_t m = nt->tensor.shape[0];
     if (T < 0 || (!is_ids && nt->tensor.ndim < 2))      /* not per row: unchanged */
         return c->visit(c->user, nt, row0, rows);
+    if (m < 0 || row0 < 0 || m > rows - row0)
+        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows [%lld, +%lld) of %lld", c->path,
+                          nt->name, (long long)row0, (long long)m, (long long)rows);
     if (is_ids && c->indexed[T])
         return grm_errorf(GRM_EFORMAT, "%s: the ids of table '%s' come after its rows; rewrite "
                           "the checkpoints for this job with `grmhost reshard FILE.ini -n M` "
