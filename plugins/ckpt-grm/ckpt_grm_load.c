@@ -145,8 +145,10 @@ static cg_parse cg_parse_headers(cg_file *f, size_t *end, char *what, size_t cap
 #undef CG_BAD
 }
 
-/* Decompress entry e into f->buf and check its size and XXH64. */
-static grm_status cg_inflate(const grm_host_api *host, cg_file *f, const cg_entry *e)
+/* Entry e's payload is one zstd frame of exactly comp_bytes that holds raw_bytes (a frame
+ * without a recorded size passes unless sized: every tensor read by pieces must say it). */
+static grm_status cg_check_frame(const grm_host_api *host, const cg_file *f, const cg_entry *e,
+                                 int sized)
 {
     const char *name = (const char *)f->data + e->name_off;
     const int nl = (int)e->name_len;
@@ -160,12 +162,26 @@ static grm_status cg_inflate(const grm_host_api *host, cg_file *f, const cg_entr
                             nl, name, comp, ZSTD_isError(frame) ? ZSTD_getErrorName(frame)
                                                                 : "size differs");
     const unsigned long long content = ZSTD_getFrameContentSize(src, comp);
-    if (content != ZSTD_CONTENTSIZE_UNKNOWN && content != e->raw_bytes)
+    if ((content != ZSTD_CONTENTSIZE_UNKNOWN || sized) && content != e->raw_bytes)
         return host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in tensor '%.*s' "
                             "(its zstd frame holds %lld bytes, the header says %llu)",
                             f->path, nl, name,
-                            content == ZSTD_CONTENTSIZE_ERROR ? -1LL : (long long)content,
+                            content == ZSTD_CONTENTSIZE_ERROR
+                                || content == ZSTD_CONTENTSIZE_UNKNOWN ? -1LL
+                                                                       : (long long)content,
                             (unsigned long long)e->raw_bytes);
+    return GRM_OK;
+}
+
+/* Decompress entry e into f->buf and check its size and XXH64. */
+static grm_status cg_inflate(const grm_host_api *host, cg_file *f, const cg_entry *e)
+{
+    const char *name = (const char *)f->data + e->name_off;
+    const int nl = (int)e->name_len;
+    const void *src = f->data + e->payload;
+    const size_t comp = (size_t)e->comp_bytes;
+    grm_status st = cg_check_frame(host, f, e, 0);
+    if (st != GRM_OK) return st;
     const size_t got = ZSTD_decompressDCtx(f->dctx, f->buf, (size_t)e->raw_bytes, src, comp);
     if (ZSTD_isError(got))
         return host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in tensor '%.*s' "
@@ -180,25 +196,6 @@ static grm_status cg_inflate(const grm_host_api *host, cg_file *f, const cg_entr
                             "(XXH64 of its data is %016llx, the header says %016llx)",
                             f->path, nl, name, (unsigned long long)h,
                             (unsigned long long)e->raw_hash);
-    return GRM_OK;
-}
-
-/* A tensor read by pieces, before any is: one zstd frame of exactly its payload's bytes
- * that says it holds raw_bytes. Its data are covered by the file checksum; their own
- * XXH64 is checked by cg_pieces. */
-static grm_status cg_check_frame(const grm_host_api *host, cg_file *f, const cg_entry *e)
-{
-    const char *name = (const char *)f->data + e->name_off;
-    const int nl = (int)e->name_len;
-    const void *src = f->data + e->payload;
-    const size_t comp = (size_t)e->comp_bytes;
-    const size_t frame = ZSTD_findFrameCompressedSize(src, comp);
-    const unsigned long long content = ZSTD_getFrameContentSize(src, comp);
-    ckpt_unneed(f->data, e->payload, comp);
-    if (ZSTD_isError(frame) || frame != comp || content != e->raw_bytes)
-        return host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in tensor '%.*s' "
-                            "(its payload is not one zstd frame of %zu bytes holding %llu)",
-                            f->path, nl, name, comp, (unsigned long long)e->raw_bytes);
     return GRM_OK;
 }
 
@@ -276,7 +273,10 @@ static grm_status cg_verify(const grm_host_api *host, cg_file *f)
                             "decompress its largest tensor", path, f->max_raw);
     for (int64_t i = 0; i < f->n; i++) {
         const cg_entry *e = &f->entries[i];
-        const grm_status st = e->pieces ? cg_check_frame(host, f, e) : cg_inflate(host, f, e);
+        // a tensor read by pieces: its frame now, its data through the file checksum (and
+        // its own XXH64 after its last piece, cg_pieces); its pages are let go
+        const grm_status st = e->pieces ? cg_check_frame(host, f, e, 1) : cg_inflate(host, f, e);
+        if (e->pieces) ckpt_unneed(f->data, e->payload, (size_t)e->comp_bytes);
         if (st != GRM_OK) return st;
     }
 
