@@ -187,6 +187,13 @@ static grm_status emb_rows(void *user, int64_t index, int64_t row0, int64_t n, v
     return st;
 }
 
+size_t grm__ckpt_row_bytes(const grm_tensor *t)
+{
+    size_t b = grm_dtype_size(t->dtype);
+    for (int32_t d = 1; d < t->ndim; d++) b *= (size_t)t->shape[d];
+    return b;
+}
+
 static size_t tensor_bytes(const grm_tensor *x)
 {
     size_t b = grm_dtype_size(x->dtype);
@@ -807,8 +814,7 @@ static grm_status load_piece(void *user, const grm_named_tensor *nt, int64_t row
                           nt->name, (long long)row0, (long long)nt->tensor.shape[0],
                           (long long)rows);
     grm_tensor *a = &c->acc.tensor;
-    size_t row_bytes = grm_dtype_size(nt->tensor.dtype);   /* of the dims after the first */
-    for (int32_t d = 1; d < nt->tensor.ndim; d++) row_bytes *= (size_t)nt->tensor.shape[d];
+    const size_t row_bytes = grm__ckpt_row_bytes(&nt->tensor);
     if (row0 == 0) {
         free(a->data);
         free(c->acc_name);

@@ -17,6 +17,9 @@ void grm__ckpt_rank_dir(char *buf, size_t cap, const char *dir, int32_t r, int32
 /* mkdir -p dir; GRM_EIO naming the directory that could not be made. */
 grm_status grm__ckpt_make_dirs(const char *dir);
 
+/* Bytes of one row of t (a row: its first dim; the dtype's size for 0 or 1 dims). */
+size_t grm__ckpt_row_bytes(const grm_tensor *t);
+
 /* XXH64 of the parsed configuration (sections, keys, values in order): "config_hash". */
 uint64_t grm__ckpt_config_hash(const grm__config *cfg);
 

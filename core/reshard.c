@@ -423,13 +423,6 @@ static int cmp_key(const void *a, const void *b)
 }
 
 /* Bytes of one row of a per-row tensor (all dims but the first). */
-static size_t row_bytes(const grm_tensor *t)
-{
-    size_t b = grm_dtype_size(t->dtype);
-    for (int32_t d = 1; d < t->ndim; d++) b *= (size_t)t->shape[d];
-    return b;
-}
-
 static int is_row_tensor_keyed(const rs_tensor *x, const char *ids_name)
 {
     return strcmp(x->name, ids_name) == 0 || x->t.ndim >= 2;
@@ -490,7 +483,8 @@ static grm_status reshard_keyed(rs_job *j, int32_t T, const char *ids_name, int6
             if (table_of(j, y->name) != T || !is_row_tensor_keyed(y, ids_name)) continue;
             const rs_tensor *x = file_find(&j->src[r], y->name);
             if (!x || x->t.dtype != y->t.dtype || x->t.ndim != y->t.ndim
-                || row_bytes(&x->t) != row_bytes(&y->t) || x->t.shape[0] != ids->t.shape[0])
+                || grm__ckpt_row_bytes(&x->t) != grm__ckpt_row_bytes(&y->t)
+                || x->t.shape[0] != ids->t.shape[0])
                 return grm_errorf(GRM_EFORMAT, "%s: per-row tensor '%s' is %s; expected %lld "
                                   "rows like '%s'", j->src[r].path, y->name,
                                   x ? "shaped otherwise" : "missing",
@@ -520,7 +514,7 @@ static grm_status reshard_keyed(rs_job *j, int32_t T, const char *ids_name, int6
                 if (table_of(j, y->name) != T || !is_row_tensor_keyed(y, ids_name)) continue;
                 const rs_tensor *a = file_find(&j->src[k[u - 1].rank], y->name);
                 const rs_tensor *b = file_find(&j->src[k[i].rank], y->name);
-                const size_t rb = row_bytes(&y->t);
+                const size_t rb = grm__ckpt_row_bytes(&y->t);
                 char *ra = (char *)a->t.data + (size_t)k[u - 1].idx * rb;
                 const char *rb2 = (const char *)b->t.data + (size_t)k[i].idx * rb;
                 if (memcmp(ra, rb2, rb) == 0) continue;
@@ -562,7 +556,7 @@ static grm_status reshard_keyed(rs_job *j, int32_t T, const char *ids_name, int6
                 }
             continue;
         }
-        const size_t rb = row_bytes(&y->t);
+        const size_t rb = grm__ckpt_row_bytes(&y->t);
         for (int32_t m = 0; m < j->M; m++) {
             grm_tensor x = y->t;
             x.shape[0] = count[m];
@@ -617,7 +611,7 @@ static grm_status reshard_indexed(rs_job *j, int32_t T, int64_t cap)
                                   j->src[r].path, y->name, x ? "shaped otherwise" : "missing",
                                   f0->path);
         }
-        const size_t rb = row_bytes(&y->t);
+        const size_t rb = grm__ckpt_row_bytes(&y->t);
         grm_tensor x = y->t;
         x.data = malloc(R ? (size_t)R * rb : 1);
         if (!x.data) return grm_errorf(GRM_ENOMEM, "out of memory for '%s'", y->name);
@@ -1108,7 +1102,7 @@ grm_status grm__reshard_load_owned(const grm__pipeline *p, const grm_ckpt_ops *k
             *dropped += n - w;
             mask_of = ids;
         }
-        const size_t rb = row_bytes(&x->t);
+        const size_t rb = grm__ckpt_row_bytes(&x->t);
         free(rows);
         rows = malloc(n ? (size_t)n * rb : 1);
         if (!rows) {
@@ -1208,7 +1202,7 @@ static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0
         return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' holds %lld rows and its table's ids "
                           "%lld; the file is damaged or was not written by grmhost", c->path,
                           nt->name, (long long)rows, (long long)c->n);
-    const size_t rb = row_bytes(&nt->tensor);
+    const size_t rb = grm__ckpt_row_bytes(&nt->tensor);
     if ((size_t)m * rb > c->cap) {
         void *b = realloc(c->buf, (size_t)m * rb);
         if (!b) return grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", c->path,
