@@ -81,6 +81,12 @@ static uint64_t ed_tier_sum(const ed_table *t, char *rec)
     return h;
 }
 
+/* A finished record's checksum into its flags. */
+void ed_tier_seal(const ed_table *t, char *rec)
+{
+    ed_rec_meta(rec)->flags = (int64_t)ed_tier_sum(t, rec);
+}
+
 static grm_status ed_tier_io_error(const ed_store *s, const ed_table *t, const char *what,
                                    int64_t index, ssize_t got, size_t want)
 {
@@ -541,7 +547,7 @@ static grm_status ed_seg_put(const ed_store *s, ed_table *t, ed_slot *sl, int ha
     const grm_status st = ed_seg_append(s, t, &r, &dst);
     if (st != GRM_OK) return st;
     memcpy(dst, rec, t->pools[0].rec_bytes);
-    if (!file) ed_rec_meta(dst)->flags = (int64_t)ed_tier_sum(t, dst);
+    if (!file) ed_tier_seal(t, dst);
     atomic_store_explicit(&sl->ref, r, memory_order_relaxed);
     return GRM_OK;
 }
@@ -710,11 +716,6 @@ grm_status ed_tier_block(const ed_store *s, ed_table *t, int64_t first, int64_t 
     const ssize_t got = pread(t->tier.fd, buf, bytes, ed_tier_offset(t, first));
     return got == (ssize_t)bytes ? GRM_OK
                                  : ed_tier_io_error(s, t, "reading", first, got, bytes);
-}
-
-void ed_tier_seal(const ed_table *t, char *rec)
-{
-    ed_rec_meta(rec)->flags = (int64_t)ed_tier_sum(t, rec);
 }
 
 /* Records [0, n) written and sealed, index mapping their ids to them: they are the file.
