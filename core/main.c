@@ -192,7 +192,12 @@ static const char usage_reshard[] =
     "respected); dense parameters, optimizer and trainer state are copied after checking\n"
     "that all N ranks hold the same values. The INI must be the one that wrote the\n"
     "checkpoints: its checkpoint plugin reads and writes the files, its tables name the rows.\n"
-    "Every rank must have written step S; the step's N files are read whole into memory.\n"
+    "Every rank must have written step S. With a format that reads and writes by rows\n"
+    "(ckpt-grm), the rows of hash tables (emb-dynamic) are never held whole: each source\n"
+    "file is read twice, the rows go through spill files in dir/.reshard-to-M (the table's\n"
+    "size, uncompressed; unlinked from the start) and memory holds about 50 bytes a row, so\n"
+    "a table larger than memory is resharded; otherwise the step's N files are read whole\n"
+    "into memory.\n"
     "best.EXT (early stopping) is resharded too when every rank has one. The new files are\n"
     "written under temporary names and renamed into place; then the N-rank checkpoints are\n"
     "moved (never deleted) to dir/resharded-from-N. A summary of the rows per table and of\n"
@@ -205,6 +210,7 @@ static const char usage_reshard[] =
     "  --from N          ranks of the source, when dir holds several world sizes\n"
     "  --step S          reshard step S instead of the newest (every rank must have it)\n"
     "  --force           write even when dir already holds checkpoints of M ranks\n"
+    "  --in-memory       hold the whole step in memory, no spill files (faster when it fits)\n"
     "  -q, --quiet       print only errors and the summary\n"
     "  -h, --help        this text\n";
 
@@ -516,6 +522,7 @@ static int cmd_reshard(int argc, char **argv)
         { "from", required_argument, NULL, OPT_FROM },
         { "step", required_argument, NULL, OPT_STEP },
         { "force", no_argument, NULL, OPT_FORCE },
+        { "in-memory", no_argument, NULL, OPT_INMEM },
         { "quiet", no_argument, NULL, 'q' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
@@ -539,6 +546,7 @@ static int cmd_reshard(int argc, char **argv)
                 return grm__cli_usage_error(usage_reshard, "--step: '%s' is not a step", optarg);
             break;
         case OPT_FORCE: o.force = 1; break;
+        case OPT_INMEM: o.in_memory = 1; break;
         case 'q': o.quiet = 1; break;
         case 'h': fputs(usage_reshard, stdout); return 0;
         default: return grm__cli_bad_option(usage_reshard);

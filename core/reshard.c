@@ -1,6 +1,11 @@
 /* core/reshard.c - `grmhost reshard`: a checkpoint of N ranks rewritten for M ranks; see
- * reshard.h for the layouts it understands and the order of its writes. The whole step is held
- * in memory (the N source files plus the M targets' rows), one copy of each row. */
+ * reshard.h for the layouts it understands and the order of its writes. With a format that
+ * reads and writes by rows (ckpt-grm: load_rows, save_rows), the per-row tensors of keyed
+ * tables are never held: each source is read twice, once for its ids and everything else,
+ * once to write each row where it goes in spill files, from which the targets are written a
+ * range of rows at a time (a table larger than memory is resharded in memory of about 50
+ * bytes a row). Otherwise (or with --in-memory) the whole step is held in memory (the N
+ * source files plus the M targets' rows), one copy of each row. */
 #include "checkpoint.h"
 #include "reshard.h"
 #include "dist.h"
@@ -9,6 +14,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,26 +28,32 @@
 
 typedef struct rs_tensor {
     char *name;          /* owned */
-    grm_tensor t;        /* t.data owned (malloc) */
+    grm_tensor t;        /* t.data owned (malloc); NULL when spilled */
     size_t bytes;
+    int spilled;         /* a per-row tensor of a keyed table, not held: its rows are
+                          * written to the spill files by a second read (spill_rows) */
 } rs_tensor;
 
-/* One checkpoint file, loaded whole. */
+/* One checkpoint file, loaded whole (or, streaming, all but its spilled tensors). */
 typedef struct rs_file {
     char path[PATH_CAP];
     rs_tensor *v;        /* [n] in file order */
     int64_t n, cap;
+    int64_t got;         /* streaming: rows of v[n - 1] received */
+    const struct rs_job *j;  /* streaming: the job (which tensors to spill) */
 } rs_file;
 
-/* One target file being assembled: tensors borrowed from the sources or from `owned`. */
+/* One target file being assembled: tensors borrowed from the sources or from `owned`, or
+ * (data NULL) read from the spill file of its position in its replica group. */
 typedef struct rs_out {
     char path[PATH_CAP];     /* final name */
     char stage[PATH_CAP];    /* staged name, ignored by a resume */
     grm_named_tensor *v;     /* [n] */
+    int64_t *spill_off;      /* [n] where v[i]'s rows start in the spill file; -1: held */
     int64_t n;
     void **owned;            /* [nowned] malloc'd payloads */
     int64_t nowned;
-    int staged;
+    int staged, spilled;     /* spilled: some tensor is read from the spill file */
 } rs_out;
 
 static int64_t numel_of(const grm_tensor *t)
@@ -51,9 +63,10 @@ static int64_t numel_of(const grm_tensor *t)
     return n;
 }
 
-static grm_status file_visit(void *user, const grm_named_tensor *nt)
+/* Append tensor nt of `rows` rows to f: held (data allocated; its bytes copied when
+ * nt holds them all) or, with spilled, described only. */
+static grm_status file_add(rs_file *f, const grm_named_tensor *nt, int64_t rows, int spilled)
 {
-    rs_file *f = user;
     const size_t es = grm_dtype_size(nt->tensor.dtype);
     if (!es)
         return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' has unknown dtype %d", f->path,
@@ -68,17 +81,56 @@ static grm_status file_visit(void *user, const grm_named_tensor *nt)
     rs_tensor *x = &f->v[f->n];
     memset(x, 0, sizeof *x);
     x->t = nt->tensor;
-    x->bytes = (size_t)numel_of(&nt->tensor) * es;
+    if (x->t.ndim >= 1) x->t.shape[0] = rows;
+    x->bytes = (size_t)numel_of(&x->t) * es;
     x->name = strdup(nt->name);
-    x->t.data = malloc(x->bytes ? x->bytes : 1);
-    if (!x->name || !x->t.data) {
+    x->spilled = spilled;
+    x->t.data = spilled ? NULL : malloc(x->bytes ? x->bytes : 1);
+    if (!x->name || (!spilled && !x->t.data)) {
         free(x->name);
         free(x->t.data);
         return grm_errorf(GRM_ENOMEM, "%s: out of memory holding tensor '%s' (%zu bytes)",
                           f->path, nt->name, x->bytes);
     }
-    if (x->bytes) memcpy(x->t.data, nt->tensor.data, x->bytes);
+    if (!spilled && x->bytes && numel_of(&nt->tensor) == numel_of(&x->t))
+        memcpy(x->t.data, nt->tensor.data, x->bytes);
     f->n++;
+    f->got = x->t.ndim >= 1 ? nt->tensor.shape[0] : 1;
+    return GRM_OK;
+}
+
+static grm_status file_visit(void *user, const grm_named_tensor *nt)
+{
+    return file_add(user, nt, nt->tensor.ndim >= 1 ? nt->tensor.shape[0] : 1, 0);
+}
+
+static int32_t table_of(const struct rs_job *j, const char *name);
+static int spills(const struct rs_job *j, const rs_file *f, const grm_named_tensor *nt);
+
+/* load_rows' visitor of the first read: every tensor held whole, but the per-row tensors of
+ * keyed tables (spills) described only. */
+static grm_status file_piece(void *user, const grm_named_tensor *nt, int64_t row0, int64_t rows)
+{
+    rs_file *f = user;
+    const int64_t m = nt->tensor.ndim >= 1 ? nt->tensor.shape[0] : 1;
+    grm_status st;
+    if (row0 == 0) {
+        if ((st = file_add(f, nt, rows, spills(f->j, f, nt))) != GRM_OK) return st;
+        if (m == rows || nt->tensor.ndim == 0) return GRM_OK;
+        f->got = 0;
+    }
+    rs_tensor *x = f->n ? &f->v[f->n - 1] : NULL;
+    if (!x || strcmp(x->name, nt->name) != 0 || x->t.ndim < 1 || row0 != f->got
+        || rows != x->t.shape[0])
+        return grm_errorf(GRM_EINTERNAL, "%s: tensor '%s': rows from %lld arrive out of order",
+                          f->path, nt->name, (long long)row0);
+    if (m < 0 || m > rows - row0)
+        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows [%lld, +%lld) of %lld", f->path,
+                          nt->name, (long long)row0, (long long)m, (long long)rows);
+    const size_t rb = grm__ckpt_row_bytes(&x->t);
+    if (!x->spilled && m > 0)
+        memcpy((char *)x->t.data + (size_t)row0 * rb, nt->tensor.data, (size_t)m * rb);
+    f->got = row0 + m;
     return GRM_OK;
 }
 
@@ -105,9 +157,12 @@ static void out_fini(rs_out *o)
     for (int64_t i = 0; i < o->nowned; i++) free(o->owned[i]);
     free(o->owned);
     free(o->v);
+    free(o->spill_off);
     o->owned = NULL;
     o->v = NULL;
+    o->spill_off = NULL;
     o->n = o->nowned = 0;
+    o->spilled = 0;
 }
 
 /* Append tensor (name borrowed, data borrowed or, with own, owned by o). */
@@ -116,10 +171,12 @@ static grm_status out_add(rs_out *o, int64_t cap, const char *name, grm_tensor t
     if (!o->v) {
         o->v = calloc((size_t)cap, sizeof *o->v);
         o->owned = calloc((size_t)cap, sizeof *o->owned);
-        if (!o->v || !o->owned) return grm_errorf(GRM_ENOMEM, "out of memory");
+        o->spill_off = malloc((size_t)cap * sizeof *o->spill_off);
+        if (!o->v || !o->owned || !o->spill_off) return grm_errorf(GRM_ENOMEM, "out of memory");
     }
     GRM_ASSERT(o->n < cap);
     if (own) o->owned[o->nowned++] = t.data;
+    o->spill_off[o->n] = -1;
     o->v[o->n++] = (grm_named_tensor){ name, t };
     return GRM_OK;
 }
@@ -242,6 +299,14 @@ static int32_t owner_in_group(int64_t key, int32_t I)
 
 /* ---- the job ---- */
 
+/* Where a source row of a streamed table goes. */
+typedef struct rs_dest {
+    int64_t pos;             /* its row in the target files */
+    int32_t to;              /* the targets' position in their replica group */
+    int32_t replica;         /* 1: a copy of the row an earlier source rank holds (compared
+                              * with it, its i64 counters merged) */
+} rs_dest;
+
 typedef struct rs_job {
     char stage_dir[PATH_CAP];   /* dir/.reshard-to-M: this run's staged files */
     const grm__pipeline *p;
@@ -259,6 +324,10 @@ typedef struct rs_job {
                                 rank */
     char *settings;          /* rank 0's "settings":{...} member, carried to the new files
                                 (NULL: it had none), owned */
+    int stream;              /* keyed per-row tensors go through the spill files */
+    rs_dest ***dest;         /* [nphys][N] per source row of a streamed table, or NULL */
+    int64_t *spill_bytes;    /* [IM] size of the spill file of each position in a group */
+    int *spill_fd;           /* [IM] (-1: none yet) */
 } rs_job;
 
 /* Table of tensor name (the longest "emb.<table>." prefix), or -1. */
@@ -281,6 +350,18 @@ static int32_t table_in(const grm__pipeline *p, const char *name)
 static int32_t table_of(const rs_job *j, const char *name)
 {
     return table_in(j->p, name);
+}
+
+/* Is tensor nt of file f (being read) a per-row tensor of a keyed table whose rows go
+ * through the spill files: streaming, 2-d or more, after its table's ids. A row tensor ahead
+ * of its ids (no store grm ships writes one) is held, as without streaming. */
+static int spills(const rs_job *j, const rs_file *f, const grm_named_tensor *nt)
+{
+    const int32_t T = j->stream ? table_of(j, nt->name) : -1;
+    if (T < 0 || nt->tensor.ndim < 2) return 0;
+    char ids_name[512];
+    snprintf(ids_name, sizeof ids_name, "emb.%s.ids", j->p->phys_names[T]);
+    return file_find(f, ids_name) != NULL;
 }
 
 /* Read "key":NUMBER from the metadata JSON; 0 when absent. */
@@ -336,7 +417,14 @@ static grm_status load_sources(rs_job *j, const char *stem, int64_t expect_step)
         }
         free(meta);
         if (!j->quiet) grm__log(GRM_LOG_INFO, WHO, "reading %s", f->path);
-        if ((st = j->kops->load(j->kinst, f->path, file_visit, f)) != GRM_OK) return st;
+        f->j = j;
+        st = j->stream ? j->kops->load_rows(j->kinst, f->path, file_piece, f)
+                       : j->kops->load(j->kinst, f->path, file_visit, f);
+        if (st != GRM_OK) return st;
+        if (f->n > 0 && f->v[f->n - 1].t.ndim >= 1 && f->got != f->v[f->n - 1].t.shape[0])
+            return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' ends after %lld of its %lld rows",
+                              f->path, f->v[f->n - 1].name, (long long)f->got,
+                              (long long)f->v[f->n - 1].t.shape[0]);
         const rs_tensor *ts = file_find(f, "trainer.state");
         if (!ts || ts->t.dtype != GRM_DTYPE_I64 || numel_of(&ts->t) < 1)
             return grm_errorf(GRM_EFORMAT, "%s: has no trainer.state tensor; not a grmhost "
@@ -470,6 +558,7 @@ static grm_status reshard_keyed(rs_job *j, int32_t T, const char *ids_name, int6
     const rs_file *f0 = &j->src[0];
     grm_status st = GRM_OK;
     int64_t total = 0;
+    int streamed = 0;       /* some per-row tensor of T is spilled */
     for (int32_t r = 0; r < j->N; r++) {
         const rs_tensor *ids = file_find(&j->src[r], ids_name);
         if (!ids || ids->t.dtype != GRM_DTYPE_I64 || ids->t.ndim != 1)
@@ -489,14 +578,34 @@ static grm_status reshard_keyed(rs_job *j, int32_t T, const char *ids_name, int6
                                   "rows like '%s'", j->src[r].path, y->name,
                                   x ? "shaped otherwise" : "missing",
                                   (long long)ids->t.shape[0], ids_name);
+            if (x->spilled != y->spilled)
+                return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' comes %s its table's ids, "
+                                  "unlike in %s: the ranks were written by different stores",
+                                  j->src[r].path, y->name, x->spilled ? "after" : "before",
+                                  f0->path);
+            streamed |= y->spilled;
         }
     }
     rs_key *k = malloc((size_t)(total ? total : 1) * sizeof *k);
     int64_t *count = calloc((size_t)j->M, sizeof *count);
     int32_t *to = malloc((size_t)(total ? total : 1) * sizeof *to);
+    int64_t *wpos = NULL;   /* streamed: [u] a kept row's position in its targets */
+    rs_dest **dest = NULL;
     if (!k || !count || !to) {
         st = grm_errorf(GRM_ENOMEM, "out of memory sorting %lld rows", (long long)total);
         goto out;
+    }
+    if (streamed) {
+        dest = j->dest[T] = calloc((size_t)j->N, sizeof *dest);
+        wpos = malloc((size_t)(total ? total : 1) * sizeof *wpos);
+        for (int32_t r = 0; dest && r < j->N; r++) {
+            const int64_t nr = file_find(&j->src[r], ids_name)->t.shape[0];
+            if (!(dest[r] = malloc((size_t)(nr ? nr : 1) * sizeof **dest))) break;
+        }
+        if (!dest || !wpos || !dest[j->N - 1]) {
+            st = grm_errorf(GRM_ENOMEM, "out of memory placing %lld rows", (long long)total);
+            goto out;
+        }
     }
     int64_t n = 0;
     for (int32_t r = 0; r < j->N; r++) {
@@ -508,10 +617,15 @@ static grm_status reshard_keyed(rs_job *j, int32_t T, const char *ids_name, int6
     /* drop replicas (same key on several source ranks), checking they are equal */
     int64_t u = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (u > 0 && k[u - 1].key == k[i].key) {
+        const int dup = u > 0 && k[u - 1].key == k[i].key;
+        /* streamed: the kept row it is (its position, once known, replaces it) */
+        if (dest) dest[k[i].rank][k[i].idx] = (rs_dest){ dup ? u - 1 : u, 0, dup };
+        if (dup) {
             for (int64_t t = 0; t < f0->n; t++) {
                 const rs_tensor *y = &f0->v[t];
-                if (table_of(j, y->name) != T || !is_row_tensor_keyed(y, ids_name)) continue;
+                if (table_of(j, y->name) != T || !is_row_tensor_keyed(y, ids_name)
+                    || y->spilled)      /* compared as spill_rows writes it */
+                    continue;
                 const rs_tensor *a = file_find(&j->src[k[u - 1].rank], y->name);
                 const rs_tensor *b = file_find(&j->src[k[i].rank], y->name);
                 const size_t rb = grm__ckpt_row_bytes(&y->t);
@@ -539,9 +653,18 @@ static grm_status reshard_keyed(rs_job *j, int32_t T, const char *ids_name, int6
     for (int64_t i = 0; i < u; i++) {
         to[i] = owner_in_group(k[i].key, j->IM);
         if (to[i] != k[i].rank % j->IN) j->moved[T]++;   /* held elsewhere before */
+        if (wpos) wpos[i] = count[to[i]];
         for (int32_t t = to[i]; t < j->M; t += j->IM) count[t]++;
     }
     j->rows[T] = u;
+    for (int32_t r = 0; dest && r < j->N; r++) {
+        const int64_t nr = file_find(&j->src[r], ids_name)->t.shape[0];
+        for (int64_t i = 0; i < nr; i++) {
+            rs_dest *d = &dest[r][i];
+            d->to = to[d->pos];
+            d->pos = wpos[d->pos];
+        }
+    }
     for (int64_t t = 0; t < f0->n; t++) {
         const rs_tensor *y = &f0->v[t];
         if (table_of(j, y->name) != T) continue;
@@ -557,7 +680,23 @@ static grm_status reshard_keyed(rs_job *j, int32_t T, const char *ids_name, int6
             continue;
         }
         const size_t rb = grm__ckpt_row_bytes(&y->t);
-        for (int32_t m = 0; m < j->M; m++) {
+        for (int32_t m = 0; y->spilled && m < j->M; m++) {
+            /* rows from the spill file of position m % IM, written by spill_rows; the
+             * targets of one position (one per replica group) share its region */
+            grm_tensor x = y->t;
+            x.shape[0] = count[m];
+            x.data = NULL;
+            rs_out *o = &j->dst[m];
+            if ((st = out_add(o, cap, y->name, x, 0)) != GRM_OK) goto out;
+            o->spilled = 1;
+            if (m < j->IM) {
+                o->spill_off[o->n - 1] = j->spill_bytes[m];
+                j->spill_bytes[m] += count[m] * (int64_t)rb;
+            } else {
+                o->spill_off[o->n - 1] = j->dst[m % j->IM].spill_off[o->n - 1];
+            }
+        }
+        for (int32_t m = 0; !y->spilled && m < j->M; m++) {
             grm_tensor x = y->t;
             x.shape[0] = count[m];
             x.data = malloc(count[m] ? (size_t)count[m] * rb : 1);
@@ -584,7 +723,176 @@ out:
     free(k);
     free(count);
     free(to);
+    free(wpos);
     return st;
+}
+
+/* ---- the spill files: per-row tensors of keyed tables, a range of rows at a time ---- */
+
+static grm_status pwrite_all(int fd, const void *buf, size_t n, int64_t off, const char *what)
+{
+    for (size_t w = 0; w < n;) {
+        const ssize_t k = pwrite(fd, (const char *)buf + w, n - w, (off_t)off + (off_t)w);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return grm_errorf(GRM_EIO, "%s: cannot write the spill file: %s; free space "
+                              "there (it takes the table's size, uncompressed) or pass "
+                              "--in-memory", what, k < 0 ? strerror(errno) : "short write");
+        w += (size_t)k;
+    }
+    return GRM_OK;
+}
+
+static grm_status pread_all(int fd, void *buf, size_t n, int64_t off, const char *what)
+{
+    for (size_t r = 0; r < n;) {
+        const ssize_t k = pread(fd, (char *)buf + r, n - r, (off_t)off + (off_t)r);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0)
+            return grm_errorf(GRM_EIO, "%s: cannot read the spill file back: %s", what,
+                              k < 0 ? strerror(errno) : "it is shorter than written");
+        r += (size_t)k;
+    }
+    return GRM_OK;
+}
+
+/* The second read of source rank r: each row of a spilled tensor written where its dest
+ * says, in runs of consecutive rows; a replica's row compared with the copy an earlier rank
+ * wrote (float rows must be equal, i64 counters become their maximum), as reshard_keyed
+ * does for held tensors. */
+typedef struct rs_spill_ctx {
+    rs_job *j;
+    int32_t r;
+    void *row;              /* [row bytes] a replica's stored copy */
+    size_t cap;
+} rs_spill_ctx;
+
+static grm_status spill_piece(void *user, const grm_named_tensor *nt, int64_t row0, int64_t rows)
+{
+    rs_spill_ctx *c = user;
+    rs_job *j = c->j;
+    const rs_file *f = &j->src[c->r];
+    const rs_tensor *x = file_find(f, nt->name);
+    if (!x || !x->spilled) return GRM_OK;       /* held since the first read */
+    const int64_t m = nt->tensor.shape[0];
+    if (rows != x->t.shape[0] || m < 0 || row0 < 0 || m > rows - row0)
+        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows [%lld, +%lld) of %lld, %lld at "
+                          "the first read; the file changed while it was resharded", f->path,
+                          nt->name, (long long)row0, (long long)m, (long long)rows,
+                          (long long)x->t.shape[0]);
+    const int32_t T = table_of(j, nt->name);
+    int64_t oi = 0;         /* the tensor's index in the targets */
+    while (oi < j->dst[0].n && strcmp(j->dst[0].v[oi].name, nt->name) != 0) oi++;
+    GRM_ASSERT(T >= 0 && j->dest[T] && oi < j->dst[0].n);
+    const rs_dest *d = j->dest[T][c->r] + row0;
+    const size_t rb = grm__ckpt_row_bytes(&nt->tensor);
+    const char *src = nt->tensor.data;
+    grm_status st = GRM_OK;
+    int64_t i = 0;
+    while (i < m && st == GRM_OK) {
+        const int32_t g = d[i].to;
+        const int64_t off = j->dst[g].spill_off[oi] + d[i].pos * (int64_t)rb;
+        if (!d[i].replica) {
+            int64_t e = i + 1;  /* the run of rows that follow each other in the target */
+            while (e < m && !d[e].replica && d[e].to == g && d[e].pos == d[e - 1].pos + 1) e++;
+            st = pwrite_all(j->spill_fd[g], src + (size_t)i * rb, (size_t)(e - i) * rb, off,
+                            j->stage_dir);
+            i = e;
+            continue;
+        }
+        if (rb > c->cap) {
+            void *b = realloc(c->row, rb);
+            if (!b) return grm_errorf(GRM_ENOMEM, "out of memory");
+            c->row = b;
+            c->cap = rb;
+        }
+        if ((st = pread_all(j->spill_fd[g], c->row, rb, off, j->stage_dir)) != GRM_OK) break;
+        const char *mine = src + (size_t)i * rb;
+        if (memcmp(c->row, mine, rb) != 0) {
+            if (nt->tensor.dtype != GRM_DTYPE_I64) {
+                char ids_name[512];
+                snprintf(ids_name, sizeof ids_name, "emb.%s.ids", j->p->phys_names[T]);
+                const int64_t *key = file_find(f, ids_name)->t.data;
+                return grm_errorf(GRM_EFORMAT, "%s: key %lld of '%s' differs from the copy an "
+                                  "earlier rank holds; the ranks disagree, so there is no one "
+                                  "model to reshard", f->path, (long long)key[row0 + i],
+                                  nt->name);
+            }
+            int64_t *a = c->row;            /* per-row counters: the maximum */
+            const int64_t *b = (const void *)mine;
+            for (size_t q = 0; q < rb / sizeof *a; q++)
+                if (b[q] > a[q]) a[q] = b[q];
+            st = pwrite_all(j->spill_fd[g], c->row, rb, off, j->stage_dir);
+        }
+        i++;
+    }
+    return st;
+}
+
+/* Create the spill files (one per position in a replica group, unlinked at once: nothing is
+ * left behind by a kill) and write every spilled row into them, reading each source again. */
+static grm_status spill_rows(rs_job *j)
+{
+    int any = 0;
+    for (int32_t g = 0; g < j->IM; g++) any |= j->dst[g].spilled;
+    if (!any) return GRM_OK;
+    grm_status st = grm__ckpt_make_dirs(j->stage_dir);
+    int64_t total = 0;
+    for (int32_t g = 0; g < j->IM && st == GRM_OK; g++) {
+        char path[PATH_CAP];
+        if ((st = pathf(path, sizeof path, "%s/spill-XXXXXX", j->stage_dir)) != GRM_OK) break;
+        j->spill_fd[g] = mkstemp(path);
+        if (j->spill_fd[g] < 0)
+            return grm_errorf(GRM_EIO, "%s: cannot create a spill file: %s", path,
+                              strerror(errno));
+        unlink(path);
+        total += j->spill_bytes[g];
+        if (ftruncate(j->spill_fd[g], (off_t)j->spill_bytes[g]) != 0)
+            return grm_errorf(GRM_EIO, "%s: cannot size the spill file to %lld bytes: %s; "
+                              "free space there or pass --in-memory", j->stage_dir,
+                              (long long)j->spill_bytes[g], strerror(errno));
+    }
+    if (st != GRM_OK) return st;
+    if (!j->quiet)
+        grm__log(GRM_LOG_INFO, WHO, "moving the rows through %d spill file%s in %s (%.1f MB)",
+                 (int)j->IM, j->IM == 1 ? "" : "s", j->stage_dir, (double)total / 1e6);
+    rs_spill_ctx c = { .j = j };
+    for (int32_t r = 0; r < j->N && st == GRM_OK; r++) {
+        c.r = r;
+        st = j->kops->load_rows(j->kinst, j->src[r].path, spill_piece, &c);
+    }
+    free(c.row);
+    return st;
+}
+
+/* save_rows' reader: rows of target tensor `index` from its spill file. */
+typedef struct rs_rows_ctx {
+    const rs_out *o;
+    int fd;
+    const char *what;
+} rs_rows_ctx;
+
+static grm_status out_rows(void *user, int64_t index, int64_t row0, int64_t n, void *out)
+{
+    const rs_rows_ctx *c = user;
+    const size_t rb = grm__ckpt_row_bytes(&c->o->v[index].tensor);
+    GRM_ASSERT(c->o->spill_off[index] >= 0);
+    return pread_all(c->fd, out, (size_t)n * rb, c->o->spill_off[index] + row0 * (int64_t)rb,
+                     c->what);
+}
+
+static void spill_fini(rs_job *j)
+{
+    for (int32_t T = 0; j->dest && T < j->p->nphys; T++) {
+        for (int32_t r = 0; j->dest[T] && r < j->N; r++) free(j->dest[T][r]);
+        free(j->dest[T]);
+        j->dest[T] = NULL;
+    }
+    for (int32_t g = 0; j->spill_fd && g < j->IM; g++) {
+        if (j->spill_fd[g] >= 0) close(j->spill_fd[g]);
+        j->spill_fd[g] = -1;
+        j->spill_bytes[g] = 0;
+    }
 }
 
 /* Rows of indexed table T: row i of every tensor comes from its owner among the N ranks;
@@ -664,6 +972,7 @@ static grm_status reshard_set(rs_job *j, const char *stem, int64_t expect_step)
         if (st != GRM_OK) return st;
     }
     GRM_ASSERT(j->dst[0].n == cap);
+    if ((st = spill_rows(j)) != GRM_OK) return st;
     char name[512];
     grm__json_escape(name, sizeof name, j->p->set.name);
     for (int32_t m = 0; m < j->M; m++) {
@@ -689,7 +998,9 @@ static grm_status reshard_set(rs_job *j, const char *stem, int64_t expect_step)
                  (long long)((const int64_t *)state->t.data)[0],
                  (int)j->M, (int)m, (long long)seed, (int)j->N, j->settings ? "," : "",
                  j->settings ? j->settings : "");
-        st = j->kops->save(j->kinst, o->stage, o->v, o->n, meta);
+        rs_rows_ctx rc = { o, o->spilled ? j->spill_fd[m % j->IM] : -1, j->stage_dir };
+        st = o->spilled ? j->kops->save_rows(j->kinst, o->stage, o->v, o->n, meta, out_rows, &rc)
+                        : j->kops->save(j->kinst, o->stage, o->v, o->n, meta);
         free(meta);
         if (st != GRM_OK) return st;
         o->staged = 1;
@@ -718,6 +1029,7 @@ static grm_status publish(rs_job *j)
 
 static void unstage(rs_job *j)
 {
+    spill_fini(j);
     for (int32_t m = 0; j->dst && m < j->M; m++) {
         if (j->dst[m].staged) remove(j->dst[m].stage);
         j->dst[m].staged = 0;
@@ -984,7 +1296,13 @@ grm_status grm__reshard(const char *ini, const grm__reshard_opts *o, FILE *out)
     j.dst = calloc((size_t)j.M, sizeof *j.dst);
     j.rows = calloc((size_t)p->nphys + 1, sizeof *j.rows);
     j.moved = calloc((size_t)p->nphys + 1, sizeof *j.moved);
-    if (!j.src || !j.dst || !j.rows || !j.moved) {
+    j.dest = calloc((size_t)p->nphys + 1, sizeof *j.dest);
+    j.spill_bytes = calloc((size_t)j.IM, sizeof *j.spill_bytes);
+    j.spill_fd = malloc((size_t)j.IM * sizeof *j.spill_fd);
+    for (int32_t g = 0; j.spill_fd && g < j.IM; g++) j.spill_fd[g] = -1;
+    j.stream = !o->in_memory && GRM_HAS_OP(grm_ckpt_ops, j.kops, load_rows)
+               && GRM_HAS_OP(grm_ckpt_ops, j.kops, save_rows);
+    if (!j.src || !j.dst || !j.rows || !j.moved || !j.dest || !j.spill_bytes || !j.spill_fd) {
         st = grm_errorf(GRM_ENOMEM, "out of memory");
         goto out;
     }
@@ -1030,6 +1348,9 @@ out:
     free(j.dst);
     free(j.rows);
     free(j.moved);
+    free(j.dest);
+    free(j.spill_bytes);
+    free(j.spill_fd);
     free(j.settings);
     if (j.kinst) j.kops->destroy(j.kinst);
     grm__pipeline_destroy(p);

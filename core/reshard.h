@@ -41,6 +41,9 @@ typedef struct grm__reshard_opts {
     int64_t step;      /* the step to reshard; -1: the newest step every source rank has */
     int force;         /* write even when the target already holds checkpoints */
     int quiet;         /* log warnings only */
+    int in_memory;     /* hold every row in memory even when the format reads and writes by
+                        * rows (the default then streams keyed tables' rows through spill
+                        * files) */
 } grm__reshard_opts;
 
 /* Reshard the checkpoints of the pipeline `ini` ([checkpoint] dir, its checkpoint plugin,

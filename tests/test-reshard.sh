@@ -8,14 +8,16 @@
 # a missing rank file, ranks that disagree on the step or on the dense values, an existing
 # target (and --force), with nothing written. The source is never deleted. A control shows
 # the comparison notices lost rows. N -> kN ranks resume with no reshard step (MTGRBoost §5.2's
-# modulo scheme: rank r reads only rank r mod N's file and keeps the rows it owns). TAP output.
+# modulo scheme: rank r reads only rank r mod N's file and keeps the rows it owns). With
+# ckpt-grm the keyed rows stream through spill files: the files equal, byte for byte, those of
+# --in-memory (1 -> 2, and with replica groups 1 -> 4 -> 2, without mpirun). TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-reshard-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..31"
+echo "1..34"
 
 dist_data || exit 1
 rank_ini() {   # $1 comm plugin, $2 checkpoint dir, $3 dense lr
@@ -48,7 +50,7 @@ ok $? "reshard without -n is a usage error"
 rank_ini comm-single "$tmp/a" >"$tmp/a.ini"
 train1 "$tmp/a.ini" 40 "$tmp/a.jsonl"
 cp "$tmp/a/$s40" "$tmp/a40.orig"
-"$g" reshard -q "$tmp/a.ini" -n 2 >"$tmp/a2.out" 2>&1
+"$g" reshard "$tmp/a.ini" -n 2 >"$tmp/a2.out" 2>&1
 rc=$?
 test $rc -eq 0 && test -f "$tmp/a/rank-0-of-2/$s40" && test -f "$tmp/a/rank-1-of-2/$s40" \
     && ! ls "$tmp/a"/step-* >/dev/null 2>&1
@@ -59,6 +61,43 @@ sed 's/^/# /' "$tmp/a2.out"
 awk '$1 == "user+item" { ok = $2 > 0 && $3 + $4 == $2 && $3 > 0.3 * $2 && $3 < 0.7 * $2 }
      END { exit !ok }' "$tmp/a2.out"
 ok $? "the summary counts the rows and about half of them move to rank 1"
+
+# ckpt-grm reads and writes by rows: the keyed table's rows went through spill files, and
+# the files are byte for byte those of the whole step held in memory (--in-memory)
+same_files() {   # DIR1 DIR2 N: rank-R-of-N/step 40 equal in both
+    r=0
+    while [ $r -lt "$3" ]; do
+        cmp -s "$1/rank-$r-of-$3/$s40" "$2/rank-$r-of-$3/$s40" || return 1
+        r=$((r + 1))
+    done
+}
+mkdir -p "$tmp/am" && cp "$tmp/a40.orig" "$tmp/am/$s40"
+rank_ini comm-single "$tmp/am" >"$tmp/am.ini"
+"$g" reshard -q --in-memory "$tmp/am.ini" -n 2 >/dev/null 2>&1
+rc=$?
+"$g" reshard --help | grep -q -- "--in-memory" && grep -q "moving the rows through 2 spill \
+files in $tmp/a/.reshard-to-2" "$tmp/a2.out" && ! test -e "$tmp/a/.reshard-to-2" \
+    && same_files "$tmp/a" "$tmp/am" 2
+ok $((rc | $?)) "1 -> 2 streamed through spill files (gone after): the files of --in-memory, \
+byte for byte"
+# sparse_group = 2 without mpirun: 1 -> 4 puts every row on two ranks (one per replica
+# group); 4 -> 2 reads both copies, compared as they stream, and drops one
+for d in sg sgm; do
+    mkdir -p "$tmp/$d" && cp "$tmp/a40.orig" "$tmp/$d/$s40"
+    rank_ini comm-single "$tmp/$d" | sed 's/^\[train\]$/[train]\nsparse_group = 2/' \
+        >"$tmp/$d.ini"
+done
+"$g" reshard -q "$tmp/sg.ini" -n 4 >/dev/null 2>&1 \
+    && "$g" reshard -q --in-memory "$tmp/sgm.ini" -n 4 >/dev/null 2>&1 \
+    && same_files "$tmp/sg" "$tmp/sgm" 4
+ok $? "sparse_group = 2, 1 -> 4 ranks (each row on 2): streamed and --in-memory files equal"
+"$g" reshard "$tmp/sg.ini" -n 2 >"$tmp/sg2.out" 2>&1 \
+    && "$g" reshard -q --in-memory "$tmp/sgm.ini" -n 2 >/dev/null 2>&1 \
+    && same_files "$tmp/sg" "$tmp/sgm" 2 && grep -q "moving the rows through 2 spill files" \
+    "$tmp/sg2.out" && awk '$1 == "user+item" { ok = $2 == n && $3 == 0 }
+        END { exit !ok }' n="$(awk '$1 == "user+item" { print $2 }' "$tmp/a2.out")" \
+    "$tmp/sg2.out"
+ok $? "... 4 -> 2 (the replicas compared, one kept): equal files, every row once, none moved"
 "$g" reshard -q "$tmp/a.ini" -n 1 >"$tmp/a1.out" 2>&1
 rc=$?
 train1 "$tmp/a.ini" 20 "$tmp/a2.jsonl"

@@ -58,7 +58,8 @@ typedef struct grm_ckpt_ops {
     /* (optional; if NULL, the host gives save whole tensors) save, where the tensors whose
      * data is NULL are read through rows(user, ...) a range of rows at a time and never
      * held whole, so that a checkpoint of a store larger than memory is written in bounded
-     * memory. The file is the one save would write. since 1.10 */
+     * memory. The file holds what save would write (a compressing format may frame a
+     * large tensor differently). since 1.10 */
     grm_status (*save_rows)(void *inst, const char *path, const grm_named_tensor *tensors,
                             int64_t n, const char *meta, grm_ckpt_rows_fn rows, void *user);
 
