@@ -3,7 +3,8 @@
  * core/checkpoint.h grm__ckpt_fmt_for), and the options of `grmhost recommend` and
  * `grmhost export`, whose work is core/recommend.c's. inspect's format plugin verifies the file
  * before the first tensor is listed; the XXH64 printed per tensor is computed here over its
- * raw bytes, so the same model in two formats prints the same checksums. */
+ * raw bytes (a range of rows at a time where the format reads by rows), so the same model in
+ * two formats prints the same checksums. */
 #include "cli.h"
 #include "checkpoint.h"
 #include "grm_core.h"
@@ -50,29 +51,51 @@ static const char *dtype_name(int32_t dtype)
 
 /* ---- inspect ---- */
 
+/* Tensors are hashed as they arrive: whole (load), or a range of rows at a time (load_rows,
+ * where the format has it: a checkpoint of a table larger than memory is listed in memory
+ * of about one piece). */
 typedef struct inspect_ctx {
     int64_t n;
     uint64_t bytes;
+    XXH64_state_t h;        /* of the tensor being received */
+    int64_t got;            /* its rows so far */
 } inspect_ctx;
 
-static grm_status inspect_visit(void *user, const grm_named_tensor *t)
+static grm_status inspect_piece(void *user, const grm_named_tensor *t, int64_t row0,
+                                int64_t rows)
 {
     inspect_ctx *c = user;
-    size_t bytes = grm_dtype_size(t->tensor.dtype);
+    const int64_t m = t->tensor.ndim >= 1 ? t->tensor.shape[0] : 1;
+    size_t bytes = grm_dtype_size(t->tensor.dtype);   /* of one row */
+    for (int32_t d = 1; d < t->tensor.ndim; d++) bytes *= (size_t)t->tensor.shape[d];
+    if (row0 == 0) {
+        XXH64_reset(&c->h, 0);
+        c->got = 0;
+    }
+    if (row0 != c->got || m < 0 || m > rows - row0)
+        return grm_errorf(GRM_EINTERNAL, "tensor '%s': rows from %lld arrive out of order",
+                          t->name, (long long)row0);
+    if (m > 0 && bytes > 0) XXH64_update(&c->h, t->tensor.data, (size_t)m * bytes);
+    c->got += m;
+    if (c->got < rows) return GRM_OK;
     char shape[96] = "[";
     for (int32_t d = 0; d < t->tensor.ndim; d++) {
-        bytes *= (size_t)t->tensor.shape[d];
         size_t k = strlen(shape);
         snprintf(shape + k, sizeof shape - k, "%s%lld", d ? "," : "",
-                 (long long)t->tensor.shape[d]);
+                 (long long)(d ? t->tensor.shape[d] : rows));
     }
     strncat(shape, "]", sizeof shape - strlen(shape) - 1);
-    const uint64_t h = XXH64(bytes ? t->tensor.data : "", bytes, 0);
+    if (t->tensor.ndim >= 1) bytes *= (size_t)rows;
     printf("%-40s %-5s %-20s %12zu %016llx\n", t->name, dtype_name(t->tensor.dtype), shape,
-           bytes, (unsigned long long)h);
+           bytes, (unsigned long long)XXH64_digest(&c->h));
     c->n++;
     c->bytes += bytes;
     return GRM_OK;
+}
+
+static grm_status inspect_visit(void *user, const grm_named_tensor *t)
+{
+    return inspect_piece(user, t, 0, t->tensor.ndim >= 1 ? t->tensor.shape[0] : 1);
 }
 
 int grm__inspect_ckpt(const char *path)
@@ -101,8 +124,10 @@ int grm__inspect_ckpt(const char *path)
         printf("metadata:    %s\n", meta);
         printf("%-40s %-5s %-20s %12s %s\n", "tensor", "dtype", "shape", "bytes", "xxh64");
         fflush(stdout);
-        inspect_ctx c = { 0, 0 };
-        st = fmt.ops->load(fmt.inst, path, inspect_visit, &c);
+        inspect_ctx c = { 0 };
+        st = GRM_HAS_OP(grm_ckpt_ops, fmt.ops, load_rows)
+            ? fmt.ops->load_rows(fmt.inst, path, inspect_piece, &c)
+            : fmt.ops->load(fmt.inst, path, inspect_visit, &c);
         if (st == GRM_OK)
             printf("%lld tensors, %llu bytes\n", (long long)c.n, (unsigned long long)c.bytes);
     }
