@@ -1,4 +1,5 @@
-/* tests/test-ckpt-safetensors.c - ckpt-safetensors round trips (one file and shards), the
+/* tests/test-ckpt-safetensors.c - ckpt-safetensors round trips (one file and shards; whole
+ * and, ABI 1.10, by rows: save_rows and load_rows over a 21 MB tensor), the
  * SafeTensors layout read back here independently (8-byte length, JSON text, aligned data),
  * and the refusal, naming the file and before any tensor is visited, of hostile files
  * written by hand: header length past the end, overlapping, out-of-bounds and gapped
@@ -152,9 +153,141 @@ static int count_files(const char *dir, const char *prefix)
     return n;
 }
 
+/* ---- by rows (ABI 1.10: save_rows, load_rows) ---- */
+
+#define BIG_ROWS 110000      /* x 48 floats: 21 MB, above the 16 MiB pieces */
+#define BIG_COLS 48
+static float *big;           /* [BIG_ROWS, BIG_COLS] the source rows() reads */
+static int64_t small_src[5] = { 11, -22, 33, -44, 55 };
+
+typedef struct rows_log {
+    int calls, fail_at;      /* fail_at: return GRM_EIO on this call (1-based), 0: never */
+    size_t most;             /* largest range asked for, bytes */
+} rows_log;
+
+static grm_status rows_fn(void *user, int64_t index, int64_t row0, int64_t n, void *out)
+{
+    rows_log *r = user;
+    if (++r->calls == r->fail_at) return GRM_EIO;
+    const size_t rb = index == 1 ? BIG_COLS * sizeof(float) : sizeof(int64_t);
+    if ((size_t)n * rb > r->most) r->most = (size_t)n * rb;
+    memcpy(out, index == 1 ? (const void *)(big + (size_t)row0 * BIG_COLS)
+                           : (const void *)(small_src + row0), (size_t)n * rb);
+    return GRM_OK;
+}
+
+/* What load_rows hands over, checked against the source (dense.0.weight whole, big by rows,
+ * small whole). */
+typedef struct piece_log {
+    int pieces, big_pieces, bad;
+    int64_t big_got;
+    size_t most;
+} piece_log;
+
+static grm_status piece_fn(void *user, const grm_named_tensor *t, int64_t row0, int64_t rows)
+{
+    piece_log *p = user;
+    p->pieces++;
+    const size_t bytes = (size_t)t->tensor.shape[0] * grm_dtype_size(t->tensor.dtype)
+                         * (size_t)(t->tensor.ndim > 1 ? t->tensor.shape[1] : 1);
+    if (bytes > p->most) p->most = bytes;
+    if (strcmp(t->name, "big") == 0) {
+        p->big_pieces++;
+        p->bad += rows != BIG_ROWS || row0 != p->big_got || t->tensor.shape[1] != BIG_COLS
+                  || memcmp(t->tensor.data, big + (size_t)row0 * BIG_COLS, bytes) != 0;
+        p->big_got += t->tensor.shape[0];
+    } else if (strcmp(t->name, "small") == 0) {
+        p->bad += row0 != 0 || rows != 5 || memcmp(t->tensor.data, small_src, 40) != 0;
+    } else {
+        p->bad += strcmp(t->name, "dense.0.weight") != 0 || row0 != 0 || rows != 3
+                  || memcmp(t->tensor.data, t_f32, 60) != 0;
+    }
+    return GRM_OK;
+}
+
+/* save_rows writes the file save writes; load_rows hands a 21 MB tensor out in 16 MiB
+ * pieces after every check; a flipped byte is refused before any piece; a failing range
+ * leaves no file. Sharded too. */
+static void test_rows(const char *dir, void *sh)
+{
+    char path[4200], whole[4200], bad[4200], spath[4200];
+    snprintf(path, sizeof(path), "%s/rows.safetensors", dir);
+    snprintf(whole, sizeof(whole), "%s/whole.safetensors", dir);
+    snprintf(bad, sizeof(bad), "%s/rows-bad.safetensors", dir);
+    snprintf(spath, sizeof(spath), "%s/rows-sharded.safetensors", dir);
+    big = malloc((size_t)BIG_ROWS * BIG_COLS * sizeof(float));
+    uint64_t rs = 9;
+    for (size_t i = 0; i < (size_t)BIG_ROWS * BIG_COLS; i++) big[i] = harness_randf(&rs);
+    grm_named_tensor t[3] = {
+        saved[1],
+        mk("big", NULL, GRM_DTYPE_F32, 2, BIG_ROWS, BIG_COLS, 1, 1),
+        mk("small", NULL, GRM_DTYPE_I64, 1, 5, 1, 1, 1),
+    };
+    rows_log r = { 0, 0, 0 };
+    // big: 2 ranges for its XXH64, 2 for its bytes; small: 1 + 1
+    tap_ok(ops->save_rows(ck, path, t, 3, meta, rows_fn, &r) == GRM_OK && r.calls == 6
+           && r.most <= ((size_t)16 << 20),
+           "save_rows: a 21 MB tensor is read twice (checksum, bytes) in ranges of at most "
+           "16 MiB (%d calls, largest %zu bytes)", r.calls, r.most);
+    grm_named_tensor w[3] = { t[0], t[1], t[2] };
+    w[1].tensor.data = big;
+    w[2].tensor.data = small_src;
+    size_t sa = 0, sb = 0;
+    uint8_t *a = NULL, *b = NULL;
+    int same = ops->save(ck, whole, w, 3, meta) == GRM_OK
+               && (a = read_all(path, &sa)) != NULL && (b = read_all(whole, &sb)) != NULL
+               && sa == sb && memcmp(a, b, sa) == 0;
+    tap_ok(same, "the file is byte for byte the one save writes from the whole tensors");
+    free(b);
+
+    piece_log pl = { 0, 0, 0, 0, 0 };
+    grm_status st = ops->load_rows(ck, path, piece_fn, &pl);
+    tap_ok(st == GRM_OK && pl.bad == 0 && pl.big_pieces == 2 && pl.big_got == BIG_ROWS
+           && pl.pieces == 4 && pl.most <= ((size_t)16 << 20),
+           "load_rows: 'big' in %d pieces of at most 16 MiB, back to back, the small tensors "
+           "whole, every byte as saved (%d bad)", pl.big_pieces, pl.bad);
+
+    // a byte in the middle of big's data flipped: refused before any piece
+    if (a != NULL) {
+        a[sa / 2] ^= 0x5A;
+        write_all(bad, a, sa);
+    }
+    pl = (piece_log){ 0, 0, 0, 0, 0 };
+    tap_ok(a != NULL && ops->load_rows(ck, bad, piece_fn, &pl) == GRM_EFORMAT && pl.pieces == 0
+           && harness_error_has("checksum mismatch in tensor 'big'"),
+           "a flipped byte in a piece-wise tensor: GRM_EFORMAT naming it before any piece");
+    free(a);
+
+    // sharded (shard_bytes = 500: every tensor in its own shard) by rows, read back whole
+    r = (rows_log){ 0, 0, 0 };
+    visit_log v = { 0, 0, 0, 1 };
+    pl = (piece_log){ 0, 0, 0, 0, 0 };
+    tap_ok(ops->save_rows(sh, spath, t, 3, meta, rows_fn, &r) == GRM_OK
+           && ops->load(sh, spath, visit, &v) == GRM_OK && v.visits == 3
+           && ops->load_rows(sh, spath, piece_fn, &pl) == GRM_OK && pl.bad == 0
+           && pl.big_pieces == 2, "sharded save_rows: load reads it, load_rows hands out the "
+           "same pieces");
+
+    // a range that cannot be read fails the save with its status and leaves nothing
+    for (int at = 1; at <= 4; at += 3) {
+        r = (rows_log){ 0, at, 0 };
+        remove(path);
+        size_t n = 0;
+        uint8_t *gone = NULL;
+        tap_ok(ops->save_rows(ck, path, t, 3, meta, rows_fn, &r) == GRM_EIO
+               && (gone = read_all(path, &n)) == NULL,
+               "a range that fails (call %d: %s) fails save_rows with its status; no file", at,
+               at == 1 ? "while hashing" : "while writing");
+        free(gone);
+    }
+    remove(whole);
+    remove(bad);
+    free(big);
+}
+
 int main(void)
 {
-    tap_plan(34);
+    tap_plan(41);
     const grm_plugin_info *info = harness_plugin("ckpt-safetensors");
     ops = info->ops;
     make_tensors();
@@ -342,6 +475,7 @@ int main(void)
     t.tensor.device.type = GRM_DEVICE_CUDA;
     tap_ok(ops->save(ck, bad, &t, 1, meta) == GRM_ENOTSUP && harness_error_has("is not on the CPU"),
            "save refuses a tensor that is not on the CPU");
+    test_rows(dir, sh);
     int leftovers = 0;
     DIR *dp = opendir(dir);
     for (struct dirent *de; dp != NULL && (de = readdir(dp)) != NULL;)

@@ -71,11 +71,61 @@ static grm_status st_load_op(void *inst, const char *path, grm_ckpt_visit_fn vis
     if (inst == NULL || path == NULL || visit == NULL)
         return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: load: inst, path or visit is "
                                "NULL");
-    if ((st = st_open(st_host, path, &f)) != GRM_OK) return st;
+    if ((st = st_open(st_host, path, &f, 0)) != GRM_OK) return st;
     for (int64_t i = 0; i < f.n && st == GRM_OK; i++) {
         grm_named_tensor t;
         st_tensor(&f, i, &t, NULL);
         st = visit(user, &t);
+    }
+    st_close(&f);
+    return st;
+}
+
+static grm_status st_save_rows_op(void *inst, const char *path, const grm_named_tensor *tensors,
+                                  int64_t n, const char *meta, grm_ckpt_rows_fn rows,
+                                  void *user)
+{
+    const st_inst *s = inst;
+    if (s == NULL)
+        return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: save_rows: inst is NULL");
+    return st_save_rows(st_host, s->shard_bytes, path, tensors, n, meta, rows, user);
+}
+
+/* load, where a tensor above ST_PIECE_BYTES is handed out in pieces of rows pointing into
+ * the mapping, each piece's pages released once visited, as the verification released them:
+ * the resident set stays at about a piece. Every check is done before the first piece. */
+static grm_status st_load_rows_op(void *inst, const char *path, grm_ckpt_piece_fn visit,
+                                  void *user)
+{
+    st_file f;
+    grm_status st;
+
+    if (inst == NULL || path == NULL || visit == NULL)
+        return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: load_rows: inst, path or visit "
+                               "is NULL");
+    if ((st = st_open(st_host, path, &f, 1)) != GRM_OK) return st;
+    for (int64_t i = 0; i < f.n && st == GRM_OK; i++) {
+        grm_named_tensor t;
+        const st_entry *e;
+        st_tensor(&f, i, &t, &e);
+        const size_t bytes = (size_t)(e->end - e->begin);
+        if (t.tensor.ndim < 1 || bytes <= ST_PIECE_BYTES || t.tensor.shape[0] < 2) {
+            st = visit(user, &t, 0, t.tensor.ndim >= 1 ? t.tensor.shape[0] : 1);
+            if (bytes > 0) st_unneed(&f, t.tensor.data, bytes);
+            continue;
+        }
+        const int64_t rows = t.tensor.shape[0];
+        const size_t rb = bytes / (size_t)rows;
+        int64_t per = (int64_t)(ST_PIECE_BYTES / rb);
+        if (per < 1) per = 1;
+        const char *data = t.tensor.data;
+        for (int64_t r0 = 0; r0 < rows && st == GRM_OK; r0 += per) {
+            grm_named_tensor piece = t;
+            piece.tensor.shape[0] = rows - r0 < per ? rows - r0 : per;
+            piece.tensor.data = (void *)(data + (size_t)r0 * rb);
+            st = visit(user, &piece, r0, rows);
+            st_unneed(&f, piece.tensor.data, (size_t)piece.tensor.shape[0] * rb);
+        }
     }
     st_close(&f);
     return st;
@@ -88,7 +138,7 @@ static grm_status st_meta_op(void *inst, const char *path, char *buf, size_t cap
 
     if (inst == NULL || path == NULL || (buf == NULL && cap > 0))
         return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: meta: inst, path or buf is NULL");
-    if ((st = st_open(st_host, path, &f)) != GRM_OK) return st;
+    if ((st = st_open(st_host, path, &f, 1)) != GRM_OK) return st;
     // A file Python wrote has no grm metadata: it reads as the empty object.
     const char *m = f.meta != NULL ? f.meta : "{}";
     const size_t len = strlen(m);
@@ -116,13 +166,15 @@ static const grm_ckpt_ops st_ops = {
     .save = st_save_op,
     .load = st_load_op,
     .meta = st_meta_op,
+    .save_rows = st_save_rows_op,
+    .load_rows = st_load_rows_op,
 };
 
 static const grm_plugin_info st_info = {
     GRM_PLUGIN_INFO_HEADER,
     .kind = GRM_KIND_CKPT,
     .name = "ckpt-safetensors",
-    .version = "1.0.0",
+    .version = "1.1.0",
     .description = "SafeTensors checkpoint (Python's safetensors reads it), XXH64-checked, "
                    "sharded above a size",
     .ops = &st_ops,

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <grm/ckpt.h>
 #include <grm/host.h>
 #include <grm/tensor.h>
 
@@ -84,6 +85,9 @@ typedef struct st_part {
 
 typedef struct st_file {
     const char *path;          /* borrowed, for messages */
+    int release;               /* pages of the mappings released as they are verified
+                                * (load_rows: a file larger than memory is walked in
+                                * bounded residence) */
     st_part *parts;            /* owned [nparts]: [0] the file at path, then its shards */
     int32_t nparts;
     const char *meta;          /* the trainer's metadata (ST_META_GRM), or NULL */
@@ -92,7 +96,13 @@ typedef struct st_file {
 
 /* Map path (and its shards), validate every header and every recorded XXH64 before
  * returning. GRM_EIO (cannot read), GRM_EFORMAT (bad contents), nothing left open then. */
-grm_status st_open(const grm_host_api *host, const char *path, st_file *f);
+grm_status st_open(const grm_host_api *host, const char *path, st_file *f, int release);
+
+/* Let go of the pages of bytes [p, p + len) of one of f's mappings (load_rows). */
+void st_unneed(const st_file *f, const void *p, size_t len);
+
+/* Bytes of rows save_rows asks for and load_rows hands out at a time (ckpt-grm's size). */
+#define ST_PIECE_BYTES ((size_t)16 << 20)
 
 /* Tensor i of a verified file, in file order (shard by shard); *out borrows the mapping
  * until st_close. */
@@ -107,6 +117,13 @@ void st_close(st_file *f);
  * as Hugging Face's model.safetensors.index.json. meta: NUL-terminated, NULL is "{}". */
 grm_status st_save(const grm_host_api *host, int64_t shard_bytes, const char *path,
                    const grm_named_tensor *tensors, int64_t n, const char *meta);
+
+/* st_save, where a tensor whose data is NULL is read through rows(user, ...) ST_PIECE_BYTES
+ * of rows at a time, twice: once for its XXH64 (the header, written first, records it),
+ * once for its bytes. The file is the one st_save writes with the same tensors. */
+grm_status st_save_rows(const grm_host_api *host, int64_t shard_bytes, const char *path,
+                        const grm_named_tensor *tensors, int64_t n, const char *meta,
+                        grm_ckpt_rows_fn rows, void *user);
 
 /* 1 when s [len] is well-formed UTF-8 (no overlong forms, surrogates or > U+10FFFF). */
 int st_utf8_valid(const uint8_t *s, size_t len);

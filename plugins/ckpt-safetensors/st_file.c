@@ -27,7 +27,7 @@ void st_close(st_file *f)
 }
 
 /* Map and validate part p (its path already set); check each recorded tensor XXH64. */
-static grm_status st_open_part(const grm_host_api *host, st_part *p)
+static grm_status st_open_part(const grm_host_api *host, st_part *p, int release)
 {
     grm_status st = ckpt_map(host, "ckpt-safetensors", p->path, &p->data, &p->size);
     if (st != GRM_OK) return st;
@@ -37,6 +37,9 @@ static grm_status st_open_part(const grm_host_api *host, st_part *p)
         if (!e->has_xxh) continue;
         const uint64_t got = XXH64(p->data + p->h.data_start + e->begin,
                                    (size_t)(e->end - e->begin), ST_XXH_SEED);
+        if (release)
+            ckpt_unneed(p->data, (size_t)(p->h.data_start + e->begin),
+                        (size_t)(e->end - e->begin));
         if (got != e->xxh64)
             return host->errorf(GRM_EFORMAT, "ckpt-safetensors: %s: checksum mismatch in "
                                 "tensor '%.64s' (XXH64 of its data is %016llx, the header "
@@ -88,13 +91,14 @@ static grm_status st_open_shards(const grm_host_api *host, st_file *f, const cha
         grm_status st = ckpt_map(host, "ckpt-safetensors", p->path, &p->data, &p->size);
         if (st != GRM_OK) return st;     // the message names the shard's path
         const uint64_t got = XXH64(p->data, p->size, ST_XXH_SEED);
+        if (f->release) ckpt_unneed(p->data, 0, p->size);
         if (got != want)
             return host->errorf(GRM_EFORMAT, "ckpt-safetensors: %s: shard %s has XXH64 "
                                 "%016llx, the checkpoint records %016llx: it belongs to "
                                 "another save", path, p->path, (unsigned long long)got, want);
         ckpt_unmap(p->data, p->size);
         p->data = NULL;
-        if ((st = st_open_part(host, p)) != GRM_OK) return st;
+        if ((st = st_open_part(host, p, f->release)) != GRM_OK) return st;
         f->n += p->h.n;
     }
     // A name in two shards would be visited twice.
@@ -117,17 +121,18 @@ static grm_status st_open_shards(const grm_host_api *host, st_file *f, const cha
     return GRM_OK;
 }
 
-grm_status st_open(const grm_host_api *host, const char *path, st_file *f)
+grm_status st_open(const grm_host_api *host, const char *path, st_file *f, int release)
 {
     memset(f, 0, sizeof(*f));
     f->path = path;
+    f->release = release;
     f->parts = calloc(1, sizeof(*f->parts));
     if (f->parts == NULL || (f->parts[0].path = strdup(path)) == NULL) {
         st_close(f);
         return host->errorf(GRM_ENOMEM, "ckpt-safetensors: out of memory");
     }
     f->nparts = 1;
-    grm_status st = st_open_part(host, &f->parts[0]);
+    grm_status st = st_open_part(host, &f->parts[0], release);
     if (st == GRM_OK) {
         f->n = f->parts[0].h.n;
         f->meta = st_meta_get(&f->parts[0].h, ST_META_GRM);
@@ -136,6 +141,18 @@ grm_status st_open(const grm_host_api *host, const char *path, st_file *f)
     }
     if (st != GRM_OK) st_close(f);
     return st;
+}
+
+void st_unneed(const st_file *f, const void *p, size_t len)
+{
+    const uint8_t *b = p;
+    for (int32_t i = 0; i < f->nparts; i++) {
+        const st_part *part = &f->parts[i];
+        if (part->data != NULL && b >= part->data && b + len <= part->data + part->size) {
+            ckpt_unneed(part->data, (size_t)(b - part->data), len);
+            return;
+        }
+    }
 }
 
 void st_tensor(const st_file *f, int64_t i, grm_named_tensor *out, const st_entry **ep)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#define XXH_STATIC_LINKING_ONLY     // XXH64_state_t on the stack
 #include <xxhash.h>
 
 #include "ckpt_file.h"
@@ -75,7 +76,70 @@ typedef struct st_item {
     int64_t index;             /* the caller's order */
     int32_t shard;             /* 0-based shard it goes to */
     uint64_t begin;            /* data_offsets[0] inside its file */
+    uint64_t xxh;              /* XXH64 of its bytes (the header's xxh64:NAME) */
 } st_item;
+
+/* Where the bytes of a tensor whose data is NULL come from (save_rows). */
+typedef struct st_src {
+    grm_ckpt_rows_fn rows;     /* NULL: every tensor holds its data (save) */
+    void *user;
+    void *buf;                 /* a range of rows */
+    size_t cap;
+} st_src;
+
+typedef grm_status (*st_eat_fn)(void *ctx, const void *p, size_t len);
+
+/* Hand the bytes of item it to eat in order: its data at once, or (data NULL) its rows
+ * through src->rows, ST_PIECE_BYTES of them at a time. A rows error is returned as it is. */
+static grm_status st_stream(const grm_host_api *host, const char *path, const st_item *it,
+                            st_src *src, st_eat_fn eat, void *ctx)
+{
+    const grm_tensor *t = &it->t->tensor;
+    if (it->bytes == 0) return GRM_OK;
+    if (t->data != NULL) return eat(ctx, t->data, it->bytes);
+    const int64_t rows = t->shape[0];
+    const size_t rb = it->bytes / (size_t)rows;
+    int64_t per = (int64_t)(ST_PIECE_BYTES / rb);
+    if (per < 1) per = 1;
+    if (per > rows) per = rows;
+    if ((size_t)per * rb > src->cap) {
+        void *b = realloc(src->buf, (size_t)per * rb);
+        if (b == NULL)
+            return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory for %lld rows "
+                                "of '%s'", path, (long long)per, it->t->name);
+        src->buf = b;
+        src->cap = (size_t)per * rb;
+    }
+    grm_status st = GRM_OK;
+    for (int64_t r0 = 0; r0 < rows && st == GRM_OK; r0 += per) {
+        const int64_t n = rows - r0 < per ? rows - r0 : per;
+        if ((st = src->rows(src->user, it->index, r0, n, src->buf)) == GRM_OK)
+            st = eat(ctx, src->buf, (size_t)n * rb);
+    }
+    return st;
+}
+
+static grm_status st_eat_hash(void *ctx, const void *p, size_t len)
+{
+    XXH64_update(ctx, p, len);
+    return GRM_OK;
+}
+
+/* The file being written: its stream, its running XXH64, the first write error. */
+typedef struct st_out {
+    FILE *f;
+    XXH64_state_t *hs;
+    int err;
+} st_out;
+
+static grm_status st_eat_write(void *ctx, const void *p, size_t len)
+{
+    st_out *o = ctx;
+    errno = 0;
+    if (o->err == 0 && fwrite(p, 1, len, o->f) != len) o->err = errno ? errno : -1;
+    XXH64_update(o->hs, p, len);
+    return GRM_OK;
+}
 
 static int st_by_size(const void *a, const void *b)
 {
@@ -140,7 +204,7 @@ static void st_header_json(st_buf *b, st_item *items, int64_t n, int32_t s,
  * 8-byte length (the shards' JSON index). */
 static grm_status st_write_file(const grm_host_api *host, const char *path, const char *hdr,
                                 size_t hlen, const st_item *items, int64_t n, int32_t s,
-                                int prefix, uint64_t *xxh)
+                                int prefix, st_src *src, uint64_t *xxh)
 {
     const size_t tmp_len = strlen(path) + 32;
     char *tmp = malloc(tmp_len);
@@ -166,12 +230,17 @@ static grm_status st_write_file(const grm_host_api *host, const char *path, cons
         err = errno ? errno : -1;
     if (prefix) XXH64_update(hs, len8, 8);
     XXH64_update(hs, hdr, hlen);
-    for (int64_t i = 0; i < n && err == 0; i++) {
+    st_out o = { f, hs, err };
+    for (int64_t i = 0; i < n && o.err == 0 && st == GRM_OK; i++) {
         if ((s >= 0 && items[i].shard != s) || items[i].bytes == 0) continue;
-        errno = 0;
-        if (fwrite(items[i].t->tensor.data, 1, items[i].bytes, f) != items[i].bytes)
-            err = errno ? errno : -1;
-        XXH64_update(hs, items[i].t->tensor.data, items[i].bytes);
+        st = st_stream(host, path, &items[i], src, st_eat_write, &o);
+    }
+    err = o.err;
+    if (st != GRM_OK) {         // a rows error (or no memory for its range): no file
+        fclose(f);
+        f = NULL;
+        unlink(tmp);
+        goto out;
     }
     if (err == 0 && fflush(f) != 0) err = errno;
     if (err == 0 && fsync(fileno(f)) != 0) err = errno;
@@ -204,7 +273,8 @@ out:
 /* ---- checks and the whole save ---- */
 
 static grm_status st_check_tensor(const grm_host_api *host, const char *path,
-                                  const grm_named_tensor *nt, int64_t i, size_t *bytes)
+                                  const grm_named_tensor *nt, int64_t i, int by_rows,
+                                  size_t *bytes)
 {
     const grm_tensor *t = &nt->tensor;
     if (nt->name == NULL || nt->name[0] == '\0')
@@ -235,7 +305,7 @@ static grm_status st_check_tensor(const grm_host_api *host, const char *path,
                                 path, nt->name);
         b *= (size_t)t->shape[d];
     }
-    if (b > 0 && t->data == NULL)
+    if (b > 0 && t->data == NULL && !(by_rows && t->ndim >= 1))
         return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: tensor '%s' holds %zu bytes "
                             "but its data is NULL", path, nt->name, b);
     *bytes = b;
@@ -272,11 +342,10 @@ static const char **st_meta_pairs(const st_item *items, int64_t n, int32_t s, co
     char *p = *store;
     for (int64_t i = 0; i < n; i++) {
         if (s >= 0 && items[i].shard != s) continue;
-        const char *data = items[i].bytes ? items[i].t->tensor.data : "";
         const int w = sprintf(p, "%s%s", ST_META_XXH, items[i].t->name);
         kv[2 * k] = p;
         p += w + 1;
-        sprintf(p, "%016llx", (unsigned long long)XXH64(data, items[i].bytes, ST_XXH_SEED));
+        sprintf(p, "%016llx", (unsigned long long)items[i].xxh);
         kv[2 * k + 1] = p;
         p += 17;
         k++;
@@ -292,7 +361,7 @@ static const char **st_meta_pairs(const st_item *items, int64_t n, int32_t s, co
 /* Write one file of shard s (all tensors when s < 0) with extra metadata pairs. */
 static grm_status st_emit(const grm_host_api *host, const char *path, st_item *items,
                           int64_t n, int32_t s, const char *meta, const char *const *extra,
-                          int nextra, uint64_t *xxh)
+                          int nextra, st_src *src, uint64_t *xxh)
 {
     char *store = NULL;
     int npairs = 0;
@@ -306,7 +375,7 @@ static grm_status st_emit(const grm_host_api *host, const char *path, st_item *i
         return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory for the header",
                             path);
     }
-    const grm_status st = st_write_file(host, path, b.s, b.len, items, n, s, 1, xxh);
+    const grm_status st = st_write_file(host, path, b.s, b.len, items, n, s, 1, src, xxh);
     free(b.s);
     return st;
 }
@@ -315,7 +384,8 @@ static grm_status st_emit(const grm_host_api *host, const char *path, st_item *i
  * Face's weight_map, for tools that load sharded models), and last the file at path, which
  * lists the shards with their XXH64: until it is renamed into place no checkpoint exists. */
 static grm_status st_save_shards(const grm_host_api *host, const char *path, st_item *items,
-                                 int64_t n, int32_t nshards, uint64_t total, const char *meta)
+                                 int64_t n, int32_t nshards, uint64_t total, const char *meta,
+                                 st_src *src)
 {
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
@@ -339,7 +409,8 @@ static grm_status st_save_shards(const grm_host_api *host, const char *path, st_
         snprintf(name, sizeof(name), "%.*s-%05d-of-%05d.safetensors", (int)blen, base, s + 1,
                  nshards);
         snprintf(shard, plen, "%.*s%s", dirlen, path, name);
-        if ((st = st_emit(host, shard, items, n, s, NULL, NULL, 0, &xxh)) != GRM_OK) goto out;
+        if ((st = st_emit(host, shard, items, n, s, NULL, NULL, 0, src, &xxh)) != GRM_OK)
+            goto out;
         pairs[2 * s] = malloc(32);
         pairs[2 * s + 1] = malloc(strlen(name) + 24);
         files[s] = strdup(name);
@@ -375,8 +446,10 @@ static grm_status st_save_shards(const grm_host_api *host, const char *path, st_
     }
     snprintf(index, plen, "%s.index.json", path);
     uint64_t xxh;
-    if ((st = st_write_file(host, index, b.s, b.len, NULL, 0, -1, 0, &xxh)) != GRM_OK) goto out;
-    st = st_emit(host, path, items, 0, -1, meta, (const char *const *)pairs, nshards + 1, &xxh);
+    if ((st = st_write_file(host, index, b.s, b.len, NULL, 0, -1, 0, src, &xxh)) != GRM_OK)
+        goto out;
+    st = st_emit(host, path, items, 0, -1, meta, (const char *const *)pairs, nshards + 1, src,
+                 &xxh);
 out:
     for (int32_t s = 0; pairs != NULL && s <= nshards; s++) {
         free(pairs[2 * s]);
@@ -391,8 +464,9 @@ out:
     return st;
 }
 
-grm_status st_save(const grm_host_api *host, int64_t shard_bytes, const char *path,
-                   const grm_named_tensor *tensors, int64_t n, const char *meta)
+static grm_status st_save_from(const grm_host_api *host, int64_t shard_bytes, const char *path,
+                               const grm_named_tensor *tensors, int64_t n, const char *meta,
+                               st_src *src)
 {
     grm_status st = GRM_OK;
     if (path == NULL || path[0] == '\0')
@@ -409,10 +483,17 @@ grm_status st_save(const grm_host_api *host, int64_t shard_bytes, const char *pa
     }
     uint64_t total = 0;
     for (int64_t i = 0; i < n; i++) {
-        if ((st = st_check_tensor(host, path, &tensors[i], i, &items[i].bytes)) != GRM_OK)
+        if ((st = st_check_tensor(host, path, &tensors[i], i, src->rows != NULL,
+                                  &items[i].bytes)) != GRM_OK)
             goto out;
         items[i].t = &tensors[i];
         items[i].index = i;
+        // the header, written first, records every tensor's XXH64: a tensor read by rows
+        // is read once for it here and once more for its bytes
+        XXH64_state_t h;
+        XXH64_reset(&h, ST_XXH_SEED);
+        if ((st = st_stream(host, path, &items[i], src, st_eat_hash, &h)) != GRM_OK) goto out;
+        items[i].xxh = XXH64_digest(&h);
         names[i] = tensors[i].name;
         total += items[i].bytes;
     }
@@ -451,12 +532,31 @@ grm_status st_save(const grm_host_api *host, int64_t shard_bytes, const char *pa
     free(at);
     uint64_t xxh = 0;
     if (!sharded) {
-        st = st_emit(host, path, items, n, -1, meta, NULL, 0, &xxh);
+        st = st_emit(host, path, items, n, -1, meta, NULL, 0, src, &xxh);
         goto out;
     }
-    st = st_save_shards(host, path, items, n, nshards, total, meta);
+    st = st_save_shards(host, path, items, n, nshards, total, meta, src);
 out:
     free(items);
     free(names);
+    return st;
+}
+
+grm_status st_save(const grm_host_api *host, int64_t shard_bytes, const char *path,
+                   const grm_named_tensor *tensors, int64_t n, const char *meta)
+{
+    st_src src = { 0 };
+    return st_save_from(host, shard_bytes, path, tensors, n, meta, &src);
+}
+
+grm_status st_save_rows(const grm_host_api *host, int64_t shard_bytes, const char *path,
+                        const grm_named_tensor *tensors, int64_t n, const char *meta,
+                        grm_ckpt_rows_fn rows, void *user)
+{
+    if (rows == NULL)
+        return host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: save_rows without rows", path);
+    st_src src = { rows, user, NULL, 0 };
+    const grm_status st = st_save_from(host, shard_bytes, path, tensors, n, meta, &src);
+    free(src.buf);
     return st;
 }
