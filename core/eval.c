@@ -160,6 +160,12 @@ static grm_status eval_buffers(grm__trainer *t, int64_t cc)
     return GRM_OK;
 }
 
+grm_status grm__eval_catalog_rows(grm__trainer *t, int64_t c0, int64_t n)
+{
+    GRM_ASSERT(n <= t->ev.chunk && c0 >= 0 && c0 + n <= t->ds->ncatalog);
+    return catalog_rows(t, c0, n);
+}
+
 grm_status grm__eval_catalog(grm__trainer *t)
 {
     const int64_t C = t->ds->ncatalog;

@@ -88,16 +88,41 @@ static int64_t top_k(const float *sc, int64_t C, int64_t K, int64_t *idx, float 
 
 /* ---- recommend ---- */
 
+/* The K best of a [na] and b [nb] (both best first) into out/outv, best first; returns
+ * how many. Catalog indices are global, so the tie rule is the whole catalog's. */
+static int64_t merge_k(const int64_t *a, const float *av, int64_t na, const int64_t *b,
+                       const float *bv, int64_t nb, int64_t K, int64_t *out, float *outv)
+{
+    int64_t i = 0, j = 0, n = 0;
+    while (n < K && (i < na || j < nb)) {
+        if (j >= nb || (i < na && outranks(av[i], a[i], bv[j], b[j]))) {
+            out[n] = a[i];
+            outv[n++] = av[i++];
+        } else {
+            out[n] = b[j];
+            outv[n++] = bv[j++];
+        }
+    }
+    return n;
+}
+
 typedef struct rec_ctx {
     grm__trainer *t;
     const float *q;            /* [b, D] queries */
     float *scores;             /* [b, C] */
     int64_t K, D, C;
+    int64_t c0;                /* catalog index of the chunk's first item (C of them) */
     int keep_history;
     int use_cblas;             /* the CPU backends: each range runs its own sgemm */
+    const int64_t *users;      /* [b] user indices */
     int64_t *items;            /* [b, K] catalog indices */
     float *vals;               /* [b, K] */
     int64_t *count;            /* [b] */
+    /* several chunks: the users' K best so far, merged with each chunk's ([b, K], [b]),
+     * and a scratch [K] per range's merge */
+    int64_t *best;
+    float *bestv;
+    int64_t *nbest;
 } rec_ctx;
 
 static grm_status rec_range(void *vctx, int64_t lo, int64_t hi)
@@ -108,18 +133,55 @@ static grm_status rec_range(void *vctx, int64_t lo, int64_t hi)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), (int)c->C,
                     (int)c->D, 1.0f, c->q + lo * c->D, (int)c->D, c->t->ev.cat_rows, (int)c->D,
                     0.0f, c->scores + lo * c->C, (int)c->C);
+    int64_t *mi = NULL;
+    float *mv = NULL;
+    if (c->best && (!(mi = malloc((size_t)c->K * sizeof *mi))
+                    || !(mv = malloc((size_t)c->K * sizeof *mv)))) {
+        free(mi);
+        return grm_errorf(GRM_ENOMEM, "out of memory");
+    }
     for (int64_t k = lo; k < hi; k++) {
         float *sc = c->scores + k * c->C;
-        const int64_t u = c->t->eb.users[k];
+        const int64_t u = c->users[k];
         if (!c->keep_history) {
             for (int64_t j = ds->offsets[u]; j < ds->offsets[u + 1]; j++) {
-                const int64_t ci = grm__eval_catalog_index(ds, ds->items[j]);
-                if (ci >= 0) sc[ci] = -INFINITY;
+                const int64_t ci = grm__eval_catalog_index(ds, ds->items[j]) - c->c0;
+                if (ci >= 0 && ci < c->C) sc[ci] = -INFINITY;
             }
         }
-        c->count[k] = top_k(sc, c->C, c->K, c->items + k * c->K, c->vals + k * c->K);
+        int64_t *it = c->items + k * c->K;
+        float *v = c->vals + k * c->K;
+        c->count[k] = top_k(sc, c->C, c->K, it, v);
+        if (!c->best) continue;
+        for (int64_t r = 0; r < c->count[k]; r++) it[r] += c->c0;
+        int64_t *bi = c->best + k * c->K;
+        float *bv = c->bestv + k * c->K;
+        const int64_t n = merge_k(bi, bv, c->nbest[k], it, v, c->count[k], c->K, mi, mv);
+        memcpy(bi, mi, (size_t)n * sizeof *mi);
+        memcpy(bv, mv, (size_t)n * sizeof *mv);
+        c->nbest[k] = n;
     }
+    free(mi);
+    free(mv);
     return GRM_OK;
+}
+
+/* One user's recommendations (catalog indices it [n], scores v) in the output format. */
+static void rec_print(const grm__rec_opts *ro, const grm__dataset *ds, int64_t uid,
+                      const int64_t *it, const float *v, int64_t n)
+{
+    if (ro->jsonl) {
+        fprintf(ro->out, "{\"user\":%lld,\"items\":[", (long long)uid);
+        for (int64_t r = 0; r < n; r++)
+            fprintf(ro->out, "%s%lld", r ? "," : "", (long long)ds->catalog_ids[it[r]]);
+        fputs("],\"scores\":[", ro->out);
+        for (int64_t r = 0; r < n; r++) fprintf(ro->out, "%s%.9g", r ? "," : "", (double)v[r]);
+        fputs("]}\n", ro->out);
+    } else {
+        for (int64_t r = 0; r < n; r++)
+            fprintf(ro->out, "%lld\t%lld\t%lld\t%.9g\n", (long long)uid, (long long)(r + 1),
+                    (long long)ds->catalog_ids[it[r]], (double)v[r]);
+    }
 }
 
 /* The user indices of the ids listed in path (one per line; blank lines and lines starting
@@ -200,14 +262,87 @@ out:
     return GRM_OK;
 }
 
-static void progress(int64_t done, int64_t total, double t0)
+static void progress(int64_t done, int64_t total, double t0, const char *what)
 {
     const double el = now_s() - t0;
     const int width = 30, filled = total ? (int)(width * done / total) : width;
-    fprintf(stderr, "\rrecommend [%.*s%*s] %lld/%lld users, %.0f users/s", filled,
+    fprintf(stderr, "\rrecommend [%.*s%*s] %lld/%lld %s, %.0f %s/s", filled,
             "##############################", width - filled, "", (long long)done,
-            (long long)total, el > 0 ? (double)done / el : 0.0);
+            (long long)total, what, el > 0 ? (double)done / el : 0.0, what);
     fflush(stderr);
+}
+
+/* A catalog of several chunks ([train] eval_memory_mb; a tiered table's catalog larger than
+ * memory): every user's query first (U x D floats), then each chunk looked up once and
+ * scored against every user, each user's K best merged chunk after chunk. The result is
+ * the one-chunk ranking's: the tie rule (lower catalog index) holds across chunks. */
+static grm_status rec_chunked(grm__trainer *t, const grm__rec_opts *ro, const int64_t *users,
+                              int64_t nu, int64_t K, int cpu, double t0)
+{
+    const grm__dataset *ds = t->ds;
+    const int64_t C = ds->ncatalog, D = t->p->tables[t->item_table].dim;
+    const int64_t EB = t->p->set.eval_batch, CC = t->ev.chunk, nch = (C + CC - 1) / CC;
+    grm_status st = GRM_OK;
+    float *Q = malloc((size_t)(nu * D + 1) * sizeof *Q);
+    int64_t *best = malloc((size_t)(nu * K + 1) * sizeof *best);
+    float *bestv = malloc((size_t)(nu * K + 1) * sizeof *bestv);
+    int64_t *nbest = calloc((size_t)nu + 1, sizeof *nbest);
+    int64_t *items = malloc((size_t)(EB * K + 1) * sizeof *items);
+    float *vals = malloc((size_t)(EB * K + 1) * sizeof *vals);
+    int64_t *count = malloc((size_t)(EB + 1) * sizeof *count);
+    if (!Q || !best || !bestv || !nbest || !items || !vals || !count) {
+        st = grm_errorf(GRM_ENOMEM, "out of memory for the queries and the %lld best items of "
+                        "%lld users", (long long)K, (long long)nu);
+        goto out;
+    }
+    for (int64_t lo = 0; lo < nu && st == GRM_OK; lo += EB) {
+        const int64_t b = nu - lo < EB ? nu - lo : EB;
+        for (int64_t k = 0; k < b; k++) {
+            t->eb.users[k] = users[lo + k];
+            t->eb.hist_end[k] = ds->offsets[users[lo + k] + 1];   /* the whole history */
+        }
+        t->eb.b = b;
+        const float *q;
+        if ((st = grm__eval_queries(t, &q)) == GRM_OK)
+            memcpy(Q + lo * D, q, (size_t)(b * D) * sizeof *Q);
+        grm__scratch_reset();
+    }
+    double last = 0;
+    for (int64_t c = 0; c < nch && st == GRM_OK; c++) {
+        const int64_t c0 = c * CC, cc = C - c0 < CC ? C - c0 : CC;
+        if ((st = grm__eval_catalog_rows(t, c0, cc)) != GRM_OK) break;
+        for (int64_t lo = 0; lo < nu && st == GRM_OK; lo += EB) {
+            const int64_t b = nu - lo < EB ? nu - lo : EB;
+            if (!cpu && (st = t->be.iface->gemm(t->be.context, 0, 1, b, cc, D, 1.0f,
+                                                 Q + lo * D, D, t->ev.cat_rows, D, 0.0f,
+                                                 t->ev.scores, cc, NULL)) != GRM_OK)
+                break;
+            rec_ctx rc = { .t = t, .q = Q + lo * D, .scores = t->ev.scores, .K = K, .D = D,
+                           .C = cc, .c0 = c0, .keep_history = ro->keep_history,
+                           .use_cblas = cpu, .users = users + lo, .items = items, .vals = vals,
+                           .count = count, .best = best + lo * K, .bestv = bestv + lo * K,
+                           .nbest = nbest + lo };
+            const int64_t nt = grm__num_threads() > 0 ? grm__num_threads() : 1;
+            st = grm__parallel_for(b, (b + nt - 1) / nt, rec_range, &rc);
+        }
+        if (ro->progress && now_s() - last > 0.2) {
+            progress(c + 1, nch, t0, "chunks");
+            last = now_s();
+        }
+    }
+    for (int64_t k = 0; k < nu && st == GRM_OK; k++)
+        rec_print(ro, ds, ds->users[users[k]], best + k * K, bestv + k * K, nbest[k]);
+    if (st == GRM_OK && ferror(ro->out))
+        st = grm_errorf(GRM_EIO, "%s: write error: %s", ro->out_name, strerror(errno));
+out:
+    free(Q);
+    free(best);
+    free(bestv);
+    free(nbest);
+    free(items);
+    free(vals);
+    free(count);
+    return st;
 }
 
 grm_status grm__recommend(grm__pipeline *p, const grm__run_opts *opts,
@@ -248,8 +383,17 @@ grm_status grm__recommend(grm__pipeline *p, const grm__run_opts *opts,
                  "(step %lld), %lld candidates, history %s", (long long)K, (long long)nu,
                  path, (long long)t.step, (long long)C, ro->keep_history ? "kept" : "excluded");
     const double t0 = now_s();
-    if ((st = grm__eval_catalog(&t)) != GRM_OK) goto out;
     const int cpu = t.be.iface == &grm__backend_cpu_iface || t.be.iface == &grm__backend_ref_iface;
+    if (t.ev.chunk < C) {
+        if (!opts->quiet)
+            grm__log(GRM_LOG_INFO, "grmhost", "recommend: the catalog's %lld items are scored "
+                     "in %lld chunks of %lld items ([train] eval_memory_mb = %lld)",
+                     (long long)C, (long long)((C + t.ev.chunk - 1) / t.ev.chunk),
+                     (long long)t.ev.chunk, (long long)p->set.eval_memory_mb);
+        st = rec_chunked(&t, ro, users, nu, K, cpu, t0);
+        goto done;
+    }
+    if ((st = grm__eval_catalog(&t)) != GRM_OK) goto out;
     double last = 0;
     for (int64_t lo = 0; lo < nu; lo += EB) {
         const int64_t b = nu - lo < EB ? nu - lo : EB;
@@ -265,42 +409,26 @@ grm_status grm__recommend(grm__pipeline *p, const grm__run_opts *opts,
                         != GRM_OK)
             break;
         rec_ctx rc = { .t = &t, .q = q, .scores = t.ev.scores, .K = K, .D = D, .C = C,
-                       .keep_history = ro->keep_history, .use_cblas = cpu, .items = items,
-                       .vals = vals, .count = count };
+                       .keep_history = ro->keep_history, .use_cblas = cpu,
+                       .users = t.eb.users, .items = items, .vals = vals, .count = count };
         /* one range per thread: each sgemm then multiplies a block of users, not a few */
         const int64_t nt = grm__num_threads() > 0 ? grm__num_threads() : 1;
         if ((st = grm__parallel_for(b, (b + nt - 1) / nt, rec_range, &rc)) != GRM_OK) break;
-        for (int64_t k = 0; k < b; k++) {
-            const int64_t uid = ds->users[users[lo + k]];
-            const int64_t *it = items + k * K;
-            const float *v = vals + k * K;
-            if (ro->jsonl) {
-                fprintf(ro->out, "{\"user\":%lld,\"items\":[", (long long)uid);
-                for (int64_t r = 0; r < count[k]; r++)
-                    fprintf(ro->out, "%s%lld", r ? "," : "", (long long)ds->catalog_ids[it[r]]);
-                fputs("],\"scores\":[", ro->out);
-                for (int64_t r = 0; r < count[k]; r++)
-                    fprintf(ro->out, "%s%.9g", r ? "," : "", (double)v[r]);
-                fputs("]}\n", ro->out);
-            } else {
-                for (int64_t r = 0; r < count[k]; r++)
-                    fprintf(ro->out, "%lld\t%lld\t%lld\t%.9g\n", (long long)uid,
-                            (long long)(r + 1), (long long)ds->catalog_ids[it[r]],
-                            (double)v[r]);
-            }
-        }
+        for (int64_t k = 0; k < b; k++)
+            rec_print(ro, ds, ds->users[users[lo + k]], items + k * K, vals + k * K, count[k]);
         if (ferror(ro->out)) {
             st = grm_errorf(GRM_EIO, "%s: write error: %s", ro->out_name, strerror(errno));
             break;
         }
         grm__scratch_reset();
         if (ro->progress && now_s() - last > 0.2) {
-            progress(lo + b, nu, t0);
+            progress(lo + b, nu, t0, "users");
             last = now_s();
         }
     }
+done:
     if (ro->progress) {
-        progress(st == GRM_OK ? nu : 0, nu, t0);
+        progress(st == GRM_OK ? nu : 0, nu, t0, "users");
         fputc('\n', stderr);
     }
     if (st == GRM_OK && fflush(ro->out) != 0)

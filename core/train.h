@@ -573,6 +573,10 @@ grm_status grm__run_eval(grm__trainer *t, int split, int with_pop, double *score
  * scored against (collective with several ranks); the buffers grow to the whole catalog
  * if they held a chunk. What `recommend` and `export` score with. */
 grm_status grm__eval_catalog(grm__trainer *t);
+/* Catalog items [c0, c0 + n) into t->ev.cat_rows, n <= t->ev.chunk (the chunk [train]
+ * eval_memory_mb allows): recommend and export take a catalog larger than it a chunk at a
+ * time. */
+grm_status grm__eval_catalog_rows(grm__trainer *t, int64_t c0, int64_t n);
 /* The index of item id in ds->catalog_ids (sorted), or -1. */
 int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id);
 /* The query (user state) of each of t->eb's b users (t->eb.users, .hist_end, .b set by the

@@ -18,7 +18,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..15"
+echo "1..16"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
@@ -204,6 +204,25 @@ test "$(grep -c . "$tmp/ev-one.v")" -ge 8 && cmp -s "$tmp/ev-one.v" "$tmp/ev-chu
     && ! grep -q "chunks" "$tmp/ev-one.err"
 ok $? "evaluation in 7 catalog chunks (eval_memory_mb = 1): every metric, the most-popular \
 baseline's too, equals the one-chunk evaluation's"
+
+# recommend scores the catalog in the same chunks (every user's query first, then each
+# chunk once, the K best merged): the one-chunk output, line for line
+sed 's/^\[train\]$/[train]\neval_batch = 4096/' "$tmp/ref.ini" >"$tmp/ref-one.ini"
+sed 's/^\[train\]$/[train]\neval_memory_mb = 1\neval_batch = 4096/' "$tmp/ref.ini" \
+    >"$tmp/ref-chunks.ini"
+"$g" recommend "$tmp/ref-one.ini" --checkpoint "$tmp/ref" --k 15 --out "$tmp/rec-one.tsv" \
+    2>"$tmp/rec-one.err"
+rc=$?
+"$g" recommend "$tmp/ref-chunks.ini" --checkpoint "$tmp/ref" --k 15 --out "$tmp/rec-ch.tsv" \
+    2>"$tmp/rec-ch.err"
+rc=$((rc | $?))
+grep "chunks" "$tmp/rec-ch.err" | sed 's/^/# /'
+test $rc -eq 0 && test "$(wc -l <"$tmp/rec-one.tsv")" -eq 4500 \
+    && cmp -s "$tmp/rec-one.tsv" "$tmp/rec-ch.tsv" \
+    && grep -q "scored in 7 chunks of 63 items" "$tmp/rec-ch.err" \
+    && ! grep -q "chunks" "$tmp/rec-one.err"
+ok $? "recommend --k 15 in 7 catalog chunks: the one-chunk recommendations of all 300 \
+users, line for line"
 
 # grmhost profile: the curve and the choice of cache_bytes = auto, nothing kept
 ini 2 "backing = $tmp/never\ncache_bytes = 12000" "$tmp/ck-never" >"$tmp/prof.ini"
