@@ -447,17 +447,15 @@ out:
 
 /* ---- export ---- */
 
-/* A float tensor [n] as dtype (F32, F16 round to nearest even through _Float16, BF16 round
- * to nearest even on the bits): *out malloc'd, or data itself for F32 (*owned 0). */
-static grm_status as_dtype(const float *data, int64_t n, int32_t dtype, void **out, int *owned)
+/* Floats data [n] into out as dtype (F32 copied, F16 rounded to nearest even through
+ * _Float16, BF16 rounded to nearest even on the bits). */
+static void to_dtype(const float *data, int64_t n, int32_t dtype, void *out)
 {
-    *owned = 0;
     if (dtype == GRM_DTYPE_F32) {
-        *out = (void *)data;
-        return GRM_OK;
+        memcpy(out, data, (size_t)n * sizeof *data);
+        return;
     }
-    uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * sizeof *h);
-    if (!h) return grm_errorf(GRM_ENOMEM, "out of memory");
+    uint16_t *h = out;
     for (int64_t i = 0; i < n; i++) {
         if (dtype == GRM_DTYPE_F16) {
             _Float16 x = (_Float16)data[i];
@@ -471,17 +469,45 @@ static grm_status as_dtype(const float *data, int64_t n, int32_t dtype, void **o
                 h[i] = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
         }
     }
+}
+
+/* A float tensor [n] as dtype: *out malloc'd, or data itself for F32 (*owned 0). */
+static grm_status as_dtype(const float *data, int64_t n, int32_t dtype, void **out, int *owned)
+{
+    *owned = 0;
+    if (dtype == GRM_DTYPE_F32) {
+        *out = (void *)data;
+        return GRM_OK;
+    }
+    uint16_t *h = malloc((size_t)(n > 0 ? n : 1) * sizeof *h);
+    if (!h) return grm_errorf(GRM_ENOMEM, "out of memory");
+    to_dtype(data, n, dtype, h);
     *out = h;
     *owned = 1;
     return GRM_OK;
 }
 
+/* Where the rows of a tensor given with data NULL come from, a range at a time (save_rows):
+ * the catalog's rows in chunks, or a store tensor's through tensor_rows; both floats, written
+ * as the export's dtype. */
+typedef struct ex_src {
+    int kind;                  /* EX_CATALOG, EX_STORE */
+    int32_t index;             /* EX_STORE: the store's tensor */
+    int64_t dim;
+} ex_src;
+enum { EX_NONE, EX_CATALOG, EX_STORE };
+
 /* The tensors of one export file, with what they own. */
 typedef struct ex_list {
     grm_named_tensor v[256];
     char *names[256];
+    ex_src src[256];
     void *bufs[512];
-    int n, nbufs;
+    int n, nbufs, streamed;
+    grm__trainer *t;
+    int32_t dtype;
+    float *rows;               /* [cap] a range of f32 rows */
+    size_t cap;
 } ex_list;
 
 static grm_status ex_add(ex_list *l, const char *name, void *data, int32_t dtype, int32_t ndim,
@@ -492,6 +518,7 @@ static grm_status ex_add(ex_list *l, const char *name, void *data, int32_t dtype
     char *nm = strdup(name);
     if (!nm) return grm_errorf(GRM_ENOMEM, "out of memory");
     l->names[l->n] = nm;
+    l->src[l->n] = (ex_src){ EX_NONE, 0, 0 };
     l->v[l->n++] = (grm_named_tensor){ nm, { .data = data, .dtype = dtype, .ndim = ndim,
                                              .shape = { d0, d1, 1, 1 }, .device = CPU } };
     if (own) l->bufs[l->nbufs++] = data;
@@ -518,11 +545,61 @@ static grm_status ex_add_f(ex_list *l, const char *name, const float *data, int3
     return st;
 }
 
+/* A tensor [d0, dim] of the export dtype whose rows ex_rows reads from src when the file is
+ * written, never held whole. */
+static grm_status ex_add_rows(ex_list *l, const char *name, ex_src src, int64_t d0)
+{
+    grm_status st = ex_add(l, name, NULL, l->dtype, 2, d0, src.dim, 0);
+    if (st == GRM_OK) {
+        l->src[l->n - 1] = src;
+        l->streamed = 1;
+    }
+    return st;
+}
+
 static void ex_free(ex_list *l)
 {
     for (int i = 0; i < l->n; i++) free(l->names[i]);
     for (int i = 0; i < l->nbufs; i++) free(l->bufs[i]);
+    free(l->rows);
+    grm__trainer *t = l->t;
+    const int32_t dtype = l->dtype;
     memset(l, 0, sizeof *l);
+    l->t = t;
+    l->dtype = dtype;
+}
+
+/* grm_ckpt_rows_fn of save_rows: rows [row0, row0 + n) of tensor `index` into out. */
+static grm_status ex_rows(void *user, int64_t index, int64_t row0, int64_t n, void *out)
+{
+    ex_list *l = user;
+    grm__trainer *t = l->t;
+    const ex_src *s = &l->src[index];
+    const size_t es = grm_dtype_size(l->dtype);
+    grm_status st = GRM_OK;
+    if (s->kind == EX_CATALOG) {    /* at most a catalog chunk at a time */
+        for (int64_t r = 0; r < n && st == GRM_OK; r += t->ev.chunk) {
+            const int64_t m = n - r < t->ev.chunk ? n - r : t->ev.chunk;
+            if ((st = grm__eval_catalog_rows(t, row0 + r, m)) == GRM_OK)
+                to_dtype(t->ev.cat_rows, m * s->dim, l->dtype,
+                         (char *)out + (size_t)(r * s->dim) * es);
+        }
+        return st;
+    }
+    const size_t need = (size_t)(n * s->dim) * sizeof(float);
+    if (need > l->cap) {
+        float *b = realloc(l->rows, need);
+        if (!b) return grm_errorf(GRM_ENOMEM, "out of memory for %lld rows", (long long)n);
+        l->rows = b;
+        l->cap = need;
+    }
+    st = t->sp.eops->tensor_rows(t->p->emb.inst, s->index, NULL, row0, n, l->rows);
+    if (st != GRM_OK) {
+        grm_error_prefix("[embedding] %s: tensor_rows: ", t->p->emb.plugin->info->name);
+        return st;
+    }
+    to_dtype(l->rows, n * s->dim, l->dtype, out);
+    return GRM_OK;
 }
 
 static grm_status ex_save(const grm__ckpt_fmt *f, const char *dir, const char *file,
@@ -530,9 +607,58 @@ static grm_status ex_save(const grm__ckpt_fmt *f, const char *dir, const char *f
 {
     char path[4096 + 64];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    grm_status st = f->ops->save(f->inst, path, l->v, l->n, meta);
+    grm_status st = l->streamed
+        ? f->ops->save_rows(f->inst, path, l->v, l->n, meta, ex_rows, l)
+        : f->ops->save(f->inst, path, l->v, l->n, meta);
     ex_free(l);
     return st;
+}
+
+/* Table s's existing rows into l as emb.<name>.ids (whole: 8 bytes a row) and .weight (by
+ * rows, never held), when the store describes them with tensor_rows, keyed and sorted by
+ * key as grm__table_rows sorts them (a hash store's export: emb-dynamic, tiered or not).
+ * *done 0: not such a table; the caller takes grm__table_rows' whole path. */
+static grm_status ex_table_by_rows(ex_list *l, int32_t s, int64_t *nrows, int *done)
+{
+    grm__trainer *t = l->t;
+    const grm_emb_ops *e = t->sp.eops;
+    const char *name = t->p->phys[s].name;
+    const size_t len = strlen(name);
+    *done = 0;
+    if (!GRM_HAS_OP(grm_emb_ops, e, tensor_rows)) return GRM_OK;
+    grm_named_tensor w = { 0 }, ids = { 0 };
+    int32_t wk = -1, ik = -1;
+    for (int32_t k = 0;; k++) {
+        grm_named_tensor nt;
+        grm_status st = e->tensor_rows(t->p->emb.inst, k, &nt, 0, 0, NULL);
+        if (st == GRM_ENOTFOUND) break;
+        if (st != GRM_OK) return st;
+        if (strncmp(nt.name, name, len) != 0 || nt.name[len] != '.') continue;
+        if (!strcmp(nt.name + len + 1, "weight")) w = nt, wk = k;
+        else if (!strcmp(nt.name + len + 1, "ids")) ids = nt, ik = k;
+    }
+    if (wk < 0 || ik < 0 || w.tensor.dtype != GRM_DTYPE_F32 || w.tensor.ndim != 2
+        || ids.tensor.dtype != GRM_DTYPE_I64 || ids.tensor.ndim != 1
+        || ids.tensor.shape[0] != w.tensor.shape[0])
+        return GRM_OK;
+    const int64_t R = w.tensor.shape[0];
+    int64_t *keys = malloc((size_t)(R + 1) * sizeof *keys);
+    if (!keys) return grm_errorf(GRM_ENOMEM, "out of memory for %lld keys", (long long)R);
+    grm_status st = e->tensor_rows(t->p->emb.inst, ik, NULL, 0, R, keys);
+    int sorted = 1;
+    for (int64_t r = 1; st == GRM_OK && r < R && sorted; r++) sorted = keys[r - 1] < keys[r];
+    char tn[256];
+    snprintf(tn, sizeof tn, "emb.%s.ids", name);
+    if (st != GRM_OK || !sorted || (st = ex_add(l, tn, keys, GRM_DTYPE_I64, 1, R, 1, 1)) != GRM_OK) {
+        free(keys);
+        return st;
+    }
+    snprintf(tn, sizeof tn, "emb.%s.weight", name);
+    if ((st = ex_add_rows(l, tn, (ex_src){ EX_STORE, wk, w.tensor.shape[1] }, R)) != GRM_OK)
+        return st;
+    *nrows = R;
+    *done = 1;
+    return GRM_OK;
 }
 
 /* The store's tensors of physical table `name` (weight, ids, steps), borrowed. */
@@ -741,6 +867,8 @@ grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *
     const char *dname = dtype == GRM_DTYPE_F16 ? "fp16" : dtype == GRM_DTYPE_BF16 ? "bf16"
                                                                                  : "fp32";
     grm_status st = grm__trainer_open(p, opts, &t, path, sizeof path);
+    l.t = &t;
+    l.dtype = dtype;
     if (st != GRM_OK) goto out;
     if (t.ranking || t.nranks > 1) {
         st = grm_errorf(GRM_ENOTSUP, "%s: export writes a retrieval model from one rank; this "
@@ -765,8 +893,8 @@ grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *
              "\"%016llx\",\"dtype\":\"%s\"}", (long long)t.step,
              (unsigned long long)grm__ckpt_config_hash(p->cfg), dname);
 
-    /* items: the catalog's ids and the rows recommend scores */
-    if ((st = grm__eval_catalog(&t)) != GRM_OK) goto out;
+    /* items: the catalog's ids and the rows recommend scores, looked up a catalog chunk at
+     * a time as the file is written ([train] eval_memory_mb; a tiered table's catalog) */
     int64_t *ids = malloc((size_t)(C + 1) * sizeof *ids);
     if (!ids || (st = ex_add(&l, "item.ids", ids, GRM_DTYPE_I64, 1, C, 1, 1)) != GRM_OK) {
         free(ids);
@@ -774,7 +902,7 @@ grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *
         goto out;
     }
     memcpy(ids, ds->catalog_ids, (size_t)C * sizeof *ids);
-    if ((st = ex_add_f(&l, "item.weight", t.ev.cat_rows, dtype, 2, C, D)) != GRM_OK
+    if ((st = ex_add_rows(&l, "item.weight", (ex_src){ EX_CATALOG, 0, D }, C)) != GRM_OK
         || (st = ex_save(&fmt, dir, "items.safetensors", &l, meta)) != GRM_OK)
         goto out;
 
@@ -824,7 +952,8 @@ grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *
     if (st != GRM_OK || (st = ex_save(&fmt, dir, "users.safetensors", &l, meta)) != GRM_OK)
         goto out;
 
-    /* tables: each physical table's existing rows with their keys (grm__table_rows) */
+    /* tables: each physical table's existing rows with their keys: a hash store's a range
+     * at a time (ex_table_by_rows), others whole (grm__table_rows) */
     table_rows = calloc((size_t)p->nphys + 1, sizeof *table_rows);
     if (!table_rows) {
         st = grm_errorf(GRM_ENOMEM, "out of memory");
@@ -833,6 +962,9 @@ grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *
     for (int32_t s = 0; s < p->nphys && st == GRM_OK; s++) {
         int64_t *keys, n, Dt;
         float *rows;
+        int done;
+        if ((st = ex_table_by_rows(&l, s, &table_rows[s], &done)) != GRM_OK) break;
+        if (done) continue;
         if ((st = grm__table_rows(&t, s, &keys, &rows, &n, &Dt)) != GRM_OK) break;
         if (!keys) continue;
         table_rows[s] = n;
@@ -853,8 +985,8 @@ grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *
     /* dense: every block parameter under its own name, dense.N.<parameter> */
     for (int32_t k = 0; k < t.dn.nparams && st == GRM_OK; k++) {
         const grm__dparam *dp = &t.dn.params[k];
-        void *out;
-        int owned;
+        void *out = NULL;
+        int owned = 0;
         if ((st = as_dtype(dp->value, dp->numel, dtype, &out, &owned)) != GRM_OK) break;
         if ((st = ex_add(&l, dp->name, out, dtype, dp->shape.ndim, dp->shape.shape[0],
                          dp->shape.ndim > 1 ? dp->shape.shape[1] : 1, owned)) != GRM_OK) {
