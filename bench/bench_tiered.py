@@ -105,6 +105,72 @@ def cold_case(driver, path, back, env, args):
                   pre["pread"] / pre[io], loop["pread"] / loop[io]))
 
 
+def trainer_case(build, src, env, rounds):
+    """The goal measured where a user meets it: `grmhost train` on synthetic-tiered.ini
+    (data from `grmhost generate`, as the INI says) with cache_bytes = auto (the cache that
+    reaches a 0.9 hit rate of the profiled re-references) against the same run with every
+    row in memory, alternated (mem, auto, mem, auto, ...; each auto run's ratio is to the
+    mean of the in-memory runs beside it). samples_per_s is the trainer's (its loop only);
+    the cache hit rate is 1 - (rows read from the backing file + rows created) / lookups,
+    from the store's summary."""
+    import json
+    import re
+    g = os.path.join(build, "grmhost")
+    ini = os.path.join(src, "share", "pipelines", "synthetic-tiered.ini")
+    with tempfile.TemporaryDirectory(dir=build) as tmp:
+        data = os.path.join(tmp, "tiered.tsv")
+        subprocess.run([g, "generate", "--users", "20000", "--items", "400000", "--clusters",
+                        "200", "--seed", "3", "--out", data], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def run(mode):
+            shutil.rmtree(os.path.join(tmp, "checkpoints"), ignore_errors=True)
+            shutil.rmtree(os.path.join(tmp, "back"), ignore_errors=True)
+            sets = ["--set", "reader.path=" + data, "--set", "train.eval_every=0"]
+            if mode == "mem":
+                sets += ["--set", "embedding.backing=", "--set", "embedding.cache_bytes=",
+                         "--set", "embedding.evict=none"]
+            else:
+                sets += ["--set", "embedding.backing=back", "--set", "embedding.cache_bytes=auto"]
+            mo = os.path.join(tmp, "m.jsonl")
+            out = subprocess.run([g, "train", "--fresh", "--metrics-out", mo] + sets + [ini],
+                                 cwd=tmp, env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                raise RuntimeError((out.stderr.strip().splitlines() or ["failed"])[-1])
+            sps = None
+            with open(mo) as f:
+                for line in f:
+                    m = json.loads(line)
+                    if m.get("split") == "train" and m.get("name") == "samples_per_s":
+                        sps = float(m["value"])
+            hit = budget = None
+            a = re.search(r"(\d+) rows \(.*?\), (\d+) lookups", out.stderr)
+            b = re.search(r"cache \d+ of (\d+) rows \(budget (\d+)\), (\d+) fetched",
+                          out.stderr)
+            if a and b:
+                hit = 1 - (int(b.group(3)) + int(b.group(1))) / int(a.group(2))
+                budget = int(b.group(2))
+            return sps, hit, budget
+
+        try:
+            mems = [run("mem")]
+            autos, ratios = [], []
+            for _ in range(rounds):
+                autos.append(run("auto"))
+                mems.append(run("mem"))
+                ratios.append(autos[-1][0] / ((mems[-2][0] + mems[-1][0]) / 2))
+        except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
+            print("bench=tiered case=trainer-synthetic SKIP %s" % e)
+            return
+        ms = statistics.median(m[0] for m in mems)
+        a = statistics.median(x[0] for x in autos)
+        print("bench=tiered case=trainer-synthetic-auto rows=107743 cache_rows=%s hit_rate=%.3f "
+              "samples_per_s=%.0f peer=mem peer_samples_per_s=%.0f ratio=%.3f "
+              "ratio_min=%.3f ratio_max=%.3f rounds=%d" % (
+                  autos[-1][2], autos[-1][1] if autos[-1][1] is not None else float("nan"),
+                  a, ms, statistics.median(ratios), min(ratios), max(ratios), rounds))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--grmhost", default=None)
@@ -120,6 +186,9 @@ def main():
     ap.add_argument("--threads1", default="75,90",
                     help="cache sizes (%% of the rows) run again, with auto, on a pool of one "
                          "thread, the data thread having the other core ('' for none)")
+    ap.add_argument("--trainer-rounds", type=int, default=3,
+                    help="alternated rounds of grmhost train on synthetic-tiered.ini, auto "
+                         "against in memory (0: none)")
     args = ap.parse_args()
     args.threads1 = [int(x) for x in args.threads1.split(",") if x]
     args.lfu_pcts = {int(x) for x in args.lfu.split(",") if x}
@@ -230,6 +299,8 @@ def main():
                 table.append((name, label, distinct, int(r["cache_rows"]), pct, rate,
                               100 * rspread, ratio, float(r["hit_rate"]),
                               int(r["bytes_read"]), xratio))
+    if args.trainer_rounds > 0:
+        trainer_case(build, src, env, args.trainer_rounds)
     print()
     print("%-7s %-13s %7s %9s %6s %10s %6s %6s %6s %12s %7s" % (
         "stream", "cache", "rows", "cache_rows", "pct", "Mids/s", "rspread", "ratio", "hit",
