@@ -203,55 +203,7 @@ static int flip_fails(const char *path, uint8_t *b, size_t size, size_t i, const
 
 /* ---- by rows (ABI 1.10: save_rows, load_rows) ---- */
 
-#define BIG_ROWS 110000      /* x 48 floats: 21 MB, above ckpt-grm's 16 MiB piece */
-#define BIG_COLS 48
-static float *big;           /* [BIG_ROWS, BIG_COLS] the source rows() reads */
-static int64_t small_src[5] = { 11, -22, 33, -44, 55 };
-
-typedef struct rows_log {
-    int calls, fail_at;      /* fail_at: return GRM_EIO on this call (1-based), 0: never */
-    size_t most;             /* largest range asked for, bytes */
-} rows_log;
-
-static grm_status rows_fn(void *user, int64_t index, int64_t row0, int64_t n, void *out)
-{
-    rows_log *r = user;
-    if (++r->calls == r->fail_at) return GRM_EIO;
-    const size_t rb = index == 1 ? BIG_COLS * sizeof(float) : sizeof(int64_t);
-    if ((size_t)n * rb > r->most) r->most = (size_t)n * rb;
-    memcpy(out, index == 1 ? (const void *)(big + (size_t)row0 * BIG_COLS)
-                           : (const void *)(small_src + row0), (size_t)n * rb);
-    return GRM_OK;
-}
-
-/* What load_rows hands over: every piece put back together and checked against the
- * tensors of the rows file (dense.0.weight whole, big by rows, small whole). */
-typedef struct piece_log {
-    int pieces, big_pieces, bad;
-    int64_t big_got;
-    size_t most;
-} piece_log;
-
-static grm_status piece_fn(void *user, const grm_named_tensor *t, int64_t row0, int64_t rows)
-{
-    piece_log *p = user;
-    p->pieces++;
-    const size_t bytes = (size_t)t->tensor.shape[0] * grm_dtype_size(t->tensor.dtype)
-                         * (size_t)(t->tensor.ndim > 1 ? t->tensor.shape[1] : 1);
-    if (bytes > p->most) p->most = bytes;
-    if (strcmp(t->name, "big") == 0) {
-        p->big_pieces++;
-        p->bad += rows != BIG_ROWS || row0 != p->big_got || t->tensor.shape[1] != BIG_COLS
-                  || memcmp(t->tensor.data, big + (size_t)row0 * BIG_COLS, bytes) != 0;
-        p->big_got += t->tensor.shape[0];
-    } else if (strcmp(t->name, "small") == 0) {
-        p->bad += row0 != 0 || rows != 5 || memcmp(t->tensor.data, small_src, 40) != 0;
-    } else {
-        p->bad += strcmp(t->name, "dense.0.weight") != 0 || row0 != 0 || rows != 3
-                  || memcmp(t->tensor.data, t_f32, 60) != 0;
-    }
-    return GRM_OK;
-}
+#include "ckpt_rows.h"
 
 /* The payload of tensor `name` in file b: offset, compressed bytes, raw XXH64. */
 static int find_payload(const uint8_t *b, size_t size, const char *name, size_t *off,

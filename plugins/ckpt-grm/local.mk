@@ -10,6 +10,6 @@ EXTRA_DIST += %reldir%/README.md
 
 check_PROGRAMS += tests/test-ckpt-grm
 TESTS += tests/test-ckpt-grm
-tests_test_ckpt_grm_SOURCES = tests/test-ckpt-grm.c
+tests_test_ckpt_grm_SOURCES = tests/test-ckpt-grm.c tests/ckpt_rows.h
 tests_test_ckpt_grm_CPPFLAGS = $(AM_CPPFLAGS) $(ZSTD_CFLAGS) $(XXHASH_CFLAGS)
 tests_test_ckpt_grm_LDADD = $(GRM_TEST_LIBS) $(ZSTD_LIBS) $(XXHASH_LIBS)

@@ -10,7 +10,7 @@ EXTRA_DIST += %reldir%/README.md
 
 check_PROGRAMS += tests/test-ckpt-safetensors
 TESTS += tests/test-ckpt-safetensors
-tests_test_ckpt_safetensors_SOURCES = tests/test-ckpt-safetensors.c
+tests_test_ckpt_safetensors_SOURCES = tests/test-ckpt-safetensors.c tests/ckpt_rows.h
 tests_test_ckpt_safetensors_CPPFLAGS = $(AM_CPPFLAGS) $(XXHASH_CFLAGS)
 tests_test_ckpt_safetensors_LDADD = $(GRM_TEST_LIBS) $(XXHASH_LIBS)
 
