@@ -7,6 +7,8 @@
 #define GRM_TESTS_CKPT_ROWS_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <grm/ckpt.h>
@@ -59,6 +61,22 @@ static grm_status piece_fn(void *user, const grm_named_tensor *t, int64_t row0, 
                   || memcmp(t->tensor.data, t_f32, 60) != 0;
     }
     return GRM_OK;
+}
+
+/* big allocated and filled (the same values in both tests), and the set saved by rows:
+ * dense whole, big and small with data NULL (read through rows_fn). Uses the test's mk. */
+static void rows_fixture(grm_named_tensor t[3], grm_named_tensor dense)
+{
+    big = malloc((size_t)BIG_ROWS * BIG_COLS * sizeof(float));
+    if (big == NULL) {
+        printf("Bail out! out of memory for the by-rows tensor\n");
+        exit(1);
+    }
+    uint64_t rs = 9;
+    for (size_t i = 0; i < (size_t)BIG_ROWS * BIG_COLS; i++) big[i] = harness_randf(&rs);
+    t[0] = dense;
+    t[1] = mk("big", NULL, GRM_DTYPE_F32, 2, BIG_ROWS, BIG_COLS, 1, 1);
+    t[2] = mk("small", NULL, GRM_DTYPE_I64, 1, 5, 1, 1, 1);
 }
 
 #endif /* GRM_TESTS_CKPT_ROWS_H */

@@ -234,14 +234,8 @@ static void test_rows(const char *dir)
     snprintf(path, sizeof(path), "%s/rows.grm", dir);
     snprintf(whole, sizeof(whole), "%s/whole.grm", dir);
     snprintf(bad, sizeof(bad), "%s/rows-bad.grm", dir);
-    big = malloc((size_t)BIG_ROWS * BIG_COLS * sizeof(float));
-    uint64_t rs = 9;
-    for (size_t i = 0; i < (size_t)BIG_ROWS * BIG_COLS; i++) big[i] = harness_randf(&rs);
-    grm_named_tensor t[3] = {
-        saved[0],
-        mk("big", NULL, GRM_DTYPE_F32, 2, BIG_ROWS, BIG_COLS, 1, 1),
-        mk("small", NULL, GRM_DTYPE_I64, 1, 5, 1, 1, 1),
-    };
+    grm_named_tensor t[3];
+    rows_fixture(t, saved[0]);
     rows_log r = { 0, 0, 0 };
     tap_ok(ops->save_rows(ck, path, t, 3, meta, rows_fn, &r) == GRM_OK && r.calls == 3
            && r.most <= ((size_t)16 << 20),
