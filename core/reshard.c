@@ -1,11 +1,12 @@
 /* core/reshard.c - `grmhost reshard`: a checkpoint of N ranks rewritten for M ranks; see
  * reshard.h for the layouts it understands and the order of its writes. With a format that
- * reads and writes by rows (ckpt-grm: load_rows, save_rows), the per-row tensors of keyed
- * tables are never held: each source is read twice, once for its ids and everything else,
- * once to write each row where it goes in spill files, from which the targets are written a
- * range of rows at a time (a table larger than memory is resharded in memory of about 50
- * bytes a row). Otherwise (or with --in-memory) the whole step is held in memory (the N
- * source files plus the M targets' rows), one copy of each row. */
+ * reads and writes by rows (load_rows, save_rows: ckpt-grm, ckpt-safetensors), the per-row
+ * tensors of keyed tables are never held: each source is read twice, once for its ids and
+ * everything else, once to write each row where it goes in spill files, from which the
+ * targets are written a range of rows at a time (a table larger than memory is resharded in
+ * about 60 bytes a row: its rs_key, rs_dest, position and id, beside the formats' pieces).
+ * Otherwise (or with --in-memory) the whole step is held in memory (the N source files plus
+ * the M targets' rows), one copy of each row. */
 #include "checkpoint.h"
 #include "reshard.h"
 #include "dist.h"
