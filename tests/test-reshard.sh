@@ -10,14 +10,15 @@
 # the comparison notices lost rows. N -> kN ranks resume with no reshard step (MTGRBoost §5.2's
 # modulo scheme: rank r reads only rank r mod N's file and keeps the rows it owns). With
 # ckpt-grm the keyed rows stream through spill files: the files equal, byte for byte, those of
-# --in-memory (1 -> 2, and with replica groups 1 -> 4 -> 2, without mpirun). TAP output.
+# --in-memory (1 -> 2, and with replica groups 1 -> 4 -> 2, without mpirun; 1 -> 2 with
+# ckpt-safetensors). TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-reshard-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..34"
+echo "1..35"
 
 dist_data || exit 1
 rank_ini() {   # $1 comm plugin, $2 checkpoint dir, $3 dense lr
@@ -98,6 +99,20 @@ ok $? "sparse_group = 2, 1 -> 4 ranks (each row on 2): streamed and --in-memory 
         END { exit !ok }' n="$(awk '$1 == "user+item" { print $2 }' "$tmp/a2.out")" \
     "$tmp/sg2.out"
 ok $? "... 4 -> 2 (the replicas compared, one kept): equal files, every row once, none moved"
+# ckpt-safetensors streams too: 1 -> 2 through spill files, the files of --in-memory
+for d in st stm; do
+    rank_ini comm-single "$tmp/$d" | sed 's/^\[checkpoint\]$/[checkpoint]\nplugin = ckpt-safetensors/' \
+        >"$tmp/$d.ini"
+done
+train1 "$tmp/st.ini" 40 "$tmp/st.jsonl" && cp -r "$tmp/st" "$tmp/stm" \
+    && "$g" reshard "$tmp/st.ini" -n 2 >"$tmp/st2.out" 2>&1 \
+    && "$g" reshard -q --in-memory "$tmp/stm.ini" -n 2 >/dev/null 2>&1 \
+    && grep -q "moving the rows through 2 spill files" "$tmp/st2.out" \
+    && cmp -s "$tmp/st/rank-0-of-2/step-0000000040.safetensors" \
+        "$tmp/stm/rank-0-of-2/step-0000000040.safetensors" \
+    && cmp -s "$tmp/st/rank-1-of-2/step-0000000040.safetensors" \
+        "$tmp/stm/rank-1-of-2/step-0000000040.safetensors"
+ok $? "ckpt-safetensors, 1 -> 2 streamed through spill files: the files of --in-memory"
 "$g" reshard -q "$tmp/a.ini" -n 1 >"$tmp/a1.out" 2>&1
 rc=$?
 train1 "$tmp/a.ini" 20 "$tmp/a2.jsonl"
