@@ -256,17 +256,16 @@ grm_status grm__batch_merge_negatives(const grm__trainer *t, grm__batch *bt, con
     return GRM_OK;
 }
 
-/* Everything of training batch g that comes from the data (this rank's samples, their ids,
- * targets, keys), into bt. Runs on the data thread when prefetch > 0: it alone then touches
- * the epoch order (perm, bstart, tok_cum, ep_cum). */
-grm_status grm__batch_assemble_train(grm__trainer *t, grm__batch *bt, int64_t g)
+/* Everything of training batch g that comes from the data (this rank's samples, or with
+ * global every rank's, their ids, targets, keys), into bt. Runs on the data thread when
+ * prefetch > 0: it alone then touches the epoch order (perm, bstart, tok_cum, ep_cum). */
+static grm_status assemble(grm__trainer *t, grm__batch *bt, int64_t g, int global)
 {
-    if (t->src.stream) return grm__stream_batch(t, bt, g);
     const grm__dataset *ds = t->ds;
     const int32_t T = ds->ntasks;
     bt->streamed = 0;
-    grm_status st = grm__plan_slice(t, g, bt);
-    if (st == GRM_OK) st = grm__plan_step_rows(t, g, &bt->step_rows);
+    grm_status st = global ? grm__plan_slice_all(t, g, bt) : grm__plan_slice(t, g, bt);
+    if (st == GRM_OK && !global) st = grm__plan_step_rows(t, g, &bt->step_rows);
     if (st != GRM_OK) return st;
     for (int64_t k = 0; k < bt->b; k++) {
         int64_t e = bt->ex[k];
@@ -287,6 +286,17 @@ grm_status grm__batch_assemble_train(grm__trainer *t, grm__batch *bt, int64_t g)
         }
     }
     return grm__batch_assemble_ids(t, bt, !t->ranking);
+}
+
+grm_status grm__batch_assemble_train(grm__trainer *t, grm__batch *bt, int64_t g)
+{
+    if (t->src.stream) return grm__stream_batch(t, bt, g);
+    return assemble(t, bt, g, 0);
+}
+
+grm_status grm__batch_assemble_global(grm__trainer *t, grm__batch *bt, int64_t g)
+{
+    return assemble(t, bt, g, 1);
 }
 
 /* The batch as plugins see it (grm/tensor.h, DESIGN.md §2): every feature's ids as one

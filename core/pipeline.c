@@ -40,6 +40,7 @@ typedef struct train_cfg {
     int64_t max_seq_len, batch_size, epochs, steps, seed, log_every, eval_every, eval_batch;
     int64_t eval_memory_mb;
     int64_t early_stop, batch_tokens, accumulate, sparse_group, prefetch, sequence_blocks;
+    int64_t prefetch_ranks;
     int64_t select_k, shuffle_buffer;
     int32_t batching, rank_split, sparse_async, input, train_on_valid, lr_decay;
     double lr_warmup, lr_decay_epochs, lr_min;
@@ -109,6 +110,12 @@ static const grm_param_decl train_params[] = {
       "current one computes (MTGRBoost §3 prefetch, TurboGR's pipelined stages): ids, "
       "negatives' slots, segment unique and keys; 0: assemble each batch on the trainer "
       "thread when it is needed" },
+    { "prefetch_ranks", GRM_PARAM_INT, 0, offsetof(train_cfg, prefetch_ranks), "8",
+      GRM_PARAM_RANGE(0, 65536), NULL, "with a store that has a slower tier (emb-dynamic "
+      "tiered) on several ranks that share one order (input = whole): on worlds of at most "
+      "this many ranks, each data thread also assembles the other ranks' samples of each "
+      "batch and prefetches the rows it owns of them, which they ask it for at the "
+      "exchange (its assembly work grows with the world; 0: its own samples only)" },
     { "sparse_async", GRM_PARAM_BOOL, 0, offsetof(train_cfg, sparse_async), "false",
       GRM_PARAM_ANY, NULL, "semi-async sparse training (TurboGR §4.2.2): step i's embedding "
       "update (exchange and row optimizer) runs on a thread after step i + 1's lookup, "
@@ -588,6 +595,7 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
     p->set.accumulate = tc->accumulate;
     p->set.sparse_group = tc->sparse_group;
     p->set.prefetch = tc->prefetch;
+    p->set.prefetch_ranks = tc->prefetch_ranks;
     p->set.rank_split = tc->rank_split;
     p->set.input = tc->input;
     p->set.shard_by = tc->shard_by[0] ? tc->shard_by : tc->user_column;

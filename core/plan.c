@@ -212,6 +212,19 @@ grm_status grm__plan_slice(grm__trainer *t, int64_t g, grm__batch *bt)
     return GRM_OK;
 }
 
+grm_status grm__plan_slice_all(grm__trainer *t, int64_t g, grm__batch *bt)
+{
+    int64_t gpos, gb, grows;
+    grm_status st = batch_size_of(t, g, &gpos, &gb, &grows);
+    if (st != GRM_OK) return st;
+    GRM_ASSERT(!t->sharded && gb <= t->B);
+    bt->g = g;
+    bt->b = 0;
+    for (int64_t i = gpos; i < gpos + gb; i++) bt->ex[bt->b++] = t->plan.perm[i];
+    bt->tokens = t->plan.tok_cum[gpos + gb] - t->plan.tok_cum[gpos];
+    return GRM_OK;
+}
+
 /* Rows of every rank's slices of every batch of the step holding batch g: the denominator
  * of the batch weights. Sharded: this rank's batches only; the trainer sums the ranks'. */
 grm_status grm__plan_step_rows(grm__trainer *t, int64_t g, double *out)

@@ -58,8 +58,14 @@ static grm_status pf_prefetch_rows(grm__trainer *t, grm__batch *bt)
     const grm_emb_ops *e = t->sp.eops;
     if (!GRM_HAS_OP(grm_emb_ops, e, prefetch)) return GRM_OK;
     grm_status st = GRM_OK;
+    grm__prefetcher *pf = &t->pf;
+    /* every rank's samples of batch g (pf->global): the keys this rank owns of the whole
+     * batch, the ones the other ranks will send it at the exchange included */
+    grm__batch *src = bt;
+    if (pf->global && (st = grm__batch_assemble_global(t, pf->global, bt->g)) == GRM_OK)
+        src = pf->global;
     for (int32_t T = 0; T < t->p->nphys && st == GRM_OK; T++) {
-        grm__batch_tab *w = &bt->tab[T];
+        grm__batch_tab *w = &src->tab[T];
         const int64_t *keys;
         int64_t n;
         if ((st = pf_owned(t, w->keys, w->nu, &w->pfkeys, &w->pfcap, &keys, &n)) == GRM_OK)
@@ -69,7 +75,6 @@ static grm_status pf_prefetch_rows(grm__trainer *t, grm__batch *bt)
      * as the trainer's draw (the seed is batch g's), so their rows are in the fast tier
      * when its lookup asks (the trainer's draw itself stays where the head keeps its state
      * for the loss). */
-    grm__prefetcher *pf = &t->pf;
     if (st == GRM_OK && pf->have_head) {
         const grm__dataset *ds = t->ds;
         grm_catalog cat = { ds->ncatalog, ds->catalog_ids, ds->catalog_counts };
@@ -86,6 +91,46 @@ static grm_status pf_prefetch_rows(grm__trainer *t, grm__batch *bt)
             st = pf_prefetch_keys(t, t->item_phys, keys, n);
     }
     return st;
+}
+
+/* The data thread's batch of every rank's samples (see grm__prefetcher): several ranks that
+ * share one order (not sharded, not streamed) over a store with a slower tier, on a world
+ * of at most [train] prefetch_ranks. Without it each rank prefetches only the keys it owns
+ * of its own samples, and the rows the other ranks ask it for at the exchange are read by
+ * its lookup, on the trainer's time. The cost is the other ranks' assembly on this rank's
+ * data thread, which grows with the world; collectives on the data thread would not, but
+ * would run beside the trainer's own. Not fatal: without it those rows are fetched as
+ * before. */
+static void pf_global_init(grm__trainer *t)
+{
+    grm__prefetcher *pf = &t->pf;
+    if (pf->global || !t->sp.dist || t->nranks < 2 || t->sharded || t->src.stream
+        || !t->sp.eops || !GRM_HAS_OP(grm_emb_ops, t->sp.eops, prefetch))
+        return;
+    if (t->nranks > t->p->set.prefetch_ranks) {
+        if (!t->opts->quiet && t->rank == 0 && t->p->set.prefetch_ranks > 0)
+            grm__log(GRM_LOG_INFO, "grmhost", "data thread: %d ranks are more than [train] "
+                     "prefetch_ranks = %lld: each rank prefetches the keys it owns of its own "
+                     "samples only", (int)t->nranks, (long long)t->p->set.prefetch_ranks);
+        return;
+    }
+    int tiered = 0;
+    for (int32_t T = 0; T < t->p->nphys && !tiered; T++)
+        tiered = t->sp.eops->prefetch(t->p->emb.inst, T, NULL, 0) == GRM_OK;
+    if (!tiered) return;
+    if (!(pf->global = malloc(sizeof *pf->global))
+        || grm__batch_init(t, pf->global) != GRM_OK) {
+        grm__log(GRM_LOG_DEBUG, "grmhost", "data thread: no batch of every rank's samples "
+                 "(%s): the rows the other ranks ask for are fetched by the lookups",
+                 pf->global ? grm_last_error() : "out of memory");
+        free(pf->global);       /* a failed grm__batch_init freed what it held */
+        pf->global = NULL;
+        return;
+    }
+    if (!t->opts->quiet && t->rank == 0)
+        grm__log(GRM_LOG_INFO, "grmhost", "data thread: each rank prefetches the keys it "
+                 "owns of every rank's samples of the next batches (%d ranks, one order)",
+                 (int)t->nranks);
 }
 
 /* The data thread's head (see grm__prefetcher): for a store that prefetches, in a run that
@@ -170,6 +215,7 @@ grm_status grm__prefetch_start(grm__trainer *t, int64_t first, int64_t last)
         pthread_mutex_init(&pf->lock, NULL);
         pthread_cond_init(&pf->cond, NULL);
         pf_head_init(t);
+        pf_global_init(t);
     }
     pf->stop = 0;
     pf->next = first;
@@ -256,4 +302,7 @@ void grm__prefetch_fini(grm__trainer *t)
     free(t->pf.neg);
     free(t->pf.negk);
     t->pf.neg = t->pf.negk = NULL;
+    if (t->pf.global) grm__batch_fini(t, t->pf.global);
+    free(t->pf.global);
+    t->pf.global = NULL;
 }

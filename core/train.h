@@ -206,6 +206,10 @@ typedef struct grm__prefetcher {
     grm__head head;
     int have_head;
     int64_t *neg, *negk;  /* [R] the draw and its keys */
+    /* Several ranks, not sharded, a store with a slower tier: every rank's samples of the
+     * batch being prefetched (each rank's order is the same), so the rows this rank owns
+     * that the other ranks will ask for are brought in too. NULL: none. */
+    grm__batch *global;
 } grm__prefetcher;
 
 /* ---- sparse_step.c: per physical table, the looked-up rows and their gradients ---- */
@@ -439,6 +443,9 @@ void grm__batch_fini(const grm__trainer *t, grm__batch *bt);
 grm_status grm__batch_assemble_ids(const grm__trainer *t, grm__batch *bt, int targets);
 /* Everything of training batch g that comes from the data, into bt. */
 grm_status grm__batch_assemble_train(grm__trainer *t, grm__batch *bt, int64_t g);
+/* The ids and keys of every rank's samples of batch g (not sharded), into bt: what the data
+ * thread prefetches of the rows the other ranks will ask this rank for. */
+grm_status grm__batch_assemble_global(grm__trainer *t, grm__batch *bt, int64_t g);
 /* Negative ids [nneg] of the item id space merged into the batch's unique keys. */
 grm_status grm__batch_merge_negatives(const grm__trainer *t, grm__batch *bt, const int64_t *ids,
                                       int64_t nneg);
@@ -469,6 +476,9 @@ void grm__plan_fini(grm__plan *pl);
 int64_t grm__plan_sample_tokens(const grm__trainer *t, int64_t e);
 /* This rank's samples of global batch g into bt (ex, b, tokens). */
 grm_status grm__plan_slice(grm__trainer *t, int64_t g, grm__batch *bt);
+/* Every rank's samples of global batch g into bt (not sharded: each rank's order is the
+ * same, so each knows the whole batch). */
+grm_status grm__plan_slice_all(grm__trainer *t, int64_t g, grm__batch *bt);
 /* Rows of every rank's slices of every batch of the step holding batch g. */
 grm_status grm__plan_step_rows(grm__trainer *t, int64_t g, double *out);
 /* The rows of the whole step on every rank (input = sharded: summed over the ranks). */

@@ -12,7 +12,11 @@
 #  - 2 ranks tiered for 40 steps, resharded to 1 rank and resumed there tiered: the 60
 #    losses of the one-rank run within 1e-5;
 #  - 1 rank tiered for 40 steps, resumed directly on 2 ranks (each filters the one file a
-#    piece at a time): the 60 losses of the one-rank run within 1e-5.
+#    piece at a time): the 60 losses of the one-rank run within 1e-5;
+#  - 2 ranks resumed with every row in the file and a cache that holds them all: every row
+#    rank 0 fetched was its data thread's prefetch, those the other rank asked it for
+#    included (each rank prefetches the keys it owns of every rank's samples); with
+#    [train] prefetch_ranks = 1 (its own samples only) the lookups fetch some, the control.
 # Without $MPIRUN or comm-mpi the 2-rank cases are skipped. TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
@@ -20,7 +24,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tdist-tier-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..10"
+echo "1..12"
 
 dist_data || exit 1
 mkdir -p "$tmp/tier"
@@ -69,7 +73,7 @@ same_curve "$tmp/ref.jsonl" "$tmp/aa.jsonl" 1e-5
 ok $((rc | $?)) "... then 2 -> 1 and resumed tiered on one rank: the 60 losses of the \
 in-memory run within 1e-5"
 
-mpi_or_skip 4 10
+mpi_or_skip 4 12
 mpitrain() {   # N INI STEPS OUT.jsonl (stderr of all ranks in OUT.jsonl.out)
     mpi "$1" train --max-steps "$3" --metrics-out "$4" "$2" >"$4.out" 2>&1
     rc=$?
@@ -119,3 +123,36 @@ it owns of the one file)"
 cat "$tmp/o.jsonl" "$tmp/o.b.jsonl" >"$tmp/oo.jsonl"
 same_curve "$tmp/ref.jsonl" "$tmp/oo.jsonl" 1e-5
 ok $? "... the 60 losses of the one-rank run within 1e-5"
+
+# Every row of a resumed run starts in the file; with a cache that holds them all nothing is
+# evicted, so each fetch is either the data thread's prefetch or a lookup's. The rows rank 0
+# owns that rank 1's samples hold come to it at the exchange: its data thread knows them
+# from the shared order (every rank's samples of the batch), so they too are prefetched.
+rank_ini comm-mpi "$tmp/p" 1 | sed 's/^cache_bytes = 12000$/cache_bytes = 10M/' >"$tmp/p.ini"
+mpitrain 2 "$tmp/p.ini" 30 "$tmp/p.jsonl"
+rc=$?
+mpitrain 2 "$tmp/p.ini" 30 "$tmp/p.b.jsonl"
+rc=$((rc | $?))
+line=$(grep "cache .* of .* rows" "$tmp/p.b.jsonl.out" | head -1)
+echo "# $line" | cut -c1-200
+fp=$(echo "$line" | sed -n 's/.*, \([0-9]*\) fetched from .*(\([0-9]*\) by prefetch).*/\1 \2/p')
+set -- $fp
+test $rc -eq 0 && grep -q "each rank prefetches the keys it owns of every rank's samples" \
+    "$tmp/p.b.jsonl.out" && [ "${1:-0}" -gt 0 ] && [ "$1" = "${2:-}" ]
+ok $? "2 ranks resumed, every row in the file: all ${1:-?} rows rank 0 fetched were its \
+data thread's prefetch, the other rank's requests included"
+# the control: each rank's own samples only ([train] prefetch_ranks = 1 < 2 ranks)
+rm -rf "$tmp/p"
+mpitrain 2 "$tmp/p.ini" 30 "$tmp/q.jsonl"
+rc=$?
+mpi 2 train --set train.prefetch_ranks=1 --metrics-out "$tmp/q.b.jsonl" "$tmp/p.ini" \
+    >"$tmp/q.b.jsonl.out" 2>&1
+rc=$((rc | $?))
+line=$(grep "cache .* of .* rows" "$tmp/q.b.jsonl.out" | head -1)
+echo "# $line" | cut -c1-200
+fp=$(echo "$line" | sed -n 's/.*, \([0-9]*\) fetched from .*(\([0-9]*\) by prefetch).*/\1 \2/p')
+set -- $fp
+test $rc -eq 0 && grep -q "2 ranks are more than \[train\] prefetch_ranks = 1" \
+    "$tmp/q.b.jsonl.out" && [ "${2:-0}" -gt 0 ] && [ "${1:-0}" -gt "${2:-0}" ]
+ok $? "control, prefetch_ranks = 1: rank 0's lookups fetched $((${1:-0} - ${2:-0})) of its \
+${1:-?} rows, the other rank's requests"
