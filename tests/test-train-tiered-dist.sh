@@ -128,15 +128,17 @@ ok $? "... the 60 losses of the one-rank run within 1e-5"
 # evicted, so each fetch is either the data thread's prefetch or a lookup's. The rows rank 0
 # owns that rank 1's samples hold come to it at the exchange: its data thread knows them
 # from the shared order (every rank's samples of the batch), so they too are prefetched.
+fetches() {   # OUT: "fetched prefetched" of rank 0's store summary in OUT
+    line=$(grep "cache .* of .* rows" "$1" | head -1)
+    echo "# $line" | cut -c1-200 >&2
+    echo "$line" | sed -n 's/.*, \([0-9]*\) fetched from .*(\([0-9]*\) by prefetch).*/\1 \2/p'
+}
 rank_ini comm-mpi "$tmp/p" 1 | sed 's/^cache_bytes = 12000$/cache_bytes = 10M/' >"$tmp/p.ini"
 mpitrain 2 "$tmp/p.ini" 30 "$tmp/p.jsonl"
 rc=$?
 mpitrain 2 "$tmp/p.ini" 30 "$tmp/p.b.jsonl"
 rc=$((rc | $?))
-line=$(grep "cache .* of .* rows" "$tmp/p.b.jsonl.out" | head -1)
-echo "# $line" | cut -c1-200
-fp=$(echo "$line" | sed -n 's/.*, \([0-9]*\) fetched from .*(\([0-9]*\) by prefetch).*/\1 \2/p')
-set -- $fp
+set -- $(fetches "$tmp/p.b.jsonl.out")
 test $rc -eq 0 && grep -q "each rank prefetches the keys it owns of every rank's samples" \
     "$tmp/p.b.jsonl.out" && [ "${1:-0}" -gt 0 ] && [ "$1" = "${2:-}" ]
 ok $? "2 ranks resumed, every row in the file: all ${1:-?} rows rank 0 fetched were its \
@@ -148,10 +150,7 @@ rc=$?
 mpi 2 train --set train.prefetch_ranks=1 --metrics-out "$tmp/q.b.jsonl" "$tmp/p.ini" \
     >"$tmp/q.b.jsonl.out" 2>&1
 rc=$((rc | $?))
-line=$(grep "cache .* of .* rows" "$tmp/q.b.jsonl.out" | head -1)
-echo "# $line" | cut -c1-200
-fp=$(echo "$line" | sed -n 's/.*, \([0-9]*\) fetched from .*(\([0-9]*\) by prefetch).*/\1 \2/p')
-set -- $fp
+set -- $(fetches "$tmp/q.b.jsonl.out")
 test $rc -eq 0 && grep -q "2 ranks are more than \[train\] prefetch_ranks = 1" \
     "$tmp/q.b.jsonl.out" && [ "${2:-0}" -gt 0 ] && [ "${1:-0}" -gt "${2:-0}" ]
 ok $? "control, prefetch_ranks = 1: rank 0's lookups fetched $((${1:-0} - ${2:-0})) of its \
