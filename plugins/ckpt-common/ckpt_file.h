@@ -22,6 +22,18 @@ void ckpt_unmap(const uint8_t *data, size_t size);
  * reader that walks a file larger than memory keeps its resident set to what it walks. */
 void ckpt_unneed(const uint8_t *data, size_t off, size_t len);
 
+/* A tensor larger than this is written (save_rows) and read (load_rows) a piece of about
+ * this many bytes of rows at a time, never whole: the same size in every format. */
+#define CKPT_PIECE_BYTES ((size_t)16 << 20)
+
+/* Rows of row_bytes bytes in one piece: CKPT_PIECE_BYTES of them, at least one, at most
+ * the tensor's `rows` (when rows > 0). */
+static inline int64_t ckpt_piece_rows(size_t row_bytes, int64_t rows)
+{
+    int64_t per = row_bytes >= CKPT_PIECE_BYTES ? 1 : (int64_t)(CKPT_PIECE_BYTES / row_bytes);
+    return rows > 0 && per > rows ? rows : per;
+}
+
 /* fsync the directory holding path, so a rename into it is durable. 0 or an errno. */
 int ckpt_fsync_dir(const char *path);
 

@@ -12,6 +12,8 @@
 #include <grm/host.h>
 #include <grm/tensor.h>
 
+#include "ckpt_file.h"
+
 /* File framing (README.md "Byte layout"). */
 #define CG_MAGIC "GRMCKPT\0"            /* 8 bytes at offset 0 */
 #define CG_END_MAGIC "GRMEND\0\0"       /* the file's last 8 bytes */
@@ -29,8 +31,8 @@ typedef struct cg_config {
 
 
 /* A tensor larger than this is written (save_rows) and read (load_rows) a piece of about
- * this many bytes of rows at a time, never whole. */
-#define CG_PIECE_BYTES ((size_t)16 << 20)
+ * this many bytes of rows at a time, never whole (ckpt-common's size). */
+#define CG_PIECE_BYTES CKPT_PIECE_BYTES
 
 /* Write tensors [n] and meta to path atomically (temp file, fsync, rename, fsync of the
  * directory). host: static. meta: NUL-terminated, NULL writes "{}". With rows non-NULL, a

@@ -355,8 +355,7 @@ grm_status cg_pieces(const grm_host_api *host, cg_file *f, int64_t i, grm_ckpt_p
     const int nl = (int)e->name_len;
     const int64_t rows = e->shape[0];
     const size_t rb = (size_t)e->raw_bytes / (size_t)rows;
-    const int64_t per = rb >= CG_PIECE_BYTES ? 1 : (int64_t)(CG_PIECE_BYTES / rb);
-    const int64_t first = per < rows ? per : rows;
+    const int64_t per = ckpt_piece_rows(rb, rows), first = per;
     void *buf = malloc((size_t)first * rb);
     XXH64_state_t *h = XXH64_createState();
     if (buf == NULL || h == NULL) {

@@ -117,8 +117,8 @@ static grm_status cg_stream(const grm_host_api *host, const char *path, cg_write
 {
     const int64_t nrows = nt->tensor.shape[0];
     const size_t rb = raw / (size_t)nrows;
-    const int64_t per = rb >= CG_PIECE_BYTES ? 1 : (int64_t)(CG_PIECE_BYTES / rb);
-    const size_t want = (size_t)(per < nrows ? per : nrows) * rb;
+    const int64_t per = ckpt_piece_rows(rb, nrows);
+    const size_t want = (size_t)per * rb;
     const size_t ocap = ZSTD_CStreamOutSize();
     uint8_t out[1 << 17];
     const size_t olen = ocap < sizeof(out) ? ocap : sizeof(out);

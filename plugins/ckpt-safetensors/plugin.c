@@ -116,8 +116,7 @@ static grm_status st_load_rows_op(void *inst, const char *path, grm_ckpt_piece_f
         }
         const int64_t rows = t.tensor.shape[0];
         const size_t rb = bytes / (size_t)rows;
-        int64_t per = (int64_t)(ST_PIECE_BYTES / rb);
-        if (per < 1) per = 1;
+        const int64_t per = ckpt_piece_rows(rb, rows);
         const char *data = t.tensor.data;
         for (int64_t r0 = 0; r0 < rows && st == GRM_OK; r0 += per) {
             grm_named_tensor piece = t;

@@ -15,6 +15,8 @@
 #include <grm/host.h>
 #include <grm/tensor.h>
 
+#include "ckpt_file.h"
+
 /* Longest header accepted: the limit Python's safetensors applies (100 MB), so a file one
  * reads the other reads too, and a corrupt length never becomes a huge allocation. */
 #define ST_MAX_HEADER (100u * 1000u * 1000u)
@@ -101,8 +103,8 @@ grm_status st_open(const grm_host_api *host, const char *path, st_file *f, int r
 /* Let go of the pages of bytes [p, p + len) of one of f's mappings (load_rows). */
 void st_unneed(const st_file *f, const void *p, size_t len);
 
-/* Bytes of rows save_rows asks for and load_rows hands out at a time (ckpt-grm's size). */
-#define ST_PIECE_BYTES ((size_t)16 << 20)
+/* Bytes of rows save_rows asks for and load_rows hands out at a time (ckpt-common's). */
+#define ST_PIECE_BYTES CKPT_PIECE_BYTES
 
 /* Tensor i of a verified file, in file order (shard by shard); *out borrows the mapping
  * until st_close. */

@@ -99,9 +99,7 @@ static grm_status st_stream(const grm_host_api *host, const char *path, const st
     if (t->data != NULL) return eat(ctx, t->data, it->bytes);
     const int64_t rows = t->shape[0];
     const size_t rb = it->bytes / (size_t)rows;
-    int64_t per = (int64_t)(ST_PIECE_BYTES / rb);
-    if (per < 1) per = 1;
-    if (per > rows) per = rows;
+    const int64_t per = ckpt_piece_rows(rb, rows);
     if ((size_t)per * rb > src->cap) {
         void *b = realloc(src->buf, (size_t)per * rb);
         if (b == NULL)

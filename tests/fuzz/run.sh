@@ -40,7 +40,7 @@ $cc $flags -I"$src/plugins/reader-text" -o "$out/fuzz-text" "$src/tests/fuzz/fuz
     "$src/tests/fuzz/fuzz_host.c" \
     "$src/plugins/reader-text/plugin.c" "$src/plugins/reader-text/text_ref.c" \
     "$src/plugins/reader-text/text_src.c" -lzstd -lm || exit 1
-$cc $flags -I"$src/plugins/ckpt-safetensors" -o "$out/fuzz-safetensors" \
+$cc $flags -I"$src/plugins/ckpt-safetensors" -I"$src/plugins/ckpt-common" -o "$out/fuzz-safetensors" \
     "$src/tests/fuzz/fuzz_safetensors.c" "$src/plugins/ckpt-safetensors/st_parse.c" || exit 1
 $cc $flags -o "$out/fuzz-ini" "$src/tests/fuzz/fuzz_ini.c" "$src/core/config.c" \
     "$src/core/params.c" "$src/core/error.c" "$src/core/log.c" \
