@@ -194,6 +194,15 @@ size_t grm__ckpt_row_bytes(const grm_tensor *t)
     return b;
 }
 
+grm_status grm__ckpt_piece_fits(const char *path, const grm_named_tensor *nt, int64_t row0,
+                                int64_t rows)
+{
+    const int64_t m = nt->tensor.ndim >= 1 ? nt->tensor.shape[0] : 1;
+    if (m >= 0 && row0 >= 0 && m <= rows - row0) return GRM_OK;
+    return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows [%lld, +%lld) of %lld", path,
+                      nt->name, (long long)row0, (long long)m, (long long)rows);
+}
+
 static size_t tensor_bytes(const grm_tensor *x)
 {
     size_t b = grm_dtype_size(x->dtype);
@@ -809,10 +818,7 @@ static grm_status load_piece(void *user, const grm_named_tensor *nt, int64_t row
         return st;
     }
     if (row0 == 0 && nt->tensor.shape[0] == rows) return load_visit(user, nt);
-    if (nt->tensor.shape[0] < 0 || row0 < 0 || nt->tensor.shape[0] > rows - row0)
-        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows [%lld, +%lld) of %lld", c->path,
-                          nt->name, (long long)row0, (long long)nt->tensor.shape[0],
-                          (long long)rows);
+    if ((st = grm__ckpt_piece_fits(c->path, nt, row0, rows)) != GRM_OK) return st;
     grm_tensor *a = &c->acc.tensor;
     const size_t row_bytes = grm__ckpt_row_bytes(&nt->tensor);
     if (row0 == 0) {

@@ -19,6 +19,10 @@ grm_status grm__ckpt_make_dirs(const char *dir);
 
 /* Bytes of one row of t (a row: its first dim; the dtype's size for 0 or 1 dims). */
 size_t grm__ckpt_row_bytes(const grm_tensor *t);
+/* A piece of load_rows (rows [row0, row0 + its first dim) of a tensor of `rows` rows) lies
+ * inside its tensor: GRM_OK, else GRM_EFORMAT naming path, the tensor and the rows. */
+grm_status grm__ckpt_piece_fits(const char *path, const grm_named_tensor *nt, int64_t row0,
+                                int64_t rows);
 
 /* XXH64 of the parsed configuration (sections, keys, values in order): "config_hash". */
 uint64_t grm__ckpt_config_hash(const grm__config *cfg);

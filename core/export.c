@@ -55,6 +55,7 @@ static const char *dtype_name(int32_t dtype)
  * where the format has it: a checkpoint of a table larger than memory is listed in memory
  * of about one piece). */
 typedef struct inspect_ctx {
+    const char *path;
     int64_t n;
     uint64_t bytes;
     XXH64_state_t h;        /* of the tensor being received */
@@ -66,15 +67,16 @@ static grm_status inspect_piece(void *user, const grm_named_tensor *t, int64_t r
 {
     inspect_ctx *c = user;
     const int64_t m = t->tensor.ndim >= 1 ? t->tensor.shape[0] : 1;
-    size_t bytes = grm_dtype_size(t->tensor.dtype);   /* of one row */
-    for (int32_t d = 1; d < t->tensor.ndim; d++) bytes *= (size_t)t->tensor.shape[d];
+    size_t bytes = grm__ckpt_row_bytes(&t->tensor);   /* of one row */
     if (row0 == 0) {
         XXH64_reset(&c->h, 0);
         c->got = 0;
     }
-    if (row0 != c->got || m < 0 || m > rows - row0)
-        return grm_errorf(GRM_EINTERNAL, "tensor '%s': rows from %lld arrive out of order",
-                          t->name, (long long)row0);
+    grm_status st = grm__ckpt_piece_fits(c->path, t, row0, rows);
+    if (st != GRM_OK) return st;
+    if (row0 != c->got)
+        return grm_errorf(GRM_EINTERNAL, "%s: tensor '%s': rows from %lld arrive out of order",
+                          c->path, t->name, (long long)row0);
     if (m > 0 && bytes > 0) XXH64_update(&c->h, t->tensor.data, (size_t)m * bytes);
     c->got += m;
     if (c->got < rows) return GRM_OK;
@@ -124,7 +126,7 @@ int grm__inspect_ckpt(const char *path)
         printf("metadata:    %s\n", meta);
         printf("%-40s %-5s %-20s %12s %s\n", "tensor", "dtype", "shape", "bytes", "xxh64");
         fflush(stdout);
-        inspect_ctx c = { 0 };
+        inspect_ctx c = { .path = path };
         st = GRM_HAS_OP(grm_ckpt_ops, fmt.ops, load_rows)
             ? fmt.ops->load_rows(fmt.inst, path, inspect_piece, &c)
             : fmt.ops->load(fmt.inst, path, inspect_visit, &c);

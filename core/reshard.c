@@ -124,9 +124,7 @@ static grm_status file_piece(void *user, const grm_named_tensor *nt, int64_t row
         || rows != x->t.shape[0])
         return grm_errorf(GRM_EINTERNAL, "%s: tensor '%s': rows from %lld arrive out of order",
                           f->path, nt->name, (long long)row0);
-    if (m < 0 || m > rows - row0)
-        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows [%lld, +%lld) of %lld", f->path,
-                          nt->name, (long long)row0, (long long)m, (long long)rows);
+    if ((st = grm__ckpt_piece_fits(f->path, nt, row0, rows)) != GRM_OK) return st;
     const size_t rb = grm__ckpt_row_bytes(&x->t);
     if (!x->spilled && m > 0)
         memcpy((char *)x->t.data + (size_t)row0 * rb, nt->tensor.data, (size_t)m * rb);
@@ -1477,9 +1475,8 @@ static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0
     const int64_t m = nt->tensor.shape[0];
     if (T < 0 || (!is_ids && nt->tensor.ndim < 2))      /* not per row: unchanged */
         return c->visit(c->user, nt, row0, rows);
-    if (m < 0 || row0 < 0 || m > rows - row0)
-        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows [%lld, +%lld) of %lld", c->path,
-                          nt->name, (long long)row0, (long long)m, (long long)rows);
+    grm_status st = grm__ckpt_piece_fits(c->path, nt, row0, rows);
+    if (st != GRM_OK) return st;
     if (is_ids && c->indexed[T])
         return grm_errorf(GRM_EFORMAT, "%s: the ids of table '%s' come after its rows; rewrite "
                           "the checkpoints for this job with `grmhost reshard FILE.ini -n M` "
@@ -1514,7 +1511,7 @@ static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0
         grm_named_tensor out = *nt;
         out.tensor.shape[0] = c->w;
         out.tensor.data = c->ids;
-        grm_status st = c->visit(c->user, &out, 0, c->w);
+        st = c->visit(c->user, &out, 0, c->w);
         free(c->ids);
         c->ids = NULL;
         return st;
@@ -1543,7 +1540,7 @@ static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0
     grm_named_tensor out = *nt;
     out.tensor.shape[0] = w;
     out.tensor.data = c->buf;
-    grm_status st = c->visit(c->user, &out, c->out, c->w);
+    st = c->visit(c->user, &out, c->out, c->w);
     c->out += w;
     return st;
 }
