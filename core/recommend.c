@@ -272,6 +272,29 @@ static void progress(int64_t done, int64_t total, double t0, const char *what)
     fflush(stderr);
 }
 
+/* The state of users [n] (user indices; NULL: 0 .. n - 1) after their whole history, the
+ * query recommend scores with, into out [n, D]: eval_batch users at a time. */
+static grm_status user_states(grm__trainer *t, const int64_t *users, int64_t n, float *out)
+{
+    const grm__dataset *ds = t->ds;
+    const int64_t D = t->p->tables[t->item_table].dim, EB = t->p->set.eval_batch;
+    grm_status st = GRM_OK;
+    for (int64_t lo = 0; lo < n && st == GRM_OK; lo += EB) {
+        const int64_t b = n - lo < EB ? n - lo : EB;
+        for (int64_t k = 0; k < b; k++) {
+            const int64_t u = users ? users[lo + k] : lo + k;
+            t->eb.users[k] = u;
+            t->eb.hist_end[k] = ds->offsets[u + 1];   /* the whole history */
+        }
+        t->eb.b = b;
+        const float *q;
+        if ((st = grm__eval_queries(t, &q)) == GRM_OK)
+            memcpy(out + lo * D, q, (size_t)(b * D) * sizeof *out);
+        grm__scratch_reset();
+    }
+    return st;
+}
+
 /* A catalog of several chunks ([train] eval_memory_mb; a tiered table's catalog larger than
  * memory): every user's query first (U x D floats), then each chunk looked up once and
  * scored against every user, each user's K best merged chunk after chunk. The result is
@@ -295,18 +318,7 @@ static grm_status rec_chunked(grm__trainer *t, const grm__rec_opts *ro, const in
                         "%lld users", (long long)K, (long long)nu);
         goto out;
     }
-    for (int64_t lo = 0; lo < nu && st == GRM_OK; lo += EB) {
-        const int64_t b = nu - lo < EB ? nu - lo : EB;
-        for (int64_t k = 0; k < b; k++) {
-            t->eb.users[k] = users[lo + k];
-            t->eb.hist_end[k] = ds->offsets[users[lo + k] + 1];   /* the whole history */
-        }
-        t->eb.b = b;
-        const float *q;
-        if ((st = grm__eval_queries(t, &q)) == GRM_OK)
-            memcpy(Q + lo * D, q, (size_t)(b * D) * sizeof *Q);
-        grm__scratch_reset();
-    }
+    st = user_states(t, users, nu, Q);
     double last = 0;
     for (int64_t c = 0; c < nch && st == GRM_OK; c++) {
         const int64_t c0 = c * CC, cc = C - c0 < CC ? C - c0 : CC;
@@ -886,7 +898,7 @@ grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *
     if ((st = fmt.ops->create(NULL, &fmt.inst)) != GRM_OK) goto out;
     if ((st = grm__ckpt_make_dirs(dir)) != GRM_OK) goto out;
     const grm__dataset *ds = t.ds;
-    const int64_t C = ds->ncatalog, U = ds->nusers, EB = p->set.eval_batch;
+    const int64_t C = ds->ncatalog, U = ds->nusers;
     const int32_t D = p->tables[t.item_table].dim;
     char meta[512];
     snprintf(meta, sizeof meta, "{\"format\":\"grm-export\",\"step\":%lld,\"config_hash\":"
@@ -916,18 +928,7 @@ grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *
         goto out;
     }
     memcpy(ids, ds->users, (size_t)U * sizeof *ids);
-    for (int64_t lo = 0; lo < U && st == GRM_OK; lo += EB) {
-        const int64_t b = U - lo < EB ? U - lo : EB;
-        for (int64_t k = 0; k < b; k++) {
-            t.eb.users[k] = lo + k;
-            t.eb.hist_end[k] = ds->offsets[lo + k + 1];
-        }
-        t.eb.b = b;
-        const float *q;
-        if ((st = grm__eval_queries(&t, &q)) == GRM_OK)
-            memcpy(state + lo * D, q, (size_t)(b * D) * sizeof *state);
-        grm__scratch_reset();
-    }
+    st = user_states(&t, NULL, U, state);
     if (st == GRM_OK) st = ex_add(&l, "user.ids", ids, GRM_DTYPE_I64, 1, U, 1, 1);
     else free(ids);
     if (st == GRM_OK) st = ex_add_f(&l, "user.state", state, dtype, 2, U, D);
