@@ -598,19 +598,21 @@ static grm_status ex_rows(void *user, int64_t index, int64_t row0, int64_t n, vo
         }
         return st;
     }
+    /* fp32: the store's rows straight into out; fp16, bf16: through a buffer of floats */
     const size_t need = (size_t)(n * s->dim) * sizeof(float);
-    if (need > l->cap) {
+    if (l->dtype != GRM_DTYPE_F32 && need > l->cap) {
         float *b = realloc(l->rows, need);
         if (!b) return grm_errorf(GRM_ENOMEM, "out of memory for %lld rows", (long long)n);
         l->rows = b;
         l->cap = need;
     }
-    st = t->sp.eops->tensor_rows(t->p->emb.inst, s->index, NULL, row0, n, l->rows);
+    float *f = l->dtype == GRM_DTYPE_F32 ? out : l->rows;
+    st = t->sp.eops->tensor_rows(t->p->emb.inst, s->index, NULL, row0, n, f);
     if (st != GRM_OK) {
         grm_error_prefix("[embedding] %s: tensor_rows: ", t->p->emb.plugin->info->name);
         return st;
     }
-    to_dtype(l->rows, n * s->dim, l->dtype, out);
+    if (f != out) to_dtype(f, n * s->dim, l->dtype, out);
     return GRM_OK;
 }
 
