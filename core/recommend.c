@@ -607,11 +607,7 @@ static grm_status ex_rows(void *user, int64_t index, int64_t row0, int64_t n, vo
         l->cap = need;
     }
     float *f = l->dtype == GRM_DTYPE_F32 ? out : l->rows;
-    st = t->sp.eops->tensor_rows(t->p->emb.inst, s->index, NULL, row0, n, f);
-    if (st != GRM_OK) {
-        grm_error_prefix("[embedding] %s: tensor_rows: ", t->p->emb.plugin->info->name);
-        return st;
-    }
+    if ((st = grm__table_read_rows(t, s->index, row0, n, f)) != GRM_OK) return st;
     if (f != out) to_dtype(f, n * s->dim, l->dtype, out);
     return GRM_OK;
 }
@@ -628,17 +624,15 @@ static grm_status ex_save(const grm__ckpt_fmt *f, const char *dir, const char *f
     return st;
 }
 
-/* Table s's existing rows into l as emb.<name>.ids (whole: 8 bytes a row) and .weight (by
- * rows, never held), when the store describes them with tensor_rows, keyed and sorted by
- * key as grm__table_rows sorts them (a hash store's export: emb-dynamic, tiered or not).
- * *done 0: not such a table; the caller takes grm__table_rows' whole path. */
-static grm_status ex_table_by_rows(ex_list *l, int32_t s, int64_t *nrows, int *done)
+grm_status grm__table_keys(grm__trainer *t, int32_t s, int64_t **keys_out, int64_t *n_out,
+                           int64_t *dim_out, int32_t *weight_out)
 {
-    grm__trainer *t = l->t;
     const grm_emb_ops *e = t->sp.eops;
     const char *name = t->p->phys[s].name;
     const size_t len = strlen(name);
-    *done = 0;
+    *keys_out = NULL;
+    *n_out = *dim_out = 0;
+    *weight_out = -1;
     if (!GRM_HAS_OP(grm_emb_ops, e, tensor_rows)) return GRM_OK;
     grm_named_tensor w = { 0 }, ids = { 0 };
     int32_t wk = -1, ik = -1;
@@ -661,14 +655,47 @@ static grm_status ex_table_by_rows(ex_list *l, int32_t s, int64_t *nrows, int *d
     grm_status st = e->tensor_rows(t->p->emb.inst, ik, NULL, 0, R, keys);
     int sorted = 1;
     for (int64_t r = 1; st == GRM_OK && r < R && sorted; r++) sorted = keys[r - 1] < keys[r];
+    if (st != GRM_OK || !sorted) {
+        free(keys);
+        return st;
+    }
+    *keys_out = keys;
+    *n_out = R;
+    *dim_out = w.tensor.shape[1];
+    *weight_out = wk;
+    return GRM_OK;
+}
+
+grm_status grm__table_read_rows(grm__trainer *t, int32_t weight, int64_t row0, int64_t n,
+                                float *out)
+{
+    const grm_status st = t->sp.eops->tensor_rows(t->p->emb.inst, weight, NULL, row0, n, out);
+    if (st != GRM_OK)
+        grm_error_prefix("[embedding] %s: tensor_rows: ", t->p->emb.plugin->info->name);
+    return st;
+}
+
+/* Table s's existing rows into l as emb.<name>.ids (whole: 8 bytes a row) and .weight (by
+ * rows, never held), when grm__table_keys finds them (a hash store's export: emb-dynamic,
+ * tiered or not). *done 0: not such a table; the caller takes grm__table_rows' whole
+ * path. */
+static grm_status ex_table_by_rows(ex_list *l, int32_t s, int64_t *nrows, int *done)
+{
+    grm__trainer *t = l->t;
+    const char *name = t->p->phys[s].name;
+    int64_t *keys, R, D;
+    int32_t wk;
+    *done = 0;
+    grm_status st = grm__table_keys(t, s, &keys, &R, &D, &wk);
+    if (st != GRM_OK || !keys) return st;
     char tn[256];
     snprintf(tn, sizeof tn, "emb.%s.ids", name);
-    if (st != GRM_OK || !sorted || (st = ex_add(l, tn, keys, GRM_DTYPE_I64, 1, R, 1, 1)) != GRM_OK) {
+    if ((st = ex_add(l, tn, keys, GRM_DTYPE_I64, 1, R, 1, 1)) != GRM_OK) {
         free(keys);
         return st;
     }
     snprintf(tn, sizeof tn, "emb.%s.weight", name);
-    if ((st = ex_add_rows(l, tn, (ex_src){ EX_STORE, wk, w.tensor.shape[1] }, R)) != GRM_OK)
+    if ((st = ex_add_rows(l, tn, (ex_src){ EX_STORE, wk, D }, R)) != GRM_OK)
         return st;
     *nrows = R;
     *done = 1;

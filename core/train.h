@@ -601,6 +601,17 @@ grm_status grm__eval_queries(grm__trainer *t, const float **q);
  * `grmhost export` writes and what incremental export diffs. */
 grm_status grm__table_rows(grm__trainer *t, int32_t s, int64_t **keys, float **rows,
                            int64_t *n, int64_t *dim);
+/* Table s's rows a range at a time, for a store that describes them with tensor_rows
+ * (ABI 1.10) as keyed and sorted by key (a hash store's export: emb-dynamic, tiered or
+ * not): *keys [*n] malloc'd (8 bytes a row), *dim, and *weight the index of its weight
+ * tensor for grm__table_read_rows. *keys NULL when the table is not such a table (the
+ * caller takes grm__table_rows). Between this and the last read, no lookup with
+ * GRM_EMB_INSERT and no update. */
+grm_status grm__table_keys(grm__trainer *t, int32_t s, int64_t **keys, int64_t *n,
+                           int64_t *dim, int32_t *weight);
+/* Rows [row0, row0 + n) of the weight tensor `weight` of grm__table_keys into out [n, dim]. */
+grm_status grm__table_read_rows(grm__trainer *t, int32_t weight, int64_t row0, int64_t n,
+                                float *out);
 /* Between evaluation batches: deliver pending signals (train.c); GRM_ECANCELED once
  * SIGINT or SIGTERM came, agreed by every rank. */
 grm_status grm__poll_stop(grm__trainer *t);
