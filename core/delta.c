@@ -16,7 +16,8 @@
  * memory bounded by its ids (a delta of it held the base's rows, the table's, and the
  * changed ones: three copies of its weights).
  * `grmhost export --since S` (grm__delta_export) adds up deltas S+1.. into one model: from
- * 0, the whole model at the newest delta's step. */
+ * 0, the whole model at the newest delta's step. It too holds the keys (and where each
+ * key's newest row is), not the rows: those go through a scratch file. */
 #include "checkpoint.h"
 #include "train.h"
 
@@ -29,52 +30,91 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- the model a sequence of deltas adds up to ---- */
+/* ---- what a sequence of deltas adds up to, without its rows ---- */
 
-typedef struct dx_tab {
-    char *name;                /* owned: the physical table */
-    int64_t dim;
-    int64_t n;
-    int64_t *ids;              /* [n] sorted */
-    float *rows;               /* [n, dim] */
-    uint8_t *live;             /* [n] 0: removed (kept only when removals are reported) */
-} dx_tab;
+/* XXH3-128 of a row's bytes: a row is written again when any bit of it changed, and two
+ * different rows have the same hash with a chance of 2^-128. */
+typedef struct dx_hash {
+    uint64_t lo, hi;
+} dx_hash;
 
-typedef struct dx_model {
-    dx_tab *tabs;
-    int32_t ntabs;
-    char **dense_names;        /* the newest delta's dense parameters */
-    grm_tensor *dense;         /* [ndense], data owned */
-    int32_t ndense;
-    int64_t seq, step;         /* of the newest delta added */
-} dx_model;
-
-static void dx_model_fini(dx_model *m)
+static dx_hash dx_row_hash(const float *row, int64_t D)
 {
-    for (int32_t i = 0; i < m->ntabs; i++) {
-        free(m->tabs[i].name);
-        free(m->tabs[i].ids);
-        free(m->tabs[i].rows);
-        free(m->tabs[i].live);
-    }
-    free(m->tabs);
+    const XXH128_hash_t h = XXH3_128bits(row, (size_t)D * sizeof *row);
+    return (dx_hash){ h.low64, h.high64 };
+}
+
+static int dx_hash_eq(dx_hash a, dx_hash b)
+{
+    return a.lo == b.lo && a.hi == b.hi;
+}
+
+/* Where a key's newest row is: the delta (its sequence number) and the row in it. */
+typedef struct dx_loc {
+    int64_t file, row;
+} dx_loc;
+
+/* One table of the sum: its keys, sorted, each with a payload of psize bytes: the
+ * dx_hash of its row (the trainer's base) or its dx_loc (export --since). */
+typedef struct dx_set {
+    char *name;                /* owned: the physical table */
+    int64_t dim, n;
+    int64_t *ids;              /* [n] sorted */
+    char *pay;                 /* [n, psize] */
+    uint8_t *live;             /* [n] 0: removed (kept only when removals are reported) */
+} dx_set;
+
+typedef struct dx_sum {
+    dx_set *tabs;
+    int32_t ntabs;
+    int loc;                   /* 1: payloads are dx_locs (export --since), 0: dx_hashes */
+    size_t psize;              /* sizeof of the payload */
+    int keep_removed;          /* a removed key stays as a dead entry (export --since S) */
+    int64_t seq, step;         /* of the newest delta added */
+    /* with dx_loc: the newest delta's dense parameters, whole (small) */
+    char **dense_names;
+    grm_tensor *dense;         /* data owned */
+    int32_t ndense;
+    int64_t dense_file;        /* the delta they come from */
+} dx_sum;
+
+static void dx_dense_fini(dx_sum *m)
+{
     for (int32_t i = 0; i < m->ndense; i++) {
         free(m->dense_names[i]);
         free(m->dense[i].data);
     }
-    free(m->dense_names);
-    free(m->dense);
-    memset(m, 0, sizeof *m);
+    m->ndense = 0;
 }
 
-static dx_tab *dx_table(dx_model *m, const char *name, int64_t dim)
+static void dx_sum_fini(dx_sum *m)
+{
+    for (int32_t i = 0; i < m->ntabs; i++) {
+        free(m->tabs[i].name);
+        free(m->tabs[i].ids);
+        free(m->tabs[i].pay);
+        free(m->tabs[i].live);
+    }
+    free(m->tabs);
+    dx_dense_fini(m);
+    free(m->dense_names);
+    free(m->dense);
+    const size_t psize = m->psize;
+    const int keep = m->keep_removed, loc = m->loc;
+    memset(m, 0, sizeof *m);
+    m->psize = psize;
+    m->keep_removed = keep;
+    m->loc = loc;
+}
+
+static dx_set *dx_table(dx_sum *m, const char *name, int64_t dim)
 {
     for (int32_t i = 0; i < m->ntabs; i++)
         if (!strcmp(m->tabs[i].name, name)) return &m->tabs[i];
-    dx_tab *nt = realloc(m->tabs, (size_t)(m->ntabs + 1) * sizeof *nt);
+    dx_set *nt = realloc(m->tabs, (size_t)(m->ntabs + 1) * sizeof *nt);
     if (!nt) return NULL;
     m->tabs = nt;
-    dx_tab *t = &m->tabs[m->ntabs];
+    dx_set *t = &m->tabs[m->ntabs];
     memset(t, 0, sizeof *t);
     if (!(t->name = strdup(name))) return NULL;
     t->dim = dim;
@@ -82,20 +122,20 @@ static dx_tab *dx_table(dx_model *m, const char *name, int64_t dim)
     return t;
 }
 
-/* Merge ids/rows [n] (new values) and removed [r] (all sorted) into t. keep_removed: a
- * removed key stays as a dead entry (export --since S reports it); else it is dropped. */
-static grm_status dx_apply(dx_tab *t, const int64_t *ids, const float *rows, int64_t n,
-                           const int64_t *removed, int64_t r, int keep_removed)
+/* Merge ids/pay [n] (newer rows) and removed [r] (all sorted) into t. A removed key stays
+ * as a dead entry with keep_removed, else it is dropped. */
+static grm_status dx_merge(dx_set *t, size_t psize, const int64_t *ids, const char *pay,
+                           int64_t n, const int64_t *removed, int64_t r, int keep_removed)
 {
-    const int64_t cap = t->n + n + r, D = t->dim;
+    const int64_t cap = t->n + n + r;
     int64_t *ni = malloc((size_t)(cap + 1) * sizeof *ni);
-    float *nr = malloc((size_t)(cap * D + 1) * sizeof *nr);
+    char *np = malloc((size_t)(cap + 1) * psize);
     uint8_t *nl = malloc((size_t)(cap + 1));
-    if (!ni || !nr || !nl) {
+    if (!ni || !np || !nl) {
         free(ni);
-        free(nr);
+        free(np);
         free(nl);
-        return grm_errorf(GRM_ENOMEM, "out of memory");
+        return grm_errorf(GRM_ENOMEM, "out of memory for %lld keys", (long long)cap);
     }
     int64_t a = 0, b = 0, c = 0, k = 0;
     while (a < t->n || b < n || c < r) {
@@ -103,15 +143,15 @@ static grm_status dx_apply(dx_tab *t, const int64_t *ids, const float *rows, int
         if (a < t->n && t->ids[a] < key) key = t->ids[a];
         if (b < n && ids[b] < key) key = ids[b];
         if (c < r && removed[c] < key) key = removed[c];
-        const float *src = NULL;
+        const char *src = NULL;
         int live = 0;
         if (a < t->n && t->ids[a] == key) {
-            src = t->rows + a * D;
-            live = t->live[a];
+            src = t->pay + (size_t)a * psize;
+            live = t->live ? t->live[a] : 1;
             a++;
         }
         if (b < n && ids[b] == key) {
-            src = rows + b * D;
+            src = pay + (size_t)b * psize;
             live = 1;
             b++;
         }
@@ -122,124 +162,175 @@ static grm_status dx_apply(dx_tab *t, const int64_t *ids, const float *rows, int
         if (!live && !keep_removed) continue;
         ni[k] = key;
         nl[k] = (uint8_t)live;
-        if (src) memcpy(nr + k * D, src, (size_t)D * sizeof *nr);
-        else memset(nr + k * D, 0, (size_t)D * sizeof *nr);
+        if (src && live) memcpy(np + (size_t)k * psize, src, psize);
+        else memset(np + (size_t)k * psize, 0, psize);
         k++;
     }
     free(t->ids);
-    free(t->rows);
+    free(t->pay);
     free(t->live);
     t->ids = ni;
-    t->rows = nr;
+    t->pay = np;
     t->live = nl;
     t->n = k;
     return GRM_OK;
 }
 
-/* ---- reading one delta ---- */
+/* ---- reading one delta, a piece at a time (grm_ckpt_ops.load_rows) ---- */
 
+/* The table being read: its ids and removed keys whole (8 bytes a row of the delta), its
+ * rows hashed as their pieces pass (dx_hash), or only counted (dx_loc). */
 typedef struct dx_read {
-    dx_model *m;
-    int keep_removed;
+    dx_sum *m;
     const char *path;
-    /* the table being read: its ids, weight and removed come in that order */
+    int64_t file;              /* the delta's sequence number */
     char cur[256];
-    int64_t *ids, *removed, n, r;
-    float *rows;
-    int64_t dim;
+    int64_t *ids, *removed;
+    char *pay;                 /* dx_hash: [nw] */
+    int64_t n, r, nw, dim;     /* ids, removed, weight rows, and their dim */
     int32_t ndense_new;
 } dx_read;
 
 static grm_status dx_flush(dx_read *c)
 {
+    dx_sum *m = c->m;
     grm_status st = GRM_OK;
     if (c->cur[0]) {
-        dx_tab *t = dx_table(c->m, c->cur, c->dim);
+        dx_set *t = dx_table(m, c->cur, c->dim);
         if (!t) st = grm_errorf(GRM_ENOMEM, "out of memory");
-        else if (t->dim != c->dim)
+        else if (c->nw != c->n)
+            st = grm_errorf(GRM_EFORMAT, "%s: table '%s' has %lld ids and %lld rows", c->path,
+                            c->cur, (long long)c->n, (long long)c->nw);
+        else if (t->n > 0 && c->n > 0 && t->dim != c->dim)
             st = grm_errorf(GRM_EFORMAT, "%s: table '%s' has rows of %lld floats, the deltas "
                             "before it %lld", c->path, c->cur, (long long)c->dim,
                             (long long)t->dim);
-        else st = dx_apply(t, c->ids, c->rows, c->n, c->removed, c->r, c->keep_removed);
+        if (st == GRM_OK && m->loc &&
+            !(c->pay = malloc((size_t)(c->n + 1) * sizeof(dx_loc))))
+            st = grm_errorf(GRM_ENOMEM, "out of memory");
+        if (st == GRM_OK && m->loc)
+            for (int64_t i = 0; i < c->n; i++)
+                ((dx_loc *)(void *)c->pay)[i] = (dx_loc){ c->file, i };
+        if (st == GRM_OK) {
+            if (c->n > 0) t->dim = c->dim;
+            st = dx_merge(t, m->psize, c->ids, c->pay, c->n, c->removed, c->r,
+                          m->keep_removed);
+        }
     }
     free(c->ids);
-    free(c->rows);
     free(c->removed);
+    free(c->pay);
     c->ids = c->removed = NULL;
-    c->rows = NULL;
-    c->n = c->r = c->dim = 0;
+    c->pay = NULL;
+    c->n = c->r = c->nw = c->dim = 0;
     c->cur[0] = '\0';
     return st;
 }
 
-static void *dup_data(const grm_tensor *t, size_t *bytes)
+/* A piece of an i64 vector into *v [rows] (allocated at its first piece). */
+static grm_status dx_piece_i64(const grm_named_tensor *nt, int64_t row0, int64_t rows,
+                               int64_t **v, int64_t *n)
 {
-    size_t b = grm_dtype_size(t->dtype);
-    for (int32_t d = 0; d < t->ndim; d++) b *= (size_t)t->shape[d];
-    void *p = malloc(b ? b : 1);
-    if (p && b) memcpy(p, t->data, b);
-    *bytes = b;
-    return p;
+    if (row0 == 0) {
+        free(*v);
+        if (!(*v = malloc((size_t)(rows + 1) * sizeof **v)))
+            return grm_errorf(GRM_ENOMEM, "out of memory for %lld ids", (long long)rows);
+        *n = rows;
+    }
+    if (nt->tensor.shape[0] > 0)    /* an empty tensor's piece has no data */
+        memcpy(*v + row0, nt->tensor.data, (size_t)nt->tensor.shape[0] * sizeof **v);
+    return GRM_OK;
 }
 
-static grm_status dx_visit(void *user, const grm_named_tensor *nt)
+/* A piece of a dense parameter: kept whole (with dx_loc), the newest delta's replacing the
+ * ones before. */
+static grm_status dx_dense_piece(dx_read *c, const grm_named_tensor *nt, int64_t row0,
+                                 int64_t rows)
+{
+    dx_sum *m = c->m;
+    if (!m->loc) return GRM_OK;
+    if (m->dense_file != c->file) {
+        dx_dense_fini(m);
+        m->dense_file = c->file;
+    }
+    const size_t rb = grm__ckpt_row_bytes(&nt->tensor);
+    if (row0 == 0) {
+        char **nn = realloc(m->dense_names, (size_t)(m->ndense + 1) * sizeof *nn);
+        if (nn) m->dense_names = nn;
+        grm_tensor *nd = realloc(m->dense, (size_t)(m->ndense + 1) * sizeof *nd);
+        if (nd) m->dense = nd;
+        if (!nn || !nd) return grm_errorf(GRM_ENOMEM, "out of memory");
+        grm_tensor *x = &m->dense[m->ndense];
+        *x = nt->tensor;
+        if (x->ndim > 0) x->shape[0] = rows;
+        x->data = malloc((size_t)rows * rb + 1);
+        m->dense_names[m->ndense] = strdup(nt->name);
+        m->ndense++;
+        if (!x->data || !m->dense_names[m->ndense - 1])
+            return grm_errorf(GRM_ENOMEM, "out of memory");
+    }
+    grm_tensor *x = &m->dense[m->ndense - 1];
+    const int64_t k = nt->tensor.ndim > 0 ? nt->tensor.shape[0] : 1;
+    if (k > 0 && rb > 0) memcpy((char *)x->data + (size_t)row0 * rb, nt->tensor.data, (size_t)k * rb);
+    return GRM_OK;
+}
+
+static grm_status dx_piece(void *user, const grm_named_tensor *nt, int64_t row0, int64_t rows)
 {
     dx_read *c = user;
-    size_t bytes;
-    if (strncmp(nt->name, "emb.", 4) == 0) {
-        const char *dot = strrchr(nt->name, '.');
-        char tab[256];
-        snprintf(tab, sizeof tab, "%.*s", (int)(dot - nt->name - 4), nt->name + 4);
-        grm_status st = GRM_OK;
-        if (strcmp(tab, c->cur) != 0 && (st = dx_flush(c)) != GRM_OK) return st;
-        snprintf(c->cur, sizeof c->cur, "%s", tab);
-        void *p = dup_data(&nt->tensor, &bytes);
-        if (!p) return grm_errorf(GRM_ENOMEM, "out of memory");
-        const int i64 = nt->tensor.dtype == GRM_DTYPE_I64 && nt->tensor.ndim == 1;
-        if (!strcmp(dot, ".ids") && i64) {
-            free(c->ids);
-            c->ids = p;
-            c->n = nt->tensor.shape[0];
-        } else if (!strcmp(dot, ".removed") && i64) {
-            free(c->removed);
-            c->removed = p;
-            c->r = nt->tensor.shape[0];
-        } else if (!strcmp(dot, ".weight") && nt->tensor.dtype == GRM_DTYPE_F32
-                   && nt->tensor.ndim == 2) {
-            free(c->rows);
-            c->rows = p;
-            c->dim = nt->tensor.shape[1];
-        } else {
-            free(p);
-            return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' is not one of a delta's "
-                              "(emb.<table>.ids, .weight, .removed)", c->path, nt->name);
+    grm_status st = grm__ckpt_piece_fits(c->path, nt, row0, rows);
+    if (st != GRM_OK) return st;
+    if (strncmp(nt->name, "emb.", 4) != 0) {
+        if ((st = dx_flush(c)) != GRM_OK) return st;
+        return dx_dense_piece(c, nt, row0, rows);
+    }
+    const char *dot = strrchr(nt->name, '.');
+    char tab[256];
+    snprintf(tab, sizeof tab, "%.*s", (int)(dot - nt->name - 4), nt->name + 4);
+    if (strcmp(tab, c->cur) != 0 && (st = dx_flush(c)) != GRM_OK) return st;
+    snprintf(c->cur, sizeof c->cur, "%s", tab);
+    const grm_tensor *x = &nt->tensor;
+    const int i64 = x->dtype == GRM_DTYPE_I64 && x->ndim == 1;
+    if (!strcmp(dot, ".ids") && i64) return dx_piece_i64(nt, row0, rows, &c->ids, &c->n);
+    if (!strcmp(dot, ".removed") && i64) return dx_piece_i64(nt, row0, rows, &c->removed, &c->r);
+    if (!strcmp(dot, ".weight") && x->dtype == GRM_DTYPE_F32 && x->ndim == 2) {
+        c->nw = rows;
+        c->dim = x->shape[1];
+        if (c->m->loc) return GRM_OK;
+        if (row0 == 0) {
+            free(c->pay);
+            if (!(c->pay = malloc((size_t)(rows + 1) * sizeof(dx_hash))))
+                return grm_errorf(GRM_ENOMEM, "out of memory for %lld row hashes",
+                                  (long long)rows);
         }
+        const float *w = x->data;
+        dx_hash *h = (dx_hash *)(void *)c->pay;
+        for (int64_t i = 0; i < x->shape[0]; i++) h[row0 + i] = dx_row_hash(w + i * c->dim, c->dim);
         return GRM_OK;
     }
-    /* a dense parameter: the newest delta's replace the ones before */
-    grm_status st = dx_flush(c);
-    if (st != GRM_OK) return st;
-    dx_model *m = c->m;
-    if (c->ndense_new == 0) {
-        for (int32_t i = 0; i < m->ndense; i++) {
-            free(m->dense_names[i]);
-            free(m->dense[i].data);
-        }
-        m->ndense = 0;
-    }
-    char **nn = realloc(m->dense_names, (size_t)(m->ndense + 1) * sizeof *nn);
-    if (nn) m->dense_names = nn;
-    grm_tensor *nd = realloc(m->dense, (size_t)(m->ndense + 1) * sizeof *nd);
-    if (nd) m->dense = nd;
-    if (!nn || !nd) return grm_errorf(GRM_ENOMEM, "out of memory");
-    m->dense[m->ndense] = nt->tensor;
-    m->dense[m->ndense].data = dup_data(&nt->tensor, &bytes);
-    m->dense_names[m->ndense] = strdup(nt->name);
-    if (!m->dense[m->ndense].data || !m->dense_names[m->ndense])
-        return grm_errorf(GRM_ENOMEM, "out of memory");
-    m->ndense++;
-    c->ndense_new++;
-    return GRM_OK;
+    return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' is not one of a delta's "
+                      "(emb.<table>.ids, .weight, .removed)", c->path, nt->name);
+}
+
+/* load_rows through load, for a format without it: each tensor one piece. */
+typedef struct dx_whole {
+    grm_ckpt_piece_fn fn;
+    void *user;
+} dx_whole;
+
+static grm_status dx_whole_visit(void *user, const grm_named_tensor *nt)
+{
+    const dx_whole *w = user;
+    return w->fn(w->user, nt, 0, nt->tensor.ndim > 0 ? nt->tensor.shape[0] : 1);
+}
+
+static grm_status dx_load_rows(const grm__ckpt_fmt *f, const char *path, grm_ckpt_piece_fn fn,
+                               void *user)
+{
+    if (GRM_HAS_OP(grm_ckpt_ops, f->ops, load_rows))
+        return f->ops->load_rows(f->inst, path, fn, user);
+    dx_whole w = { fn, user };
+    return f->ops->load(f->inst, path, dx_whole_visit, &w);
 }
 
 /* ---- the files ---- */
@@ -328,256 +419,43 @@ static grm_status dx_step(const grm__ckpt_fmt *fmt, const char *path, int64_t *s
     return st;
 }
 
-static grm_status dx_load(const grm__registry *reg, const char *dir, int64_t since,
-                          int keep_removed, dx_model *m)
+/* Add up the deltas of dir with seq in (since, newest] into m (its psize and keep_removed
+ * set by the caller); fmt gets their format. */
+static grm_status dx_load(const grm__registry *reg, const char *dir, int64_t since, dx_sum *m,
+                          grm__ckpt_fmt *fmt)
 {
     int64_t n;
-    grm__ckpt_fmt fmt = { 0 };
-    memset(m, 0, sizeof *m);
     grm_status st = dx_count(dir, &n);
     if (st != GRM_OK || n == 0) return st;
     char path[4096 + 64];
     delta_path(path, sizeof path, dir, 1);
-    if ((st = grm__ckpt_fmt_for(reg, path, &fmt)) != GRM_OK) goto out;
-    for (int64_t i = 1; i <= n && st == GRM_OK; i++) {
+    if ((st = grm__ckpt_fmt_for(reg, path, fmt)) != GRM_OK) return st;
+    for (int64_t i = since + 1; i <= n && st == GRM_OK; i++) {
         delta_path(path, sizeof path, dir, i);
-        if (i <= since) continue;
-        dx_read c = { .m = m, .keep_removed = keep_removed, .path = path };
-        st = fmt.ops->load(fmt.inst, path, dx_visit, &c);
+        dx_read c = { .m = m, .path = path, .file = i };
+        st = dx_load_rows(fmt, path, dx_piece, &c);
         if (st == GRM_OK) st = dx_flush(&c);
         else dx_flush(&c);
-        if (st == GRM_OK) st = dx_step(&fmt, path, &m->step);
+        if (st == GRM_OK) st = dx_step(fmt, path, &m->step);
         m->seq = i;
     }
     if (st == GRM_OK && m->seq == 0) m->seq = n;
-out:
-    grm__ckpt_fmt_fini(&fmt);
-    if (st != GRM_OK) dx_model_fini(m);
+    if (st != GRM_OK) dx_sum_fini(m);
     return st;
 }
 
-/* ---- during training: the base as ids and row hashes ---- */
-
-/* XXH3-128 of a row's bytes: a row is written again when any bit of it changed, and two
- * different rows have the same hash with a chance of 2^-128. */
-typedef struct dx_hash {
-    uint64_t lo, hi;
-} dx_hash;
-
-static dx_hash dx_row_hash(const float *row, int64_t D)
+/* What the deltas of dir add up to, as ids and row hashes, into b (psize set). */
+static grm_status dx_base_load(const grm__registry *reg, const char *dir, dx_sum *b)
 {
-    const XXH128_hash_t h = XXH3_128bits(row, (size_t)D * sizeof *row);
-    return (dx_hash){ h.low64, h.high64 };
-}
-
-static int dx_hash_eq(dx_hash a, dx_hash b)
-{
-    return a.lo == b.lo && a.hi == b.hi;
-}
-
-typedef struct dx_btab {
-    char *name;                /* owned: the physical table */
-    int64_t dim, n;
-    int64_t *ids;              /* [n] sorted */
-    dx_hash *hash;             /* [n] of their rows */
-} dx_btab;
-
-typedef struct dx_base {
-    dx_btab *tabs;
-    int32_t ntabs;
-    int64_t seq, step;         /* of the newest delta */
-} dx_base;
-
-static void dx_base_fini(dx_base *b)
-{
-    for (int32_t i = 0; i < b->ntabs; i++) {
-        free(b->tabs[i].name);
-        free(b->tabs[i].ids);
-        free(b->tabs[i].hash);
-    }
-    free(b->tabs);
-    memset(b, 0, sizeof *b);
-}
-
-static dx_btab *dx_btable(dx_base *b, const char *name, int64_t dim)
-{
-    for (int32_t i = 0; i < b->ntabs; i++)
-        if (!strcmp(b->tabs[i].name, name)) return &b->tabs[i];
-    dx_btab *nt = realloc(b->tabs, (size_t)(b->ntabs + 1) * sizeof *nt);
-    if (!nt) return NULL;
-    b->tabs = nt;
-    dx_btab *t = &b->tabs[b->ntabs];
-    memset(t, 0, sizeof *t);
-    if (!(t->name = strdup(name))) return NULL;
-    t->dim = dim;
-    b->ntabs++;
-    return t;
-}
-
-/* Merge ids/hash [n] (new rows) and removed [r] (all sorted) into t, as dx_apply does rows
- * (removed keys dropped). */
-static grm_status dx_bapply(dx_btab *t, const int64_t *ids, const dx_hash *hash, int64_t n,
-                            const int64_t *removed, int64_t r)
-{
-    const int64_t cap = t->n + n;
-    int64_t *ni = malloc((size_t)(cap + 1) * sizeof *ni);
-    dx_hash *nh = malloc((size_t)(cap + 1) * sizeof *nh);
-    if (!ni || !nh) {
-        free(ni);
-        free(nh);
-        return grm_errorf(GRM_ENOMEM, "out of memory for %lld row hashes", (long long)cap);
-    }
-    int64_t a = 0, b = 0, c = 0, k = 0;
-    while (a < t->n || b < n) {
-        int64_t key = INT64_MAX;
-        if (a < t->n && t->ids[a] < key) key = t->ids[a];
-        if (b < n && ids[b] < key) key = ids[b];
-        dx_hash h = { 0, 0 };
-        if (a < t->n && t->ids[a] == key) h = t->hash[a++];
-        if (b < n && ids[b] == key) h = hash[b++];
-        while (c < r && removed[c] < key) c++;
-        if (c < r && removed[c] == key) continue;
-        ni[k] = key;
-        nh[k++] = h;
-    }
-    free(t->ids);
-    free(t->hash);
-    t->ids = ni;
-    t->hash = nh;
-    t->n = k;
-    return GRM_OK;
-}
-
-/* One delta being read into the base a piece at a time (grm_ckpt_ops.load_rows): the
- * current table's ids and removed keys whole (8 bytes a row of the delta), its rows
- * hashed as their pieces pass. */
-typedef struct dx_bread {
-    dx_base *b;
-    const char *path;
-    char cur[256];
-    int64_t *ids, *removed;
-    dx_hash *hash;
-    int64_t n, r, nh, dim;
-} dx_bread;
-
-static grm_status dx_bflush(dx_bread *c)
-{
-    grm_status st = GRM_OK;
-    if (c->cur[0]) {
-        dx_btab *t = dx_btable(c->b, c->cur, c->dim);
-        if (!t) st = grm_errorf(GRM_ENOMEM, "out of memory");
-        else if (c->nh != c->n)
-            st = grm_errorf(GRM_EFORMAT, "%s: table '%s' has %lld ids and %lld rows", c->path,
-                            c->cur, (long long)c->n, (long long)c->nh);
-        else if (t->n > 0 && t->dim != c->dim && c->n > 0)
-            st = grm_errorf(GRM_EFORMAT, "%s: table '%s' has rows of %lld floats, the deltas "
-                            "before it %lld", c->path, c->cur, (long long)c->dim,
-                            (long long)t->dim);
-        else {
-            if (c->n > 0) t->dim = c->dim;
-            st = dx_bapply(t, c->ids, c->hash, c->n, c->removed, c->r);
-        }
-    }
-    free(c->ids);
-    free(c->removed);
-    free(c->hash);
-    c->ids = c->removed = NULL;
-    c->hash = NULL;
-    c->n = c->r = c->nh = c->dim = 0;
-    c->cur[0] = '\0';
-    return st;
-}
-
-/* A piece of an i64 vector into *v [rows] (allocated at its first piece). */
-static grm_status dx_piece_i64(const grm_named_tensor *nt, int64_t row0, int64_t rows,
-                               int64_t **v, int64_t *n)
-{
-    if (row0 == 0) {
-        free(*v);
-        if (!(*v = malloc((size_t)(rows + 1) * sizeof **v)))
-            return grm_errorf(GRM_ENOMEM, "out of memory for %lld ids", (long long)rows);
-        *n = rows;
-    }
-    memcpy(*v + row0, nt->tensor.data, (size_t)nt->tensor.shape[0] * sizeof **v);
-    return GRM_OK;
-}
-
-static grm_status dx_bpiece(void *user, const grm_named_tensor *nt, int64_t row0, int64_t rows)
-{
-    dx_bread *c = user;
-    grm_status st = grm__ckpt_piece_fits(c->path, nt, row0, rows);
-    if (st != GRM_OK) return st;
-    if (strncmp(nt->name, "emb.", 4) != 0) return dx_bflush(c);    /* dense: not kept */
-    const char *dot = strrchr(nt->name, '.');
-    char tab[256];
-    snprintf(tab, sizeof tab, "%.*s", (int)(dot - nt->name - 4), nt->name + 4);
-    if (strcmp(tab, c->cur) != 0 && (st = dx_bflush(c)) != GRM_OK) return st;
-    snprintf(c->cur, sizeof c->cur, "%s", tab);
-    const grm_tensor *x = &nt->tensor;
-    const int i64 = x->dtype == GRM_DTYPE_I64 && x->ndim == 1;
-    if (!strcmp(dot, ".ids") && i64) return dx_piece_i64(nt, row0, rows, &c->ids, &c->n);
-    if (!strcmp(dot, ".removed") && i64) return dx_piece_i64(nt, row0, rows, &c->removed, &c->r);
-    if (!strcmp(dot, ".weight") && x->dtype == GRM_DTYPE_F32 && x->ndim == 2) {
-        if (row0 == 0) {
-            free(c->hash);
-            if (!(c->hash = malloc((size_t)(rows + 1) * sizeof *c->hash)))
-                return grm_errorf(GRM_ENOMEM, "out of memory for %lld row hashes",
-                                  (long long)rows);
-            c->nh = rows;
-            c->dim = x->shape[1];
-        }
-        const float *w = x->data;
-        for (int64_t i = 0; i < x->shape[0]; i++)
-            c->hash[row0 + i] = dx_row_hash(w + i * x->shape[1], x->shape[1]);
-        return GRM_OK;
-    }
-    return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' is not one of a delta's "
-                      "(emb.<table>.ids, .weight, .removed)", c->path, nt->name);
-}
-
-/* load_rows through load, for a format without it: each tensor one piece. */
-typedef struct dx_whole {
-    grm_ckpt_piece_fn fn;
-    void *user;
-} dx_whole;
-
-static grm_status dx_whole_visit(void *user, const grm_named_tensor *nt)
-{
-    const dx_whole *w = user;
-    return w->fn(w->user, nt, 0, nt->tensor.ndim > 0 ? nt->tensor.shape[0] : 1);
-}
-
-/* What the deltas of dir add up to, as ids and row hashes, into b. */
-static grm_status dx_base_load(const grm__registry *reg, const char *dir, dx_base *b)
-{
-    int64_t n;
     grm__ckpt_fmt fmt = { 0 };
-    memset(b, 0, sizeof *b);
-    grm_status st = dx_count(dir, &n);
-    if (st != GRM_OK || n == 0) return st;
-    char path[4096 + 64];
-    delta_path(path, sizeof path, dir, 1);
-    if ((st = grm__ckpt_fmt_for(reg, path, &fmt)) != GRM_OK) return st;
-    for (int64_t i = 1; i <= n && st == GRM_OK; i++) {
-        delta_path(path, sizeof path, dir, i);
-        dx_bread c = { .b = b, .path = path };
-        dx_whole w = { dx_bpiece, &c };
-        st = GRM_HAS_OP(grm_ckpt_ops, fmt.ops, load_rows)
-            ? fmt.ops->load_rows(fmt.inst, path, dx_bpiece, &c)
-            : fmt.ops->load(fmt.inst, path, dx_whole_visit, &w);
-        if (st == GRM_OK) st = dx_bflush(&c);
-        else dx_bflush(&c);
-        if (st == GRM_OK) st = dx_step(&fmt, path, &b->step);
-        b->seq = i;
-    }
+    const grm_status st = dx_load(reg, dir, 0, b, &fmt);
     grm__ckpt_fmt_fini(&fmt);
-    if (st != GRM_OK) dx_base_fini(b);
     return st;
 }
 
 struct grm__delta {
     char dir[4096];
-    dx_base base;              /* what the deltas on disk add up to */
+    dx_sum base;               /* what the deltas on disk add up to: ids, row hashes */
     grm__ckpt_fmt fmt;         /* ckpt-safetensors */
     int64_t last_step;         /* step of the newest delta; -1 before any */
 };
@@ -620,6 +498,7 @@ grm_status grm__delta_start(grm__trainer *t)
     }
     if (st == GRM_OK) st = grm__ckpt_make_dirs(dx->dir);
     if (st == GRM_OK) remove_temps(dx->dir);
+    dx->base.psize = sizeof(dx_hash);
     if (st == GRM_OK) st = dx_base_load(p->reg, dx->dir, &dx->base);
     if (st != GRM_OK) {
         grm_error_prefix("[export] %s: ", dx->dir);
@@ -639,7 +518,7 @@ void grm__delta_stop(grm__trainer *t, grm__delta *dx)
 {
     if (!dx) dx = t->delta;
     if (!dx) return;
-    dx_base_fini(&dx->base);
+    dx_sum_fini(&dx->base);
     grm__ckpt_fmt_fini(&dx->fmt);
     free(dx);
     if (t->delta == dx) t->delta = NULL;
@@ -718,7 +597,6 @@ typedef struct dx_write {
     grm__trainer *t;
     dx_cur *cur;               /* [nphys] */
     int32_t *tab_of;           /* per tensor of out: its dx_cur, -1 when held whole */
-    int32_t ntab_of;
     float *buf;                /* a range of rows, owned */
     int64_t buf_floats;         /* its size in floats */
 } dx_write;
@@ -749,7 +627,7 @@ static grm_status dx_buf(dx_write *w, int64_t rows, int64_t D)
 static grm_status dx_rows(void *user, int64_t index, int64_t row0, int64_t n, void *out)
 {
     dx_write *w = user;
-    if (index < 0 || index >= w->ntab_of || w->tab_of[index] < 0)
+    if (w->tab_of[index] < 0)
         return grm_errorf(GRM_EINTERNAL, "incremental export: tensor %lld is not read by rows",
                           (long long)index);
     const dx_cur *c = &w->cur[w->tab_of[index]];
@@ -772,7 +650,7 @@ static grm_status dx_rows(void *user, int64_t index, int64_t row0, int64_t n, vo
 
 /* Diff table c against base table b: c->pos the rows that are new or changed, *gone [*ng]
  * (malloc'd) the base's keys no longer there, c->hash every row's. A range at a time. */
-static grm_status dx_diff(dx_write *w, dx_cur *c, const dx_btab *b, int64_t **gone,
+static grm_status dx_diff(dx_write *w, dx_cur *c, const dx_set *b, int64_t **gone,
                           int64_t *ng)
 {
     const int64_t n = c->n, D = c->D, P = dx_range_rows(D);
@@ -781,6 +659,7 @@ static grm_status dx_diff(dx_write *w, dx_cur *c, const dx_btab *b, int64_t **go
     c->hash = malloc((size_t)(n + 1) * sizeof *c->hash);
     if (!*gone || !c->pos || !c->hash) return grm_errorf(GRM_ENOMEM, "out of memory");
     grm_status st = c->rows ? GRM_OK : dx_buf(w, P, D);
+    const dx_hash *bh = (const dx_hash *)(const void *)b->pay;
     int64_t a = 0;
     *ng = 0;
     c->nc = 0;
@@ -794,7 +673,7 @@ static grm_status dx_diff(dx_write *w, dx_cur *c, const dx_btab *b, int64_t **go
             c->hash[k] = h;
             while (a < b->n && b->ids[a] < key) (*gone)[(*ng)++] = b->ids[a++];
             if (a < b->n && b->ids[a] == key) {
-                if (!dx_hash_eq(b->hash[a++], h)) c->pos[c->nc++] = k;   /* changed */
+                if (!dx_hash_eq(bh[a++], h)) c->pos[c->nc++] = k;   /* changed */
             } else {
                 c->pos[c->nc++] = k;                                     /* new */
             }
@@ -804,12 +683,23 @@ static grm_status dx_diff(dx_write *w, dx_cur *c, const dx_btab *b, int64_t **go
     return st;
 }
 
-static grm_status dx_write_file(grm__delta *dx, dx_out *o, dx_write *w, const char *path,
-                                const char *meta)
+/* Tensor n - 1 of an output file is read by rows from table s (-1: it is held whole). */
+static grm_status dx_tab_of(int32_t **tab_of, int64_t n, int32_t s)
 {
-    if (GRM_HAS_OP(grm_ckpt_ops, dx->fmt.ops, save_rows))
-        return dx->fmt.ops->save_rows(dx->fmt.inst, path, o->v, o->n, meta, dx_rows, w);
-    /* a format without save_rows: the changed rows whole */
+    int32_t *tb = realloc(*tab_of, (size_t)n * sizeof *tb);
+    if (!tb) return grm_errorf(GRM_ENOMEM, "out of memory");
+    tb[n - 1] = s;
+    *tab_of = tb;
+    return GRM_OK;
+}
+
+/* Write o (its tensors with data NULL read through fn) to path with format f. */
+static grm_status dx_save(const grm__ckpt_fmt *f, const char *path, dx_out *o,
+                          const char *meta, grm_ckpt_rows_fn fn, void *user)
+{
+    if (GRM_HAS_OP(grm_ckpt_ops, f->ops, save_rows))
+        return f->ops->save_rows(f->inst, path, o->v, o->n, meta, fn, user);
+    /* a format without save_rows: those tensors whole */
     grm_status st = GRM_OK;
     for (int64_t i = 0; i < o->n && st == GRM_OK; i++) {
         grm_tensor *x = &o->v[i].tensor;
@@ -818,9 +708,9 @@ static grm_status dx_write_file(grm__delta *dx, dx_out *o, dx_write *w, const ch
         if (!(x->data = malloc((size_t)(n * D + 1) * sizeof(float))))
             return grm_errorf(GRM_ENOMEM, "out of memory for %lld rows", (long long)n);
         o->bufs[o->nb++] = x->data;
-        st = dx_rows(w, i, 0, n, x->data);
+        st = fn(user, i, 0, n, x->data);
     }
-    return st == GRM_OK ? dx->fmt.ops->save(dx->fmt.inst, path, o->v, o->n, meta) : st;
+    return st == GRM_OK ? f->ops->save(f->inst, path, o->v, o->n, meta) : st;
 }
 
 grm_status grm__delta_write(grm__trainer *t)
@@ -843,7 +733,7 @@ grm_status grm__delta_write(grm__trainer *t)
         if (!c->keys && (st = grm__table_rows(t, s, &c->keys, &c->rows, &c->n, &c->D)) != GRM_OK)
             break;
         if (!c->keys) continue;
-        dx_btab *b = dx_btable(&dx->base, p->phys[s].name, c->D);
+        dx_set *b = dx_table(&dx->base, p->phys[s].name, c->D);
         if (!b) {
             st = grm_errorf(GRM_ENOMEM, "out of memory");
             break;
@@ -864,20 +754,14 @@ grm_status grm__delta_write(grm__trainer *t)
         const int64_t s1[1] = { c->nc }, s2[2] = { c->nc, c->D }, s3[1] = { ng };
         snprintf(name, sizeof name, "emb.%s.ids", p->phys[s].name);
         st = dx_add(&o, name, ci, GRM_DTYPE_I64, 1, s1, 1);
+        if (st == GRM_OK) st = dx_tab_of(&w.tab_of, o.n, -1);
         snprintf(name, sizeof name, "emb.%s.weight", p->phys[s].name);
-        if (st == GRM_OK && (st = dx_add(&o, name, NULL, GRM_DTYPE_F32, 2, s2, 0)) == GRM_OK) {
-            int32_t *tb = realloc(w.tab_of, (size_t)o.n * sizeof *tb);
-            if (!tb) st = grm_errorf(GRM_ENOMEM, "out of memory");
-            else {
-                w.tab_of = tb;
-                for (int32_t i = w.ntab_of; i < (int32_t)o.n; i++) w.tab_of[i] = -1;
-                w.tab_of[o.n - 1] = s;
-                w.ntab_of = (int32_t)o.n;
-            }
-        }
+        if (st == GRM_OK) st = dx_add(&o, name, NULL, GRM_DTYPE_F32, 2, s2, 0);
+        if (st == GRM_OK) st = dx_tab_of(&w.tab_of, o.n, s);
         snprintf(name, sizeof name, "emb.%s.removed", p->phys[s].name);
         if (st == GRM_OK) st = dx_add(&o, name, gone, GRM_DTYPE_I64, 1, s3, 1);
         else free(gone);
+        if (st == GRM_OK) st = dx_tab_of(&w.tab_of, o.n, -1);
         changed += c->nc;
         removed_n += ng;
     }
@@ -885,15 +769,7 @@ grm_status grm__delta_write(grm__trainer *t)
     for (int32_t i = 0; i < t->dn.nparams && st == GRM_OK; i++) {
         const grm__dparam *dp = &t->dn.params[i];
         st = dx_add(&o, dp->name, dp->value, GRM_DTYPE_F32, dp->shape.ndim, dp->shape.shape, 0);
-    }
-    if (st == GRM_OK && w.ntab_of < (int32_t)o.n) {
-        int32_t *tb = realloc(w.tab_of, (size_t)o.n * sizeof *tb);
-        if (!tb) st = grm_errorf(GRM_ENOMEM, "out of memory");
-        else {
-            w.tab_of = tb;
-            for (int32_t i = w.ntab_of; i < (int32_t)o.n; i++) w.tab_of[i] = -1;
-            w.ntab_of = (int32_t)o.n;
-        }
+        if (st == GRM_OK) st = dx_tab_of(&w.tab_of, o.n, -1);
     }
     if (st == GRM_OK) {
         char path[4096 + 64], meta[1024], name[512];
@@ -905,17 +781,19 @@ grm_status grm__delta_write(grm__trainer *t)
                  "\"removed\":%lld}", (long long)seq, (long long)t->step, name,
                  (unsigned long long)grm__ckpt_config_hash(p->cfg), (long long)changed,
                  (long long)removed_n);
-        st = dx_write_file(dx, &o, &w, path, meta);
+        st = dx_save(&dx->fmt, path, &o, meta, dx_rows, &w);
         if (st == GRM_OK) {
             /* the new base is the current tables */
             for (int32_t s = 0; s < p->nphys; s++) {
                 dx_cur *c = &w.cur[s];
                 if (!c->keys) continue;
-                dx_btab *b = dx_btable(&dx->base, p->phys[s].name, c->D);
+                dx_set *b = dx_table(&dx->base, p->phys[s].name, c->D);
                 free(b->ids);
-                free(b->hash);
+                free(b->pay);
+                free(b->live);
                 b->ids = c->keys;
-                b->hash = c->hash;
+                b->pay = (char *)c->hash;
+                b->live = NULL;         /* every key live */
                 b->n = c->n;
                 b->dim = c->D;
                 c->keys = NULL;
@@ -940,7 +818,7 @@ grm_status grm__delta_write(grm__trainer *t)
     free(w.buf);
     if (st != GRM_OK) {
         /* start over from the files, which this delta did not change */
-        dx_base_fini(&dx->base);
+        dx_sum_fini(&dx->base);
         grm_status st2 = dx_base_load(p->reg, dx->dir, &dx->base);
         (void)st2;
         dx->last_step = -1;
@@ -951,28 +829,138 @@ grm_status grm__delta_write(grm__trainer *t)
 
 /* ---- grmhost export --since ---- */
 
+/* export --since: the rows of the sum go to an unlinked spill file in the output directory
+ * (each table's live rows in key order, one after the other) as the deltas that hold them
+ * are read a piece at a time, and tables.safetensors is written from it a range at a time:
+ * memory holds the keys and where their rows are (about 25 bytes a key), not the rows. */
+typedef struct dx_spill {
+    dx_sum *m;
+    const char *path;          /* the delta being read */
+    int64_t file;              /* its sequence number */
+    int64_t first;             /* the first delta added (since + 1) */
+    int fd;                    /* the spill file */
+    int64_t *off;              /* [ntabs] byte offset of each table's rows in it */
+    int64_t *live;             /* [ntabs] its live rows; their dx_loc, compacted, in pay */
+    int64_t **order;           /* [ntabs][live] live rows by delta, then by row there */
+    int64_t **bstart;          /* [ntabs][ndeltas + 1] each delta's slice of order */
+    int32_t cur;               /* table of the weight being read, -1 none */
+    int64_t pos;               /* the next of its slice of order */
+    int32_t *tab_of;           /* per tensor of the output file: its table, -1 held whole */
+} dx_spill;
+
+/* Table i's live dx_locs compacted to the front of pay (a live key's place in the output
+ * is its rank among the live keys), and sp->order[i] them by delta (counting sort: within
+ * a delta by key, which is the order of its rows there). */
+static grm_status dx_spill_index(dx_spill *sp, int32_t i, int64_t ndeltas)
+{
+    dx_set *t = &sp->m->tabs[i];
+    dx_loc *loc = (dx_loc *)(void *)t->pay;
+    int64_t p = 0;
+    for (int64_t k = 0; k < t->n; k++)
+        if (!t->live || t->live[k]) loc[p++] = loc[k];
+    sp->live[i] = p;
+    int64_t *b = calloc((size_t)ndeltas + 1, sizeof *b);
+    int64_t *o = malloc((size_t)(p + 1) * sizeof *o);
+    sp->bstart[i] = b;
+    sp->order[i] = o;
+    if (!b || !o) return grm_errorf(GRM_ENOMEM, "out of memory for %lld rows", (long long)p);
+    for (int64_t k = 0; k < p; k++) b[loc[k].file - sp->first + 1]++;
+    for (int64_t f = 0; f < ndeltas; f++) b[f + 1] += b[f];
+    int64_t *cur = malloc((size_t)(ndeltas + 1) * sizeof *cur);
+    if (!cur) return grm_errorf(GRM_ENOMEM, "out of memory");
+    memcpy(cur, b, (size_t)ndeltas * sizeof *cur);
+    for (int64_t k = 0; k < p; k++) o[cur[loc[k].file - sp->first]++] = k;
+    free(cur);
+    return GRM_OK;
+}
+
+static grm_status dx_spill_piece(void *user, const grm_named_tensor *nt, int64_t row0,
+                                 int64_t rows)
+{
+    dx_spill *sp = user;
+    grm_status st = grm__ckpt_piece_fits(sp->path, nt, row0, rows);
+    if (st != GRM_OK || strncmp(nt->name, "emb.", 4) != 0) return st;
+    const char *dot = strrchr(nt->name, '.');
+    if (strcmp(dot, ".weight") != 0) return GRM_OK;
+    dx_sum *m = sp->m;
+    const int64_t f = sp->file - sp->first;
+    if (row0 == 0) {
+        char tab[256];
+        snprintf(tab, sizeof tab, "%.*s", (int)(dot - nt->name - 4), nt->name + 4);
+        sp->cur = -1;
+        for (int32_t i = 0; i < m->ntabs; i++)
+            if (!strcmp(m->tabs[i].name, tab)) sp->cur = i;
+        if (sp->cur >= 0) sp->pos = sp->bstart[sp->cur][f];
+    }
+    if (sp->cur < 0) return GRM_OK;
+    const dx_set *t = &m->tabs[sp->cur];
+    const dx_loc *loc = (const dx_loc *)(const void *)t->pay;
+    const int64_t *o = sp->order[sp->cur], end = sp->bstart[sp->cur][f + 1];
+    const int64_t k = nt->tensor.shape[0];
+    const size_t rb = (size_t)t->dim * sizeof(float);
+    const char *src = nt->tensor.data;
+    /* this delta's rows that are the newest of their keys, in row order: runs of them bound
+     * for consecutive places go out in one pwrite */
+    while (sp->pos < end && loc[o[sp->pos]].row < row0 + k) {
+        const int64_t p0 = o[sp->pos], r0 = loc[p0].row;
+        int64_t j = sp->pos + 1;
+        while (j < end && o[j] == p0 + (j - sp->pos) && loc[o[j]].row == r0 + (j - sp->pos)
+               && loc[o[j]].row < row0 + k)
+            j++;
+        const size_t bytes = (size_t)(j - sp->pos) * rb;
+        const off_t at = (off_t)(sp->off[sp->cur] + p0 * (int64_t)rb);
+        if (r0 < row0 || pwrite(sp->fd, src + (size_t)(r0 - row0) * rb, bytes, at)
+                         != (ssize_t)bytes)
+            return grm_errorf(GRM_EIO, "writing the rows of export --since to a scratch file "
+                              "in the output directory: %s", r0 < row0 ? "rows out of order"
+                              : strerror(errno));
+        sp->pos = j;
+    }
+    return GRM_OK;
+}
+
+/* grm_ckpt_rows_fn: rows [row0, row0 + n) of a table's weight, from the spill file. */
+static grm_status dx_spill_rows(void *user, int64_t index, int64_t row0, int64_t n, void *out)
+{
+    dx_spill *sp = user;
+    const int32_t s = sp->tab_of[index];
+    const size_t rb = (size_t)sp->m->tabs[s].dim * sizeof(float), bytes = (size_t)n * rb;
+    if (pread(sp->fd, out, bytes, (off_t)(sp->off[s] + row0 * (int64_t)rb)) != (ssize_t)bytes)
+        return grm_errorf(GRM_EIO, "reading the rows of export --since back from its scratch "
+                          "file: %s", errno ? strerror(errno) : "short read");
+    return GRM_OK;
+}
+
 grm_status grm__delta_export(grm__pipeline *p, int64_t since, const char *out, int64_t *seq,
                              int64_t *step, int64_t *rows)
 {
     char dir[4096];
-    dx_model m;
+    dx_sum m = { .loc = 1, .psize = sizeof(dx_loc), .keep_removed = since > 0,
+                 .dense_file = -1 };
+    grm__ckpt_fmt in = { 0 };
     grm__delta_dir(p, dir, sizeof dir);
-    grm_status st = dx_load(p->reg, dir, since, since > 0, &m);
-    if (st != GRM_OK) return st;
+    grm_status st = dx_load(p->reg, dir, since, &m, &in);
+    if (st != GRM_OK) {
+        grm__ckpt_fmt_fini(&in);
+        return st;
+    }
     if (m.seq == 0) {
-        dx_model_fini(&m);
+        dx_sum_fini(&m);
         return grm_errorf(GRM_ENOTFOUND, "%s: no delta-*.safetensors here; train with "
                           "[export] every = N first", dir);
     }
     if (since > m.seq) {
         st = grm_errorf(GRM_EINVAL, "--since %lld: the newest delta in %s is %lld",
                         (long long)since, dir, (long long)m.seq);
-        dx_model_fini(&m);
+        dx_sum_fini(&m);
+        grm__ckpt_fmt_fini(&in);
         return st;
     }
     grm__ckpt_fmt fmt = { 0 };
     const grm__plugin *pl;
     dx_out o = { 0 };
+    dx_spill sp = { .m = &m, .fd = -1, .cur = -1 };
+    char meta[512], path[4096 + 64];
     *rows = 0;
     if ((st = grm__registry_get(p->reg, "ckpt-safetensors", GRM_KIND_CKPT, &pl)) == GRM_OK) {
         fmt.plugin = pl;
@@ -980,46 +968,69 @@ grm_status grm__delta_export(grm__pipeline *p, int64_t since, const char *out, i
         st = fmt.ops->create(NULL, &fmt.inst);
     }
     if (st == GRM_OK) st = grm__ckpt_make_dirs(out);
-    char meta[512], path[4096 + 64];
+    /* the live rows of every table into the spill file, delta by delta */
+    sp.first = since + 1;
+    sp.off = calloc((size_t)m.ntabs + 1, sizeof *sp.off);
+    sp.live = calloc((size_t)m.ntabs + 1, sizeof *sp.live);
+    sp.order = calloc((size_t)m.ntabs + 1, sizeof *sp.order);
+    sp.bstart = calloc((size_t)m.ntabs + 1, sizeof *sp.bstart);
+    if (st == GRM_OK && (!sp.off || !sp.live || !sp.order || !sp.bstart))
+        st = grm_errorf(GRM_ENOMEM, "out of memory");
+    if (st == GRM_OK) {
+        snprintf(path, sizeof path, "%s/.since-XXXXXX", out);
+        if ((sp.fd = mkstemp(path)) < 0)
+            st = grm_errorf(GRM_EIO, "%s: cannot create a scratch file: %s", path,
+                            strerror(errno));
+        else
+            unlink(path);
+    }
+    int64_t at = 0;
+    for (int32_t i = 0; i < m.ntabs && st == GRM_OK; i++) {
+        st = dx_spill_index(&sp, i, m.seq - since);
+        sp.off[i] = at;
+        at += sp.live[i] * m.tabs[i].dim * (int64_t)sizeof(float);
+    }
+    for (int64_t f = since + 1; f <= m.seq && st == GRM_OK; f++) {
+        delta_path(path, sizeof path, dir, f);
+        sp.path = path;
+        sp.file = f;
+        st = dx_load_rows(&in, path, dx_spill_piece, &sp);
+    }
     snprintf(meta, sizeof meta, "{\"format\":\"grm-export\",\"since\":%lld,\"seq\":%lld,"
              "\"step\":%lld}", (long long)since, (long long)m.seq, (long long)m.step);
     /* tables: the live rows; with --since S > 0 also the keys removed after S */
     for (int32_t i = 0; i < m.ntabs && st == GRM_OK; i++) {
-        dx_tab *tb = &m.tabs[i];
-        int64_t nl = 0, nr = 0;
-        for (int64_t k = 0; k < tb->n; k++) nl += tb->live[k], nr += !tb->live[k];
+        const dx_set *tb = &m.tabs[i];
+        const int64_t nl = sp.live[i], nr = tb->n - nl;
         int64_t *ids = malloc((size_t)(nl + 1) * sizeof *ids);
-        float *rw = malloc((size_t)(nl * tb->dim + 1) * sizeof *rw);
         int64_t *rm = malloc((size_t)(nr + 1) * sizeof *rm);
-        if (!ids || !rw || !rm) {
-            free(ids), free(rw), free(rm);
+        if (!ids || !rm) {
+            free(ids), free(rm);
             st = grm_errorf(GRM_ENOMEM, "out of memory");
             break;
         }
         int64_t a = 0, b = 0;
         for (int64_t k = 0; k < tb->n; k++) {
-            if (!tb->live[k]) {
-                rm[b++] = tb->ids[k];
-                continue;
-            }
-            ids[a] = tb->ids[k];
-            memcpy(rw + a++ * tb->dim, tb->rows + k * tb->dim, (size_t)tb->dim * sizeof *rw);
+            if (!tb->live || tb->live[k]) ids[a++] = tb->ids[k];
+            else rm[b++] = tb->ids[k];
         }
         *rows += nl;
         char name[300];
         const int64_t s1[1] = { nl }, s2[2] = { nl, tb->dim }, s3[1] = { nr };
         snprintf(name, sizeof name, "emb.%s.ids", tb->name);
         st = dx_add(&o, name, ids, GRM_DTYPE_I64, 1, s1, 1);
+        if (st == GRM_OK) st = dx_tab_of(&sp.tab_of, o.n, -1);
         snprintf(name, sizeof name, "emb.%s.weight", tb->name);
-        if (st == GRM_OK) st = dx_add(&o, name, rw, GRM_DTYPE_F32, 2, s2, 1);
-        else free(rw);
+        if (st == GRM_OK) st = dx_add(&o, name, NULL, GRM_DTYPE_F32, 2, s2, 0);
+        if (st == GRM_OK) st = dx_tab_of(&sp.tab_of, o.n, i);
         snprintf(name, sizeof name, "emb.%s.removed", tb->name);
         if (st == GRM_OK && since > 0) st = dx_add(&o, name, rm, GRM_DTYPE_I64, 1, s3, 1);
         else free(rm);
+        if (st == GRM_OK && since > 0) st = dx_tab_of(&sp.tab_of, o.n, -1);
     }
     if (st == GRM_OK) {
         snprintf(path, sizeof path, "%s/tables.safetensors", out);
-        st = fmt.ops->save(fmt.inst, path, o.v, o.n, meta);
+        st = dx_save(&fmt, path, &o, meta, dx_spill_rows, &sp);
     }
     dx_out_fini(&o);
     memset(&o, 0, sizeof o);
@@ -1031,9 +1042,20 @@ grm_status grm__delta_export(grm__pipeline *p, int64_t since, const char *out, i
         st = fmt.ops->save(fmt.inst, path, o.v, o.n, meta);
     }
     dx_out_fini(&o);
+    if (sp.fd >= 0) close(sp.fd);
+    for (int32_t i = 0; i < m.ntabs && sp.order && sp.bstart; i++) {
+        free(sp.order[i]);
+        free(sp.bstart[i]);
+    }
+    free(sp.off);
+    free(sp.live);
+    free(sp.order);
+    free(sp.bstart);
+    free(sp.tab_of);
     *seq = m.seq;
     *step = m.step;
     grm__ckpt_fmt_fini(&fmt);
-    dx_model_fini(&m);
+    grm__ckpt_fmt_fini(&in);
+    dx_sum_fini(&m);
     return st;
 }

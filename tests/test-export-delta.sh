@@ -12,7 +12,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-delta-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..12"
+echo "1..14"
 
 "$g" generate --users 300 --items 200 --clusters 8 --seed 5 --out "$tmp/data.tsv" || exit 1
 ini() { # $1 file, $2 checkpoint dir, $3 steps, $4 export every, $5 store
@@ -142,6 +142,31 @@ r0=$(ids "$tmp/t-since0/tables.safetensors")
 echo "# rows: since 0 $r0, since 5 $r5, delta 6 alone $d6"
 [ -n "$r5" ] && [ "$r5" = "$d6" ] && [ "$r5" != "$r0" ]
 ok $? "and its last delta holds only the rows changed since the one before"
+
+# 2c. a table that evicts (emb-dynamic, max_rows): its deltas remove keys
+ini "$tmp/e.ini" "$tmp/ck-e" 40 10 emb-dynamic
+printf 'max_rows = 120\nevict = lru\n' >"$tmp/e.add"
+sed -i "/^plugin = emb-dynamic\$/r $tmp/e.add" "$tmp/e.ini"
+"$g" train --fresh "$tmp/e.ini" >/dev/null 2>"$tmp/e.err" &&
+    "$g" export -q "$tmp/e.ini" --since 0 --out "$tmp/e-since0" &&
+    "$g" export -q "$tmp/e.ini" --checkpoint "$tmp/ck-e" --out "$tmp/e-full" &&
+    "$g" export -q "$tmp/e.ini" --since 2 --out "$tmp/e-since2"
+rc=$?
+tensors "$tmp/e-since0/tables.safetensors" >"$tmp/e0.t"
+tensors "$tmp/e-full/tables.safetensors" >"$tmp/ef.t"
+test -s "$tmp/e0.t" && cmp -s "$tmp/e0.t" "$tmp/ef.t" || rc=1
+[ $rc -ne 0 ] && { diff "$tmp/e0.t" "$tmp/ef.t" | head -4; tail -3 "$tmp/e.err"; } | sed 's/^/# /'
+ok $rc "a table that evicts (max_rows = 120): --since 0 == full export, bitwise"
+
+# removed after 2: the keys deltas 3 and 4 remove, less those a later delta brings back
+rm_of() { "$g" inspect "$1" | awk '$1 ~ /\.removed$/ { print $3 }' | tr -d '[]'; }
+r3=$(rm_of "$tmp/ck-e/export/delta-0000000003.safetensors")
+r4=$(rm_of "$tmp/ck-e/export/delta-0000000004.safetensors")
+rs=$(rm_of "$tmp/e-since2/tables.safetensors")
+echo "# keys removed: delta 3 $r3, delta 4 $r4, since 2 $rs"
+[ "${r3:-0}" -gt 0 ] && [ "${rs:-0}" -gt 0 ] && [ "$rs" -le $((r3 + r4)) ] &&
+    [ -z "$(rm_of "$tmp/e-since0/tables.safetensors")" ]
+ok $? "and --since 2 reports the keys removed after delta 2 ($rs), --since 0 none"
 
 # 3. SIGKILL while deltas are being written (one every step)
 # (a run far longer than the wait: on a fast machine 400 steps ended before the kill, left
