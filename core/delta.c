@@ -10,9 +10,9 @@
  * The trainer's baseline is the sum of the deltas on disk (read back at start), not its own
  * memory, so a resumed or restarted run diffs against what a follower has actually seen:
  * rows a crash rolled back to the checkpoint come out again in the next delta. It holds each
- * row's id and the XXH3-128 of its bytes (24 bytes a row), not the row, and a store that
- * reads its rows a range at a time (tensor_rows, ABI 1.10: emb-dynamic, tiered or not) is
- * diffed and written a range at a time, so that a table larger than memory exports in
+ * row's id and the XXH3-128 of its bytes (24 bytes a row), not the row, and the table is
+ * diffed and written a range at a time (grm__table_src: through tensor_rows, ABI 1.10, or
+ * from the weight tensors() hands out), so that a table larger than memory exports in
  * memory bounded by its ids (a delta of it held the base's rows, the table's, and the
  * changed ones: three copies of its weights).
  * `grmhost export --since S` (grm__delta_export) adds up deltas S+1.. into one model: from
@@ -580,17 +580,13 @@ static int64_t dx_range_rows(int64_t D)
     return r > 0 ? r : 1;
 }
 
-/* One table of the delta being written: its current keys, its rows (whole, or read a range
- * at a time through `weight`), the positions of the rows that changed and the hashes of
- * them all (the next base). */
+/* One table of the delta being written: its current rows (grm__table_src), the positions
+ * of those that changed and the hashes of them all (the next base). */
 typedef struct dx_cur {
-    int64_t *keys;             /* [n] sorted, owned */
-    float *rows;               /* [n, D] owned, or NULL: read through weight */
-    int32_t weight;            /* grm__table_keys' weight tensor */
-    int64_t n, D;
+    grm__table_src src;
     int64_t *pos;              /* [nc] ascending: rows that differ from the base, owned */
     int64_t nc;
-    dx_hash *hash;             /* [n] owned */
+    dx_hash *hash;             /* [src.n] owned */
 } dx_cur;
 
 typedef struct dx_write {
@@ -600,16 +596,6 @@ typedef struct dx_write {
     float *buf;                /* a range of rows, owned */
     int64_t buf_floats;         /* its size in floats */
 } dx_write;
-
-/* Rows [r0, r0 + n) of table c into out [n, D]. */
-static grm_status dx_cur_rows(dx_write *w, const dx_cur *c, int64_t r0, int64_t n, float *out)
-{
-    if (c->rows) {
-        memcpy(out, c->rows + r0 * c->D, (size_t)(n * c->D) * sizeof *out);
-        return GRM_OK;
-    }
-    return grm__table_read_rows(w->t, c->weight, r0, n, out);
-}
 
 static grm_status dx_buf(dx_write *w, int64_t rows, int64_t D)
 {
@@ -631,7 +617,7 @@ static grm_status dx_rows(void *user, int64_t index, int64_t row0, int64_t n, vo
         return grm_errorf(GRM_EINTERNAL, "incremental export: tensor %lld is not read by rows",
                           (long long)index);
     const dx_cur *c = &w->cur[w->tab_of[index]];
-    const int64_t D = c->D, P = dx_range_rows(D);
+    const int64_t D = c->src.dim, P = dx_range_rows(D);
     grm_status st = dx_buf(w, P, D);
     float *o = out;
     for (int64_t i = row0; i < row0 + n && st == GRM_OK;) {
@@ -639,7 +625,7 @@ static grm_status dx_rows(void *user, int64_t index, int64_t row0, int64_t n, vo
         int64_t j = i + 1;
         while (j < row0 + n && c->pos[j] - c->pos[j - 1] <= 64 && c->pos[j] - first < P) j++;
         const int64_t span = c->pos[j - 1] - first + 1;
-        if ((st = dx_cur_rows(w, c, first, span, w->buf)) != GRM_OK) break;
+        if ((st = grm__table_read(w->t, &c->src, first, span, w->buf)) != GRM_OK) break;
         for (int64_t k = i; k < j; k++)
             memcpy(o + (k - row0) * D, w->buf + (c->pos[k] - first) * D,
                    (size_t)D * sizeof *o);
@@ -653,29 +639,28 @@ static grm_status dx_rows(void *user, int64_t index, int64_t row0, int64_t n, vo
 static grm_status dx_diff(dx_write *w, dx_cur *c, const dx_set *b, int64_t **gone,
                           int64_t *ng)
 {
-    const int64_t n = c->n, D = c->D, P = dx_range_rows(D);
+    const int64_t n = c->src.n, D = c->src.dim, P = dx_range_rows(D);
     *gone = malloc((size_t)(b->n + 1) * sizeof **gone);
     c->pos = malloc((size_t)(n + 1) * sizeof *c->pos);
     c->hash = malloc((size_t)(n + 1) * sizeof *c->hash);
     if (!*gone || !c->pos || !c->hash) return grm_errorf(GRM_ENOMEM, "out of memory");
-    grm_status st = c->rows ? GRM_OK : dx_buf(w, P, D);
+    grm_status st = dx_buf(w, P, D);
     const dx_hash *bh = (const dx_hash *)(const void *)b->pay;
     int64_t a = 0;
     *ng = 0;
     c->nc = 0;
     for (int64_t r0 = 0; r0 < n && st == GRM_OK; r0 += P) {
         const int64_t m = n - r0 < P ? n - r0 : P;
-        const float *rows = c->rows ? c->rows + r0 * D : w->buf;
-        if (!c->rows && (st = dx_cur_rows(w, c, r0, m, w->buf)) != GRM_OK) break;
+        if ((st = grm__table_read(w->t, &c->src, r0, m, w->buf)) != GRM_OK) break;
         for (int64_t i = 0; i < m; i++) {
-            const int64_t k = r0 + i, key = c->keys[k];
-            const dx_hash h = dx_row_hash(rows + i * D, D);
+            const int64_t k = r0 + i, key = c->src.keys[k];
+            const dx_hash h = dx_row_hash(w->buf + i * D, D);
             c->hash[k] = h;
             while (a < b->n && b->ids[a] < key) (*gone)[(*ng)++] = b->ids[a++];
             if (a < b->n && b->ids[a] == key) {
-                if (!dx_hash_eq(bh[a++], h)) c->pos[c->nc++] = k;   /* changed */
+                if (!dx_hash_eq(bh[a++], h)) c->pos[c->nc++] = k;    /* changed */
             } else {
-                c->pos[c->nc++] = k;                                     /* new */
+                c->pos[c->nc++] = k;                                 /* new */
             }
         }
     }
@@ -729,11 +714,9 @@ grm_status grm__delta_write(grm__trainer *t)
     /* per table: the keys and rows that differ from the base, the keys gone from it */
     for (int32_t s = 0; s < p->nphys && st == GRM_OK; s++) {
         dx_cur *c = &w.cur[s];
-        if ((st = grm__table_keys(t, s, &c->keys, &c->n, &c->D, &c->weight)) != GRM_OK) break;
-        if (!c->keys && (st = grm__table_rows(t, s, &c->keys, &c->rows, &c->n, &c->D)) != GRM_OK)
-            break;
-        if (!c->keys) continue;
-        dx_set *b = dx_table(&dx->base, p->phys[s].name, c->D);
+        if ((st = grm__table_open(t, s, &c->src)) != GRM_OK) break;
+        if (!c->src.keys) continue;
+        dx_set *b = dx_table(&dx->base, p->phys[s].name, c->src.dim);
         if (!b) {
             st = grm_errorf(GRM_ENOMEM, "out of memory");
             break;
@@ -749,9 +732,9 @@ grm_status grm__delta_write(grm__trainer *t)
             st = grm_errorf(GRM_ENOMEM, "out of memory");
             break;
         }
-        for (int64_t i = 0; i < c->nc; i++) ci[i] = c->keys[c->pos[i]];
+        for (int64_t i = 0; i < c->nc; i++) ci[i] = c->src.keys[c->pos[i]];
         char name[300];
-        const int64_t s1[1] = { c->nc }, s2[2] = { c->nc, c->D }, s3[1] = { ng };
+        const int64_t s1[1] = { c->nc }, s2[2] = { c->nc, c->src.dim }, s3[1] = { ng };
         snprintf(name, sizeof name, "emb.%s.ids", p->phys[s].name);
         st = dx_add(&o, name, ci, GRM_DTYPE_I64, 1, s1, 1);
         if (st == GRM_OK) st = dx_tab_of(&w.tab_of, o.n, -1);
@@ -786,17 +769,17 @@ grm_status grm__delta_write(grm__trainer *t)
             /* the new base is the current tables */
             for (int32_t s = 0; s < p->nphys; s++) {
                 dx_cur *c = &w.cur[s];
-                if (!c->keys) continue;
-                dx_set *b = dx_table(&dx->base, p->phys[s].name, c->D);
+                if (!c->src.keys) continue;
+                dx_set *b = dx_table(&dx->base, p->phys[s].name, c->src.dim);
                 free(b->ids);
                 free(b->pay);
                 free(b->live);
-                b->ids = c->keys;
+                b->ids = c->src.keys;
                 b->pay = (char *)c->hash;
                 b->live = NULL;         /* every key live */
-                b->n = c->n;
-                b->dim = c->D;
-                c->keys = NULL;
+                b->n = c->src.n;
+                b->dim = c->src.dim;
+                c->src.keys = NULL;
                 c->hash = NULL;
             }
             dx->base.seq = seq;
@@ -808,8 +791,7 @@ grm_status grm__delta_write(grm__trainer *t)
         }
     }
     for (int32_t s = 0; s < p->nphys; s++) {
-        free(w.cur[s].keys);
-        free(w.cur[s].rows);
+        grm__table_close(&w.cur[s].src);
         free(w.cur[s].pos);
         free(w.cur[s].hash);
     }

@@ -504,7 +504,7 @@ static grm_status as_dtype(const float *data, int64_t n, int32_t dtype, void **o
  * as the export's dtype. */
 typedef struct ex_src {
     int kind;                  /* EX_CATALOG, EX_STORE */
-    int32_t index;             /* EX_STORE: the store's tensor */
+    int32_t index;             /* EX_STORE: the table (ex_list.tabs) */
     int64_t dim;
 } ex_src;
 enum { EX_NONE, EX_CATALOG, EX_STORE };
@@ -520,6 +520,8 @@ typedef struct ex_list {
     int32_t dtype;
     float *rows;               /* [cap] a range of f32 rows */
     size_t cap;
+    grm__table_src tabs[64];   /* the tables whose rows are read when the file is written */
+    int nsrc;
 } ex_list;
 
 static grm_status ex_add(ex_list *l, const char *name, void *data, int32_t dtype, int32_t ndim,
@@ -573,6 +575,7 @@ static void ex_free(ex_list *l)
 {
     for (int i = 0; i < l->n; i++) free(l->names[i]);
     for (int i = 0; i < l->nbufs; i++) free(l->bufs[i]);
+    for (int i = 0; i < l->nsrc; i++) grm__table_close(&l->tabs[i]);
     free(l->rows);
     grm__trainer *t = l->t;
     const int32_t dtype = l->dtype;
@@ -607,7 +610,7 @@ static grm_status ex_rows(void *user, int64_t index, int64_t row0, int64_t n, vo
         l->cap = need;
     }
     float *f = l->dtype == GRM_DTYPE_F32 ? out : l->rows;
-    if ((st = grm__table_read_rows(t, s->index, row0, n, f)) != GRM_OK) return st;
+    if ((st = grm__table_read(t, &l->tabs[s->index], row0, n, f)) != GRM_OK) return st;
     if (f != out) to_dtype(f, n * s->dim, l->dtype, out);
     return GRM_OK;
 }
@@ -624,85 +627,8 @@ static grm_status ex_save(const grm__ckpt_fmt *f, const char *dir, const char *f
     return st;
 }
 
-grm_status grm__table_keys(grm__trainer *t, int32_t s, int64_t **keys_out, int64_t *n_out,
-                           int64_t *dim_out, int32_t *weight_out)
-{
-    const grm_emb_ops *e = t->sp.eops;
-    const char *name = t->p->phys[s].name;
-    const size_t len = strlen(name);
-    *keys_out = NULL;
-    *n_out = *dim_out = 0;
-    *weight_out = -1;
-    if (!GRM_HAS_OP(grm_emb_ops, e, tensor_rows)) return GRM_OK;
-    grm_named_tensor w = { 0 }, ids = { 0 };
-    int32_t wk = -1, ik = -1;
-    for (int32_t k = 0;; k++) {
-        grm_named_tensor nt;
-        grm_status st = e->tensor_rows(t->p->emb.inst, k, &nt, 0, 0, NULL);
-        if (st == GRM_ENOTFOUND) break;
-        if (st != GRM_OK) return st;
-        if (strncmp(nt.name, name, len) != 0 || nt.name[len] != '.') continue;
-        if (!strcmp(nt.name + len + 1, "weight")) w = nt, wk = k;
-        else if (!strcmp(nt.name + len + 1, "ids")) ids = nt, ik = k;
-    }
-    if (wk < 0 || ik < 0 || w.tensor.dtype != GRM_DTYPE_F32 || w.tensor.ndim != 2
-        || ids.tensor.dtype != GRM_DTYPE_I64 || ids.tensor.ndim != 1
-        || ids.tensor.shape[0] != w.tensor.shape[0])
-        return GRM_OK;
-    const int64_t R = w.tensor.shape[0];
-    int64_t *keys = malloc((size_t)(R + 1) * sizeof *keys);
-    if (!keys) return grm_errorf(GRM_ENOMEM, "out of memory for %lld keys", (long long)R);
-    grm_status st = e->tensor_rows(t->p->emb.inst, ik, NULL, 0, R, keys);
-    int sorted = 1;
-    for (int64_t r = 1; st == GRM_OK && r < R && sorted; r++) sorted = keys[r - 1] < keys[r];
-    if (st != GRM_OK || !sorted) {
-        free(keys);
-        return st;
-    }
-    *keys_out = keys;
-    *n_out = R;
-    *dim_out = w.tensor.shape[1];
-    *weight_out = wk;
-    return GRM_OK;
-}
-
-grm_status grm__table_read_rows(grm__trainer *t, int32_t weight, int64_t row0, int64_t n,
-                                float *out)
-{
-    const grm_status st = t->sp.eops->tensor_rows(t->p->emb.inst, weight, NULL, row0, n, out);
-    if (st != GRM_OK)
-        grm_error_prefix("[embedding] %s: tensor_rows: ", t->p->emb.plugin->info->name);
-    return st;
-}
-
-/* Table s's existing rows into l as emb.<name>.ids (whole: 8 bytes a row) and .weight (by
- * rows, never held), when grm__table_keys finds them (a hash store's export: emb-dynamic,
- * tiered or not). *done 0: not such a table; the caller takes grm__table_rows' whole
- * path. */
-static grm_status ex_table_by_rows(ex_list *l, int32_t s, int64_t *nrows, int *done)
-{
-    grm__trainer *t = l->t;
-    const char *name = t->p->phys[s].name;
-    int64_t *keys, R, D;
-    int32_t wk;
-    *done = 0;
-    grm_status st = grm__table_keys(t, s, &keys, &R, &D, &wk);
-    if (st != GRM_OK || !keys) return st;
-    char tn[256];
-    snprintf(tn, sizeof tn, "emb.%s.ids", name);
-    if ((st = ex_add(l, tn, keys, GRM_DTYPE_I64, 1, R, 1, 1)) != GRM_OK) {
-        free(keys);
-        return st;
-    }
-    snprintf(tn, sizeof tn, "emb.%s.weight", name);
-    if ((st = ex_add_rows(l, tn, (ex_src){ EX_STORE, wk, D }, R)) != GRM_OK)
-        return st;
-    *nrows = R;
-    *done = 1;
-    return GRM_OK;
-}
-
-/* The store's tensors of physical table `name` (weight, ids, steps), borrowed. */
+/* The store's tensors of physical table `name` (weight, ids, steps) as tensors() hands
+ * them out, borrowed. */
 typedef struct ex_table {
     grm_named_tensor weight, ids, steps;
     int have_w, have_ids, have_steps;
@@ -736,48 +662,133 @@ static int by_key(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-grm_status grm__table_rows(grm__trainer *t, int32_t s, int64_t **keys_out, float **rows_out,
-                           int64_t *n_out, int64_t *dim_out)
+/* Table s through tensors(): its keys sorted, and where each key's row is in the weight
+ * the store hands out (borrowed). */
+static grm_status table_open_whole(grm__trainer *t, int32_t s, grm__table_src *src)
 {
     ex_table et;
-    *keys_out = NULL;
-    *rows_out = NULL;
-    *n_out = *dim_out = 0;
     grm_status st = ex_find_table(t, t->p->phys[s].name, &et);
     if (st != GRM_OK) return st;
     if (!et.have_w || et.weight.tensor.dtype != GRM_DTYPE_F32 || et.weight.tensor.ndim != 2)
         return GRM_OK;
-    const int64_t R = et.weight.tensor.shape[0], D = et.weight.tensor.shape[1];
-    const float *w = et.weight.tensor.data;
-    key_row *kr = malloc((size_t)(R + 1) * sizeof *kr);
-    int64_t *keys = malloc((size_t)(R + 1) * sizeof *keys);
-    float *rows = malloc((size_t)(R * D + 1) * sizeof *rows);
-    if (!kr || !keys || !rows) {
-        free(kr);
-        free(keys);
-        free(rows);
-        return grm_errorf(GRM_ENOMEM, "out of memory");
-    }
-    int64_t n = 0;
+    const int64_t R = et.weight.tensor.shape[0];
     const int by_id = et.have_ids && et.ids.tensor.shape[0] == R;
-    for (int64_t r = 0; r < R; r++) {
-        if (!by_id && et.have_steps && et.steps.tensor.shape[0] == R
-            && ((const int64_t *)et.steps.tensor.data)[r] <= 0)
-            continue;
-        kr[n].key = by_id ? ((const int64_t *)et.ids.tensor.data)[r] : r;
-        kr[n++].row = r;
+    int64_t *keys = malloc((size_t)(R + 1) * sizeof *keys);
+    if (!keys) return grm_errorf(GRM_ENOMEM, "out of memory for %lld keys", (long long)R);
+    int64_t n = 0;
+    if (!by_id) {   /* rows indexed by id: those training updated, in id order */
+        const int steps = et.have_steps && et.steps.tensor.shape[0] == R;
+        for (int64_t r = 0; r < R; r++)
+            if (!steps || ((const int64_t *)et.steps.tensor.data)[r] > 0) keys[n++] = r;
+    } else {        /* a hash store lists its rows in slot order: sorted by key */
+        key_row *kr = malloc((size_t)(R + 1) * sizeof *kr);
+        int64_t *row = malloc((size_t)(R + 1) * sizeof *row);
+        if (!kr || !row) {
+            free(kr), free(row), free(keys);
+            return grm_errorf(GRM_ENOMEM, "out of memory for %lld keys", (long long)R);
+        }
+        for (int64_t r = 0; r < R; r++)
+            kr[r] = (key_row){ ((const int64_t *)et.ids.tensor.data)[r], r };
+        qsort(kr, (size_t)R, sizeof *kr, by_key);
+        for (n = 0; n < R; n++) keys[n] = kr[n].key, row[n] = kr[n].row;
+        free(kr);
+        src->row = row;
     }
-    /* sorted by key: a hash store lists its rows in slot order */
-    if (by_id) qsort(kr, (size_t)n, sizeof *kr, by_key);
-    for (int64_t i = 0; i < n; i++) {
-        keys[i] = kr[i].key;
-        memcpy(rows + i * D, w + kr[i].row * D, (size_t)D * sizeof *rows);
+    src->keys = keys;
+    src->n = n;
+    src->dim = et.weight.tensor.shape[1];
+    src->base = et.weight.tensor.data;
+    return GRM_OK;
+}
+
+grm_status grm__table_open(grm__trainer *t, int32_t s, grm__table_src *src)
+{
+    const grm_emb_ops *e = t->sp.eops;
+    const char *name = t->p->phys[s].name;
+    const size_t len = strlen(name);
+    memset(src, 0, sizeof *src);
+    src->weight = -1;
+    if (!GRM_HAS_OP(grm_emb_ops, e, tensor_rows)) return table_open_whole(t, s, src);
+    grm_named_tensor w = { 0 }, ids = { 0 };
+    int32_t wk = -1, ik = -1;
+    for (int32_t k = 0;; k++) {
+        grm_named_tensor nt;
+        grm_status st = e->tensor_rows(t->p->emb.inst, k, &nt, 0, 0, NULL);
+        if (st == GRM_ENOTFOUND) break;
+        if (st != GRM_OK) return st;
+        if (strncmp(nt.name, name, len) != 0 || nt.name[len] != '.') continue;
+        if (!strcmp(nt.name + len + 1, "weight")) w = nt, wk = k;
+        else if (!strcmp(nt.name + len + 1, "ids")) ids = nt, ik = k;
     }
-    free(kr);
-    *keys_out = keys;
-    *rows_out = rows;
-    *n_out = n;
-    *dim_out = D;
+    if (wk < 0 || ik < 0 || w.tensor.dtype != GRM_DTYPE_F32 || w.tensor.ndim != 2
+        || ids.tensor.dtype != GRM_DTYPE_I64 || ids.tensor.ndim != 1
+        || ids.tensor.shape[0] != w.tensor.shape[0])
+        return table_open_whole(t, s, src);
+    const int64_t R = w.tensor.shape[0];
+    int64_t *keys = malloc((size_t)(R + 1) * sizeof *keys);
+    if (!keys) return grm_errorf(GRM_ENOMEM, "out of memory for %lld keys", (long long)R);
+    grm_status st = e->tensor_rows(t->p->emb.inst, ik, NULL, 0, R, keys);
+    int sorted = 1;
+    for (int64_t r = 1; st == GRM_OK && r < R && sorted; r++) sorted = keys[r - 1] < keys[r];
+    if (st != GRM_OK || !sorted) {
+        free(keys);
+        return st != GRM_OK ? st : table_open_whole(t, s, src);
+    }
+    src->keys = keys;
+    src->n = R;
+    src->dim = w.tensor.shape[1];
+    src->weight = wk;
+    return GRM_OK;
+}
+
+grm_status grm__table_read(grm__trainer *t, const grm__table_src *src, int64_t row0, int64_t n,
+                           float *out)
+{
+    const int64_t D = src->dim;
+    if (src->weight < 0) {
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t r = src->row ? src->row[row0 + i] : src->keys[row0 + i];
+            memcpy(out + i * D, src->base + r * D, (size_t)D * sizeof *out);
+        }
+        return GRM_OK;
+    }
+    const grm_status st = t->sp.eops->tensor_rows(t->p->emb.inst, src->weight, NULL, row0, n,
+                                                  out);
+    if (st != GRM_OK)
+        grm_error_prefix("[embedding] %s: tensor_rows: ", t->p->emb.plugin->info->name);
+    return st;
+}
+
+void grm__table_close(grm__table_src *src)
+{
+    free(src->keys);
+    free(src->row);
+    memset(src, 0, sizeof *src);
+    src->weight = -1;
+}
+
+/* Table s's existing rows into l as emb.<name>.ids (whole: 8 bytes a row) and .weight (a
+ * range at a time from the store, never copied whole). *nrows 0 when the store has no such
+ * table. */
+static grm_status ex_table_rows(ex_list *l, int32_t s, int64_t *nrows)
+{
+    grm__trainer *t = l->t;
+    const char *name = t->p->phys[s].name;
+    *nrows = 0;
+    if (l->nsrc == (int)(sizeof l->tabs / sizeof *l->tabs))
+        return grm_errorf(GRM_ENOTSUP, "export: more than %d tables", l->nsrc);
+    grm__table_src *src = &l->tabs[l->nsrc];
+    grm_status st = grm__table_open(t, s, src);
+    if (st != GRM_OK || !src->keys) return st;
+    l->nsrc++;
+    char tn[256];
+    snprintf(tn, sizeof tn, "emb.%s.ids", name);
+    /* the ids are the file's (l frees them); the source keeps reading them until then */
+    if ((st = ex_add(l, tn, src->keys, GRM_DTYPE_I64, 1, src->n, 1, 0)) != GRM_OK) return st;
+    snprintf(tn, sizeof tn, "emb.%s.weight", name);
+    if ((st = ex_add_rows(l, tn, (ex_src){ EX_STORE, l->nsrc - 1, src->dim }, src->n)) != GRM_OK)
+        return st;
+    *nrows = src->n;
     return GRM_OK;
 }
 
@@ -982,33 +993,15 @@ grm_status grm__export(grm__pipeline *p, const grm__run_opts *opts, const char *
     if (st != GRM_OK || (st = ex_save(&fmt, dir, "users.safetensors", &l, meta)) != GRM_OK)
         goto out;
 
-    /* tables: each physical table's existing rows with their keys: a hash store's a range
-     * at a time (ex_table_by_rows), others whole (grm__table_rows) */
+    /* tables: each physical table's existing rows with their keys, a range at a time
+     * (ex_table_rows) */
     table_rows = calloc((size_t)p->nphys + 1, sizeof *table_rows);
     if (!table_rows) {
         st = grm_errorf(GRM_ENOMEM, "out of memory");
         goto out;
     }
-    for (int32_t s = 0; s < p->nphys && st == GRM_OK; s++) {
-        int64_t *keys, n, Dt;
-        float *rows;
-        int done;
-        if ((st = ex_table_by_rows(&l, s, &table_rows[s], &done)) != GRM_OK) break;
-        if (done) continue;
-        if ((st = grm__table_rows(&t, s, &keys, &rows, &n, &Dt)) != GRM_OK) break;
-        if (!keys) continue;
-        table_rows[s] = n;
-        char name[256];
-        snprintf(name, sizeof name, "emb.%s.ids", p->phys[s].name);
-        if ((st = ex_add(&l, name, keys, GRM_DTYPE_I64, 1, n, 1, 1)) != GRM_OK) {
-            free(keys);
-            free(rows);
-            break;
-        }
-        snprintf(name, sizeof name, "emb.%s.weight", p->phys[s].name);
-        st = ex_add_f(&l, name, rows, dtype, 2, n, Dt);
-        free(rows);
-    }
+    for (int32_t s = 0; s < p->nphys && st == GRM_OK; s++)
+        st = ex_table_rows(&l, s, &table_rows[s]);
     if (st != GRM_OK || (st = ex_save(&fmt, dir, "tables.safetensors", &l, meta)) != GRM_OK)
         goto out;
 

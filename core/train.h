@@ -595,23 +595,26 @@ int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id);
  * The lookups are collective: with several ranks every rank calls, b possibly 0. The one
  * user-state computation of evaluation, `grmhost recommend` and `grmhost export`. */
 grm_status grm__eval_queries(grm__trainer *t, const float **q);
-/* Physical table s's existing rows sorted by key (core/recommend.c): a hash store's keys, a
- * static table's rows training updated (steps > 0), else every row. *keys [*n] and
- * *rows [*n, *dim] are malloc'd (both NULL when the store exposes no such table). What
- * `grmhost export` writes and what incremental export diffs. */
-grm_status grm__table_rows(grm__trainer *t, int32_t s, int64_t **keys, float **rows,
-                           int64_t *n, int64_t *dim);
-/* Table s's rows a range at a time, for a store that describes them with tensor_rows
- * (ABI 1.10) as keyed and sorted by key (a hash store's export: emb-dynamic, tiered or
- * not): *keys [*n] malloc'd (8 bytes a row), *dim, and *weight the index of its weight
- * tensor for grm__table_read_rows. *keys NULL when the table is not such a table (the
- * caller takes grm__table_rows). Between this and the last read, no lookup with
- * GRM_EMB_INSERT and no update. */
-grm_status grm__table_keys(grm__trainer *t, int32_t s, int64_t **keys, int64_t *n,
-                           int64_t *dim, int32_t *weight);
-/* Rows [row0, row0 + n) of the weight tensor `weight` of grm__table_keys into out [n, dim]. */
-grm_status grm__table_read_rows(grm__trainer *t, int32_t weight, int64_t row0, int64_t n,
-                                float *out);
+/* A physical table's existing rows (what `grmhost export` writes and incremental export
+ * diffs: a hash store's keys, a static table's rows training updated), read a range at a
+ * time: keys [n] sorted (malloc'd, 8 bytes a row) and the rows either through the store's
+ * tensor_rows (ABI 1.10; weight its tensor) or from the weight tensors() hands out
+ * (borrowed base; row k is base row row[k], or keys[k] when row is NULL), never copied
+ * whole. */
+typedef struct grm__table_src {
+    int64_t *keys;          /* [n] sorted; NULL: the store has no such table */
+    int64_t n, dim;
+    int32_t weight;         /* tensor_rows' index of the weight, or -1 */
+    const float *base;      /* weight < 0: [rows, dim], borrowed from tensors() */
+    int64_t *row;           /* weight < 0: [n] each key's row in base, or NULL (row = key) */
+} grm__table_src;
+/* Table s as a grm__table_src (src->keys NULL when the store has no such table). Between
+ * this and the last read, no lookup with GRM_EMB_INSERT and no update. */
+grm_status grm__table_open(grm__trainer *t, int32_t s, grm__table_src *src);
+/* Rows [row0, row0 + n) of src into out [n, dim]. */
+grm_status grm__table_read(grm__trainer *t, const grm__table_src *src, int64_t row0, int64_t n,
+                           float *out);
+void grm__table_close(grm__table_src *src);
 /* Between evaluation batches: deliver pending signals (train.c); GRM_ECANCELED once
  * SIGINT or SIGTERM came, agreed by every rank. */
 grm_status grm__poll_stop(grm__trainer *t);
