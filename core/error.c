@@ -33,6 +33,12 @@ void grm_error_prefix(const char *fmt, ...)
     va_end(ap);
     memcpy(old, errbuf, sizeof old);
     size_t lp = strlen(prefix), lo = strnlen(old, sizeof old - 1);
+    /* "[embedding] emb-dynamic: " before "emb-dynamic: ...": the name once */
+    for (size_t k = 1; k < lp; k++)
+        if (prefix[k - 1] == ' ' && strncmp(old, prefix + k, lp - k) == 0) {
+            lp = k;
+            break;
+        }
     if (lp > sizeof errbuf - 1) lp = sizeof errbuf - 1;
     if (lo > sizeof errbuf - 1 - lp) lo = sizeof errbuf - 1 - lp;
     memcpy(errbuf, prefix, lp);

@@ -7,7 +7,9 @@
 # back every step, killed with SIGKILL once a checkpoint of step >= 20 exists (so inside a
 # write-back, a checkpoint or a step), resumes and ends bitwise as the uninterrupted run; so
 # does one killed inside a write-back pwrite (step 18's) and one killed inside a checkpoint
-# save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL).
+# save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL); one whose
+# backing disk fills up inside a write-back stops with an error naming the fix and resumes
+# likewise.
 # A resumed run (every row in the file) fetches every row through the data thread's
 # prefetch, the negatives' included. `grmhost profile` prints the miss-ratio curve and the
 # cache auto would choose, keeping nothing. TAP output.
@@ -18,7 +20,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..18"
+echo "1..20"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
@@ -153,6 +155,28 @@ checkpoints were saved" ;;
 done
 IFS=' 	
 '
+
+# The backing file's disk fills up at step 18's write-back (the shim writes half, then
+# every pwrite fails with ENOSPC): the run stops with an error that says so and what to do,
+# and resumes from its last checkpoint (with room again) to the uninterrupted run's end.
+if [ -z "$kills" ]; then
+    skip "ASan must be the first library: no LD_PRELOAD" "disk full during a write-back"
+    skip "ASan must be the first library: no LD_PRELOAD" "... resumes bitwise"
+else
+    rm -rf "$ck"
+    GRM_KILL_MATCH=.tier GRM_FULL_AT=19 LD_PRELOAD="$shim" "$g" train --quiet \
+        --metrics-out "$tmp/kfull.jsonl" "$tmp/crash.ini" >/dev/null 2>"$tmp/kfull.err"
+    rc=$?
+    msg=$(grep "No space" "$tmp/kfull.err")
+    echo "# exit $rc: $msg"
+    test $rc -eq 1 && echo "$msg" | grep -q "^grmhost: \[embedding\] emb-dynamic: $tmp/tier/" &&
+        echo "$msg" | grep -q "free space on the disk of (or move) backing = $tmp/tier" &&
+        echo "$msg" | grep -q "resume from the last checkpoint" && ls "$ck" | grep -q '\.grm$'
+    ok $? "the backing disk full at step 18's write-back: exit 1, one line naming the file, \
+ENOSPC and the fix, the checkpoints before it kept"
+    resume_same rfull
+    ok $? "... resumed with room again, the losses and metrics are the uninterrupted run's, bitwise"
+fi
 
 # Every row of a resumed run starts in the file (load writes them all there, the cache
 # starts empty); with a cache that holds them all, nothing is evicted, so every fetch of

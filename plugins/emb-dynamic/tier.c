@@ -91,10 +91,15 @@ static grm_status ed_tier_io_error(const ed_store *s, const ed_table *t, const c
                                    int64_t index, ssize_t got, size_t want)
 {
     const int e = errno;
-    return s->host->errorf(GRM_EIO, "emb-dynamic: %s: %s record %lld: %s; check the disk of "
-                           "backing = %s", t->tier.path, what, (long long)index,
+    const int full = got < 0 && (e == ENOSPC || e == EDQUOT || e == EFBIG);
+    return s->host->errorf(GRM_EIO, "emb-dynamic: %s: %s record %lld: %s; %s backing = %s%s",
+                           t->tier.path, what, (long long)index,
                            got < 0 ? strerror(e) : got < (ssize_t)want ? "short transfer"
-                           : "unknown error", s->cfg.backing);
+                           : "unknown error",
+                           full ? "free space on the disk of (or move)" : "check the disk of",
+                           s->cfg.backing,
+                           full ? ", then resume from the last checkpoint: the backing file "
+                                  "is scratch, every row is in the checkpoints" : "");
 }
 
 /* The checksum of a record read from file record `index`, and its bytes counted. */
@@ -389,9 +394,19 @@ static grm_status ed_tier_put(const ed_store *s, const ed_table *t, int fd, cons
                               int64_t first, int64_t n)
 {
     const size_t bytes = (size_t)n * t->pools[0].rec_bytes;
-    const ssize_t put = pwrite(fd, buf, bytes, ed_tier_offset(t, first));
-    return put == (ssize_t)bytes ? GRM_OK
-                                 : ed_tier_io_error(s, t, "writing", first, put, bytes);
+    const off_t at = ed_tier_offset(t, first);
+    size_t done = 0;
+    ssize_t put = 0;
+    // a short write (a disk filling up, a signal) is continued: the next call says why
+    while (done < bytes) {
+        put = pwrite(fd, buf + done, bytes - done, at + (off_t)done);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) break;
+        done += (size_t)put;
+    }
+    return done == bytes ? GRM_OK
+                         : ed_tier_io_error(s, t, "writing", first, put < 0 ? -1 : (ssize_t)done,
+                                            bytes);
 }
 
 /* Garbage records a scan may read across rather than start a new pread: about 16 KiB,
