@@ -3,9 +3,9 @@
  * contains GRM_KILL_MATCH, after writing the first half of it: pwrite for emb-dynamic's
  * backing file (".tier": a write-back), fwrite for a checkpoint's temporary (".grm.tmp":
  * a save). So a crash lands inside a write-back or a checkpoint deterministically. With
- * GRM_FULL_AT=N instead, the disk fills up at the Nth such pwrite: it writes half and
- * returns that short count, and it and every later one fail with ENOSPC. Without either
- * it only passes the calls on. */
+ * GRM_FULL_AT=N instead, the disk fills up at the Nth such write: a pwrite writes half and
+ * returns that short count, an fwrite writes half its items and says ENOSPC, and every
+ * later one fails with ENOSPC. Without either it only passes the calls on. */
 #include <errno.h>
 #include <dlfcn.h>
 #include <signal.h>
@@ -72,6 +72,15 @@ typedef size_t (*fwrite_fn)(const void *, size_t, size_t, FILE *);
 size_t fwrite(const void *p, size_t size, size_t nmemb, FILE *f)
 {
     const fwrite_fn real = (fwrite_fn)dlsym(RTLD_NEXT, "fwrite");
+    if (path_matches(fileno(f), "GRM_FULL_AT")) {
+        const long c = __atomic_add_fetch(&full_count, 1, __ATOMIC_SEQ_CST),
+                   at = atol(getenv("GRM_FULL_AT"));
+        if (c >= at) {
+            const size_t k = c == at && size > 0 ? real(p, size, nmemb / 2, f) : 0;
+            errno = ENOSPC;
+            return k;
+        }
+    }
     if (kill_matches(fileno(f))) {
         real(p, 1, size * nmemb / 2, f);
         fflush(f);

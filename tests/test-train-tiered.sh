@@ -20,7 +20,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..20"
+echo "1..22"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
@@ -176,6 +176,26 @@ else
 ENOSPC and the fix, the checkpoints before it kept"
     resume_same rfull
     ok $? "... resumed with room again, the losses and metrics are the uninterrupted run's, bitwise"
+fi
+# ... and the checkpoints' disk, inside a save (~step 22): the save fails naming its file
+# and ENOSPC, its temporary is removed, the checkpoints before it stay
+if [ -z "$kills" ]; then
+    skip "ASan must be the first library: no LD_PRELOAD" "disk full during a checkpoint save"
+    skip "ASan must be the first library: no LD_PRELOAD" "... resumes bitwise"
+else
+    rm -rf "$ck"
+    GRM_KILL_MATCH=.grm.tmp GRM_FULL_AT=4000 LD_PRELOAD="$shim" "$g" train --quiet \
+        --metrics-out "$tmp/kfull2.jsonl" "$tmp/crash.ini" >/dev/null 2>"$tmp/kfull2.err"
+    rc=$?
+    msg=$(grep "No space" "$tmp/kfull2.err")
+    left=$(ls "$ck" 2>/dev/null | tr '\n' ' ')
+    echo "# exit $rc: $msg; left: $left"
+    test $rc -eq 1 && echo "$msg" | grep -q "ckpt-grm: $ck/step-.*\.grm: cannot write" &&
+        ! echo "$left" | grep -q '\.tmp\.' && echo "$left" | grep -q '\.grm'
+    ok $? "the checkpoints' disk full inside a save: exit 1 naming the file and ENOSPC, its \
+temporary removed, the checkpoints before it kept"
+    resume_same rfull2
+    ok $? "... resumed, the losses and metrics are the uninterrupted run's, bitwise"
 fi
 
 # Every row of a resumed run starts in the file (load writes them all there, the cache
