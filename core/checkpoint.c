@@ -507,9 +507,25 @@ static const char *settings_get(const char *obj, const char *k, size_t kn, size_
 /* Warn, in one line naming each key, about every model setting (model_key) the checkpoint's
  * run had and the INI has not, or has with another value: resuming goes on, but trains
  * another model than the one saved. Returns how many differ. */
-static int compare_settings(const char *path, const char *saved, size_t saved_len,
-                            const grm__config *cfg)
+/* 1 when settings key ks [kn] ("[embedding] backing") only places the store's rows
+ * (grm_emb_ops.placement, ABI 1.11): changing it changes no model. */
+static int placement_key(const grm__pipeline *p, const char *ks, size_t kn)
 {
+    static const char sec[] = "[embedding] ";
+    const grm_emb_ops *e = p->emb.plugin ? p->emb.plugin->info->ops : NULL;
+    char key[256];
+    if (!e || !p->emb.inst || !GRM_HAS_OP(grm_emb_ops, e, placement) || kn <= sizeof sec - 1
+        || kn - (sizeof sec - 1) >= sizeof key || memcmp(ks, sec, sizeof sec - 1) != 0)
+        return 0;
+    memcpy(key, ks + sizeof sec - 1, kn - (sizeof sec - 1));
+    key[kn - (sizeof sec - 1)] = '\0';
+    return e->placement(p->emb.inst, key) == 1;
+}
+
+static int compare_settings(const char *path, const char *saved, size_t saved_len,
+                            const grm__pipeline *pl)
+{
+    const grm__config *cfg = pl->cfg;
     char *now = grm__ckpt_settings_json(cfg), *was = strndup(saved, saved_len);
     size_t cap = 1024, n = 0;
     char *msg = malloc(cap);
@@ -523,6 +539,7 @@ static int compare_settings(const char *path, const char *saved, size_t saved_le
         while (p && next_json_str(&p, &ks, &kn) && next_json_str(&p, &vs, &vn)) {
             ws = settings_get(b, ks, kn, &wn);
             if (pass ? ws != NULL : (ws && wn == vn && memcmp(ws, vs, vn) == 0)) continue;
+            if (placement_key(pl, ks, kn)) continue;    /* where rows live, not the model */
             if (ndiff++ >= 12) continue;   /* the first dozen by name, then a count */
             int w = pass ? snprintf(msg + n, cap - n, "%s%.*s unset (the INI: %.*s)",
                                     n ? "; " : "", (int)kn, ks, (int)vn, vs)
@@ -923,7 +940,7 @@ static grm_status check_meta(const grm__trainer *t, const load_ctx *c,
     }
     size_t slen;
     const char *settings = grm__ckpt_meta_settings(meta, &slen);
-    if (settings) compare_settings(c->path, settings, slen, p->cfg);
+    if (settings) compare_settings(c->path, settings, slen, p);
     grm__json_escape(name, sizeof name, p->set.name);
     snprintf(key, sizeof key, "\"pipeline\":\"%s\",", name);
     if (strstr(meta, "\"pipeline\":") && !strstr(meta, key))

@@ -20,7 +20,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..22"
+echo "1..23"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
@@ -98,8 +98,9 @@ rc=$?
 pid=
 echo "# killed at exit $rc after" \
     "$(losses "$tmp/crash.jsonl" | tail -1 | cut -d' ' -f1) logged steps"
-resume_same() {   # NAME: resume crash.ini into NAME.jsonl; 0 when it ends as ref.jsonl
-    "$g" train --metrics-out "$tmp/$1.jsonl" "$tmp/crash.ini" >/dev/null 2>"$tmp/$1.err"
+resume_same() {   # NAME [INI]: resume crash.ini (or INI) into NAME.jsonl; 0 when it ends
+                  # as ref.jsonl
+    "$g" train --metrics-out "$tmp/$1.jsonl" "${2:-$tmp/crash.ini}" >/dev/null 2>"$tmp/$1.err"
     rc2=$?
     [ $rc2 -ne 0 ] && sed 's/^/# /' "$tmp/$1.err" | tail -3
     la=$(metric "$tmp/ref.jsonl" train loss); lb=$(metric "$tmp/$1.jsonl" train loss)
@@ -197,6 +198,21 @@ temporary removed, the checkpoints before it kept"
     resume_same rfull2
     ok $? "... resumed, the losses and metrics are the uninterrupted run's, bitwise"
 fi
+
+# The same checkpoints resumed with every row in memory (backing, cache_bytes and evict
+# gone: without max_rows they only place rows, grm_emb_ops.placement, ABI 1.11): no
+# warning of another model, and the same end
+grep -v '^backing = \|^cache_bytes = \|^evict = ' "$tmp/crash.ini" >"$tmp/inmem.ini"
+rm -rf "$ck"
+"$g" train --quiet --max-steps 25 --metrics-out "$tmp/rinmem.jsonl" "$tmp/crash.ini" \
+    >/dev/null 2>&1
+resume_same rinmem "$tmp/inmem.ini"
+r=$?
+grep "other model settings" "$tmp/rinmem.err" | sed 's/^/# /'
+test $r -eq 0 && ! grep -q "other model settings" "$tmp/rinmem.err" &&
+    ! grep -q "^backing" "$tmp/inmem.ini"
+ok $? "a tiered run's checkpoint resumed with every row in memory: no warning of another \
+model, the uninterrupted run's losses and metrics, bitwise"
 
 # Every row of a resumed run starts in the file (load writes them all there, the cache
 # starts empty); with a cache that holds them all, nothing is evicted, so every fetch of

@@ -587,6 +587,24 @@ static const grm_param_decl ed_params[] = {
     GRM_PARAM_DECL_END
 };
 
+/* grm_emb_ops.placement: the keys that say where rows are kept and how they are found. A
+ * resume may change them and trains the same model (tiered and in-memory runs are bitwise
+ * equal, tests/test-train-tiered.sh). evict is one of them only without max_rows: then it
+ * decides what a tiered cache keeps (or nothing); with max_rows, which rows training
+ * loses. */
+static int ed_placement(void *inst, const char *key)
+{
+    static const char *const keys[] = {
+        "backing", "cache_bytes", "backing_io", "backing_garbage_min", "target_hit_rate",
+        "profile_batches", "initial_rows", "chunk_rows", "probe_lanes",
+    };
+    const ed_store *s = inst;
+    if (key == NULL) return 0;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (!strcmp(key, keys[i])) return 1;
+    return !strcmp(key, "evict") && s != NULL && s->cfg.max_rows == 0;
+}
+
 static const grm_emb_ops ed_ops = {
     .struct_size = sizeof(grm_emb_ops),
     .create = ed_create,
@@ -600,13 +618,14 @@ static const grm_emb_ops ed_ops = {
     .prefetch = ed_prefetch,
     .tensor_rows = ed_tensor_rows,
     .load_rows = ed_load_piece,
+    .placement = ed_placement,
 };
 
 static const grm_plugin_info ed_info = {
     GRM_PLUGIN_INFO_HEADER,
     .kind = GRM_KIND_EMB,
     .name = "emb-dynamic",
-    .version = "1.1.0",
+    .version = "1.2.0",
     .description = "dynamic hash embedding tables: any int64 id, grown on demand, "
                    "LRU/LFU/TTL eviction, FP16 cold rows (MTGRBoost 4.1, 5.2), "
                    "a RAM cache over a backing file (tiered mode)",

@@ -123,6 +123,14 @@ typedef struct grm_emb_ops {
      * tensors come in any order. load(t) is load_rows(t, 0, t's rows). since 1.10 */
     grm_status (*load_rows)(void *inst, const grm_named_tensor *piece, int64_t row0,
                             int64_t rows);
+
+    /* (optional; if NULL, every key of [embedding] defines the model) 1 when parameter
+     * `key` of this store, as configured, only places its rows: where they are kept and
+     * how they are found and read (a cache's size, a backing directory), not what
+     * training computes; else 0. A checkpoint resumed under other values of such keys
+     * trains the same model, so the host does not warn that it trains another. since
+     * 1.11 */
+    int (*placement)(void *inst, const char *key);
 } grm_emb_ops;
 
 #ifdef __cplusplus

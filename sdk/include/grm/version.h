@@ -18,7 +18,7 @@ extern "C" {
 #define GRM_ABI_MAJOR 1
 /* Minor: bumped when an op or field is appended. A host accepts plugins of its own
  * minor or older; it refuses a plugin built for a newer minor. */
-#define GRM_ABI_MINOR 10
+#define GRM_ABI_MINOR 11
 
 /* History of the ABI (append-only within a major):
  *   1.0  the seven kinds, the host API, declared parameters.
@@ -46,7 +46,10 @@ extern "C" {
  *   1.10 grm_emb_ops.tensor_rows and load_rows, grm_ckpt_ops.save_rows and load_rows
  *        appended (optional): a checkpoint moves between a store and its file a range of
  *        rows at a time, so a table larger than memory is saved and restored in bounded
- *        memory. */
+ *        memory.
+ *   1.11 grm_emb_ops.placement appended (optional): whether a store's parameter only
+ *        places rows (a tiered table's cache size and backing directory), which a resume
+ *        may change without training another model. */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"
