@@ -105,18 +105,21 @@ def cold_case(driver, path, back, env, args):
                   pre["pread"] / pre[io], loop["pread"] / loop[io]))
 
 
-def trainer_case(build, src, env, rounds):
+def trainer_case(build, src, env, rounds, pcts):
     """The goal measured where a user meets it: `grmhost train` on synthetic-tiered.ini
-    (data from `grmhost generate`, as the INI says) with cache_bytes = auto (the cache that
-    reaches a 0.9 hit rate of the profiled re-references) against the same run with every
-    row in memory, alternated (mem, auto, mem, auto, ...; each auto run's ratio is to the
-    mean of the in-memory runs beside it). samples_per_s is the trainer's (its loop only);
-    the cache hit rate is 1 - (rows read from the backing file + rows created) / lookups,
-    from the store's summary."""
+    (data from `grmhost generate`, as the INI says; 107,743 item rows of dim 64 with Adam)
+    at caches of pcts % of the rows and with cache_bytes = auto (the cache that reaches a 0.9
+    hit rate of the profiled re-references), against the same run with every row in memory,
+    alternated (mem, 5 %, mem, 10 %, ..., auto, mem, again; each tiered run's ratio is to the
+    mean of the in-memory runs beside it; medians over the rounds). samples_per_s is the
+    trainer's (its loop only); the cache hit rate is 1 - (rows read from the backing file +
+    rows created) / lookups, and the bytes read from the backing file, from the store's
+    summary."""
     import json
     import re
     g = os.path.join(build, "grmhost")
     ini = os.path.join(src, "share", "pipelines", "synthetic-tiered.ini")
+    rows = 107743
     with tempfile.TemporaryDirectory(dir=build) as tmp:
         data = os.path.join(tmp, "tiered.tsv")
         subprocess.run([g, "generate", "--users", "20000", "--items", "400000", "--clusters",
@@ -126,12 +129,14 @@ def trainer_case(build, src, env, rounds):
         def run(mode):
             shutil.rmtree(os.path.join(tmp, "checkpoints"), ignore_errors=True)
             shutil.rmtree(os.path.join(tmp, "back"), ignore_errors=True)
+            os.makedirs(os.path.join(tmp, "back"))
             sets = ["--set", "reader.path=" + data, "--set", "train.eval_every=0"]
             if mode == "mem":
                 sets += ["--set", "embedding.backing=", "--set", "embedding.cache_bytes=",
                          "--set", "embedding.evict=none"]
             else:
-                sets += ["--set", "embedding.backing=back", "--set", "embedding.cache_bytes=auto"]
+                cb = "auto" if mode == "auto" else str(rows * mode // 100 * ROW_BYTES)
+                sets += ["--set", "embedding.backing=back", "--set", "embedding.cache_bytes=" + cb]
             mo = os.path.join(tmp, "m.jsonl")
             out = subprocess.run([g, "train", "--fresh", "--metrics-out", mo] + sets + [ini],
                                  cwd=tmp, env=env, capture_output=True, text=True)
@@ -143,32 +148,48 @@ def trainer_case(build, src, env, rounds):
                     m = json.loads(line)
                     if m.get("split") == "train" and m.get("name") == "samples_per_s":
                         sps = float(m["value"])
-            hit = budget = None
+            hit, budget, mb = None, None, 0.0
             a = re.search(r"(\d+) rows \(.*?\), (\d+) lookups", out.stderr)
-            b = re.search(r"cache \d+ of (\d+) rows \(budget (\d+)\), (\d+) fetched",
-                          out.stderr)
+            b = re.search(r"cache \d+ of (\d+) rows \(budget (\d+)\), (\d+) fetched.*?"
+                          r"(\d+) bytes read", out.stderr)
             if a and b:
                 hit = 1 - (int(b.group(3)) + int(b.group(1))) / int(a.group(2))
                 budget = int(b.group(2))
-            return sps, hit, budget
+                mb = int(b.group(4)) / 1e6
+            return sps, hit, budget, mb
 
+        modes = list(pcts) + ["auto"]
+        res = {m: [] for m in modes}
+        ratios = {m: [] for m in modes}
+        mems = []
         try:
-            mems = [run("mem")]
-            autos, ratios = [], []
             for _ in range(rounds):
-                autos.append(run("auto"))
-                mems.append(run("mem"))
-                ratios.append(autos[-1][0] / ((mems[-2][0] + mems[-1][0]) / 2))
+                before = run("mem")
+                mems.append(before)
+                for m in modes:
+                    r = run(m)
+                    after = run("mem")
+                    mems.append(after)
+                    res[m].append(r)
+                    ratios[m].append(r[0] / ((before[0] + after[0]) / 2))
+                    before = after
         except (RuntimeError, OSError, subprocess.CalledProcessError) as e:
             print("bench=tiered case=trainer-synthetic SKIP %s" % e)
             return
         ms = statistics.median(m[0] for m in mems)
-        a = statistics.median(x[0] for x in autos)
-        print("bench=tiered case=trainer-synthetic-auto rows=107743 cache_rows=%s hit_rate=%.3f "
-              "samples_per_s=%.0f peer=mem peer_samples_per_s=%.0f ratio=%.3f "
-              "ratio_min=%.3f ratio_max=%.3f rounds=%d" % (
-                  autos[-1][2], autos[-1][1] if autos[-1][1] is not None else float("nan"),
-                  a, ms, statistics.median(ratios), min(ratios), max(ratios), rounds))
+        print("bench=tiered case=trainer-synthetic-mem rows=%d samples_per_s=%.0f rounds=%d" % (
+            rows, ms, rounds))
+        for m in modes:
+            label = "auto" if m == "auto" else "%d%%" % m
+            last = res[m][-1]
+            print("bench=tiered case=trainer-synthetic-%s rows=%d cache_rows=%s cache_pct=%.1f "
+                  "hit_rate=%.3f mb_read=%.0f samples_per_s=%.0f peer=mem peer_samples_per_s=%.0f "
+                  "ratio=%.3f ratio_min=%.3f ratio_max=%.3f rounds=%d" % (
+                      label, rows, last[2], 100.0 * (last[2] or 0) / rows,
+                      last[1] if last[1] is not None else float("nan"),
+                      statistics.median(r[3] for r in res[m]),
+                      statistics.median(r[0] for r in res[m]), ms,
+                      statistics.median(ratios[m]), min(ratios[m]), max(ratios[m]), rounds))
 
 
 def main():
@@ -186,9 +207,13 @@ def main():
     ap.add_argument("--threads1", default="75,90",
                     help="cache sizes (%% of the rows) run again, with auto, on a pool of one "
                          "thread, the data thread having the other core ('' for none)")
-    ap.add_argument("--trainer-rounds", type=int, default=3,
-                    help="alternated rounds of grmhost train on synthetic-tiered.ini, auto "
-                         "against in memory (0: none)")
+    ap.add_argument("--streams", default="zipf,ml100k,beauty",
+                    help="the id streams of the store's loop ('' for none: the trainer only)")
+    ap.add_argument("--trainer-rounds", type=int, default=2,
+                    help="alternated rounds of grmhost train on synthetic-tiered.ini, each "
+                         "cache size and auto against in memory (0: none)")
+    ap.add_argument("--trainer-pcts", default="5,10,25,50",
+                    help="cache sizes (%% of the item rows) of the grmhost train runs")
     args = ap.parse_args()
     args.threads1 = [int(x) for x in args.threads1.split(",") if x]
     args.lfu_pcts = {int(x) for x in args.lfu.split(",") if x}
@@ -208,6 +233,8 @@ def main():
     streams = [("zipf", zipf_stream)]
     for name, fn in (("ml100k", ml100k_stream), ("beauty", beauty_stream)):
         streams.append((name, lambda fn=fn: fn(data)))
+    want = [x for x in args.streams.split(",") if x]
+    streams = [st for st in streams if st[0] in want]
     table = []
     with tempfile.TemporaryDirectory(dir=args.dir or build) as tmp:
         back = os.path.join(tmp, "backing")
@@ -300,7 +327,8 @@ def main():
                               100 * rspread, ratio, float(r["hit_rate"]),
                               int(r["bytes_read"]), xratio))
     if args.trainer_rounds > 0:
-        trainer_case(build, src, env, args.trainer_rounds)
+        trainer_case(build, src, env, args.trainer_rounds,
+                     [int(x) for x in args.trainer_pcts.split(",") if x])
     print()
     print("%-7s %-13s %7s %9s %6s %10s %6s %6s %6s %12s %7s" % (
         "stream", "cache", "rows", "cache_rows", "pct", "Mids/s", "rspread", "ratio", "hit",
