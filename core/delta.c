@@ -587,6 +587,7 @@ typedef struct dx_cur {
     int64_t *pos;              /* [nc] ascending: rows that differ from the base, owned */
     int64_t nc;
     dx_hash *hash;             /* [src.n] owned */
+    float *held;               /* [nc, dim] the changed rows, owned, or NULL: read again */
 } dx_cur;
 
 typedef struct dx_write {
@@ -595,6 +596,7 @@ typedef struct dx_write {
     int32_t *tab_of;           /* per tensor of out: its dx_cur, -1 when held whole */
     float *buf;                /* a range of rows, owned */
     int64_t buf_floats;         /* its size in floats */
+    int64_t hold_left;         /* bytes of changed rows the tables may still hold */
 } dx_write;
 
 static grm_status dx_buf(dx_write *w, int64_t rows, int64_t D)
@@ -618,6 +620,10 @@ static grm_status dx_rows(void *user, int64_t index, int64_t row0, int64_t n, vo
                           (long long)index);
     const dx_cur *c = &w->cur[w->tab_of[index]];
     const int64_t D = c->src.dim, P = dx_range_rows(D);
+    if (c->held) {
+        memcpy(out, c->held + row0 * D, (size_t)(n * D) * sizeof(float));
+        return GRM_OK;
+    }
     grm_status st = dx_buf(w, P, D);
     float *o = out;
     for (int64_t i = row0; i < row0 + n && st == GRM_OK;) {
@@ -634,8 +640,37 @@ static grm_status dx_rows(void *user, int64_t index, int64_t row0, int64_t n, vo
     return st;
 }
 
+/* Changed row `row` [D] kept in c->held while the delta's budget (w->hold_left) allows,
+ * else none is held: dx_rows reads them from the store again. */
+static void dx_hold(dx_write *w, dx_cur *c, const float *row, int64_t D, int64_t *cap)
+{
+    const int64_t bytes = D * (int64_t)sizeof(float);
+    if (*cap < 0) return;                       /* over the budget: none held */
+    if (c->nc > *cap) {
+        const int64_t want = *cap ? 2 * *cap : 1024;
+        if (w->hold_left < c->nc * bytes) {     /* past it: let them all go */
+            free(c->held);
+            c->held = NULL;
+            *cap = -1;
+            return;
+        }
+        const int64_t nc = want * bytes > w->hold_left ? w->hold_left / bytes : want;
+        float *h = realloc(c->held, (size_t)(nc * D) * sizeof *h);
+        if (!h) {   /* no memory for it: read them again */
+            free(c->held);
+            c->held = NULL;
+            *cap = -1;
+            return;
+        }
+        c->held = h;
+        *cap = nc;
+    }
+    memcpy(c->held + (c->nc - 1) * D, row, (size_t)bytes);
+}
+
 /* Diff table c against base table b: c->pos the rows that are new or changed, *gone [*ng]
- * (malloc'd) the base's keys no longer there, c->hash every row's. A range at a time. */
+ * (malloc'd) the base's keys no longer there, c->hash every row's. A range at a time; the
+ * changed rows are kept (c->held) while they fit in [export] memory_mb. */
 static grm_status dx_diff(dx_write *w, dx_cur *c, const dx_set *b, int64_t **gone,
                           int64_t *ng)
 {
@@ -646,7 +681,7 @@ static grm_status dx_diff(dx_write *w, dx_cur *c, const dx_set *b, int64_t **gon
     if (!*gone || !c->pos || !c->hash) return grm_errorf(GRM_ENOMEM, "out of memory");
     grm_status st = dx_buf(w, P, D);
     const dx_hash *bh = (const dx_hash *)(const void *)b->pay;
-    int64_t a = 0;
+    int64_t a = 0, cap = w->hold_left > 0 ? 0 : -1;
     *ng = 0;
     c->nc = 0;
     for (int64_t r0 = 0; r0 < n && st == GRM_OK; r0 += P) {
@@ -657,14 +692,17 @@ static grm_status dx_diff(dx_write *w, dx_cur *c, const dx_set *b, int64_t **gon
             const dx_hash h = dx_row_hash(w->buf + i * D, D);
             c->hash[k] = h;
             while (a < b->n && b->ids[a] < key) (*gone)[(*ng)++] = b->ids[a++];
-            if (a < b->n && b->ids[a] == key) {
-                if (!dx_hash_eq(bh[a++], h)) c->pos[c->nc++] = k;    /* changed */
-            } else {
-                c->pos[c->nc++] = k;                                 /* new */
+            if (a < b->n && b->ids[a] == key && dx_hash_eq(bh[a], h)) {
+                a++;                                                 /* the same */
+                continue;
             }
+            if (a < b->n && b->ids[a] == key) a++;                   /* changed, else new */
+            c->pos[c->nc++] = k;
+            dx_hold(w, c, w->buf + i * D, D, &cap);
         }
     }
     while (st == GRM_OK && a < b->n) (*gone)[(*ng)++] = b->ids[a++];
+    if (c->held) w->hold_left -= c->nc * D * (int64_t)sizeof(float);
     return st;
 }
 
@@ -707,7 +745,7 @@ grm_status grm__delta_write(grm__trainer *t)
     if (st != GRM_OK) return st;
     const double t0 = now_s();
     dx_out o = { 0 };
-    dx_write w = { .t = t };
+    dx_write w = { .t = t, .hold_left = p->set.export_memory };
     int64_t changed = 0, removed_n = 0;
     w.cur = calloc((size_t)p->nphys + 1, sizeof *w.cur);
     if (!w.cur) return grm_errorf(GRM_ENOMEM, "out of memory");
@@ -794,6 +832,7 @@ grm_status grm__delta_write(grm__trainer *t)
         grm__table_close(&w.cur[s].src);
         free(w.cur[s].pos);
         free(w.cur[s].hash);
+        free(w.cur[s].held);
     }
     free(w.cur);
     free(w.tab_of);

@@ -190,6 +190,7 @@ static const grm_param_decl ckpt_host_params[] = {
 typedef struct export_cfg {
     const char *dir;
     int64_t every;
+    int64_t memory_mb;
 } export_cfg;
 
 static const grm_param_decl export_host_params[] = {
@@ -198,6 +199,9 @@ static const grm_param_decl export_host_params[] = {
       "one (0: none); one is also written at the end" },
     { "dir", GRM_PARAM_STRING, 0, offsetof(export_cfg, dir), "", GRM_PARAM_ANY, NULL,
       "directory of the delta-S.safetensors files (empty: [checkpoint] dir/export)" },
+    { "memory_mb", GRM_PARAM_INT, 0, offsetof(export_cfg, memory_mb), "64",
+      GRM_PARAM_RANGE(0, 1 << 20), NULL, "MiB of a delta's changed rows held while its file "
+      "is written; beyond it they are read from the store again (0: always read again)" },
     { NULL },
 };
 
@@ -881,6 +885,7 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
         const export_cfg *ec = p->set_export.data;
         p->set.export_every = ec->every;
         p->set.export_dir = ec->dir;
+        p->set.export_memory = ec->memory_mb << 20;
         if (ec->every > 0 && !ec->dir[0] && !cc->dir[0]) {
             const grm__section *es = grm__config_section(p->cfg, "export");
             st = grm_errorf(GRM_EINVAL, "%s:%d: [export] every = %lld writes its files beside "

@@ -92,6 +92,7 @@ typedef struct grm__settings {
     /* [export] */
     int64_t export_every;          /* 0: no incremental export */
     const char *export_dir;        /* "": [checkpoint] dir/export */
+    int64_t export_memory;         /* bytes of a delta's changed rows it may hold */
 } grm__settings;
 
 /* The dataset: one row per user with its time-ordered items (from the reader and the

@@ -89,8 +89,8 @@ rc=$?
 ok $rc "emb-dynamic, every 7 over 40 steps (a last delta at the end): --since 0 == full export"
 
 # 2b. a tiered emb-dynamic table, most of its rows in the backing file, read and diffed a
-# range of rows at a time (1 MiB: 2,048 rows of dim 128) and its changed rows written by
-# ranges of the runs between them
+# range of rows at a time (1 MiB: 2,048 rows of dim 128) and its changed rows, none held
+# (memory_mb = 0), read again by ranges of the runs between them as the file is written
 {
     ini_events "$tmp/big.tsv"
     cat <<EOI
@@ -121,6 +121,7 @@ dir = $tmp/ck-t
 every = 1000000
 [export]
 every = 10
+memory_mb = 0
 EOI
 } >"$tmp/t.ini"
 mkdir -p "$tmp/back"
