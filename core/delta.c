@@ -54,21 +54,20 @@ typedef struct dx_loc {
     int64_t file, row;
 } dx_loc;
 
-/* One table of the sum: its keys, sorted, each with a payload of psize bytes: the
+/* One table of the sum: its keys, sorted, each with a payload (dx_psize bytes): the
  * dx_hash of its row (the trainer's base) or its dx_loc (export --since). */
 typedef struct dx_set {
     char *name;                /* owned: the physical table */
     int64_t dim, n;
     int64_t *ids;              /* [n] sorted */
-    char *pay;                 /* [n, psize] */
-    uint8_t *live;             /* [n] 0: removed (kept only when removals are reported) */
+    char *pay;                 /* [n, dx_psize] */
+    uint8_t *live;             /* [n] 0: removed; NULL when removals are not kept (all live) */
 } dx_set;
 
 typedef struct dx_sum {
     dx_set *tabs;
     int32_t ntabs;
     int loc;                   /* 1: payloads are dx_locs (export --since), 0: dx_hashes */
-    size_t psize;              /* sizeof of the payload */
     int keep_removed;          /* a removed key stays as a dead entry (export --since S) */
     int64_t seq, step;         /* of the newest delta added */
     /* with dx_loc: the newest delta's dense parameters, whole (small) */
@@ -99,12 +98,15 @@ static void dx_sum_fini(dx_sum *m)
     dx_dense_fini(m);
     free(m->dense_names);
     free(m->dense);
-    const size_t psize = m->psize;
     const int keep = m->keep_removed, loc = m->loc;
     memset(m, 0, sizeof *m);
-    m->psize = psize;
     m->keep_removed = keep;
     m->loc = loc;
+}
+
+static size_t dx_psize(const dx_sum *m)
+{
+    return m->loc ? sizeof(dx_loc) : sizeof(dx_hash);
 }
 
 static dx_set *dx_table(dx_sum *m, const char *name, int64_t dim)
@@ -123,15 +125,16 @@ static dx_set *dx_table(dx_sum *m, const char *name, int64_t dim)
 }
 
 /* Merge ids/pay [n] (newer rows) and removed [r] (all sorted) into t. A removed key stays
- * as a dead entry with keep_removed, else it is dropped. */
+ * as a dead entry with keep_removed (t->live says which), else it is dropped (t->live
+ * NULL: every key live). */
 static grm_status dx_merge(dx_set *t, size_t psize, const int64_t *ids, const char *pay,
                            int64_t n, const int64_t *removed, int64_t r, int keep_removed)
 {
     const int64_t cap = t->n + n + r;
     int64_t *ni = malloc((size_t)(cap + 1) * sizeof *ni);
     char *np = malloc((size_t)(cap + 1) * psize);
-    uint8_t *nl = malloc((size_t)(cap + 1));
-    if (!ni || !np || !nl) {
+    uint8_t *nl = keep_removed ? malloc((size_t)(cap + 1)) : NULL;
+    if (!ni || !np || (keep_removed && !nl)) {
         free(ni);
         free(np);
         free(nl);
@@ -161,7 +164,7 @@ static grm_status dx_merge(dx_set *t, size_t psize, const int64_t *ids, const ch
         }
         if (!live && !keep_removed) continue;
         ni[k] = key;
-        nl[k] = (uint8_t)live;
+        if (nl) nl[k] = (uint8_t)live;
         if (src && live) memcpy(np + (size_t)k * psize, src, psize);
         else memset(np + (size_t)k * psize, 0, psize);
         k++;
@@ -188,7 +191,6 @@ typedef struct dx_read {
     int64_t *ids, *removed;
     char *pay;                 /* dx_hash: [nw] */
     int64_t n, r, nw, dim;     /* ids, removed, weight rows, and their dim */
-    int32_t ndense_new;
 } dx_read;
 
 static grm_status dx_flush(dx_read *c)
@@ -213,7 +215,7 @@ static grm_status dx_flush(dx_read *c)
                 ((dx_loc *)(void *)c->pay)[i] = (dx_loc){ c->file, i };
         if (st == GRM_OK) {
             if (c->n > 0) t->dim = c->dim;
-            st = dx_merge(t, m->psize, c->ids, c->pay, c->n, c->removed, c->r,
+            st = dx_merge(t, dx_psize(m), c->ids, c->pay, c->n, c->removed, c->r,
                           m->keep_removed);
         }
     }
@@ -419,7 +421,7 @@ static grm_status dx_step(const grm__ckpt_fmt *fmt, const char *path, int64_t *s
     return st;
 }
 
-/* Add up the deltas of dir with seq in (since, newest] into m (its psize and keep_removed
+/* Add up the deltas of dir with seq in (since, newest] into m (its loc and keep_removed
  * set by the caller); fmt gets their format. */
 static grm_status dx_load(const grm__registry *reg, const char *dir, int64_t since, dx_sum *m,
                           grm__ckpt_fmt *fmt)
@@ -444,7 +446,7 @@ static grm_status dx_load(const grm__registry *reg, const char *dir, int64_t sin
     return st;
 }
 
-/* What the deltas of dir add up to, as ids and row hashes, into b (psize set). */
+/* What the deltas of dir add up to, as ids and row hashes, into b. */
 static grm_status dx_base_load(const grm__registry *reg, const char *dir, dx_sum *b)
 {
     grm__ckpt_fmt fmt = { 0 };
@@ -498,7 +500,6 @@ grm_status grm__delta_start(grm__trainer *t)
     }
     if (st == GRM_OK) st = grm__ckpt_make_dirs(dx->dir);
     if (st == GRM_OK) remove_temps(dx->dir);
-    dx->base.psize = sizeof(dx_hash);
     if (st == GRM_OK) st = dx_base_load(p->reg, dx->dir, &dx->base);
     if (st != GRM_OK) {
         grm_error_prefix("[export] %s: ", dx->dir);
@@ -956,8 +957,7 @@ grm_status grm__delta_export(grm__pipeline *p, int64_t since, const char *out, i
                              int64_t *step, int64_t *rows)
 {
     char dir[4096];
-    dx_sum m = { .loc = 1, .psize = sizeof(dx_loc), .keep_removed = since > 0,
-                 .dense_file = -1 };
+    dx_sum m = { .loc = 1, .keep_removed = since > 0, .dense_file = -1 };
     grm__ckpt_fmt in = { 0 };
     grm__delta_dir(p, dir, sizeof dir);
     grm_status st = dx_load(p->reg, dir, since, &m, &in);
