@@ -248,7 +248,7 @@ static grm_status load_by_pieces(void *s, void *src, const int *order)
 
 int main(void)
 {
-    tap_plan(32);
+    tap_plan(33);
     info = harness_plugin("emb-dynamic");
     ops = info->ops;
     const grm_plugin_info *oinfo = harness_plugin("opt-adam");
@@ -363,6 +363,45 @@ int main(void)
            "the table is then empty (%lld rows)", (long long)shortw.tensor.shape[0],
            (long long)ids_t.tensor.shape[0], (long long)stats_of(piecewise).rows);
     ops->destroy(piecewise);
+
+    // ---- 2c. a checkpoint of more than 64 segments ----
+    // A load lays the checkpoint's records out in 1 MiB segments all at once; the segment
+    // tables grew by one doubling from 64, so a table of more than 64 MiB (synthetic-
+    // tiered-large's eval) wrote past them. 12,000 rows of dim 512 with Adam are ~6 KiB
+    // records, 169 a segment: 72 segments.
+    {
+        enum { BIG_D = 512, BIG_N = 12000, BIG_B = 1000 };
+        grm_emb_table_spec big = { "t", BIG_N, BIG_D, GRM_EMB_INIT_UNIFORM, 0.05, 5 };
+        void *bmem = make_store(&big, NULL);
+        void *btier = make_store(&big, (const char *[]){ kv_dir("big"), "cache_bytes=4M",
+                                                        NULL });
+        int64_t *bids = malloc(BIG_B * sizeof *bids);
+        float *brow = malloc((size_t)BIG_B * BIG_D * sizeof *brow);
+        float *brow2 = malloc((size_t)BIG_B * BIG_D * sizeof *brow2);
+        grm_status bst = bids && brow && brow2 ? GRM_OK : GRM_ENOMEM;
+        for (int64_t r0 = 0; r0 < BIG_N && bst == GRM_OK; r0 += BIG_B) {
+            for (int64_t i = 0; i < BIG_B; i++) bids[i] = (r0 + i) * 31 + 7;
+            bst = ops->lookup(bmem, brow, 0, bids, BIG_B, GRM_EMB_INSERT);
+        }
+        const int border[5] = { 0, 1, 2, 3, 4 };
+        if (bst == GRM_OK) bst = load_by_pieces(btier, bmem, border);
+        const ed_tier *bt = &((ed_store *)btier)->tables[0].tier;
+        int same = bst == GRM_OK && same_export(bmem, btier, "72 segments");
+        for (int64_t i = 0; i < BIG_B && same; i++) bids[i] = (BIG_N - 1 - 11 * i) * 31 + 7;
+        same = same && ops->lookup(bmem, brow, 0, bids, BIG_B, 0) == GRM_OK
+               && ops->lookup(btier, brow2, 0, bids, BIG_B, 0) == GRM_OK
+               && memcmp(brow, brow2, (size_t)BIG_B * BIG_D * sizeof *brow) == 0;
+        tap_ok(same && bt->nseg > 64 && bt->seg_cap >= bt->nseg
+               && backing_bytes("big") > (64 << 20),
+               "a checkpoint of %lld MiB loads into %lld segments (room for %lld): its "
+               "export and 1000 of its rows equal the source's", (long long)(
+               backing_bytes("big") >> 20), (long long)bt->nseg, (long long)bt->seg_cap);
+        free(bids);
+        free(brow);
+        free(brow2);
+        ops->destroy(btier);
+        ops->destroy(bmem);
+    }
 
     // ---- 3. the checksum catches a changed backing file ----
     // Every record after the 64-byte header overwritten; then evaluation lookups of every

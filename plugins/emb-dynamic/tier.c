@@ -477,12 +477,15 @@ grm_status ed_tier_expect(const ed_store *s, const ed_table *t, int64_t r, const
 
 /* ---- segments: write-back and cleaning ---- */
 
-/* Room for segment `seg` in seg_live and seg_free. */
+/* Room for segment `seg` in seg_live and seg_free: the file grows a segment at a time, but
+ * a load makes every segment of the checkpoint's records at once (ed_tier_load_end). The
+ * room was doubled once, so a load of more than 64 MiB of records wrote past seg_live. */
 static grm_status ed_seg_room(const ed_store *s, ed_table *t, int64_t seg)
 {
     ed_tier *tr = &t->tier;
     if (seg < tr->seg_cap) return GRM_OK;
-    const int64_t cap = tr->seg_cap > 0 ? 2 * tr->seg_cap : 64;
+    int64_t cap = tr->seg_cap > 0 ? 2 * tr->seg_cap : 64;
+    while (cap <= seg) cap *= 2;
     int32_t *live = realloc(tr->seg_live, (size_t)cap * sizeof *live);
     if (live != NULL) tr->seg_live = live;
     int64_t *fr = realloc(tr->seg_free, (size_t)cap * sizeof *fr);
