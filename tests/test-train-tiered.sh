@@ -20,7 +20,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..23"
+echo "1..24"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
 ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
@@ -264,6 +264,33 @@ test "$(grep -c . "$tmp/ev-one.v")" -ge 8 && cmp -s "$tmp/ev-one.v" "$tmp/ev-chu
     && ! grep -q "chunks" "$tmp/ev-one.err"
 ok $? "evaluation in 7 catalog chunks (eval_memory_mb = 1): every metric, the most-popular \
 baseline's too, equals the one-chunk evaluation's"
+
+# Several chunks are ranked in one pass: before a target's chunk, a user's items are counted
+# against a band around its target's score, and up to 16 inside the band kept for later
+# (core/eval.c). Here the item rows start at zero and 2 steps touch few of 4,000 items: the
+# untouched ones all score 0, so a target among them ties with every one of them. Chunks of
+# 7 items (eval_batch = 32768: 128 KiB of scores an item): a user whose target is in chunk
+# 1 or 2 keeps its ties and counts them once the score is known; a later one overflows its
+# band and is ranked again in a second pass. Every metric is the one-chunk evaluation's.
+"$g" generate --users 300 --items 4000 --clusters 6 --seed 12 --out "$tmp/wide.tsv" \
+    >/dev/null 2>&1
+sed -e "s|$tmp/ev.tsv|$tmp/wide.tsv|" -e "s|^dir = $tmp/ref\$|dir = $tmp/zero|" \
+    -e 's/^table = item$/table = item\ninit = zeros/' "$tmp/ref.ini" >"$tmp/zero.ini"
+"$g" train --quiet --max-steps 2 "$tmp/zero.ini" >/dev/null 2>"$tmp/zero.err" \
+    || sed 's/^/# /' "$tmp/zero.err" | tail -3
+for c in one chunks; do
+    mem=; [ $c = chunks ] && mem="--set train.eval_memory_mb=1"
+    "$g" eval -v --checkpoint "$tmp/zero" --set train.eval_batch=32768 $mem \
+        --metrics-out "$tmp/zv-$c.jsonl" "$tmp/zero.ini" >/dev/null 2>"$tmp/zv-$c.err"
+    sed 's/.*\("step":.*\)}/\1/' "$tmp/zv-$c.jsonl" >"$tmp/zv-$c.v"
+done
+grep "chunks\|second time" "$tmp/zv-chunks.err" | sed 's/^/# /'
+again=$(sed -n 's/.*evaluation: \([0-9]*\) users.*second time.*/\1/p' "$tmp/zv-chunks.err" \
+        | head -1)
+test "$(grep -c . "$tmp/zv-one.v")" -ge 8 && cmp -s "$tmp/zv-one.v" "$tmp/zv-chunks.v" \
+    && [ "${again:-0}" -gt 0 ] && ! grep -q "second time" "$tmp/zv-one.err"
+ok $? "evaluation in chunks where ${again:-no} users' targets tie with more items than their \
+band keeps: those users ranked again, every metric the one-chunk evaluation's"
 
 # recommend scores the catalog in the same chunks (every user's query first, then each
 # chunk once, the K best merged): the one-chunk output, line for line
