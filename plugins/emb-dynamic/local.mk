@@ -44,3 +44,13 @@ bench_bench_tiered_SOURCES = bench/bench-tiered.c
 bench_bench_tiered_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
 bench_bench_tiered_LDADD = $(GRM_TEST_LIBS) -lm -lpthread
 EXTRA_DIST += bench/bench_tiered.py
+
+# A keyed store of ABI 1.9 (no tensor_rows): emb-dynamic's code behind an older descriptor,
+# for the host's whole-table path of export and incremental export (test-export-delta.sh).
+check_LTLIBRARIES += tests/plugins/emb-legacy-keyed.la
+tests_plugins_emb_legacy_keyed_la_SOURCES = tests/plugins/emb-legacy-keyed.c \
+	%reldir%/emb_dynamic.h %reldir%/table.c %reldir%/chunks.c %reldir%/evict.c \
+	%reldir%/ops.c %reldir%/ckpt.c %reldir%/tier.c %reldir%/profile.c
+tests_plugins_emb_legacy_keyed_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS) $(URING_CFLAGS)
+tests_plugins_emb_legacy_keyed_la_LDFLAGS = $(FIXTURE_LDFLAGS)
+tests_plugins_emb_legacy_keyed_la_LIBADD = -lm -lpthread $(XXHASH_LIBS) $(URING_LIBS)

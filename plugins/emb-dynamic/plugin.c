@@ -461,8 +461,8 @@ static grm_status ed_tensor_at(ed_store *s, int32_t index, const char *op, ed_ta
 static grm_status ed_tensors(void *inst, int32_t index, grm_named_tensor *out)
 {
     ed_store *s = inst;
-    ed_table *t;
-    int k;
+    ed_table *t = NULL;
+    int k = 0;
     if (s == NULL || out == NULL)
         return ed_host->errorf(GRM_EINVAL, "emb-dynamic: tensors: inst or out is NULL");
     grm_status st = ed_tensor_at(s, index, "tensors", &t, &k);
