@@ -15,10 +15,12 @@
 
 typedef struct rank_ctx {
     grm__trainer *t;
-    int split;                 /* 0 valid, 1 test */
-    int popularity;            /* score by training popularity instead of the model */
     int want_ts, want_rank;    /* take the targets' scores; count the items above them */
     const int64_t *users, *hist_end;   /* [b] the batch's users and their history ends */
+    /* [b] where each user's history and then target start in hci, the catalog indices of
+     * the share's histories and targets (-1: not in the catalog) */
+    const int64_t *hs;
+    const int32_t *hci;
     int64_t c0, cc;            /* the catalog chunk [c0, c0 + cc) the scores hold */
     float *ts;                 /* [b] the targets' scores */
     int64_t *ranks;            /* [b] items ranked above each target so far */
@@ -48,17 +50,52 @@ int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id)
     return -1;
 }
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* The counts run over every item of the catalog for every user: one clone per ISA, at -O3,
+ * since gcc's -O2 cost model left them scalar (a compare and a setcc an item): they were
+ * 55% of an evaluation's time at dim 64, the product 34%. */
+#define EVAL_HOT __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
+#else
+#define EVAL_HOT
+#endif
+
+/* Items of sc [n] scoring above x. */
+static EVAL_HOT int64_t count_above(const float *sc, int64_t n, float x)
+{
+    int64_t r = 0;
+    for (int64_t j = 0; j < n; j++) r += sc[j] > x;
+    return r;
+}
+
+/* Items of sc [n] scoring x or more. */
+static EVAL_HOT int64_t count_from(const float *sc, int64_t n, float x)
+{
+    int64_t r = 0;
+    for (int64_t j = 0; j < n; j++) r += sc[j] >= x;
+    return r;
+}
+
+/* Items of sc [n] scoring above hi; *from_lo gets those scoring lo or more. */
+static EVAL_HOT int64_t count_band(const float *sc, int64_t n, float lo, float hi,
+                                   int64_t *from_lo)
+{
+    int64_t above = 0, from = 0;
+    for (int64_t j = 0; j < n; j++) {
+        above += sc[j] > hi;
+        from += sc[j] >= lo;
+    }
+    *from_lo = from;
+    return above;
+}
+
 /* User k's chunk scores sc [cc] before its target's chunk: the items above the band (so
  * above the target's score) counted, those inside it kept. */
 static int64_t rank_band(rank_ctx *c, int64_t k, const float *sc)
 {
     const float lo = c->lo[k], hi = c->hi[k];
     const int64_t cc = c->cc;
-    int64_t above = 0, from_lo = 0;
-    for (int64_t j = 0; j < cc; j++) {     /* two compares an item: it vectorises */
-        above += sc[j] > hi;
-        from_lo += sc[j] >= lo;
-    }
+    int64_t from_lo;
+    const int64_t above = count_band(sc, cc, lo, hi, &from_lo);
     if (from_lo == above || c->bn[k] < 0) return above;
     int32_t m = c->bn[k];
     for (int64_t j = 0; j < cc && m >= 0; j++) {
@@ -83,12 +120,10 @@ static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
     const grm__dataset *ds = t->ds;
     const int64_t c0 = c->c0, cc = c->cc;
     for (int64_t k = lo; k < hi; k++) {
-        int64_t u = c->users[k], end = c->hist_end[k];
-        int64_t target = ds->items[end];
+        const int32_t *h = c->hci + c->hs[k];
+        const int64_t nh = c->hist_end[k] - ds->offsets[c->users[k]];   /* h[nh]: target */
+        const int64_t ti = h[nh];
         float *sc = t->ev.scores + k * cc;
-        if (c->popularity)
-            for (int64_t j = 0; j < cc; j++) sc[j] = (float)ds->catalog_counts[c0 + j];
-        int64_t ti = grm__eval_catalog_index(ds, target);
         if (c->want_ts && ti >= c0 && ti < c0 + cc) {
             c->ts[k] = sc[ti - c0];
             /* the band must hold the exact score, or the counts before were not exact */
@@ -97,29 +132,88 @@ static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
         }
         if (!c->want_rank) continue;
         /* items already in the user's history are not candidates */
-        for (int64_t j = ds->offsets[u]; j < end; j++) {
-            int64_t ci = grm__eval_catalog_index(ds, ds->items[j]);
-            if (ci >= c0 && ci < c0 + cc && ds->items[j] != target) sc[ci - c0] = -FLT_MAX;
-        }
+        for (int64_t j = 0; j < nh; j++)
+            if (h[j] >= c0 && h[j] < c0 + cc && h[j] != ti) sc[h[j] - c0] = -FLT_MAX;
         if (c->lo && ti >= c0 + cc) {       /* the target's chunk comes later */
             c->ranks[k] += rank_band(c, k, sc);
             continue;
         }
-        float ts = c->ts[k];
-        int64_t rank = 0;
+        const float ts = c->ts[k];
         /* a non-finite score (a diverged model) ranks last, C (set by the caller): a miss at
          * every K, never a hit because no comparison with NaN holds; NaN candidates likewise
-         * never outrank */
+         * never outrank. Ties rank the lower catalog index first. */
         if (!isfinite(ts)) continue;
-        if (c0 + cc <= ti)
-            for (int64_t j = 0; j < cc; j++) rank += sc[j] >= ts;
-        else if (c0 > ti)
-            for (int64_t j = 0; j < cc; j++) rank += sc[j] > ts;
-        else
-            for (int64_t j = 0; j < cc; j++)
-                rank += sc[j] > ts || (sc[j] == ts && c0 + j < ti);
-        c->ranks[k] += rank;
+        if (c0 + cc <= ti) c->ranks[k] += count_from(sc, cc, ts);
+        else if (c0 > ti) c->ranks[k] += count_above(sc, cc, ts);
+        else c->ranks[k] += count_from(sc, ti - c0, ts)
+                            + count_above(sc + (ti - c0) + 1, c0 + cc - ti - 1, ts);
     }
+    return GRM_OK;
+}
+
+typedef struct pop_key {
+    float count;
+    int64_t item;              /* catalog index */
+} pop_key;
+
+static int by_popularity(const void *a, const void *b)
+{
+    const pop_key *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return (x->item > y->item) - (x->item < y->item);
+}
+
+static int by_value(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The most-popular baseline's ranks of users [0, n) (histories and targets as rank_ctx's
+ * hs, hci): every user scores an item by its training count, the same for all, so the
+ * catalog is sorted once (count descending, ties by catalog index, as the model's ranks
+ * break them) and a target's rank is its place in that order less the distinct items of
+ * its history placed before it. It scored every item of every chunk for every user, as the
+ * model's ranks do. */
+static grm_status rank_popular(grm__trainer *t, const rank_ctx *rc, int64_t n, int64_t *ranks)
+{
+    const grm__dataset *ds = t->ds;
+    const int64_t C = ds->ncatalog;
+    pop_key *order = xalloc((size_t)(C + 1) * sizeof *order);
+    int64_t *pos = xalloc((size_t)(C + 1) * sizeof *pos);
+    int64_t most = 1;
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t nh = rc->hist_end[i] - ds->offsets[rc->users[i]];
+        if (nh > most) most = nh;
+    }
+    int64_t *before = xalloc((size_t)most * sizeof *before);
+    if (!order || !pos || !before) {
+        grm__free(CPU, order);
+        grm__free(CPU, pos);
+        grm__free(CPU, before);
+        return GRM_ENOMEM;
+    }
+    for (int64_t j = 0; j < C; j++) order[j] = (pop_key){ (float)ds->catalog_counts[j], j };
+    qsort(order, (size_t)C, sizeof *order, by_popularity);
+    for (int64_t r = 0; r < C; r++) pos[order[r].item] = r;
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t *h = rc->hci + rc->hs[i];
+        const int64_t nh = rc->hist_end[i] - ds->offsets[rc->users[i]], ti = h[nh];
+        if (ti < 0) {
+            ranks[i] = C;
+            continue;
+        }
+        int64_t m = 0;
+        for (int64_t j = 0; j < nh; j++)
+            if (h[j] >= 0 && h[j] != ti && pos[h[j]] < pos[ti]) before[m++] = pos[h[j]];
+        qsort(before, (size_t)m, sizeof *before, by_value);
+        int64_t distinct = m > 0;
+        for (int64_t j = 1; j < m; j++) distinct += before[j] != before[j - 1];
+        ranks[i] = pos[ti] - distinct;
+    }
+    grm__free(CPU, order);
+    grm__free(CPU, pos);
+    grm__free(CPU, before);
     return GRM_OK;
 }
 
@@ -335,6 +429,7 @@ static grm_status rank_chunks(grm__trainer *t, const rank_ctx *rc, int64_t n, in
             rank_ctx r = *rc;
             r.users += i0;
             r.hist_end += i0;
+            r.hs += i0;
             r.ts += i0;
             r.ranks += i0;
             r.c0 = c0;
@@ -384,25 +479,27 @@ static grm_status settle_bands(grm__trainer *t, rank_ctx *rc, int64_t n, const f
              (long long)again, EVAL_BAND);
     const int64_t a1 = again + 1;
     int64_t *users = xalloc((size_t)a1 * sizeof *users), *hend = xalloc((size_t)a1 * sizeof *hend);
-    int64_t *ranks = xalloc((size_t)a1 * sizeof *ranks), *at = xalloc((size_t)a1 * sizeof *at);
+    int64_t *hs = xalloc((size_t)a1 * sizeof *hs), *at = xalloc((size_t)a1 * sizeof *at);
+    int64_t *ranks = xalloc((size_t)a1 * sizeof *ranks);
     float *ts = xalloc((size_t)a1 * sizeof *ts), *q = xalloc((size_t)(a1 * D) * sizeof *q);
-    grm_status st = users && hend && ranks && at && ts && q ? GRM_OK : GRM_ENOMEM;
+    grm_status st = users && hend && hs && ranks && at && ts && q ? GRM_OK : GRM_ENOMEM;
     for (int64_t i = 0, m = 0; st == GRM_OK && i < n; i++) {
         if (rc->bn[i] >= 0) continue;
         at[m] = i;
         users[m] = rc->users[i];
         hend[m] = rc->hist_end[i];
+        hs[m] = rc->hs[i];
         ts[m] = rc->ts[i];
         ranks[m] = 0;
         memcpy(q + m++ * D, Q + i * D, (size_t)D * sizeof *q);
     }
     if (st == GRM_OK) {
-        rank_ctx exact = { .t = t, .split = rc->split, .want_rank = 1, .users = users,
-                           .hist_end = hend, .ts = ts, .ranks = ranks };
+        rank_ctx exact = { .t = t, .want_rank = 1, .users = users, .hist_end = hend,
+                           .hs = hs, .hci = rc->hci, .ts = ts, .ranks = ranks };
         st = rank_chunks(t, &exact, again, (again + EB - 1) / EB, q);
     }
     for (int64_t m = 0; st == GRM_OK && m < again; m++) rc->ranks[at[m]] = ranks[m];
-    void *bufs[] = { users, hend, ranks, at, ts, q };
+    void *bufs[] = { users, hend, hs, ranks, at, ts, q };
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) grm__free(CPU, bufs[i]);
     return st;
 }
@@ -440,6 +537,8 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
     const int banded = nch > 1;
     int64_t *users = xalloc((size_t)n1 * sizeof *users);
     int64_t *hend = xalloc((size_t)n1 * sizeof *hend);
+    int64_t *hs = xalloc((size_t)n1 * sizeof *hs);
+    int32_t *hci = NULL;
     int64_t *ranks = xalloc((size_t)n1 * sizeof *ranks);
     float *ts = xalloc((size_t)n1 * sizeof *ts);
     float *Q = banded ? xalloc((size_t)(n * D + 1) * sizeof *Q) : NULL;
@@ -447,19 +546,35 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
     float *bhi = banded ? xalloc((size_t)n1 * sizeof *bhi) : NULL;
     float *bs = banded ? xalloc((size_t)(n1 * EVAL_BAND) * sizeof *bs) : NULL;
     int32_t *bn = banded ? xalloc((size_t)n1 * sizeof *bn) : NULL;
-    if (!users || !hend || !ranks || !ts || (banded && (!Q || !blo || !bhi || !bs || !bn))) {
+    if (!users || !hend || !hs || !ranks || !ts || (banded && (!Q || !blo || !bhi || !bs || !bn))) {
         st = GRM_ENOMEM;
         goto out;
     }
+    int64_t nci = 0;
     for (int64_t u = 0, seen = 0, i = 0; u < ds->nusers && seen < hi; u++) {
         if (!ds->has_eval[u] || seen++ < lo) continue;
         users[i] = u;
-        hend[i++] = ds->train_end[u] + split;
+        hs[i] = nci;
+        hend[i] = ds->train_end[u] + split;
+        nci += hend[i++] - ds->offsets[u] + 1;
     }
+    /* the catalog indices of their histories and targets, looked up once, not per chunk */
+    if (C > INT32_MAX) {
+        st = grm_errorf(GRM_ENOTSUP, "evaluation: a catalog of %lld items; at most %d are "
+                        "ranked", (long long)C, INT32_MAX);
+        goto out;
+    }
+    if (!(hci = xalloc((size_t)(nci + 1) * sizeof *hci))) {
+        st = GRM_ENOMEM;
+        goto out;
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = ds->offsets[users[i]], m = hs[i]; j <= hend[i]; j++)
+            hci[m++] = (int32_t)grm__eval_catalog_index(ds, ds->items[j]);
     memset(ranks, 0, (size_t)n * sizeof *ranks);
     for (int64_t i = 0; i < n; i++) ts[i] = NAN;
-    rank_ctx rc = { .t = t, .split = split, .want_ts = 1, .want_rank = 1, .users = users,
-                    .hist_end = hend, .ts = ts, .ranks = ranks };
+    rank_ctx rc = { .t = t, .want_ts = 1, .want_rank = 1, .users = users, .hist_end = hend,
+                    .hs = hs, .hci = hci, .ts = ts, .ranks = ranks };
     if (banded) {
         memset(bn, 0, (size_t)n * sizeof *bn);
         rc.lo = blo;
@@ -476,27 +591,9 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
         grm__rank_acc_add(acc, ranks[i]);
         nonfinite += ranks[i] >= C;
     }
-    /* the most-popular baseline: the same ranking by training counts, no rows; a target's
-     * score is its count, known before any chunk, so one pass counts above it */
-    if (st == GRM_OK && pop) {
-        memset(ranks, 0, (size_t)n * sizeof *ranks);
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t ti = grm__eval_catalog_index(ds, ds->items[hend[i]]);
-            ts[i] = ti >= 0 ? (float)ds->catalog_counts[ti] : NAN;
-        }
-        for (int64_t c0 = 0; c0 < C && st == GRM_OK; c0 += CC)
-            for (int64_t i0 = 0; i0 < n && st == GRM_OK; i0 += EB) {
-                const int64_t cc = C - c0 < CC ? C - c0 : CC;
-                rank_ctx pc = { .t = t, .split = split, .popularity = 1, .want_rank = 1,
-                                .users = users + i0, .hist_end = hend + i0, .c0 = c0,
-                                .cc = cc, .ts = ts + i0, .ranks = ranks + i0 };
-                st = grm__parallel_for(n - i0 < EB ? n - i0 : EB, 8, rank_range, &pc);
-            }
-        for (int64_t i = 0; st == GRM_OK && i < n; i++) {
-            if (!isfinite(ts[i])) ranks[i] = C;
-            grm__rank_acc_add(pop, ranks[i]);
-        }
-    }
+    /* the most-popular baseline: the same ranking by training counts, no rows */
+    if (st == GRM_OK && pop && (st = rank_popular(t, &rc, n, ranks)) == GRM_OK)
+        for (int64_t i = 0; i < n; i++) grm__rank_acc_add(pop, ranks[i]);
     if (nonfinite)
         grm__log(GRM_LOG_WARN, "grmhost", "step %lld: %lld of the evaluated users' targets "
                  "scored NaN or inf and were ranked last; the model has diverged (lower the "
@@ -507,6 +604,8 @@ static grm_status evaluate(grm__trainer *t, int split, grm__rank_acc *acc, grm__
 out:
     grm__free(CPU, users);
     grm__free(CPU, hend);
+    grm__free(CPU, hs);
+    grm__free(CPU, hci);
     grm__free(CPU, ranks);
     grm__free(CPU, ts);
     grm__free(CPU, Q);

@@ -20,9 +20,17 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..24"
+echo "1..25"
 
-"$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/ev.tsv" || exit 1
+"$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/gen.tsv" || exit 1
+# Repeated items, which evaluation must exclude from the candidates once: every 4th user
+# takes its second item again after its last (its test target is then in its history), and
+# every 7th its first after that.
+awk -F '\t' 'NR == 1 { print; next } { print; n[$1]++; if (n[$1] <= 2) it[$1, n[$1]] = $2;
+    if ($3 > last[$1]) last[$1] = $3 }
+    END { for (u in n) { if (u % 4 == 0) print u "\t" it[u, 2] "\t" last[u] + 1;
+                         if (u % 7 == 0) print u "\t" it[u, 1] "\t" last[u] + 2 } }' \
+    OFS='\t' "$tmp/gen.tsv" >"$tmp/ev.tsv" || exit 1
 ini() {   # $1 prefetch, $2 embedding lines, $3 checkpoint dir (or empty)
     ini_events "$tmp/ev.tsv"
     ini_history
@@ -264,6 +272,53 @@ test "$(grep -c . "$tmp/ev-one.v")" -ge 8 && cmp -s "$tmp/ev-one.v" "$tmp/ev-chu
     && ! grep -q "chunks" "$tmp/ev-one.err"
 ok $? "evaluation in 7 catalog chunks (eval_memory_mb = 1): every metric, the most-popular \
 baseline's too, equals the one-chunk evaluation's"
+
+# The most-popular baseline ranks by sorting the catalog once (core/eval.c rank_popular);
+# here it is recomputed from the TSV alone: leave-one-out (users of >= 3 items; valid the
+# second-last, test the last), counts from the training part, history excluded, ties to
+# the lower id. HR@10, NDCG@10 and MRR to 1e-8 (the metrics file prints 9 digits).
+if command -v python3 >/dev/null 2>&1; then
+    python3 - "$tmp/ev.tsv" >"$tmp/pop.ref" <<'EOP'
+import collections, math, sys
+seq = collections.defaultdict(list)
+for i, line in enumerate(open(sys.argv[1]).read().split('\n')[1:]):
+    if line:
+        u, item, ts = map(int, line.split('\t'))
+        seq[u].append((ts, i, item))
+hist = {u: [item for _, _, item in sorted(v)] for u, v in seq.items()}
+count, catalog = collections.Counter(), set()
+for h in hist.values():
+    catalog.update(h)
+    count.update(h[:len(h) - 2] if len(h) >= 3 else h)
+for split, back in (('valid', 2), ('test', 1)):
+    hr = ndcg = mrr = n = 0
+    for h in hist.values():
+        if len(h) < 3:
+            continue
+        t = h[len(h) - back]
+        seen = set(h[:len(h) - back])
+        r = sum(1 for j in catalog if j != t and j not in seen
+                and (count[j] > count[t] or (count[j] == count[t] and j < t)))
+        n += 1
+        hr += r < 10
+        ndcg += 1 / math.log2(r + 2) if r < 10 else 0
+        mrr += 1 / (r + 1)
+    print(split, hr / n, ndcg / n, mrr / n)
+EOP
+    bad=0
+    while read -r split hr nd mrr; do
+        for m in "hr@10 $hr" "ndcg@10 $nd" "mrr $mrr"; do
+            set -- $m
+            got=$(metric "$tmp/ev-chunks.jsonl" "$split" "mostpop_$1")
+            echo "# $split mostpop_$1: $got, recomputed $2"
+            awk -v a="${got:-x}" -v b="$2" 'BEGIN { d = a - b; exit !(a != "x" && d < 1e-8 && -d < 1e-8) }' || bad=1
+        done
+    done <"$tmp/pop.ref"
+    test "$(grep -c . "$tmp/pop.ref")" -eq 2 && [ $bad -eq 0 ]
+    ok $? "the most-popular baseline's HR@10, NDCG@10 and MRR, valid and test: those recomputed from the TSV"
+else
+    skip "no python3" "the most-popular baseline recomputed from the TSV"
+fi
 
 # Several chunks are ranked in one pass: before a target's chunk, a user's items are counted
 # against a band around its target's score, and up to 16 inside the band kept for later
