@@ -20,7 +20,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..25"
+echo "1..26"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/gen.tsv" || exit 1
 # Repeated items, which evaluation must exclude from the candidates once: every 4th user
@@ -346,6 +346,84 @@ test "$(grep -c . "$tmp/zv-one.v")" -ge 8 && cmp -s "$tmp/zv-one.v" "$tmp/zv-chu
     && [ "${again:-0}" -gt 0 ] && ! grep -q "second time" "$tmp/zv-one.err"
 ok $? "evaluation in chunks where ${again:-no} users' targets tie with more items than their \
 band keeps: those users ranked again, every metric the one-chunk evaluation's"
+
+# The model's test ranks recomputed outside grm: the test split's query is the user's state
+# after all but its last item, which `grmhost export` writes as user.state when each user's
+# last item is left out of the data; the catalog's rows come from the export of the full
+# data. Python (no numpy) reads both safetensors files, scores every catalog item in
+# double, excludes the history (repeats once, a target in its history kept), breaks ties
+# by id, and gives HR@10, NDCG@10 and MRR, which must be the evaluation's (the 7-chunk
+# one's). A user whose target's score is within the float product's rounding bound of
+# another item's ((D + 2) 2^-24 sum |q_d w_d|, twice) may rank differently in float and in
+# double, and widens the tolerance by 1/users.
+if command -v python3 >/dev/null 2>&1; then
+    awk -F '\t' 'NR == FNR { if (FNR > 1 && $3 > last[$1]) last[$1] = $3; next }
+                 FNR == 1 || $3 != last[$1]' "$tmp/ev.tsv" "$tmp/ev.tsv" >"$tmp/trunc.tsv"
+    sed "s|$tmp/ev.tsv|$tmp/trunc.tsv|" "$tmp/ref.ini" >"$tmp/trunc.ini"
+    "$g" export -q "$tmp/ref.ini" --checkpoint "$tmp/ref" --out "$tmp/exF" >/dev/null \
+        2>"$tmp/exF.err" &&
+        "$g" export -q "$tmp/trunc.ini" --checkpoint "$tmp/ref" --out "$tmp/exT" >/dev/null \
+        2>"$tmp/exT.err" || sed 's/^/# /' "$tmp/exF.err" "$tmp/exT.err" | tail -3
+    python3 - "$tmp/ev.tsv" "$tmp/exF/items.safetensors" "$tmp/exT/users.safetensors" \
+        >"$tmp/model.ref" <<'EOP'
+import array, collections, json, math, struct, sys
+def tensors(path):
+    raw = open(path, 'rb').read()
+    n = struct.unpack('<Q', raw[:8])[0]
+    out = {}
+    for name, d in json.loads(raw[8:8 + n]).items():
+        if name == '__metadata__':
+            continue
+        a = array.array({'F32': 'f', 'I64': 'q'}[d['dtype']])
+        a.frombytes(raw[8 + n + d['data_offsets'][0]:8 + n + d['data_offsets'][1]])
+        out[name] = a
+    return out
+seq = collections.defaultdict(list)
+for line in open(sys.argv[1]).read().split('\n')[1:]:
+    if line:
+        u, item, ts = map(int, line.split('\t'))
+        seq[u].append((ts, item))
+items, users = tensors(sys.argv[2]), tensors(sys.argv[3])
+ids, W = list(items['item.ids']), items['item.weight']
+D = len(W) // len(ids)
+state, uid = users['user.state'], list(users['user.ids'])
+row = {u: k for k, u in enumerate(uid)}
+hr = ndcg = mrr = n = near = 0
+for u, v in seq.items():
+    if len(v) < 3:
+        continue
+    h = [item for _, item in sorted(v)]
+    t, seen = h[-1], set(h[:-1])
+    q = state[row[u] * D:(row[u] + 1) * D]
+    s = {i: math.fsum(q[d] * W[c * D + d] for d in range(D)) for c, i in enumerate(ids)}
+    a = {i: math.fsum(abs(q[d] * W[c * D + d]) for d in range(D)) for c, i in enumerate(ids)}
+    st = s[t]
+    r = sum(1 for i in ids if i != t and i not in seen and (s[i] > st or (s[i] == st and i < t)))
+    bound = lambda i: 2 * (D + 2) * 2.0 ** -24 * (a[i] + a[t])
+    near += any(i != t and i not in seen and abs(s[i] - st) <= bound(i) for i in ids)
+    n += 1
+    hr += r < 10
+    ndcg += 1 / math.log2(r + 2) if r < 10 else 0
+    mrr += 1 / (r + 1)
+print(hr / n, ndcg / n, mrr / n, n, near)
+EOP
+    read -r hr nd mrr nu near <"$tmp/model.ref"
+    echo "# recomputed test hr@10 $hr ndcg@10 $nd mrr $mrr over $nu users ($near near ties)"
+    bad=0
+    for m in "hr@10 $hr" "ndcg@10 $nd" "mrr $mrr"; do
+        set -- $m
+        got=$(metric "$tmp/ev-chunks.jsonl" test "$1")
+        echo "# test $1: $got"
+        awk -v a="${got:-x}" -v b="$2" -v tol="$(( ${near:-0} + 0 ))" -v n="${nu:-1}" \
+            'BEGIN { d = a - b; e = 1e-6 + tol / n; exit !(a != "x" && d < e && -d < e) }' \
+            || bad=1
+    done
+    test "${nu:-0}" -gt 200 && [ $bad -eq 0 ]
+    ok $? "the model's test HR@10, NDCG@10 and MRR: those recomputed in Python from the \
+exported item rows and user states"
+else
+    skip "no python3" "the model's test metrics recomputed from the export"
+fi
 
 # recommend scores the catalog in the same chunks (every user's query first, then each
 # chunk once, the K best merged): the one-chunk output, line for line
