@@ -8,6 +8,15 @@
 #   bench=recommend case=beauty-sasrec users=U items=C k=10 grm_s=.. grm_users_per_s=..
 #     wall_s=<the whole command: data read, model load, scoring, writing> peer=torch
 #     peer_s=.. ratio=<peer_s / grm_s> same_items_pct=<users whose top-10 equal torch's>
+# And leave-one-out evaluation (`grmhost eval`: every user's valid and test target ranked
+# against the whole catalog, history excluded, ties by id), against torch ranking as many
+# users against the same item rows on 2 threads: the exported states stand in for the
+# queries (the cost does not depend on their values), scores in blocks of 256 users,
+# history masked, each target's rank counted (> its score, ties by id), twice (valid and
+# test). grm's time is the two splits' ranking as its log gives it, the queries' forward
+# and the most-popular baseline included.
+#   bench=recommend case=beauty-sasrec-eval users=U items=C grm_s=.. peer=torch peer_s=..
+#     ratio=<peer_s / grm_s>
 # The model is trained for BENCH_RECOMMEND_STEPS steps (default 300): speed does not
 # depend on how well it is trained.
 set -u
@@ -82,3 +91,43 @@ awk -v u="$users" -v c="$items" -v g="$grm_s" -v w0="$t0" -v w1="$t1" -v p="$pee
     printf "bench=recommend case=beauty-sasrec users=%d items=%d k=10 grm_s=%.3f " \
            "grm_users_per_s=%.0f wall_s=%.2f peer=torch peer_s=%.3f ratio=%.2f " \
            "same_items_pct=%s\n", u, c, g, u / g, w1 - w0, p, p / g, same }'
+
+# leave-one-out evaluation of the same checkpoint
+"$g" eval "$tmp/b.ini" --checkpoint "$tmp/ck" >/dev/null 2>"$tmp/eval.err" || {
+    sed 's/^/# /' "$tmp/eval.err" | tail -3; exit 1; }
+grep -E '(valid|test): hr@' "$tmp/eval.err" | sed 's/^/# /'
+eval_s=$(sed -n 's/.*: hr@.* users (\([0-9.]*\) s)$/\1/p' "$tmp/eval.err" \
+         | awk '{ s += $1 } END { if (NR == 2) printf "%.3f", s }')
+[ -n "$eval_s" ] || { echo "# bench_recommend: no evaluation times in grmhost eval's log"; exit 1; }
+"$py" - "$tmp/exp" >"$tmp/peer-eval.out" <<'EOF' || exit 1
+import sys, time, torch
+from safetensors.torch import load_file
+torch.set_num_threads(2)
+d = sys.argv[1]
+it, us = load_file(d + "/items.safetensors"), load_file(d + "/users.safetensors")
+W, ids = it["item.weight"], it["item.ids"]
+S, off, hist = us["user.state"], us["user.history_offsets"], us["user.history"]
+U, C = S.shape[0], W.shape[0]
+pos = torch.searchsorted(ids, hist)
+rows = torch.repeat_interleave(torch.arange(U), off[1:] - off[:-1])
+col = torch.arange(C)
+t0 = time.perf_counter()
+for back in (2, 1):                     # valid: the second-last item, test: the last
+    tpos = pos[off[1:] - back]          # stand-in targets: those items of every user
+    ranks = []
+    for lo in range(0, U, 256):
+        hi = min(U, lo + 256)
+        sc = S[lo:hi] @ W.T                                   # [b, C]
+        ts = sc[torch.arange(hi - lo), tpos[lo:hi]].clone()
+        m = (rows >= lo) & (rows < hi)
+        sc[rows[m] - lo, pos[m]] = float("-inf")
+        t = tpos[lo:hi, None]
+        above = (sc > ts[:, None]) | ((sc == ts[:, None]) & (col[None, :] < t))
+        ranks.append(above.sum(1))
+    torch.cat(ranks)
+print(f"{time.perf_counter() - t0:.4f}")
+EOF
+read -r peer_eval_s <"$tmp/peer-eval.out"
+awk -v u="$users" -v c="$items" -v g="$eval_s" -v p="$peer_eval_s" 'BEGIN {
+    printf "bench=recommend case=beauty-sasrec-eval users=%d items=%d grm_s=%.3f " \
+           "peer=torch peer_s=%.3f ratio=%.2f\n", u, c, g, p, p / g }'

@@ -794,8 +794,10 @@ static grm_status run_eval_timed(grm__trainer *t, int split, int with_pop, doubl
     if (t->ranking) return run_eval_ranking(t, split + 1, score);
     grm__rank_acc acc, pop;
     const char *name = split ? "test" : "valid";
+    const double t0 = now_s();
     grm_status st = evaluate(t, split, &acc, with_pop ? &pop : NULL);
     if (st != GRM_OK) return st;
+    const double took = now_s() - t0;
     emit_ranks(t, name, "", &acc);
     if (with_pop) emit_ranks(t, name, "mostpop_", &pop);
     int32_t ki;
@@ -804,8 +806,8 @@ static grm_status run_eval_timed(grm__trainer *t, int split, int with_pop, doubl
     if (score) *score = acc.ndcg[ki] / n;
     if (!t->opts->quiet)
         grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s: hr@%lld %.4f ndcg@%lld %.4f over %lld "
-                 "users%s", (long long)t->step, name, (long long)k, acc.hr[ki] / n,
-                 (long long)k, acc.ndcg[ki] / n, (long long)acc.n, "");
+                 "users (%.2f s)", (long long)t->step, name, (long long)k, acc.hr[ki] / n,
+                 (long long)k, acc.ndcg[ki] / n, (long long)acc.n, took);
     if (with_pop && !t->opts->quiet)
         grm__log(GRM_LOG_INFO, "grmhost", "step %lld %s: most-popular baseline hr@%lld %.4f "
                  "ndcg@%lld %.4f", (long long)t->step, name, (long long)k, pop.hr[ki] / n,
