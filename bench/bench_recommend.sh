@@ -56,6 +56,14 @@ users=$(echo "$line" | sed 's/.*recommended to \([0-9]*\) users.*/\1/')
 items=$(echo "$line" | sed 's/.* over \([0-9]*\) items.*/\1/')
 grm_s=$(echo "$line" | sed 's/.* in \([0-9.]*\) s .*/\1/')
 
+# leave-one-out evaluation of the same checkpoint
+"$g" eval "$tmp/b.ini" --checkpoint "$tmp/ck" >/dev/null 2>"$tmp/eval.err" || {
+    sed 's/^/# /' "$tmp/eval.err" | tail -3; exit 1; }
+grep -E '(valid|test): hr@' "$tmp/eval.err" | sed 's/^/# /'
+eval_s=$(sed -n 's/.*: hr@.* users (\([0-9.]*\) s)$/\1/p' "$tmp/eval.err" \
+         | awk '{ s += $1 } END { if (NR == 2) printf "%.3f", s }')
+[ -n "$eval_s" ] || { echo "# bench_recommend: no evaluation times in grmhost eval's log"; exit 1; }
+
 "$py" - "$tmp/exp" "$tmp/rec.tsv" >"$tmp/peer.out" <<'EOF' || exit 1
 import sys, time, torch
 from safetensors.torch import load_file
@@ -83,33 +91,7 @@ for l in open(sys.argv[2]):
     grm.setdefault(int(u), set()).add(int(i))
 uid = us["user.ids"].tolist()
 same = sum(grm.get(uid[k]) == set(best[k].tolist()) for k in range(U))
-print(f"{el:.4f} {100.0 * same / U:.1f}")
-EOF
-read -r peer_s same <"$tmp/peer.out"
-awk -v u="$users" -v c="$items" -v g="$grm_s" -v w0="$t0" -v w1="$t1" -v p="$peer_s" \
-    -v same="$same" 'BEGIN {
-    printf "bench=recommend case=beauty-sasrec users=%d items=%d k=10 grm_s=%.3f " \
-           "grm_users_per_s=%.0f wall_s=%.2f peer=torch peer_s=%.3f ratio=%.2f " \
-           "same_items_pct=%s\n", u, c, g, u / g, w1 - w0, p, p / g, same }'
-
-# leave-one-out evaluation of the same checkpoint
-"$g" eval "$tmp/b.ini" --checkpoint "$tmp/ck" >/dev/null 2>"$tmp/eval.err" || {
-    sed 's/^/# /' "$tmp/eval.err" | tail -3; exit 1; }
-grep -E '(valid|test): hr@' "$tmp/eval.err" | sed 's/^/# /'
-eval_s=$(sed -n 's/.*: hr@.* users (\([0-9.]*\) s)$/\1/p' "$tmp/eval.err" \
-         | awk '{ s += $1 } END { if (NR == 2) printf "%.3f", s }')
-[ -n "$eval_s" ] || { echo "# bench_recommend: no evaluation times in grmhost eval's log"; exit 1; }
-"$py" - "$tmp/exp" >"$tmp/peer-eval.out" <<'EOF' || exit 1
-import sys, time, torch
-from safetensors.torch import load_file
-torch.set_num_threads(2)
-d = sys.argv[1]
-it, us = load_file(d + "/items.safetensors"), load_file(d + "/users.safetensors")
-W, ids = it["item.weight"], it["item.ids"]
-S, off, hist = us["user.state"], us["user.history_offsets"], us["user.history"]
-U, C = S.shape[0], W.shape[0]
-pos = torch.searchsorted(ids, hist)
-rows = torch.repeat_interleave(torch.arange(U), off[1:] - off[:-1])
+# evaluation: every user's valid and test target ranked (the states stand in for queries)
 col = torch.arange(C)
 t0 = time.perf_counter()
 for back in (2, 1):                     # valid: the second-last item, test: the last
@@ -125,9 +107,16 @@ for back in (2, 1):                     # valid: the second-last item, test: the
         above = (sc > ts[:, None]) | ((sc == ts[:, None]) & (col[None, :] < t))
         ranks.append(above.sum(1))
     torch.cat(ranks)
-print(f"{time.perf_counter() - t0:.4f}")
+ev = time.perf_counter() - t0
+print(f"{el:.4f} {100.0 * same / U:.1f} {ev:.4f}")
 EOF
-read -r peer_eval_s <"$tmp/peer-eval.out"
+read -r peer_s same peer_eval_s <"$tmp/peer.out"
+awk -v u="$users" -v c="$items" -v g="$grm_s" -v w0="$t0" -v w1="$t1" -v p="$peer_s" \
+    -v same="$same" 'BEGIN {
+    printf "bench=recommend case=beauty-sasrec users=%d items=%d k=10 grm_s=%.3f " \
+           "grm_users_per_s=%.0f wall_s=%.2f peer=torch peer_s=%.3f ratio=%.2f " \
+           "same_items_pct=%s\n", u, c, g, u / g, w1 - w0, p, p / g, same }'
+
 awk -v u="$users" -v c="$items" -v g="$eval_s" -v p="$peer_eval_s" 'BEGIN {
     printf "bench=recommend case=beauty-sasrec-eval users=%d items=%d grm_s=%.3f " \
            "peer=torch peer_s=%.3f ratio=%.2f\n", u, c, g, p, p / g }'

@@ -50,17 +50,12 @@ int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id)
     return -1;
 }
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-/* The counts run over every item of the catalog for every user: one clone per ISA, at -O3,
- * since gcc's -O2 cost model left them scalar (a compare and a setcc an item): they were
- * 55% of an evaluation's time at dim 64, the product 34%. */
-#define EVAL_HOT __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
-#else
-#define EVAL_HOT
-#endif
+/* The counts below run over every item of the catalog for every user: at -O2 (without
+ * GRM__HOT_LOOP) they ran scalar, a compare and a setcc an item, 55% of an evaluation's
+ * time at dim 64 against the product's 34%. */
 
 /* Items of sc [n] scoring above x. */
-static EVAL_HOT int64_t count_above(const float *sc, int64_t n, float x)
+static GRM__HOT_LOOP int64_t count_above(const float *sc, int64_t n, float x)
 {
     int64_t r = 0;
     for (int64_t j = 0; j < n; j++) r += sc[j] > x;
@@ -68,7 +63,7 @@ static EVAL_HOT int64_t count_above(const float *sc, int64_t n, float x)
 }
 
 /* Items of sc [n] scoring x or more. */
-static EVAL_HOT int64_t count_from(const float *sc, int64_t n, float x)
+static GRM__HOT_LOOP int64_t count_from(const float *sc, int64_t n, float x)
 {
     int64_t r = 0;
     for (int64_t j = 0; j < n; j++) r += sc[j] >= x;
@@ -76,7 +71,7 @@ static EVAL_HOT int64_t count_from(const float *sc, int64_t n, float x)
 }
 
 /* Items of sc [n] scoring above hi; *from_lo gets those scoring lo or more. */
-static EVAL_HOT int64_t count_band(const float *sc, int64_t n, float lo, float hi,
+static GRM__HOT_LOOP int64_t count_band(const float *sc, int64_t n, float lo, float hi,
                                    int64_t *from_lo)
 {
     int64_t above = 0, from = 0;

@@ -33,6 +33,16 @@ const char *grm_status_str(grm_status status);
 void grm__assert_fail(const char *cond, const char *file, int line)
     __attribute__((noreturn));
 
+/* Hot loops over rows or scores: one clone per ISA, chosen once by the dynamic loader
+ * (ifunc), at -O3 because gcc's -O2 vectoriser cost model ("very cheap") refuses loops
+ * whose trip count is only known at run time. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define GRM__HOT_LOOP                                                                     \
+    __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
+#else
+#define GRM__HOT_LOOP
+#endif
+
 /* ---- logging (core/log.c) ---- */
 
 void grm__log(int32_t level, const char *who, const char *fmt, ...)

@@ -26,14 +26,8 @@ static int outranks(float sa, int64_t ia, float sb, int64_t ib)
     return sa > sb || (sa == sb && ia < ib);
 }
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define REC_HOT __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
-#else
-#define REC_HOT
-#endif
-
 /* Whether any of sc [n] scores above x (NaN does not): a reduction gcc vectorises. */
-static REC_HOT int any_above(const float *sc, int64_t n, float x)
+static GRM__HOT_LOOP int any_above(const float *sc, int64_t n, float x)
 {
     int any = 0;
     for (int64_t j = 0; j < n; j++) any |= sc[j] > x;

@@ -20,16 +20,6 @@
 
 #include "grm_core.h"
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-/* Hot loops: one clone per ISA, chosen once by the dynamic loader (ifunc), at -O3 because
- * gcc's -O2 vectoriser cost model ("very cheap") refuses loops whose trip count D is only
- * known at run time, which is every row loop here. */
-#define SPARSE_HOT                                                                        \
-    __attribute__((target_clones("avx512f", "avx2", "default"), optimize("O3")))
-#else
-#define SPARSE_HOT
-#endif
-
 __extension__ typedef unsigned __int128 sparse_u128;
 
 /* ---- workspace ---- */
@@ -127,7 +117,7 @@ static grm_status index_error(const char *where, const int64_t *idx, int64_t n, 
 }
 
 /* Branch-free range check of idx [n]: nonzero when some index is outside [0, nrows). */
-SPARSE_HOT
+GRM__HOT_LOOP
 static uint64_t index_any_bad(const int64_t *restrict idx, int64_t n, int64_t nrows)
 {
     uint64_t bad = 0;
@@ -316,7 +306,7 @@ fail:
 }
 
 /* Raw ids that fit: 0 <= x <= max_id, i.e. no bit at or above 63 - k (the sign included). */
-SPARSE_HOT
+GRM__HOT_LOOP
 static uint64_t encode_bad(const int64_t *restrict ids, int64_t n, int shift)
 {
     uint64_t bad = 0;
@@ -324,7 +314,7 @@ static uint64_t encode_bad(const int64_t *restrict ids, int64_t n, int shift)
     return bad;
 }
 
-SPARSE_HOT
+GRM__HOT_LOOP
 static void encode_block(int64_t *out, const int64_t *ids, int64_t n, uint64_t prefix)
 {
     for (int64_t j = 0; j < n; j++) out[j] = (int64_t)(prefix | (uint64_t)ids[j]);
@@ -583,7 +573,7 @@ static grm_status su_pass_e(void *ctx, int64_t c0, int64_t c1)
     return GRM_OK;
 }
 
-SPARSE_HOT
+GRM__HOT_LOOP
 static grm_status su_pass_f(void *ctx, int64_t b, int64_t e)
 {
     const su_ctx *c = ctx;
@@ -837,7 +827,7 @@ gather_loop(float *restrict out, const float *restrict rows, const int64_t *rest
     for (; j < e; j++) row_copy(out + j * D, rows + idx[j] * D, D, nt);
 }
 
-SPARSE_HOT
+GRM__HOT_LOOP
 static void gather_rows(float *restrict out, const float *restrict rows,
                         const int64_t *restrict idx, int64_t b, int64_t e, int64_t D, int nt)
 {
@@ -959,7 +949,7 @@ sa_loop(float *restrict rows, const float *restrict src, const int64_t *restrict
     for (int64_t k = 0; k < have; k++) row_add(rows + idx[sel[k]] * D, src + sel[k] * D, D);
 }
 
-SPARSE_HOT
+GRM__HOT_LOOP
 static void sa_apply(float *restrict rows, const float *restrict src,
                      const int64_t *restrict idx, int64_t n, uint64_t P, uint64_t p, int64_t D)
 {
@@ -1085,7 +1075,7 @@ reduce_segs_v(float *restrict out, const float *restrict rows, const int64_t *re
     }
 }
 
-SPARSE_HOT
+GRM__HOT_LOOP
 static grm_status reduce_range(void *ctx, int64_t t0, int64_t t1)
 {
     pool_ctx *c = ctx;
@@ -1154,7 +1144,7 @@ grm_status grm__sparse_segment_reduce(float *out, const float *rows, const int64
     return GRM_OK;
 }
 
-SPARSE_HOT
+GRM__HOT_LOOP
 static grm_status reduce_bwd_range(void *ctx, int64_t t0, int64_t t1)
 {
     const pool_ctx *c = ctx;
@@ -1204,7 +1194,7 @@ static void tile_window(const int64_t *off, int64_t b, int64_t L, int32_t side, 
     *first = side == GRM_SPARSE_TILE_FIRST ? off[b] : off[b + 1] - *t;
 }
 
-SPARSE_HOT
+GRM__HOT_LOOP
 static grm_status tile_range(void *ctx, int64_t b0, int64_t b1)
 {
     pool_ctx *c = ctx;
@@ -1246,7 +1236,7 @@ grm_status grm__sparse_tile(float *out, const float *rows, const int64_t *idx,
     return GRM_OK;
 }
 
-SPARSE_HOT
+GRM__HOT_LOOP
 static grm_status tile_bwd_range(void *ctx, int64_t b0, int64_t b1)
 {
     const pool_ctx *c = ctx;
@@ -1292,7 +1282,7 @@ typedef struct bk_ctx {
 
 /* grm_bucketize (grm/transform.h) is the rule and the loop; here it is compiled per ISA and
  * spread over the pool. */
-SPARSE_HOT
+GRM__HOT_LOOP
 static grm_status bucketize_range(void *ctx, int64_t b, int64_t e)
 {
     const bk_ctx *c = ctx;
