@@ -34,8 +34,8 @@ adam_coef adam_coef_at(const adam_config *cfg, int64_t step)
 __attribute__((target_clones("avx512f", "avx2", "default"),
                optimize("O3", "fp-contract=off")))
 #endif
-void adam_update_ref(float *restrict param, float *restrict m, float *restrict v,
-                     const float *restrict grad, int64_t n, const adam_coef *c)
+static void adam_loop(float *restrict param, float *restrict m, float *restrict v,
+                      const float *restrict grad, int64_t n, const adam_coef *c)
 {
     // the coefficients in locals: read through c, each store could have changed them
     const float l2 = c->l2, beta1 = c->beta1, beta2 = c->beta2, one_m_beta1 = c->one_m_beta1;
@@ -51,4 +51,12 @@ void adam_update_ref(float *restrict param, float *restrict m, float *restrict v
         // p -= lr * m_hat / (sqrt(v_hat) + eps), m_hat = m / bc1, v_hat = v / bc2
         param[i] = p - step_size * m[i] / (sqrtf(v[i]) * inv_sqrt_bc2 + eps);
     }
+}
+
+/* The clones' resolver of an extern function is exported whatever the visibility; the
+ * plugin exports grm_plugin_entry alone (tests/test-loader), so the clones stay static. */
+void adam_update_ref(float *param, float *m, float *v, const float *grad, int64_t n,
+                     const adam_coef *c)
+{
+    adam_loop(param, m, v, grad, n, c);
 }
