@@ -504,9 +504,6 @@ static const char *settings_get(const char *obj, const char *k, size_t kn, size_
     return NULL;
 }
 
-/* Warn, in one line naming each key, about every model setting (model_key) the checkpoint's
- * run had and the INI has not, or has with another value: resuming goes on, but trains
- * another model than the one saved. Returns how many differ. */
 /* 1 when settings key ks [kn] ("[embedding] backing") only places the store's rows
  * (grm_emb_ops.placement, ABI 1.11): changing it changes no model. */
 static int placement_key(const grm__pipeline *p, const char *ks, size_t kn)
@@ -522,6 +519,9 @@ static int placement_key(const grm__pipeline *p, const char *ks, size_t kn)
     return e->placement(p->emb.inst, key) == 1;
 }
 
+/* Warn, in one line naming each key, about every model setting (model_key) the checkpoint's
+ * run had and the INI has not, or has with another value: resuming goes on, but trains
+ * another model than the one saved. Returns how many differ. */
 static int compare_settings(const char *path, const char *saved, size_t saved_len,
                             const grm__pipeline *pl)
 {

@@ -321,12 +321,6 @@ static grm_status push(grm__pipeline *p, collector *co, int32_t from, const grm_
     return p->set.task == GRM__TASK_RANKING ? collect_ranking(co, c) : collect(co, c);
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static grm_status finish(grm__pipeline *p, collector *co, grm__dataset *ds)
 {
     int64_t U = co->users.n, total = co->items.n;
@@ -370,7 +364,7 @@ static grm_status finish(grm__pipeline *p, collector *co, grm__dataset *ds)
     int64_t *sorted = malloc((size_t)(total ? total : 1) * sizeof *sorted);
     if (!sorted) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
     memcpy(sorted, ds->items, (size_t)total * sizeof *sorted);
-    qsort(sorted, (size_t)total, sizeof *sorted, cmp_i64);
+    qsort(sorted, (size_t)total, sizeof *sorted, grm__cmp_i64);
     int64_t C = 0;
     for (int64_t i = 0; i < total; i++)
         if (i == 0 || sorted[i] != sorted[i - 1]) sorted[C++] = sorted[i];
@@ -380,7 +374,8 @@ static grm_status finish(grm__pipeline *p, collector *co, grm__dataset *ds)
     if (!ds->catalog_counts) return grm_errorf(GRM_ENOMEM, "dataset: out of memory");
     for (int64_t u = 0; u < U; u++)
         for (int64_t t = ds->offsets[u]; t < grm__fit_end(ds, u); t++) {
-            int64_t *hit = bsearch(&ds->items[t], sorted, (size_t)C, sizeof *sorted, cmp_i64);
+            int64_t *hit = bsearch(&ds->items[t], sorted, (size_t)C, sizeof *sorted,
+                                   grm__cmp_i64);
             ds->catalog_counts[hit - sorted]++;
         }
     ds->max_item = C ? sorted[C - 1] : 0;

@@ -348,12 +348,6 @@ static void delta_path(char *buf, size_t cap, const char *dir, int64_t seq)
     snprintf(buf, cap, "%s/delta-%010lld.safetensors", dir, (long long)seq);
 }
 
-static int cmp_i64(const void *a, const void *b)
-{
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The sequence numbers of dir's delta files, sorted, into *seqs [*n] (malloc'd). A
  * missing directory holds none; temp files of an interrupted write are not deltas. */
 static grm_status list_deltas(const char *dir, int64_t **seqs, int64_t *n)
@@ -386,7 +380,7 @@ static grm_status list_deltas(const char *dir, int64_t **seqs, int64_t *n)
         (*seqs)[(*n)++] = s;
     }
     closedir(d);
-    if (st == GRM_OK && *n > 1) qsort(*seqs, (size_t)*n, sizeof **seqs, cmp_i64);
+    if (st == GRM_OK && *n > 1) qsort(*seqs, (size_t)*n, sizeof **seqs, grm__cmp_i64);
     return st;
 }
 

@@ -38,6 +38,13 @@ typedef struct rank_ctx {
  * scores tie) takes a second pass over the catalog instead. */
 #define EVAL_BAND 16
 
+/* User k of c: its history's catalog indices, *nh of them, then its target's (*h)[*nh]. */
+static const int32_t *user_items(const rank_ctx *c, int64_t k, int64_t *nh)
+{
+    *nh = c->hist_end[k] - c->t->ds->offsets[c->users[k]];
+    return c->hci + c->hs[k];
+}
+
 int64_t grm__eval_catalog_index(const grm__dataset *ds, int64_t id)
 {
     int64_t lo = 0, hi = ds->ncatalog - 1;
@@ -112,11 +119,10 @@ static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
 {
     rank_ctx *c = vctx;
     grm__trainer *t = c->t;
-    const grm__dataset *ds = t->ds;
     const int64_t c0 = c->c0, cc = c->cc;
     for (int64_t k = lo; k < hi; k++) {
-        const int32_t *h = c->hci + c->hs[k];
-        const int64_t nh = c->hist_end[k] - ds->offsets[c->users[k]];   /* h[nh]: target */
+        int64_t nh;
+        const int32_t *h = user_items(c, k, &nh);
         const int64_t ti = h[nh];
         float *sc = t->ev.scores + k * cc;
         if (c->want_ts && ti >= c0 && ti < c0 + cc) {
@@ -158,12 +164,6 @@ static int by_popularity(const void *a, const void *b)
     return (x->item > y->item) - (x->item < y->item);
 }
 
-static int by_value(const void *a, const void *b)
-{
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* The most-popular baseline's ranks of users [0, n) (histories and targets as rank_ctx's
  * hs, hci): every user scores an item by its training count, the same for all, so the
  * catalog is sorted once (count descending, ties by catalog index, as the model's ranks
@@ -178,7 +178,8 @@ static grm_status rank_popular(grm__trainer *t, const rank_ctx *rc, int64_t n, i
     int64_t *pos = xalloc((size_t)(C + 1) * sizeof *pos);
     int64_t most = 1;
     for (int64_t i = 0; i < n; i++) {
-        const int64_t nh = rc->hist_end[i] - ds->offsets[rc->users[i]];
+        int64_t nh;
+        user_items(rc, i, &nh);
         if (nh > most) most = nh;
     }
     int64_t *before = xalloc((size_t)most * sizeof *before);
@@ -192,8 +193,9 @@ static grm_status rank_popular(grm__trainer *t, const rank_ctx *rc, int64_t n, i
     qsort(order, (size_t)C, sizeof *order, by_popularity);
     for (int64_t r = 0; r < C; r++) pos[order[r].item] = r;
     for (int64_t i = 0; i < n; i++) {
-        const int32_t *h = rc->hci + rc->hs[i];
-        const int64_t nh = rc->hist_end[i] - ds->offsets[rc->users[i]], ti = h[nh];
+        int64_t nh;
+        const int32_t *h = user_items(rc, i, &nh);
+        const int64_t ti = h[nh];
         if (ti < 0) {
             ranks[i] = C;
             continue;
@@ -201,7 +203,7 @@ static grm_status rank_popular(grm__trainer *t, const rank_ctx *rc, int64_t n, i
         int64_t m = 0;
         for (int64_t j = 0; j < nh; j++)
             if (h[j] >= 0 && h[j] != ti && pos[h[j]] < pos[ti]) before[m++] = pos[h[j]];
-        qsort(before, (size_t)m, sizeof *before, by_value);
+        qsort(before, (size_t)m, sizeof *before, grm__cmp_i64);
         int64_t distinct = m > 0;
         for (int64_t j = 1; j < m; j++) distinct += before[j] != before[j - 1];
         ranks[i] = pos[ti] - distinct;
@@ -339,6 +341,17 @@ grm_status grm__eval_queries(grm__trainer *t, const float **q)
     return GRM_OK;
 }
 
+/* The queries of rc's users [i0, i0 + b) into *q [b, D] (collective: every rank calls, b
+ * possibly 0). */
+static grm_status batch_queries(grm__trainer *t, const rank_ctx *rc, int64_t i0, int64_t b,
+                                const float **q)
+{
+    memcpy(t->eb.users, rc->users + i0, (size_t)b * sizeof *rc->users);
+    memcpy(t->eb.hist_end, rc->hist_end + i0, (size_t)b * sizeof *rc->hist_end);
+    t->eb.b = b;
+    return grm__eval_queries(t, q);
+}
+
 /* The queries of users [0, n) of rc (this rank's share) into Q [n, D], in nb batches of
  * eval_batch, and the band rc->lo/hi its target's exact score lies in: the score the chunk's
  * product will give is sum_d q_d r_d in float, in an order the backend's gemm chooses, so it
@@ -361,14 +374,12 @@ static grm_status share_queries(grm__trainer *t, rank_ctx *rc, int64_t n, int64_
         const int64_t i0 = ib * EB < n ? ib * EB : n;
         const int64_t b = n - i0 < EB ? n - i0 : EB;
         const float *q;
-        memcpy(t->eb.users, rc->users + i0, (size_t)b * sizeof *rc->users);
-        memcpy(t->eb.hist_end, rc->hist_end + i0, (size_t)b * sizeof *rc->hist_end);
-        t->eb.b = b;
-        if ((st = grm__eval_queries(t, &q)) != GRM_OK) break;
+        if ((st = batch_queries(t, rc, i0, b, &q)) != GRM_OK) break;
         if (b > 0) memcpy(Q + i0 * D, q, (size_t)(b * D) * sizeof *q);
         /* the targets' rows (a target outside the catalog is ranked last: any row will do) */
         for (int64_t k = 0; k < b; k++) {
-            const int64_t ti = grm__eval_catalog_index(ds, ds->items[rc->hist_end[i0 + k]]);
+            int64_t nh;
+            const int64_t ti = user_items(rc, i0 + k, &nh)[nh];
             ids[k] = ds->catalog_ids[ti >= 0 ? ti : 0];
         }
         if ((st = item_rows(t, ids, b, keys, rows)) != GRM_OK) break;   /* collective */
@@ -408,12 +419,7 @@ static grm_status rank_chunks(grm__trainer *t, const rank_ctx *rc, int64_t n, in
             const int64_t i0 = ib * EB < n ? ib * EB : n;
             const int64_t b = n - i0 < EB ? n - i0 : EB;
             const float *q = Q ? Q + i0 * D : NULL;   /* [b, D] queries */
-            if (!Q) {
-                memcpy(t->eb.users, rc->users + i0, (size_t)b * sizeof *rc->users);
-                memcpy(t->eb.hist_end, rc->hist_end + i0, (size_t)b * sizeof *rc->hist_end);
-                t->eb.b = b;
-                if ((st = grm__eval_queries(t, &q)) != GRM_OK) break;
-            }
+            if (!Q && (st = batch_queries(t, rc, i0, b, &q)) != GRM_OK) break;
             if (b == 0) {   /* past this rank's share: lookups only */
                 grm__scratch_reset();
                 continue;

@@ -43,6 +43,13 @@ void grm__assert_fail(const char *cond, const char *file, int line)
 #define GRM__HOT_LOOP
 #endif
 
+/* qsort/bsearch order of int64_t: ascending. */
+static inline int grm__cmp_i64(const void *a, const void *b)
+{
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* ---- logging (core/log.c) ---- */
 
 void grm__log(int32_t level, const char *who, const char *fmt, ...)
