@@ -4,8 +4,10 @@
  * file so bench-emb-absl.cc measures the same ids. The host pool has one thread, as the
  * abseil peer does: impl cpu is then the grouped-prefetch loop on the calling thread, impl
  * ref the plain per-id loop. Prints one line per measurement:
- *   store=<s> op=<lookup|train_lookup|insert> dim=D lf=L rows=R ids_per_s=X
- * Usage: bench-emb DIM LOAD_FACTOR IDS_FILE [SECONDS] (GRM_TOP_BUILDDIR must be set). */
+ *   store=<s> op=<lookup|train_lookup|insert> dim=D lf=L rows=R distinct=U ids_per_s=X
+ * (U: the distinct ids of the stream, its working set).
+ * Usage: bench-emb DIM LOAD_FACTOR IDS_FILE [SECONDS [HOT]] (GRM_TOP_BUILDDIR must be set);
+ * HOT > 0 draws the stream from the HOT hottest rows only (a cache-resident working set). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,26 +41,42 @@ static int64_t key_of(int64_t r)
     return (int64_t)(grm_mix64((uint64_t)r + 1) >> 1);
 }
 
-/* Zipf(s) ranks in [0, R) by inverse CDF, deterministic. */
-static void zipf_stream(int64_t *ranks, int64_t n, int64_t R)
+static int64_t gcd64(int64_t a, int64_t b)
 {
-    double *cdf = malloc((size_t)R * sizeof(double));
+    while (b != 0) {
+        const int64_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* Zipf(s) ranks by inverse CDF, deterministic: over the H hottest of R rows (H = R: all of
+ * them), scattered over [0, R). */
+static void zipf_stream(int64_t *ranks, int64_t n, int64_t R, int64_t H)
+{
+    double *cdf = malloc((size_t)H * sizeof(double));
     double acc = 0;
-    for (int64_t r = 0; r < R; r++) {
+    for (int64_t r = 0; r < H; r++) {
         acc += pow((double)(r + 1), -ZIPF_S);
         cdf[r] = acc;
     }
+    // Ranks are scattered over [0, R) by a multiplier prime to R, so that hot rows are not
+    // all adjacent in emb-static and every rank stays distinct. 40503 alone shares the
+    // factor 23 with R = 188,416 (load factor 0.75): that stream held 8,192 distinct ids,
+    // a working set that fit in L2, and measured a cache-resident table instead.
+    int64_t mul = 40503;
+    while (gcd64(mul, R) != 1) mul += 2;
     uint64_t st = 2024;
     for (int64_t i = 0; i < n; i++) {
         const double u = grm_rng_uniform01(&st) * acc;
-        int64_t lo = 0, hi = R - 1;
+        int64_t lo = 0, hi = H - 1;
         while (lo < hi) {
             const int64_t mid = (lo + hi) / 2;
             if (cdf[mid] < u) lo = mid + 1;
             else hi = mid;
         }
-        // Scatter ranks over [0, R) so hot rows are not all adjacent in emb-static.
-        ranks[i] = (lo * 40503) % R;
+        ranks[i] = (lo * mul) % R;
     }
     free(cdf);
 }
@@ -99,12 +117,13 @@ static double time_lookups(const grm_emb_ops *ops, void *s, const int64_t *strea
 int main(int argc, char **argv)
 {
     if (argc < 4) {
-        fprintf(stderr, "usage: bench-emb DIM LOAD_FACTOR IDS_FILE [SECONDS]\n");
+        fprintf(stderr, "usage: bench-emb DIM LOAD_FACTOR IDS_FILE [SECONDS [HOT]]\n");
         return 2;
     }
     const int32_t D = atoi(argv[1]);
     const double lf = atof(argv[2]);
     const double secs = argc > 4 ? atof(argv[4]) : 0.5;
+    const int64_t hot = argc > 5 ? atoll(argv[5]) : 0;
     const int64_t M = INT64_C(1) << LOG2_SLOTS;
     // Rows at the load factor, less two batches so a training batch still fits (the
     // store reserves room for a whole batch before it runs; see README.md).
@@ -115,9 +134,17 @@ int main(int argc, char **argv)
     int64_t *keys = malloc(STREAM * sizeof(int64_t));
     int64_t *all = malloc((size_t)R * sizeof(int64_t));
     float *out = malloc((size_t)BATCH * (size_t)D * sizeof(float));
-    zipf_stream(ranks, STREAM, R);
+    zipf_stream(ranks, STREAM, R, hot > 0 && hot < R ? hot : R);
     for (int64_t i = 0; i < STREAM; i++) keys[i] = key_of(ranks[i]);
     for (int64_t r = 0; r < R; r++) all[r] = key_of(r);
+    // Distinct ids of the stream: its working set, printed with every measurement.
+    unsigned char *seen = calloc((size_t)R, 1);
+    int64_t distinct = 0;
+    for (int64_t i = 0; i < STREAM; i++) {
+        distinct += !seen[ranks[i]];
+        seen[ranks[i]] = 1;
+    }
+    free(seen);
 
     FILE *f = fopen(argv[3], "wb");
     if (f == NULL) {
@@ -157,12 +184,15 @@ int main(int argc, char **argv)
         const double lf_got = (double)st.rows / (double)(st.capacity / 3 * 4);
         const double look = time_lookups(dops, s, keys, STREAM, out, 0, secs);
         const double train = time_lookups(dops, s, keys, STREAM, out, GRM_EMB_INSERT, secs);
-        printf("store=emb-dynamic-%s op=insert dim=%d lf=%.3f rows=%lld ids_per_s=%.0f\n",
-               impls[k], (int)D, lf_got, (long long)R, ins);
-        printf("store=emb-dynamic-%s op=lookup dim=%d lf=%.3f rows=%lld ids_per_s=%.0f\n",
-               impls[k], (int)D, lf_got, (long long)R, look);
-        printf("store=emb-dynamic-%s op=train_lookup dim=%d lf=%.3f rows=%lld ids_per_s=%.0f\n",
-               impls[k], (int)D, lf_got, (long long)R, train);
+        printf("store=emb-dynamic-%s op=insert dim=%d lf=%.3f rows=%lld distinct=%lld "
+               "ids_per_s=%.0f\n", impls[k], (int)D, lf_got, (long long)R,
+               (long long)distinct, ins);
+        printf("store=emb-dynamic-%s op=lookup dim=%d lf=%.3f rows=%lld distinct=%lld "
+               "ids_per_s=%.0f\n", impls[k], (int)D, lf_got, (long long)R,
+               (long long)distinct, look);
+        printf("store=emb-dynamic-%s op=train_lookup dim=%d lf=%.3f rows=%lld distinct=%lld "
+               "ids_per_s=%.0f\n", impls[k], (int)D, lf_got, (long long)R,
+               (long long)distinct, train);
         dops->destroy(s);
     }
     for (int k = 0; k < 2; k++) {
@@ -170,8 +200,9 @@ int main(int argc, char **argv)
         snprintf(impl_kv, sizeof impl_kv, "impl=%s", impls[k]);
         void *s = create(sta, &spec, impl_kv, NULL);
         const double look = time_lookups(sops, s, ranks, STREAM, out, 0, secs);
-        printf("store=emb-static-%s op=lookup dim=%d lf=%.3f rows=%lld ids_per_s=%.0f\n",
-               impls[k], (int)D, lf, (long long)R, look);
+        printf("store=emb-static-%s op=lookup dim=%d lf=%.3f rows=%lld distinct=%lld "
+               "ids_per_s=%.0f\n", impls[k], (int)D, lf, (long long)R, (long long)distinct,
+               look);
         sops->destroy(s);
     }
     free(ranks);

@@ -2,7 +2,8 @@
 """bench/bench_emb.py - embedding store throughput (DESIGN.md §8): emb-dynamic (MTGRBoost
 §4.1 hash store) against emb-static (a dense array: the physical limit of a lookup) and
 abseil's absl::flat_hash_map holding the same rows, on one Zipf(1.05) id stream, at key
-structure load factors 0.5 and 0.75 and dims 16, 64, 128, all in one run.
+structure load factors 0.5 and 0.75 and dims 16, 64, 128, all in one run, and on a stream
+over the 8,192 hottest rows alone (cases named -hot8192) at load 0.75, dims 16 and 64.
 
 Drivers: bench/bench-emb (C, built by `make bench`) measures emb-dynamic (impl cpu: the
 grouped-prefetch loop; impl ref: the plain per-id loop; both on one thread) and emb-static;
@@ -23,6 +24,10 @@ import tempfile
 
 DIMS = (16, 64, 128)
 LOAD_FACTORS = (0.5, 0.75)
+# A stream over the 8,192 hottest rows only: a working set that fits in L2 (512 KiB of rows
+# at dim 16), where per-id instructions and not memory set the rate.
+HOT = 8192
+HOT_CASES = ((0.75, 16), (0.75, 64))
 
 UNORDERED = r'''
 #include <unordered_map>
@@ -90,44 +95,45 @@ def main():
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         peer_exe, peer = build_peer(src, build, tmp)
-        for lf in LOAD_FACTORS:
-            for d in DIMS:
-                ids = os.path.join(tmp, "ids.bin")
-                runs = {}
-                # Alternated rounds: this build, the baseline build, the peer, again; each
-                # number is the median of its rounds.
-                for _ in range(args.rounds):
-                    cmd = [driver, str(d), str(lf), ids, str(args.seconds)]
-                    outs = [("", subprocess.run(cmd, env=env, check=True, capture_output=True,
-                                                text=True).stdout)]
-                    if base_env:
-                        outs.append(("@base", subprocess.run(cmd, env=base_env, check=True,
-                                                             capture_output=True,
-                                                             text=True).stdout))
-                    if peer_exe:
-                        outs.append(("", subprocess.run([peer_exe] + cmd[1:], check=True,
-                                                        capture_output=True,
-                                                        text=True).stdout))
-                    for tag, o in outs:
-                        for (store, op), kv in parse(o).items():
-                            if store.startswith("emb-static") and tag:
-                                continue
-                            runs.setdefault((store + tag, op), []).append(kv)
-                r = {}
-                for key, kvs in runs.items():
-                    kvs = sorted(kvs, key=lambda kv: float(kv["ids_per_s"]))
-                    med = dict(kvs[len(kvs) // 2])
-                    lo, hi = float(kvs[0]["ids_per_s"]), float(kvs[-1]["ids_per_s"])
-                    med["spread"] = "%.0f%%" % (100.0 * (hi - lo) / float(med["ids_per_s"]))
-                    r[key] = med
-                results.append((lf, d, r))
+        cases = [(lf, d, 0) for lf in LOAD_FACTORS for d in DIMS]
+        cases += [(lf, d, HOT) for lf, d in HOT_CASES]
+        for lf, d, hot in cases:
+            ids = os.path.join(tmp, "ids.bin")
+            runs = {}
+            # Alternated rounds: this build, the baseline build, the peer, again; each
+            # number is the median of its rounds.
+            for _ in range(args.rounds):
+                cmd = [driver, str(d), str(lf), ids, str(args.seconds), str(hot)]
+                outs = [("", subprocess.run(cmd, env=env, check=True, capture_output=True,
+                                            text=True).stdout)]
+                if base_env:
+                    outs.append(("@base", subprocess.run(cmd, env=base_env, check=True,
+                                                         capture_output=True,
+                                                         text=True).stdout))
+                if peer_exe:
+                    outs.append(("", subprocess.run([peer_exe] + cmd[1:-1], check=True,
+                                                    capture_output=True,
+                                                    text=True).stdout))
+                for tag, o in outs:
+                    for (store, op), kv in parse(o).items():
+                        if store.startswith("emb-static") and tag:
+                            continue
+                        runs.setdefault((store + tag, op), []).append(kv)
+            r = {}
+            for key, kvs in runs.items():
+                kvs = sorted(kvs, key=lambda kv: float(kv["ids_per_s"]))
+                med = dict(kvs[len(kvs) // 2])
+                lo, hi = float(kvs[0]["ids_per_s"]), float(kvs[-1]["ids_per_s"])
+                med["spread"] = "%.0f%%" % (100.0 * (hi - lo) / float(med["ids_per_s"]))
+                r[key] = med
+            results.append((lf, d, hot, r))
 
     def rate(r, store, op):
         kv = r.get((store, op))
         return float(kv["ids_per_s"]) if kv else None
 
     table = []
-    for lf, d, r in results:
+    for lf, d, hot, r in results:
         lfg = r[("emb-dynamic-cpu", "lookup")]["lf"]
         # Everything runs on one thread (bench-emb starts a one-thread pool): find is a
         # lookup of present ids, find-or-insert a training lookup (GRM_EMB_INSERT) of
@@ -158,11 +164,14 @@ def main():
             ratio = "%.3f" % (a / b) if b else "n/a"
             sa = r[(store, op)]["spread"]
             sb = r[(pstore, pop)]["spread"] if b else "n/a"
-            print("bench=emb case=%s-d%d-lf%.2f store=%s lf=%s ids_per_s=%.0f spread=%s peer=%s "
-                  "peer_ids_per_s=%s peer_spread=%s ratio=%s" % (
-                      case, d, lf, store, lfg, a, sa, pstore or "none",
+            tag = "%s-d%d-lf%.2f%s" % (case, d, lf, "-hot%d" % hot if hot else "")
+            distinct = r[("emb-dynamic-cpu", "lookup")].get("distinct", "n/a")
+            print("bench=emb case=%s store=%s lf=%s distinct=%s ids_per_s=%.0f spread=%s "
+                  "peer=%s peer_ids_per_s=%s peer_spread=%s ratio=%s" % (
+                      tag, store, lfg, distinct, a, sa, pstore or "none",
                       "%.0f" % b if b else "n/a", sb, ratio))
-            table.append((case, d, lfg, store, a, sa, pstore or "none", b, sb, ratio))
+            table.append((case + ("-hot" if hot else ""), d, lfg, store, a, sa,
+                          pstore or "none", b, sb, ratio))
     print()
     print("%-18s %4s %6s %-20s %8s %6s %-20s %8s %6s %7s" % (
         "case", "dim", "lf", "store", "Mids/s", "spread", "peer", "Mids/s", "spread", "ratio"))

@@ -92,8 +92,9 @@ ok $rc "emb-dynamic, every 7 over 40 steps (a last delta at the end): --since 0 
 # emb-dynamic's code behind the older descriptor): the host reads its tables whole through
 # tensors() and gathers the rows by key (table_open_whole in core/recommend.c); checkpoints,
 # deltas and exports take that path. The same run exports what emb-dynamic's did, and its
-# deltas add up to it. (emb-dynamic hands its ids out sorted, so the sort there is not
-# exercised; a row gathered from the wrong place fails this.)
+# deltas add up to it. The fixture hands each table's rows out in reverse order of id, so
+# the gather must sort them by key: without the sort, or with a row gathered from the wrong
+# place, this fails.
 ini "$tmp/k.ini" "$tmp/ck-k" 40 7 emb-legacy-keyed
 GRM_PLUGIN_PATH="$GRM_TOP_BUILDDIR/tests/plugins/.libs" "$g" train --fresh "$tmp/k.ini" \
     >/dev/null 2>"$tmp/k.err" &&
