@@ -7,8 +7,9 @@
  * Layout of work: S [B, n] floats, then the per-row losses [B] doubles. With in_batch,
  * n = B + R (column k < B: u_b . pos_k, the diagonal being the row's own positive; column
  * B + j: u_b . neg_j). Without, n = 1 + R (column 0: u_b . pos_b), so rows = N tokens
- * cost O(N R) memory, not O(N^2). The softmax, max and log-sum-exp run in double; the dot
- * products accumulate in float (tests compare with rtol 1e-4).
+ * cost O(N R) memory, not O(N^2). The exponentials are float (ssm_exp_f, vectorized), their
+ * sum and the log-sum-exp double; the dot products accumulate in float (tests compare with
+ * rtol 1e-4).
  *
  * ssm_share_loss_cpu: TurboGR eq. 2 groups on the thread pool; each group's negative rows
  * are read once, by one GEMM per member block, for all its k tokens.
@@ -48,6 +49,21 @@ typedef struct ssm_cpu_ctx {
     int64_t B, R, D, n, c0;     /* c0: column of negative 0 (B or 1) */
 } ssm_cpu_ctx;
 
+/* A row's softmax (heads.h). The exponentials are float and vectorized: exp in double,
+ * twice a logit, was 8% of synthetic-tiered's training. */
+double ssm_softmax_exps(float *s, int64_t n, float mx, double x0)
+{
+    ssm_exp_f(s, n, 1.0f, -mx);
+    double z = x0 == -INFINITY ? 0.0 : exp(x0 - (double)mx);
+    for (int64_t k = 0; k < n; k++) z += (double)s[k];
+    return z;
+}
+
+void ssm_softmax_grads(float *s, int64_t n, double g_over_z)
+{
+    for (int64_t k = 0; k < n; k++) s[k] = (float)(g_over_z * (double)s[k]);
+}
+
 /* Phase 1, rows [lo, hi): logits by GEMM, softmax over the unmasked ones, the loss, then
  * d loss / d logit = w / wsum / T * (p - [positive]) in place, and d_pred of the rows. */
 static grm_status ssm_rows(void *vctx, int64_t lo, int64_t hi)
@@ -71,7 +87,7 @@ static grm_status ssm_rows(void *vctx, int64_t lo, int64_t hi)
         const int64_t self = c->in_batch ? b : 0;           /* the positive's column */
         const double w = c->weights != NULL ? (double)c->weights[b] : 1.0;
         const int64_t pid = c->pos_ids != NULL ? c->pos_ids[b] : INT64_MIN;
-        double mx = (double)s[self] * c->inv_t;
+        float mx = -INFINITY;   // of the logits as stored (the positive's is never masked)
         // mask in-batch columns equal to the row's positive, and sampled negatives equal
         // to it (as in ssm_loss_ref)
         for (int64_t k = 0; k < n; k++) {
@@ -91,18 +107,14 @@ static grm_status ssm_rows(void *vctx, int64_t lo, int64_t hi)
                 continue;
             }
             s[k] = (float)v;
-            if (v > mx) mx = v;
+            if (s[k] > mx) mx = s[k];
         }
-        double z = 0;
-        for (int64_t k = 0; k < n; k++)
-            if (s[k] != -INFINITY) z += exp((double)s[k] - mx);
-        const double lse = mx + log(z);
-        c->rowloss[b] = w * (lse - (double)s[self]);
-        const double g = w / c->wsum * c->inv_t;
-        for (int64_t k = 0; k < n; k++) {
-            const double p = s[k] == -INFINITY ? 0.0 : exp((double)s[k] - lse);
-            s[k] = (float)(g * (p - (k == self ? 1.0 : 0.0)));
-        }
+        const double sp = (double)s[self];
+        const double z = ssm_softmax_exps(s, n, mx, -INFINITY);
+        c->rowloss[b] = w * ((double)mx + log(z) - sp);
+        const double g = w / c->wsum * c->inv_t, eself = (double)s[self];
+        ssm_softmax_grads(s, n, g / z);
+        s[self] = (float)(g / z * eself - g);
     }
     if (c->d_pred == NULL)
         return GRM_OK;
@@ -233,7 +245,7 @@ static grm_status ssm_share_chunk(void *vctx, int64_t lo, int64_t hi)
                 const double w = c->weights != NULL ? (double)c->weights[i] : 1.0;
                 const double sp = (double)cblas_sdot(K, Q + t * D, 1, c->pos + i * D, 1)
                                   * c->inv_t;
-                double mx = sp;
+                float mx = ssm_max_start(sp);
                 for (int64_t j = 0; j < n; j++) {
                     const int64_t slot = c->perm[p0 + j / r] * r + j % r;
                     if (c->neg_ids != NULL && c->pos_ids != NULL
@@ -244,16 +256,13 @@ static grm_status ssm_share_chunk(void *vctx, int64_t lo, int64_t hi)
                     const double v = (double)s[j] * c->inv_t
                                      - (c->logq != NULL ? c->logq[slot] : 0.0);
                     s[j] = (float)v;
-                    if (v > mx) mx = v;
+                    if (s[j] > mx) mx = s[j];
                 }
-                double z = exp(sp - mx);
-                for (int64_t j = 0; j < n; j++)
-                    if (s[j] != -INFINITY) z += exp((double)s[j] - mx);
-                const double lse = mx + log(z);
+                const double z = ssm_softmax_exps(s, n, mx, sp);
+                const double lse = (double)mx + log(z);
                 c->rowloss[i] = w * (lse - sp);
                 const double gsc = w / c->wsum * c->inv_t;
-                for (int64_t j = 0; j < n; j++)
-                    s[j] = s[j] == -INFINITY ? 0.0f : (float)(gsc * exp((double)s[j] - lse));
+                ssm_softmax_grads(s, n, gsc / z);
                 const float gp = (float)(gsc * (exp(sp - lse) - 1.0));
                 for (int64_t d = 0; d < D; d++) {
                     if (c->d_pred != NULL) c->d_pred[i * D + d] = gp * c->pos[i * D + d];

@@ -11,7 +11,7 @@
  * Pass 2, item blocks on the thread pool: the block's tile is recomputed for every row,
  * turned into the logit gradients and d_cat_blk = G^T U (sgemm), so each item row is
  * written by one thread. Flops: 4 B C D in pass 1, 4 B C D in pass 2 (ssm_full_flops). The
- * exponentials are a branch-free polynomial the compiler vectorizes (full_exp), and each row
+ * exponentials are a branch-free polynomial the compiler vectorizes (ssm_exp_f), and each row
  * finds the column it masks once, by id, so the tiles are never compared id by id. */
 #include <cblas.h>
 #include <math.h>
@@ -66,21 +66,21 @@ static int masked(const full_ctx *c, int64_t b, int64_t j)
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
-/* GCC vectorizes full_exp only at -O3 and with comparisons that cannot trap */
+/* GCC vectorizes ssm_exp_f only at -O3 and with comparisons that cannot trap */
 #define FULL_VECTORIZE __attribute__((optimize("O3", "no-trapping-math")))
 #else
 #define FULL_VECTORIZE
 #endif
 
-/* x [n] = exp(a x + b), branch-free so that the compiler vectorizes it: Cephes expf's range
- * reduction (x = k ln 2 + r, ln 2 split in two) and degree-5 polynomial, relative error
- * about 2e-7 (the tests hold the result to torch at rtol 1e-4). Arguments are clamped to
- * [-87, 88]: exp(-87) = 1.6e-38 stands for 0 (a masked -inf; the caller zeroes those). */
-FULL_VECTORIZE static void full_exp(float *x, int64_t n, float a, float b)
+/* Cephes expf's range reduction (x = k ln 2 + r, ln 2 split in two) and degree-5
+ * polynomial, branch-free so that the compiler vectorizes it, relative error about 2e-7
+ * (the tests hold the heads to torch at rtol 1e-4). Arguments are clamped to [-87, 88]
+ * (exp(-87) = 1.6e-38), and a masked logit (a x + b = -inf) gives exactly 0. */
+FULL_VECTORIZE void ssm_exp_f(float *x, int64_t n, float a, float b)
 {
     for (int64_t i = 0; i < n; i++) {
-        float v = a * x[i] + b;
-        v = v < -87.0f ? -87.0f : v;
+        const float u = a * x[i] + b;
+        float v = u < -87.0f ? -87.0f : u;
         v = v > 88.0f ? 88.0f : v;
         const float k = (v * 1.44269504088896341f + 12582912.0f) - 12582912.0f;   /* round */
         const float r = v - k * 0.693359375f + k * 2.12194440e-4f;
@@ -93,7 +93,7 @@ FULL_VECTORIZE static void full_exp(float *x, int64_t n, float a, float b)
         p = p * r * r + r + 1.0f;
         union { int32_t i; float f; } e;
         e.i = ((int32_t)k + 127) << 23;                    /* 2^k */
-        x[i] = p * e.f;
+        x[i] = u == -INFINITY ? 0.0f : p * e.f;
     }
 }
 
@@ -206,7 +206,7 @@ static grm_status full_rows(void *vctx, int64_t lo, int64_t hi)
                         m[i] = bm;
                     }
                     const float mf = (float)m[i];
-                    full_exp(s, n, 1.0f, -mf);
+                    ssm_exp_f(s, n, 1.0f, -mf);
                     if (jl >= 0) s[jl] = 0.0f;
                     for (int64_t k = 0; jl == -2 && k < n; k++)
                         if (masked(c, r0 + i, j0 + k)) s[k] = 0.0f;
@@ -252,7 +252,7 @@ static grm_status full_items(void *vctx, int64_t lo, int64_t hi)
                     float *s = S + i * n;                   /* [n] */
                     const float lse = (float)c->lse[b], cf = (float)c->coef[b];
                     const float ek = (float)c->ek[b];
-                    full_exp(s, n, inv_tf, -lse);
+                    ssm_exp_f(s, n, inv_tf, -lse);
                     for (int64_t k = 0; k < n; k++) s[k] = cf * (s[k] - ek);
                     if (jl >= 0) s[jl] = 0.0f;
                     for (int64_t k = 0; jl == -2 && k < n; k++)

@@ -50,6 +50,28 @@ typedef struct tok_ctx {
     int64_t B, k, r, D, nrows, P, groups, tile;
 } tok_ctx;
 
+#if defined(__GNUC__) && !defined(__clang__)
+#define TOK_VECTORIZE __attribute__((optimize("O3")))
+#else
+#define TOK_VECTORIZE
+#endif
+
+/* y [D] += a x [D]. Apart, with restrict, so that the compiler vectorizes it: inline, the
+ * rows' loops stayed scalar (the tile and d_rows share the work buffer), and their speed
+ * then moved by 20% with where the code happened to be laid out. */
+TOK_VECTORIZE static void tok_axpy(float *restrict y, float a, const float *restrict x,
+                                   int64_t D)
+{
+    for (int64_t d = 0; d < D; d++) y[d] += a * x[d];
+}
+
+/* y [D] = a x [D]. */
+TOK_VECTORIZE static void tok_scale(float *restrict y, float a, const float *restrict x,
+                                    int64_t D)
+{
+    for (int64_t d = 0; d < D; d++) y[d] = a * x[d];
+}
+
 /* Chunks [lo, hi) of groups; chunk q owns groups [q G / P, (q+1) G / P), tile q and, for
  * q > 0, copy q - 1 of d_rows (zeroed here). */
 static grm_status tok_chunk(void *vctx, int64_t lo, int64_t hi)
@@ -90,7 +112,7 @@ static grm_status tok_chunk(void *vctx, int64_t lo, int64_t hi)
                 const double w = c->weights != NULL ? (double)c->weights[i] : 1.0;
                 const int64_t pid = c->pos_ids != NULL ? c->pos_ids[i] : INT64_MIN;
                 const double sp = (double)cblas_sdot(K, Q + t * D, 1, p, 1) * c->inv_t;
-                double mx = sp;
+                float mx = ssm_max_start(sp);
                 for (int64_t j = 0; j < n; j++) {
                     const int64_t slot = (mem != NULL ? mem[j / r] : p0 + j / r) * r + j % r;
                     if (c->neg_ids != NULL && c->neg_ids[slot] == pid) {
@@ -100,18 +122,17 @@ static grm_status tok_chunk(void *vctx, int64_t lo, int64_t hi)
                     const double v = (double)s[j] * c->inv_t
                                      - (c->logq != NULL ? c->logq[slot] : 0.0);
                     s[j] = (float)v;
-                    mx = v > mx ? v : mx;
+                    mx = s[j] > mx ? s[j] : mx;
                 }
-                double z = exp(sp - mx);
-                for (int64_t j = 0; j < n; j++) z += exp((double)s[j] - mx);   /* exp(-inf) 0 */
-                const double lse = mx + log(z), cf = w / c->wsum * c->inv_t;
+                const double z = ssm_softmax_exps(s, n, mx, sp);
+                const double lse = (double)mx + log(z), cf = w / c->wsum * c->inv_t;
                 c->rowloss[i] = w * (lse - sp);
-                for (int64_t j = 0; j < n; j++) s[j] = (float)(cf * exp((double)s[j] - lse));
+                ssm_softmax_grads(s, n, cf / z);
                 const float gp = (float)(cf * (exp(sp - lse) - 1.0));
-                for (int64_t d = 0; d < D; d++) dQ[t * D + d] = gp * p[d];
+                tok_scale(dQ + t * D, gp, p, D);
                 if (dR != NULL) {
                     float *dp = dR + c->pos_slots[i] * D;
-                    for (int64_t d = 0; d < D; d++) dp[d] += gp * Q[t * D + d];
+                    tok_axpy(dp, gp, Q + t * D, D);
                 }
             }
             // d_pred = gp pos + G T; the tile's gradient G^T Q overwrites T (no longer read)
@@ -127,7 +148,7 @@ static grm_status tok_chunk(void *vctx, int64_t lo, int64_t hi)
             if (dR == NULL) continue;
             if (m == 1) {
                 for (int64_t j = 0; j < n; j++)
-                    for (int64_t d = 0; d < D; d++) T[j * D + d] = S[j] * Q[d];
+                    tok_scale(T + j * D, S[j], Q, D);
             } else {
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n, K, (int)m, 1.0f, S,
                             (int)n, Q, K, 0.0f, T, K);
@@ -136,7 +157,7 @@ static grm_status tok_chunk(void *vctx, int64_t lo, int64_t hi)
                 const int64_t slot = (mem != NULL ? mem[j / r] : p0 + j / r) * r + j % r;
                 float *dn = dR + c->neg_slots[slot] * D;    /* [D] */
                 const float *src = T + j * D;
-                for (int64_t d = 0; d < D; d++) dn[d] += src[d];
+                tok_axpy(dn, 1.0f, src, D);
             }
         }
     }
