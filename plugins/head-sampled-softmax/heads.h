@@ -184,6 +184,15 @@ grm_status ssm_full_cpu(const grm_host_api *host, double *loss, float *d_pred, f
                         float *work);
 int64_t ssm_full_work_floats(int64_t B, int64_t C, int64_t D, int32_t threads);
 
+/* The heads' elementwise loops over rows and logits: GCC vectorizes them only at -O3 (its
+ * -O2 cost model refuses loops whose trip count is known at run time alone), and the
+ * exponential's clamps only with comparisons that cannot trap. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define HEADS_VECTORIZE __attribute__((optimize("O3", "no-trapping-math")))
+#else
+#define HEADS_VECTORIZE
+#endif
+
 /* x [n] = exp(a x + b) in float, vectorized (heads_full.c): relative error about 2e-7, and
  * exactly 0 where a x + b is -inf (a masked logit). Every CPU softmax of the heads takes its
  * exponentials here. */

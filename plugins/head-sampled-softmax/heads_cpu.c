@@ -54,7 +54,7 @@ typedef struct ssm_cpu_ctx {
 double ssm_softmax_exps(float *s, int64_t n, float mx, double x0)
 {
     ssm_exp_f(s, n, 1.0f, -mx);
-    double z = x0 == -INFINITY ? 0.0 : exp(x0 - (double)mx);
+    double z = exp(x0 - (double)mx);       /* x0 = -inf: 0 */
     for (int64_t k = 0; k < n; k++) z += (double)s[k];
     return z;
 }

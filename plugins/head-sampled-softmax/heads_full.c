@@ -65,18 +65,11 @@ static int masked(const full_ctx *c, int64_t b, int64_t j)
     return c->cat_ids != NULL && c->pos_ids != NULL && c->cat_ids[j] == c->pos_ids[b];
 }
 
-#if defined(__GNUC__) && !defined(__clang__)
-/* GCC vectorizes ssm_exp_f only at -O3 and with comparisons that cannot trap */
-#define FULL_VECTORIZE __attribute__((optimize("O3", "no-trapping-math")))
-#else
-#define FULL_VECTORIZE
-#endif
-
 /* Cephes expf's range reduction (x = k ln 2 + r, ln 2 split in two) and degree-5
  * polynomial, branch-free so that the compiler vectorizes it, relative error about 2e-7
  * (the tests hold the heads to torch at rtol 1e-4). Arguments are clamped to [-87, 88]
  * (exp(-87) = 1.6e-38), and a masked logit (a x + b = -inf) gives exactly 0. */
-FULL_VECTORIZE void ssm_exp_f(float *x, int64_t n, float a, float b)
+HEADS_VECTORIZE void ssm_exp_f(float *x, int64_t n, float a, float b)
 {
     for (int64_t i = 0; i < n; i++) {
         const float u = a * x[i] + b;

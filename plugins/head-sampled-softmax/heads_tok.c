@@ -50,24 +50,18 @@ typedef struct tok_ctx {
     int64_t B, k, r, D, nrows, P, groups, tile;
 } tok_ctx;
 
-#if defined(__GNUC__) && !defined(__clang__)
-#define TOK_VECTORIZE __attribute__((optimize("O3")))
-#else
-#define TOK_VECTORIZE
-#endif
-
 /* y [D] += a x [D]. Apart, with restrict, so that the compiler vectorizes it: inline, the
  * rows' loops stayed scalar (the tile and d_rows share the work buffer), and their speed
  * then moved by 20% with where the code happened to be laid out. */
-TOK_VECTORIZE static void tok_axpy(float *restrict y, float a, const float *restrict x,
-                                   int64_t D)
+HEADS_VECTORIZE static void tok_axpy(float *restrict y, float a, const float *restrict x,
+                                     int64_t D)
 {
     for (int64_t d = 0; d < D; d++) y[d] += a * x[d];
 }
 
 /* y [D] = a x [D]. */
-TOK_VECTORIZE static void tok_scale(float *restrict y, float a, const float *restrict x,
-                                    int64_t D)
+HEADS_VECTORIZE static void tok_scale(float *restrict y, float a, const float *restrict x,
+                                      int64_t D)
 {
     for (int64_t d = 0; d < D; d++) y[d] = a * x[d];
 }
