@@ -195,6 +195,20 @@ typedef struct ed_meta {
 
 #define ED_FLAG_DIRTY 1     /* the cache record differs from its backing copy, or has none */
 
+/* A row's LRU/TTL time raised to `now`: an atomic maximum, so that the data thread's
+ * prefetch (ops.c) stamps rows without taking their stripe's lock. The data thread runs at
+ * SCHED_IDLE (core/prefetch.c): preempted while it held a stripe, it left the trainer's
+ * threads spinning on that stripe until the scheduler gave it a turn, 75% of the
+ * update's time in the synthetic-tiered run (perf). Every other write of `last` happens
+ * under the table's write lock or before the record is published; plain reads of it
+ * under the write lock see no stamp in flight (the prefetch holds a reservation). */
+static inline void ed_meta_stamp(ed_meta *m, int64_t now)
+{
+    int64_t last = __atomic_load_n(&m->last, __ATOMIC_RELAXED);
+    while (last < now && !__atomic_compare_exchange_n(&m->last, &last, now, 1,
+                                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+}
+
 /* One pool of fixed-size records in chunks of chunk_rows. Record layout:
  * ed_meta | row [D] (f32, or f16 in the cold pool) padded to 8 bytes | state [S*D] f32. */
 typedef struct ed_pool {
@@ -463,12 +477,13 @@ static inline _Atomic uint32_t *ed_stripe(ed_table *t, uint64_t h)
 static inline void ed_stripe_lock(ed_table *t, uint64_t h)
 {
     _Atomic uint32_t *q = ed_stripe(t, h);
-    for (;;) {
+    for (int spins = 0;; spins++) {
         uint32_t v = atomic_load_explicit(q, memory_order_relaxed);
         if (!(v & 1)
             && atomic_compare_exchange_weak_explicit(q, &v, v + 1, memory_order_acquire,
                                                      memory_order_relaxed))
             return;
+        if (spins > 64) sched_yield();     // a holder that lost its core gets it back
     }
 }
 

@@ -29,7 +29,7 @@ static inline void ed_count_access(ed_meta *m, int64_t now)
 {
     m->count++;
     m->flags |= ED_FLAG_DIRTY;
-    if (m->last < now) m->last = now;
+    ed_meta_stamp(m, now);
 }
 
 /* Claim (or find) the key of id and, when this thread claimed it, create its record in
@@ -434,7 +434,7 @@ static grm_status ed_update_one(ed_job *j, int64_t i, uint64_t h, ed_slot *slot)
     if (st == GRM_OK) {
         m->steps = step;
         m->flags |= ED_FLAG_DIRTY;
-        if (m->last < j->now) m->last = j->now;
+        ed_meta_stamp(m, j->now);
     }
     ed_stripe_unlock(t, h);
     return st;
@@ -565,14 +565,12 @@ grm_status ed_update_batch(const ed_store *s, ed_table *t, const int64_t *ids /*
  * ED_TIER_RING at a time (one ring submission each). */
 #define ED_PF_CHUNK 256
 
-/* Stamp the row of slot with the step in progress `now` (at least). */
-static void ed_prefetch_stamp(ed_table *t, ed_slot *slot, uint64_t h, int64_t now)
+/* Stamp the row of slot with the step in progress `now` (at least), under no lock
+ * (ed_meta_stamp). */
+static void ed_prefetch_stamp(ed_table *t, ed_slot *slot, int64_t now)
 {
-    ed_stripe_lock(t, h);
-    ed_meta *m = ed_rec_meta(ed_record(t, atomic_load_explicit(&slot->ref,
-                                                               memory_order_acquire)));
-    if (m->last < now) m->last = now;
-    ed_stripe_unlock(t, h);
+    ed_meta_stamp(ed_rec_meta(ed_record(t, atomic_load_explicit(&slot->ref,
+                                                                memory_order_acquire))), now);
 }
 
 /* Bring the rows of ids [n] that live in the backing file into the cache ahead of their
@@ -596,7 +594,6 @@ static void ed_prefetch_stamp(ed_table *t, ed_slot *slot, uint64_t h, int64_t no
 typedef struct ed_pf_miss {
     ed_slot *slot[ED_TIER_RING];
     int64_t ref[ED_TIER_RING], id[ED_TIER_RING], index[ED_TIER_RING];
-    uint64_t h[ED_TIER_RING];
     int n;
 } ed_pf_miss;
 
@@ -607,8 +604,8 @@ static grm_status ed_pf_flush(const ed_store *s, ed_table *t, ed_pf_miss *q, int
     // every record is defined even when a read fails, so all are published
     const grm_status e = ed_tier_fetch_many(s, t, q->ref, q->id, q->index, q->n);
     for (int i = 0; i < q->n; i++) {
+        ed_meta_stamp(ed_rec_meta(ed_record(t, q->ref[i])), now);   // before it is seen
         atomic_store_explicit(&q->slot[i]->ref, q->ref[i], memory_order_release);
-        ed_prefetch_stamp(t, q->slot[i], q->h[i], now);
     }
     ed_keys_add(&t->keys, q->n);
     *fetched += q->n;
@@ -635,7 +632,6 @@ static grm_status ed_pf_one(const ed_store *s, ed_table *t, int64_t id, uint64_t
             q->ref[i] = ed_pool_alloc(&t->pools[0]) << 1;
             q->id[i] = id;
             q->index[i] = atomic_load_explicit(&fs->ref, memory_order_relaxed);
-            q->h[i] = h;
             return q->n == ED_TIER_RING ? ed_pf_flush(s, t, q, now, fetched) : GRM_OK;
         }
     }
@@ -645,14 +641,9 @@ static grm_status ed_pf_one(const ed_store *s, ed_table *t, int64_t id, uint64_t
         for (int i = 0; i < q->n; i++)
             if (q->slot[i] == slot) return GRM_OK;
     ed_wait_ref(slot);
-    // Most rows of batch i+1 were also in batch i, which stamped them already: seen
-    // through the stripe's sequence (a read, no write to the stripe the trainer's updates
-    // lock), they need no lock. The rest are stamped under it.
-    const uint32_t v = ed_stripe_read_begin(t, h);
-    const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
-    const int64_t last = ed_rec_meta(ed_record(t, ref))->last;
-    if (!ed_stripe_read_retry(t, h, v) && last >= now) return GRM_OK;
-    ed_prefetch_stamp(t, slot, h, now);
+    // Most rows of batch i+1 were also in batch i, which stamped them already: a read
+    // tells, and writes nothing to the line the trainer's updates write.
+    ed_prefetch_stamp(t, slot, now);
     return GRM_OK;
 }
 

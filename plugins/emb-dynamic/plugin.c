@@ -228,7 +228,19 @@ static grm_status ed_table_init(ed_store *s, ed_table *t, const grm_emb_table_sp
                                    sp->name);
         snprintf(t->tensor_names[k], len, "%s%s", sp->name, ed_tensor_suffix[k]);
     }
-    if (pthread_rwlock_init(&t->lock, NULL) != 0)
+    // Writers first: the trainer's evictions take the write lock between the data thread's
+    // prefetch chunks (ops.c), each under the read lock; glibc's default lets a reader in
+    // past a waiting writer, so the trainer waited out the prefetch of whole batches.
+    pthread_rwlockattr_t la;
+    int rc = pthread_rwlockattr_init(&la);
+#ifdef PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP
+    if (rc == 0) pthread_rwlockattr_setkind_np(&la, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    if (rc == 0) {
+        rc = pthread_rwlock_init(&t->lock, &la);
+        pthread_rwlockattr_destroy(&la);
+    }
+    if (rc != 0)
         return ed_host->errorf(GRM_EINTERNAL, "emb-dynamic: table '%s': cannot create its "
                                "lock", sp->name);
     t->lock_ready = 1;
