@@ -58,6 +58,12 @@ struct grm__dist {
     int64_t *x_sc, *x_sd, *x_rc, *x_rd;                       /* [N] */
     int64_t *part;                                            /* [I] */
     dist_buf sorted, sfeat, ufeat, rfeat, fa, fb, fc, ia, ib;
+    /* opts.ahead: the next batch's keys of the lookup in progress, and their exchange */
+    const int64_t *ahead;
+    int64_t n_ahead;
+    int64_t *a_sc, *a_sd, *a_rc, *a_rd, *c2s, *c2r;          /* [N] each; c2 [2N] */
+    dist_buf asend, arecv;
+    int64_t n_got;
 };
 
 static const char *const op_name[2] = { "lookup", "update" };
@@ -122,15 +128,16 @@ static void prefix(int64_t *displs, const int64_t *counts, int32_t N)
     }
 }
 
-/* recv[p] = what rank p put in its send[me], for p in `set` (0 elsewhere): one int64 per pair
- * through a world alltoallv with zero counts outside the set (the comm ABI has no split). */
-static grm_status xchg_counts(grm__dist *d, int set, int64_t *recv, const int64_t *send,
+/* recv[k p .. k p + k) = what rank p put in its send[k me ..], for p in `set` (0 elsewhere):
+ * k int64 per pair through a world alltoallv with zero counts outside the set (the comm ABI
+ * has no split). */
+static grm_status xchg_counts(grm__dist *d, int set, int k, int64_t *recv, const int64_t *send,
                               int64_t *bytes)
 {
     for (int32_t p = 0; p < d->N; p++) {
-        d->c_one_s[p] = in_set(d, set, p);
-        d->c_disp[p] = p;
-        recv[p] = 0;
+        d->c_one_s[p] = k * in_set(d, set, p);
+        d->c_disp[p] = (int64_t)k * p;
+        for (int i = 0; i < k; i++) recv[k * p + i] = 0;
         if (p != d->me) *bytes += 8 * d->c_one_s[p];
     }
     return d->comm.ops->alltoallv(d->comm.inst, recv, d->c_one_s, d->c_disp, send, d->c_one_s,
@@ -160,6 +167,8 @@ static void counters_add(grm__dist_stats *into, const grm__dist_stats *c)
     into->rounds += c->rounds;
     into->sync_ids += c->sync_ids;
     into->sync_bytes += c->sync_bytes;
+    into->ids_ahead += c->ids_ahead;
+    into->ids_ahead_recv += c->ids_ahead_recv;
 }
 
 static void counters_commit(grm__dist *d, int32_t t, int op, const grm__dist_stats *c)
@@ -208,7 +217,7 @@ void grm__dist_destroy(grm__dist *d)
     free(d->c_send);
     free(d->part);
     dist_buf *bufs[] = { &d->sorted, &d->sfeat, &d->ufeat, &d->rfeat, &d->fa, &d->fb, &d->fc,
-                         &d->ia, &d->ib };
+                         &d->ia, &d->ib, &d->asend, &d->arecv };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) buf_free(bufs[i]);
     grm__sparse_work_fini(&d->work);
     free(d);
@@ -267,11 +276,11 @@ grm_status grm__dist_create(const grm_comm_handle *comm, const grm_emb_ops *ops,
 
     /* Agree on the options and dims before judging them, so that every rank refuses alike
      * (a rank returning early would leave the others waiting in a collective). */
-    enum { NH = 5 };
+    enum { NH = 6 };
     static const char *const hnames[NH] = { "ntables", "group_size", "dedup1", "dedup2",
-                                            "nfeatures" };
+                                            "nfeatures", "ahead" };
     const int64_t head[NH] = { ntables, o.group_size, o.dedup1 != 0, o.dedup2 != 0,
-                               o.nfeatures };
+                               o.nfeatures, o.ahead != 0 };
     const int64_t nall = (int64_t)d->N * (NH > ntables ? NH : ntables);
     all = malloc((size_t)nall * sizeof *all);
     int64_t *mine = malloc(((size_t)(ntables > 0 ? ntables : 0) + NH) * sizeof *mine);
@@ -333,7 +342,7 @@ grm_status grm__dist_create(const grm_comm_handle *comm, const grm_emb_ops *ops,
 
     d->ntables = ntables;
     d->tables = calloc((size_t)ntables, sizeof *d->tables);
-    d->c_send = calloc((size_t)d->N * 9, sizeof *d->c_send);
+    d->c_send = calloc((size_t)d->N * 17, sizeof *d->c_send);
     d->part = calloc((size_t)d->I, sizeof *d->part);
     if (!d->tables || !d->c_send || !d->part) goto nomem;
     d->c_recv = d->c_send + d->N;
@@ -343,6 +352,12 @@ grm_status grm__dist_create(const grm_comm_handle *comm, const grm_emb_ops *ops,
     d->x_sd = d->c_send + 6 * d->N;
     d->x_rc = d->c_send + 7 * d->N;
     d->x_rd = d->c_send + 8 * d->N;
+    d->a_sc = d->c_send + 9 * d->N;
+    d->a_sd = d->c_send + 10 * d->N;
+    d->a_rc = d->c_send + 11 * d->N;
+    d->a_rd = d->c_send + 12 * d->N;
+    d->c2s = d->c_send + 13 * d->N;
+    d->c2r = d->c_send + 15 * d->N;
     for (int32_t t = 0; t < ntables; t++) {
         dist_table *tb = &d->tables[t];
         tb->dim = dims[t];
@@ -368,6 +383,28 @@ fail:
 }
 
 /* ---- routing: stage 1, ids partition, id exchange (FusedRec Algorithm 1 lines a.2-a.4) ---- */
+
+/* opts.ahead: the next batch's keys d->ahead [n_ahead] grouped by owner into d->asend, with
+ * a_sc / a_sd; this rank's own keys stay out (its data thread prefetches them). */
+static grm_status ahead_pack(grm__dist *d)
+{
+    for (int32_t p = 0; p < d->N; p++) d->a_sc[p] = 0;
+    for (int64_t j = 0; j < d->n_ahead; j++) {
+        const int32_t p = grm__dist_owner(d, d->me, d->ahead[j]);
+        if (p != d->me) d->a_sc[p]++;
+    }
+    prefix(d->a_sd, d->a_sc, d->N);
+    int64_t *out, *at = d->a_rd;    /* a_rd is free until the exchange: the write cursors */
+    const int64_t total = d->a_sd[d->N - 1] + d->a_sc[d->N - 1];
+    grm_status st = buf_get(&d->asend, (size_t)total * 8, (void **)&out);
+    if (st != GRM_OK) return st;
+    memcpy(at, d->a_sd, (size_t)d->N * sizeof *at);
+    for (int64_t j = 0; j < d->n_ahead; j++) {
+        const int32_t p = grm__dist_owner(d, d->me, d->ahead[j]);
+        if (p != d->me) out[at[p]++] = d->ahead[j];
+    }
+    return GRM_OK;
+}
 
 /* Route ids [n] (feat [n] or NULL) of table t to their owners and keep the routing in the
  * table's dist_route. with_feat: exchange feature indices and count them (lookups only). */
@@ -417,9 +454,24 @@ static grm_status route(grm__dist *d, int32_t t, int op, const int64_t *ids,
     for (int32_t k = 0; k < d->I; k++) r->scounts[d->base + k] = d->part[k];
     prefix(r->sdispls, r->scounts, d->N);
 
-    /* Counts, then ids (and features), confined to the group. */
-    if ((st = xchg_counts(d, SET_GROUP, r->rcounts, r->scounts, &c->id_bytes)) != GRM_OK)
-        return comm_fail(d, st, op, t, "alltoallv of id counts");
+    /* Counts, then ids (and features), confined to the group. With opts.ahead a lookup's
+     * counts carry the next batch's keys' too, a pair per rank. */
+    const int ahead = d->opts.ahead && op == GRM__DIST_LOOKUP;
+    if (ahead) {
+        if ((st = ahead_pack(d)) != GRM_OK) return st;
+        for (int32_t p = 0; p < d->N; p++) {
+            d->c2s[2 * p] = r->scounts[p];
+            d->c2s[2 * p + 1] = d->a_sc[p];
+        }
+        st = xchg_counts(d, SET_GROUP, 2, d->c2r, d->c2s, &c->id_bytes);
+        for (int32_t p = 0; p < d->N; p++) {
+            r->rcounts[p] = d->c2r[2 * p];
+            d->a_rc[p] = d->c2r[2 * p + 1];
+        }
+    } else {
+        st = xchg_counts(d, SET_GROUP, 1, r->rcounts, r->scounts, &c->id_bytes);
+    }
+    if (st != GRM_OK) return comm_fail(d, st, op, t, "alltoallv of id counts");
     prefix(r->rdispls, r->rcounts, d->N);
     r->nrecv = r->rdispls[d->N - 1] + r->rcounts[d->N - 1];
     int64_t *recv;
@@ -443,6 +495,20 @@ static grm_status route(grm__dist *d, int32_t t, int op, const int64_t *ids,
         for (int64_t j = 0; j < r->nrecv; j++) {
             if (rfeat[j] >= 0 && rfeat[j] < d->opts.nfeatures) tb->served[rfeat[j]]++;
         }
+    }
+    if (ahead) {   /* the next batch's keys, to their owners */
+        prefix(d->a_rd, d->a_rc, d->N);
+        d->n_got = d->a_rd[d->N - 1] + d->a_rc[d->N - 1];
+        int64_t *got;
+        if ((st = buf_get(&d->arecv, (size_t)d->n_got * 8, (void **)&got)) != GRM_OK) return st;
+        st = d->comm.ops->alltoallv(d->comm.inst, got, d->a_rc, d->a_rd, d->asend.p, d->a_sc,
+                                    d->a_sd, GRM_DTYPE_I64);
+        if (st != GRM_OK) return comm_fail(d, st, op, t, "alltoallv of the next batch's ids");
+        c->rounds += 1;
+        const int64_t off = off_rank_bytes(d, d->a_sc, 1);
+        c->id_bytes += 8 * off;
+        c->ids_ahead += off;
+        c->ids_ahead_recv += d->n_got;
     }
     c->ids_unique += u1;
     c->ids_sent += off_ids;
@@ -483,10 +549,28 @@ static grm_status check_call(const grm__dist *d, int op, int32_t t, int64_t n)
 grm_status grm__dist_lookup(grm__dist *d, int32_t table, const int64_t *ids, const int32_t *feat,
                             int64_t n, int64_t n_raw, float *rows, uint32_t flags)
 {
+    return grm__dist_lookup_ahead(d, table, ids, feat, n, n_raw, rows, flags, NULL, 0, NULL,
+                                  NULL);
+}
+
+grm_status grm__dist_lookup_ahead(grm__dist *d, int32_t table, const int64_t *ids,
+                                  const int32_t *feat, int64_t n, int64_t n_raw, float *rows,
+                                  uint32_t flags, const int64_t *ahead, int64_t n_ahead,
+                                  const int64_t **got, int64_t *n_got)
+{
     enum { OP = GRM__DIST_LOOKUP };
+    if (got) *got = NULL;
+    if (n_got) *n_got = 0;
     grm_status st = check_call(d, OP, table, n);
     if (st != GRM_OK) return st;
     char nb[160];
+    if (n_ahead < 0 || (n_ahead > 0 && !ahead))
+        return grm_errorf(GRM_EINVAL, "dist lookup: table %s: %lld keys ahead at %p",
+                          tname(d, table, nb, sizeof nb), (long long)n_ahead,
+                          (const void *)ahead);
+    d->ahead = ahead;
+    d->n_ahead = ahead ? n_ahead : 0;
+    d->n_got = 0;
     if (n > 0 && (!ids || !rows))
         return grm_errorf(GRM_EINVAL, "dist lookup: table %s: ids or rows is NULL with n = %lld",
                           tname(d, table, nb, sizeof nb), (long long)n);
@@ -509,7 +593,14 @@ grm_status grm__dist_lookup(grm__dist *d, int32_t table, const int64_t *ids, con
     const int64_t D = tb->dim;
     grm__dist_stats c = { .calls = 1, .ids_raw = n_raw ? n_raw : n };
 
-    if ((st = route(d, table, OP, ids, feat, n, with_feat, &c)) != GRM_OK) return st;
+    st = route(d, table, OP, ids, feat, n, with_feat, &c);
+    d->ahead = NULL;
+    d->n_ahead = 0;
+    if (st != GRM_OK) return st;
+    if (got && d->n_got > 0) {
+        *got = d->arecv.p;
+        *n_got = d->n_got;
+    }
     const int64_t *recv = r->recv_ids.p;
     const int64_t *sids = recv;
     int64_t ns = r->nrecv;
@@ -601,7 +692,7 @@ static grm_status replica_sync(grm__dist *d, int32_t t, const int64_t *uniq, con
     grm_status st;
     for (int32_t p = 0; p < d->N; p++) d->c_send[p] = nu;
     int64_t cb = 0;
-    if ((st = xchg_counts(d, SET_PEERS, d->c_recv, d->c_send, &cb)) != GRM_OK)
+    if ((st = xchg_counts(d, SET_PEERS, 1, d->c_recv, d->c_send, &cb)) != GRM_OK)
         return comm_fail(d, st, OP, t, "alltoallv of replica counts");
     for (int32_t p = 0; p < d->N; p++) {
         d->x_sc[p] = in_set(d, SET_PEERS, p) ? nu : 0;

@@ -68,6 +68,10 @@ typedef struct grm__dist_opts {
     int32_t nfeatures;         /* > 0: lookups carry a feature index per id (FusedRec deferred
                                   category information) and the owner counts ids served per
                                   feature; 0: no feature exchange */
+    int32_t ahead;             /* 1: every lookup also carries the keys of the caller's next
+                                  batch to their owners (grm__dist_lookup_ahead; none from a
+                                  plain grm__dist_lookup), one more count per pair and one
+                                  more alltoallv of ids; 0: no such exchange */
     const char *const *table_names;   /* [ntables] borrowed for the instance's life, or NULL
                                          (tables are then named by index in messages) */
 } grm__dist_opts;
@@ -89,6 +93,8 @@ typedef struct grm__dist_stats {
     int64_t rounds;            /* alltoallv calls */
     int64_t sync_ids;          /* hierarchical: ids sent to peer owners of other groups */
     int64_t sync_bytes;        /* hierarchical: bytes of the replica sync (counts, ids, rows) */
+    int64_t ids_ahead;         /* opts.ahead: next-batch keys sent to other ranks */
+    int64_t ids_ahead_recv;    /* opts.ahead: next-batch keys received from other ranks */
 } grm__dist_stats;
 
 enum { GRM__DIST_LOOKUP = 0, GRM__DIST_UPDATE = 1 };
@@ -122,6 +128,19 @@ void grm__dist_destroy(grm__dist *d);   /* accepts NULL; not collective */
  * store's error (on the failing owner; the other ranks get GRM_EINTERNAL naming that rank). */
 grm_status grm__dist_lookup(grm__dist *d, int32_t table, const int64_t *ids, const int32_t *feat,
                             int64_t n, int64_t n_raw, float *rows, uint32_t flags);
+
+/* grm__dist_lookup that also sends the keys of the caller's next batch of `table`, ahead
+ * [n_ahead] (borrowed, may repeat; NULL with 0), to their owners, so that an owner with a
+ * slower tier can bring their rows in before that batch's lookup (seed 003 §2.2: the ids of
+ * batch i+1 are known during batch i). The keys this rank owns are not sent (its own data
+ * thread has them). The keys the other ranks sent this one, all owned here, come back in
+ * *got [*n_got] (owned by d, valid until its next call; may repeat). Needs opts.ahead = 1,
+ * and then every rank's lookups of a table exchange them, a plain grm__dist_lookup's none
+ * (collective as grm__dist_lookup). Without opts.ahead, ahead is ignored and *n_got is 0. */
+grm_status grm__dist_lookup_ahead(grm__dist *d, int32_t table, const int64_t *ids,
+                                  const int32_t *feat, int64_t n, int64_t n_raw, float *rows,
+                                  uint32_t flags, const int64_t *ahead, int64_t n_ahead,
+                                  const int64_t **got, int64_t *n_got);
 
 /* Apply gradients (collective): every id's owner receives the gradients of that id from all
  * ranks, sums them and calls the store's update once per unique id with `step`.

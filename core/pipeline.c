@@ -42,7 +42,7 @@ typedef struct train_cfg {
     int64_t early_stop, batch_tokens, accumulate, sparse_group, prefetch, sequence_blocks;
     int64_t prefetch_ranks;
     int64_t select_k, shuffle_buffer;
-    int32_t batching, rank_split, sparse_async, input, train_on_valid, lr_decay;
+    int32_t batching, rank_split, sparse_async, input, train_on_valid, lr_decay, prefetch_ahead;
     double lr_warmup, lr_decay_epochs, lr_min;
     grm_int_list topk;
 } train_cfg;
@@ -115,7 +115,14 @@ static const grm_param_decl train_params[] = {
       "tiered) on several ranks that share one order (input = whole): on worlds of at most "
       "this many ranks, each data thread also assembles the other ranks' samples of each "
       "batch and prefetches the rows it owns of them, which they ask it for at the "
-      "exchange (its assembly work grows with the world; 0: its own samples only)" },
+      "exchange (its assembly work grows with the world; 0: its own samples only; on "
+      "larger worlds, prefetch_ahead)" },
+    { "prefetch_ahead", GRM_PARAM_BOOL, 0, offsetof(train_cfg, prefetch_ahead), "true",
+      GRM_PARAM_ANY, NULL, "with a store that has a slower tier on several ranks whose data "
+      "threads do not assemble every rank's samples (more ranks than prefetch_ranks, input = "
+      "sharded or stream): each lookup also sends the keys of the rank's next batch to their "
+      "owners, whose data threads prefetch them (one more exchange of ids a lookup); false: "
+      "the owners' lookups fetch those rows" },
     { "sparse_async", GRM_PARAM_BOOL, 0, offsetof(train_cfg, sparse_async), "false",
       GRM_PARAM_ANY, NULL, "semi-async sparse training (TurboGR §4.2.2): step i's embedding "
       "update (exchange and row optimizer) runs on a thread after step i + 1's lookup, "
@@ -600,6 +607,7 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
     p->set.sparse_group = tc->sparse_group;
     p->set.prefetch = tc->prefetch;
     p->set.prefetch_ranks = tc->prefetch_ranks;
+    p->set.prefetch_ahead = tc->prefetch_ahead;
     p->set.rank_split = tc->rank_split;
     p->set.input = tc->input;
     p->set.shard_by = tc->shard_by[0] ? tc->shard_by : tc->user_column;

@@ -70,6 +70,9 @@ typedef struct grm__settings {
     int64_t prefetch;              /* batches assembled ahead on the data thread (0: none) */
     int64_t prefetch_ranks;        /* the most ranks whose samples a data thread assembles
                                     * to prefetch the rows they will ask it for (0: none) */
+    int32_t prefetch_ahead;        /* lookups send the next batch's keys to their owners
+                                    * (prefetch.c, core/dist.c) where prefetch_ranks does
+                                    * not cover the world */
     int32_t rank_split;            /* GRM__SPLIT_*: a global batch's samples over the ranks */
     int32_t input;                 /* GRM__INPUT_* */
     const char *shard_by;          /* input = sharded: the reader's column routing rows */

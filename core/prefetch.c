@@ -50,9 +50,10 @@ static grm_status pf_prefetch_keys(grm__trainer *t, int32_t T, const int64_t *ke
  * rows come in during batch i, which the store must not evict), the negatives' too. With
  * several ranks a key's row lives in the store of the rank that owns it (core/dist.c),
  * and this thread knows only this rank's batch: it prefetches the keys this rank owns, a
- * 1/nranks share of what its store will serve (the other ranks' requests arrive through
- * the exchange and are fetched by the owner's lookup). Sending the next batch's keys to
- * their owners would need collectives on the data thread, beside the trainer's own. */
+ * 1/nranks share of what its store will serve. The keys of the other ranks' samples it
+ * owns come from pf->global (every rank's samples assembled here), or, on larger worlds
+ * and unshared orders, with the trainer's lookups (pf->ahead, pf_ahead_run); otherwise
+ * the owner's lookup fetches them. */
 static grm_status pf_prefetch_rows(grm__trainer *t, grm__batch *bt)
 {
     const grm_emb_ops *e = t->sp.eops;
@@ -95,12 +96,12 @@ static grm_status pf_prefetch_rows(grm__trainer *t, grm__batch *bt)
 
 /* The data thread's batch of every rank's samples (see grm__prefetcher): several ranks that
  * share one order (not sharded, not streamed) over a store with a slower tier, on a world
- * of at most [train] prefetch_ranks. Without it each rank prefetches only the keys it owns
- * of its own samples, and the rows the other ranks ask it for at the exchange are read by
- * its lookup, on the trainer's time. The cost is the other ranks' assembly on this rank's
- * data thread, which grows with the world; collectives on the data thread would not, but
- * would run beside the trainer's own. Not fatal: without it those rows are fetched as
- * before. */
+ * of at most [train] prefetch_ranks. Without it each rank prefetches the keys it owns of
+ * its own samples, and those of the other ranks' that they send ahead (pf->ahead), or else
+ * its lookup reads them, on the trainer's time. The cost is the other ranks' assembly on
+ * this rank's data thread, which grows with the world; the keys sent ahead cost an
+ * exchange a lookup instead, and miss the first batch. Not fatal: without it those rows are
+ * fetched as before. */
 static void pf_global_init(grm__trainer *t)
 {
     grm__prefetcher *pf = &t->pf;
@@ -111,7 +112,8 @@ static void pf_global_init(grm__trainer *t)
         if (!t->opts->quiet && t->rank == 0 && t->p->set.prefetch_ranks > 0)
             grm__log(GRM_LOG_INFO, "grmhost", "data thread: %d ranks are more than [train] "
                      "prefetch_ranks = %lld: each rank prefetches the keys it owns of its own "
-                     "samples only", (int)t->nranks, (long long)t->p->set.prefetch_ranks);
+                     "samples%s", (int)t->nranks, (long long)t->p->set.prefetch_ranks,
+                     t->p->set.prefetch_ahead ? " and of those the others send ahead" : " only");
         return;
     }
     int tiered = 0;
@@ -158,6 +160,123 @@ static void pf_head_init(grm__trainer *t)
     pf->neg = pf->negk = NULL;
 }
 
+/* ---- next-batch keys from the other ranks (grm__prefetcher.ahead) ---- */
+
+int grm__prefetch_ahead_wanted(const grm__trainer *t)
+{
+    const grm__pipeline *p = t->p;
+    if (t->nranks < 2 || p->set.prefetch <= 0 || !p->set.prefetch_ahead || !t->sp.eops
+        || !GRM_HAS_OP(grm_emb_ops, t->sp.eops, prefetch))
+        return 0;
+    // pf_global_init's case (every rank's batches assembled here) needs none of it
+    if (!t->sharded && !t->src.stream && t->nranks <= p->set.prefetch_ranks) return 0;
+    for (int32_t T = 0; T < p->nphys; T++)
+        if (t->sp.eops->prefetch(p->emb.inst, T, NULL, 0) == GRM_OK) return 1;
+    return 0;
+}
+
+static grm_status pf_ahead_init(grm__trainer *t)
+{
+    grm__prefetcher *pf = &t->pf;
+    const size_t n = (size_t)t->p->nphys;
+    pf->ahead = 0;
+    if (!t->sp.dist || !grm__prefetch_ahead_wanted(t)) return GRM_OK;
+    pf->aq = calloc(n, sizeof *pf->aq);
+    pf->aw = calloc(n, sizeof *pf->aw);
+    pf->aqn = calloc(n, sizeof *pf->aqn);
+    pf->aqcap = calloc(n, sizeof *pf->aqcap);
+    pf->awcap = calloc(n, sizeof *pf->awcap);
+    if (!pf->aq || !pf->aw || !pf->aqn || !pf->aqcap || !pf->awcap)
+        return grm_errorf(GRM_ENOMEM, "data thread: out of memory");
+    pf->ahead = 1;
+    if (!t->opts->quiet && t->rank == 0)
+        grm__log(GRM_LOG_INFO, "grmhost", "data thread: each rank sends the keys of its next "
+                 "batch to their owners with its lookups, and prefetches those the other "
+                 "ranks send it (%d ranks%s)", (int)t->nranks,
+                 t->src.stream ? ", input streamed" : t->sharded ? ", input sharded" : "");
+    return GRM_OK;
+}
+
+static int pf_ahead_queued(const grm__prefetcher *pf)
+{
+    for (int32_t T = 0; T < pf->nphys_ahead; T++)
+        if (pf->aqn[T] > 0) return 1;
+    return 0;
+}
+
+/* The queued keys, prefetched. Called and returns with pf->lock held; lets it go meanwhile. */
+static void pf_ahead_run(grm__trainer *t)
+{
+    grm__prefetcher *pf = &t->pf;
+    pf->abusy = 1;
+    for (int32_t T = 0; T < pf->nphys_ahead; T++) {
+        const int64_t n = pf->aqn[T];
+        if (n == 0) continue;
+        int64_t *keys = pf->aq[T], cap = pf->aqcap[T];   // take the queue, leave ours
+        pf->aq[T] = pf->aw[T];
+        pf->aqcap[T] = pf->awcap[T];
+        pf->aqn[T] = 0;
+        pf->aw[T] = keys;
+        pf->awcap[T] = cap;
+        pthread_mutex_unlock(&pf->lock);
+        const grm_status st = pf_prefetch_keys(t, T, keys, n);
+        pthread_mutex_lock(&pf->lock);
+        pf->ahead_keys += n;
+        if (st != GRM_OK && pf->aerr == GRM_OK) {
+            pf->aerr = st;
+            snprintf(pf->aerr_msg, sizeof pf->aerr_msg, "%s", grm_last_error());
+        }
+    }
+    pf->abusy = 0;
+    pthread_cond_broadcast(&pf->cond);   // grm__prefetch_take waits for this
+}
+
+grm_status grm__prefetch_ahead_got(grm__trainer *t, int32_t T, const int64_t *keys, int64_t n)
+{
+    grm__prefetcher *pf = &t->pf;
+    grm_status st = GRM_OK;
+    if (!pf->ahead || !pf->running) return GRM_OK;
+    pthread_mutex_lock(&pf->lock);
+    if (pf->aerr != GRM_OK) {
+        st = grm_errorf(pf->aerr, "data thread: prefetching the rows other ranks asked for "
+                        "ahead: %s", pf->aerr_msg);
+    } else if (n > 0) {
+        if (pf->aqn[T] + n > pf->aqcap[T]) {
+            const int64_t cap = 2 * (pf->aqn[T] + n);
+            int64_t *k = realloc(pf->aq[T], (size_t)cap * sizeof *k);
+            if (k == NULL) {   // not fatal: the lookups fetch these rows
+                pthread_mutex_unlock(&pf->lock);
+                return GRM_OK;
+            }
+            pf->aq[T] = k;
+            pf->aqcap[T] = cap;
+        }
+        memcpy(pf->aq[T] + pf->aqn[T], keys, (size_t)n * sizeof *keys);
+        pf->aqn[T] += n;
+        pthread_cond_broadcast(&pf->cond);
+    }
+    pthread_mutex_unlock(&pf->lock);
+    return st;
+}
+
+const grm__batch *grm__prefetch_peek(grm__trainer *t, int64_t g)
+{
+    grm__prefetcher *pf = &t->pf;
+    if (!pf->running || g > pf->last) return NULL;
+    double t0 = now_s();
+    pthread_mutex_lock(&pf->lock);
+    // The data thread may assemble g without the trainer's release of g - 1, which it holds
+    // (the ring has 2 slots or more), and g's slot is not reused before g is released.
+    const int may = g > pf->released && g <= pf->released + pf->nslots;
+    while (may && pf->ready < g && pf->next <= pf->last && !pf->stop)
+        pthread_cond_wait(&pf->cond, &pf->lock);
+    const int ok = may && pf->ready >= g;
+    pthread_mutex_unlock(&pf->lock);
+    t->rep.t_wait += now_s() - t0;
+    const grm__batch *bt = ok ? &pf->ring[(g - 1) % pf->nslots] : NULL;
+    return bt && bt->st == GRM_OK ? bt : NULL;
+}
+
 static void *pf_main(void *arg)
 {
     grm__trainer *t = arg;
@@ -174,9 +293,17 @@ static void *pf_main(void *arg)
     pthread_setschedparam(pthread_self(), SCHED_IDLE, &sp);
     pthread_mutex_lock(&pf->lock);
     for (;;) {
-        while (!pf->stop && pf->next <= pf->last && pf->next > pf->released + pf->nslots)
+        // with pf->ahead the thread stays after the last batch: the other ranks' keys of
+        // their last batches still come
+        while (!pf->stop && !pf_ahead_queued(pf)
+               && (pf->next <= pf->last ? pf->next > pf->released + pf->nslots : pf->ahead))
             pthread_cond_wait(&pf->cond, &pf->lock);
-        if (pf->stop || pf->next > pf->last) break;
+        if (pf->stop) break;
+        if (pf_ahead_queued(pf)) {   // first: their lookup is the next step's
+            pf_ahead_run(t);
+            continue;
+        }
+        if (pf->next > pf->last) break;
         int64_t g = pf->next;
         grm__batch *bt = &pf->ring[(g - 1) % pf->nslots];
         pthread_mutex_unlock(&pf->lock);
@@ -216,6 +343,8 @@ grm_status grm__prefetch_start(grm__trainer *t, int64_t first, int64_t last)
         pthread_cond_init(&pf->cond, NULL);
         pf_head_init(t);
         pf_global_init(t);
+        if ((st = pf_ahead_init(t)) != GRM_OK) return st;
+        pf->nphys_ahead = pf->ahead ? t->p->nphys : 0;
     }
     pf->stop = 0;
     pf->next = first;
@@ -251,6 +380,9 @@ void grm__prefetch_stop(grm__trainer *t)
     pf->running = 0;
     t->rep.t_batch += pf->busy_s;   /* assembly time, spent on the data thread */
     pf->busy_s = 0;
+    if (pf->ahead && !t->opts->quiet)
+        grm__log(GRM_LOG_DEBUG, "grmhost", "data thread: rank %d prefetched %lld keys the "
+                 "other ranks sent ahead", (int)t->rank, (long long)pf->ahead_keys);
 }
 
 /* Batch g, assembled: from the ring (waiting for the data thread if it is behind), or built
@@ -270,7 +402,11 @@ grm_status grm__prefetch_take(grm__trainer *t, int64_t g, grm__batch **out)
                           "(next is %lld)", (long long)g, (long long)pf->released + 1);
     double t0 = now_s();
     pthread_mutex_lock(&pf->lock);
-    while (pf->ready < g && pf->running) pthread_cond_wait(&pf->cond, &pf->lock);
+    // with pf->ahead, also until the keys the other ranks sent at the last lookups are
+    // prefetched: their lookups of them come with this batch's
+    while ((pf->ready < g || (pf->ahead && (pf->abusy || pf_ahead_queued(pf))))
+           && pf->running && !pf->stop)
+        pthread_cond_wait(&pf->cond, &pf->lock);
     pthread_mutex_unlock(&pf->lock);
     t->rep.t_wait += now_s() - t0;
     grm__batch *bt = &pf->ring[(g - 1) % pf->nslots];
@@ -305,4 +441,17 @@ void grm__prefetch_fini(grm__trainer *t)
     if (t->pf.global) grm__batch_fini(t, t->pf.global);
     free(t->pf.global);
     t->pf.global = NULL;
+    for (int32_t T = 0; T < t->pf.nphys_ahead; T++) {
+        free(t->pf.aq[T]);
+        free(t->pf.aw[T]);
+    }
+    free(t->pf.aq);
+    free(t->pf.aw);
+    free(t->pf.aqn);
+    free(t->pf.aqcap);
+    free(t->pf.awcap);
+    t->pf.aq = t->pf.aw = NULL;
+    t->pf.aqn = t->pf.aqcap = t->pf.awcap = NULL;
+    t->pf.ahead = 0;
+    t->pf.nphys_ahead = 0;
 }

@@ -35,7 +35,9 @@ static void report_tables(grm__trainer *t)
 
 /* The exchange of model-parallel rows per step since the last logged one (MTGRBoost §4.3,
  * FusedRec Fig. 7): ids before and after stage-1 dedup, ids sent to other ranks, ids the
- * owners looked up after stage 2, bytes of ids and of rows, alltoall rounds; this rank's. */
+ * owners looked up after stage 2, bytes of ids and of rows, alltoall rounds, and the next
+ * batch's ids sent to and received from the other ranks ([train] prefetch_ahead); this
+ * rank's. */
 static void report_dist(grm__trainer *t)
 {
     if (!t->sp.dist || t->step <= t->rep.dstep) return;
@@ -52,6 +54,8 @@ static void report_dist(grm__trainer *t)
             { "id_bytes", tot.id_bytes - l->id_bytes },
             { "row_bytes", tot.row_bytes - l->row_bytes },
             { "rounds", tot.rounds - l->rounds },
+            { "ids_ahead", tot.ids_ahead - l->ids_ahead },
+            { "ids_ahead_recv", tot.ids_ahead_recv - l->ids_ahead_recv },
         };
         for (size_t i = 0; i < sizeof c / sizeof *c; i++) {
             char name[64];

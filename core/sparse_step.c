@@ -17,9 +17,18 @@ static grm_status lookup_batch(grm__trainer *t, grm__batch *bt, int training)
     for (int32_t T = 0; T < p->nphys; T++) {
         const grm__batch_tab *w = &bt->tab[T];
         if (t->sp.dist) {   /* collective: every rank, every table, even with no ids */
-            st = grm__dist_lookup(t->sp.dist, T, w->keys, w->ufeat, w->nu,
-                                  w->n + (T == t->item_phys ? bt->nneg : 0), t->sp.ws[T].rows,
-                                  training ? GRM_EMB_INSERT : 0);
+            /* with pf.ahead, the keys of the next batch go to their owners too, and the
+             * other ranks' come back, for this rank's data thread to prefetch */
+            const grm__batch *nx = training && t->pf.ahead
+                                   ? grm__prefetch_peek(t, bt->g + 1) : NULL;
+            const int64_t *got = NULL;
+            int64_t ngot = 0;
+            st = grm__dist_lookup_ahead(t->sp.dist, T, w->keys, w->ufeat, w->nu,
+                                        w->n + (T == t->item_phys ? bt->nneg : 0),
+                                        t->sp.ws[T].rows, training ? GRM_EMB_INSERT : 0,
+                                        nx ? nx->tab[T].keys : NULL, nx ? nx->tab[T].nu : 0,
+                                        &got, &ngot);
+            if (st == GRM_OK && t->pf.ahead) st = grm__prefetch_ahead_got(t, T, got, ngot);
             if (st != GRM_OK) return st;
         } else if (w->nu > 0) {
             st = t->sp.eops->lookup(p->emb.inst, t->sp.ws[T].rows, T, w->keys, w->nu,
@@ -286,6 +295,7 @@ grm_status grm__sparse_setup(grm__trainer *t)
         o.dedup1 = 0;   /* the trainer's segment unique is stage 1 */
         o.group_size = (int32_t)s->sparse_group;
         o.table_names = (const char *const *)p->phys_names;
+        o.ahead = grm__prefetch_ahead_wanted(t);
         for (int32_t T = 0; T < p->nphys; T++) {
             dims[T] = p->phys[T].dim;
             if (p->plan->tables[T].nfeatures > o.nfeatures)

@@ -210,6 +210,21 @@ typedef struct grm__prefetcher {
      * batch being prefetched (each rank's order is the same), so the rows this rank owns
      * that the other ranks will ask for are brought in too. NULL: none. */
     grm__batch *global;
+    /* Several ranks over a store with a slower tier whose data thread does not assemble
+     * every rank's batches (more ranks than [train] prefetch_ranks, input = sharded or
+     * stream: grm__prefetch_ahead_wanted): each training lookup sends the keys of this
+     * rank's next batch to their owners (grm__dist_lookup_ahead), and the keys the other
+     * ranks sent this one wait in aq for the data thread to prefetch. The trainer appends,
+     * the data thread swaps aq with its aw and empties it, both under lock; a failure of
+     * that prefetch is kept in aerr for the trainer's next lookup to report. */
+    int ahead;
+    int32_t nphys_ahead;      /* tables of aq and aw (0 without ahead) */
+    int64_t **aq, **aw;       /* [nphys] keys queued, and the data thread's */
+    int64_t *aqn, *aqcap, *awcap;
+    int abusy;                /* the data thread is prefetching what it took of aq */
+    grm_status aerr;
+    char aerr_msg[512];
+    int64_t ahead_keys;       /* keys received and prefetched ahead (the run's report) */
 } grm__prefetcher;
 
 /* ---- sparse_step.c: per physical table, the looked-up rows and their gradients ---- */
@@ -507,6 +522,14 @@ void grm__prefetch_stop(grm__trainer *t);
 grm_status grm__prefetch_take(grm__trainer *t, int64_t g, grm__batch **out);
 void grm__prefetch_release(grm__trainer *t, int64_t g);
 void grm__prefetch_fini(grm__trainer *t);
+/* Whether the run's lookups send next-batch keys to their owners (the same answer on every
+ * rank: it depends on the config alone); grm__sparse_setup makes the distribution so. */
+int grm__prefetch_ahead_wanted(const grm__trainer *t);
+/* Batch g if the data thread has assembled it, else NULL: the trainer never waits for it. */
+const grm__batch *grm__prefetch_peek(grm__trainer *t, int64_t g);
+/* Keys [n] of table T that other ranks sent ahead, queued for the data thread; returns the
+ * failure of an earlier such prefetch, if any. */
+grm_status grm__prefetch_ahead_got(grm__trainer *t, int32_t T, const int64_t *keys, int64_t n);
 
 /* ---- sparse_step.c ---- */
 

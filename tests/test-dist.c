@@ -556,6 +556,76 @@ static int bench_main(const char *path, const char *label)
     return 0;
 }
 
+/* opts.ahead (grm__dist_lookup_ahead): each rank sends gen_ids of its step s + 1 along with
+ * the lookup of step s; every rank gets exactly the keys it owns that the other ranks of its
+ * group sent, in requester order and each requester's order (computed here from every
+ * rank's ids), the rows of the lookup are those without ahead (bitwise), the counters count
+ * both sides, and a plain lookup on the same distribution gets nothing. Both flat and, at an
+ * even world, in groups of R / 2. */
+static void test_ahead(int32_t group)
+{
+    void *store = make_store(), *store0 = make_store();
+    grm__dist *d = NULL, *d0 = NULL;
+    grm__dist_opts o = grm__dist_opts_default();
+    o.group_size = group;
+    grm__dist_opts o0 = o;
+    o.ahead = 1;
+    const char *what = group ? "in groups" : "flat";
+    if (grm__dist_create(&comm, sops, store, NT, dims, &o, &d) != GRM_OK ||
+        grm__dist_create(&comm, sops, store0, NT, dims, &o0, &d0) != GRM_OK) {
+        tap_ok(0, "ahead, %s: create: %s", what, harness_host()->last_error());
+        grm__dist_destroy(d);
+        sops->destroy(store);
+        sops->destroy(store0);
+        return;
+    }
+    const int32_t I = group ? group : R, base = me / I * I;
+    static int64_t ids[MAXID], next[MAXID], want[64 * MAXID];
+    static float rows[MAXID * 8], rows0[MAXID * 8];
+    int keys_ok = 1, rows_ok = 1, plain_ok = 1, st_ok = 1;
+    int64_t sent = 0, recvd = 0;
+    for (int s = 0; s < STEPS; s++) {
+        for (int t = 0; t < NT; t++) {
+            const int64_t n = gen_ids(ids, me, s, t), nn = gen_ids(next, me, s + 1, t);
+            int64_t nw = 0;
+            for (int32_t r = base; r < base + I; r++) {
+                if (r == me) continue;
+                int64_t tmp[MAXID];
+                const int64_t m = gen_ids(tmp, r, s + 1, t);
+                for (int64_t i = 0; i < m; i++)
+                    if (grm__dist_owner(d, r, tmp[i]) == me) want[nw++] = tmp[i];
+            }
+            for (int64_t i = 0; i < nn; i++) sent += grm__dist_owner(d, me, next[i]) != me;
+            recvd += nw;
+            const int64_t *got = NULL;
+            int64_t ng = -1;
+            grm_status st = grm__dist_lookup_ahead(d, t, ids, NULL, n, 0, rows, GRM_EMB_INSERT,
+                                                   next, nn, &got, &ng);
+            grm_status st0 = grm__dist_lookup(d0, t, ids, NULL, n, 0, rows0, GRM_EMB_INSERT);
+            st_ok &= st == GRM_OK && st0 == GRM_OK;
+            keys_ok &= ng == nw && (nw == 0 || (got && !memcmp(got, want, (size_t)nw * 8)));
+            rows_ok &= !memcmp(rows, rows0, (size_t)(n * dims[t]) * sizeof(float));
+            st = grm__dist_lookup_ahead(d, t, ids, NULL, n, 0, rows, 0, NULL, 0, &got, &ng);
+            plain_ok &= st == GRM_OK && ng == 0 && got == NULL;
+        }
+    }
+    grm__dist_stats tot;
+    grm__dist_counters(d, -1, GRM__DIST_LOOKUP, NULL, &tot);
+    tap_ok(st_ok && keys_ok, "ahead, %s: every rank gets exactly the next-batch keys it owns "
+           "that the others sent, in their order", what);
+    tap_ok(st_ok && rows_ok, "ahead, %s: the lookups' rows are those of a distribution "
+           "without ahead, bitwise", what);
+    tap_ok(plain_ok, "ahead, %s: a lookup that sends no keys ahead gets none", what);
+    tap_ok(tot.ids_ahead == sent && tot.ids_ahead_recv == recvd, "ahead, %s: counters: %lld "
+           "keys sent ahead (want %lld), %lld received (want %lld)", what,
+           (long long)tot.ids_ahead, (long long)sent, (long long)tot.ids_ahead_recv,
+           (long long)recvd);
+    grm__dist_destroy(d);
+    grm__dist_destroy(d0);
+    sops->destroy(store);
+    sops->destroy(store0);
+}
+
 int main(void)
 {
     const char *cname = getenv("GRM_TEST_COMM") ? getenv("GRM_TEST_COMM") : "comm-mpi";
@@ -626,6 +696,10 @@ int main(void)
         for (int i = 0; i < 3; i++) tap_skip("needs an even number of ranks", "hierarchical");
     }
     test_counters();
+    test_ahead(0);
+    if (R >= 2 && R % 2 == 0) test_ahead(R / 2);
+    else
+        for (int i = 0; i < 4; i++) tap_skip("needs an even number of ranks", "ahead in groups");
     test_errors();
     oops->destroy(opt.inst);
     comm.ops->destroy(comm.inst);

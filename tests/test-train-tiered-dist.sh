@@ -16,7 +16,14 @@
 #  - 2 ranks resumed with every row in the file and a cache that holds them all: every row
 #    rank 0 fetched was its data thread's prefetch, those the other rank asked it for
 #    included (each rank prefetches the keys it owns of every rank's samples); with
-#    [train] prefetch_ranks = 1 (its own samples only) the lookups fetch some, the control.
+#    [train] prefetch_ranks = 1 (its own samples only) and prefetch_ahead = false the
+#    lookups fetch some, the control;
+#  - the same with prefetch_ranks = 1 and prefetch_ahead on (each lookup sends the next
+#    batch's keys to their owners): fewer rows fetched by the lookups than the control's
+#    (only the first batch's, which no lookup before it announced), the same losses bitwise;
+#  - input = sharded (no shared order: prefetch_ahead is the only way an owner learns the
+#    other ranks' keys early): against prefetch_ahead = false, fewer rows fetched by the
+#    lookups, the same losses bitwise.
 # Without $MPIRUN or comm-mpi the 2-rank cases are skipped. TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
@@ -24,7 +31,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tdist-tier-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..12"
+echo "1..15"
 
 dist_data || exit 1
 mkdir -p "$tmp/tier"
@@ -73,7 +80,7 @@ same_curve "$tmp/ref.jsonl" "$tmp/aa.jsonl" 1e-5
 ok $((rc | $?)) "... then 2 -> 1 and resumed tiered on one rank: the 60 losses of the \
 in-memory run within 1e-5"
 
-mpi_or_skip 4 12
+mpi_or_skip 4 15
 mpitrain() {   # N INI STEPS OUT.jsonl (stderr of all ranks in OUT.jsonl.out)
     mpi "$1" train --max-steps "$3" --metrics-out "$4" "$2" >"$4.out" 2>&1
     rc=$?
@@ -143,15 +150,57 @@ test $rc -eq 0 && grep -q "each rank prefetches the keys it owns of every rank's
     "$tmp/p.b.jsonl.out" && [ "${1:-0}" -gt 0 ] && [ "$1" = "${2:-}" ]
 ok $? "2 ranks resumed, every row in the file: all ${1:-?} rows rank 0 fetched were its \
 data thread's prefetch, the other rank's requests included"
-# the control: each rank's own samples only ([train] prefetch_ranks = 1 < 2 ranks)
+# the control: each rank's own samples only ([train] prefetch_ranks = 1 < 2 ranks, and no
+# keys sent ahead)
 rm -rf "$tmp/p"
 mpitrain 2 "$tmp/p.ini" 30 "$tmp/q.jsonl"
 rc=$?
-mpi 2 train --set train.prefetch_ranks=1 --metrics-out "$tmp/q.b.jsonl" "$tmp/p.ini" \
-    >"$tmp/q.b.jsonl.out" 2>&1
+cp -r "$tmp/p" "$tmp/p30"
+mpi 2 train --set train.prefetch_ranks=1 --set train.prefetch_ahead=false \
+    --metrics-out "$tmp/q.b.jsonl" "$tmp/p.ini" >"$tmp/q.b.jsonl.out" 2>&1
 rc=$((rc | $?))
 set -- $(fetches "$tmp/q.b.jsonl.out")
+ctl=$((${1:-0} - ${2:-0}))
 test $rc -eq 0 && grep -q "2 ranks are more than \[train\] prefetch_ranks = 1" \
     "$tmp/q.b.jsonl.out" && [ "${2:-0}" -gt 0 ] && [ "${1:-0}" -gt "${2:-0}" ]
-ok $? "control, prefetch_ranks = 1: rank 0's lookups fetched $((${1:-0} - ${2:-0})) of its \
-${1:-?} rows, the other rank's requests"
+ok $? "control, prefetch_ranks = 1, prefetch_ahead = false: rank 0's lookups fetched $ctl \
+of its ${1:-?} rows, the other rank's requests"
+
+# the same with the next batch's keys sent ahead of each lookup (the default)
+rm -rf "$tmp/p"
+cp -r "$tmp/p30" "$tmp/p"
+mpi 2 train --set train.prefetch_ranks=1 --metrics-out "$tmp/r.b.jsonl" "$tmp/p.ini" \
+    >"$tmp/r.b.jsonl.out" 2>&1
+rc=$?
+set -- $(fetches "$tmp/r.b.jsonl.out")
+ahd=$((${1:-0} - ${2:-0}))
+grep '"name":"dist.lookup.ids_ahead' "$tmp/r.b.jsonl" | tail -2 | cut -c80- | sed 's/^/# /'
+test $rc -eq 0 && grep -q "sends the keys of its next batch to their owners" \
+    "$tmp/r.b.jsonl.out" && [ "${2:-0}" -gt 0 ] && [ "$ahd" -lt "$ctl" ] \
+    && grep '"name":"dist.lookup.ids_ahead_recv"' "$tmp/r.b.jsonl" | grep -qv '"value":0}'
+ok $? "prefetch_ranks = 1 with the next batch's keys sent ahead: rank 0's lookups fetched \
+$ahd of its ${1:-?} rows (the control: $ctl)"
+same_curve "$tmp/q.b.jsonl" "$tmp/r.b.jsonl" 0
+ok $? "... and its losses are the control's, bitwise"
+
+# input = sharded: each rank its own users, no order shared
+sh_run() {   # AHEAD OUT: 30 steps from scratch, every row of a 10M cache read back
+    rm -rf "$tmp/s"
+    rank_ini comm-mpi "$tmp/s" 1 | sed 's/^cache_bytes = 12000$/cache_bytes = 10M/' \
+        >"$tmp/s.ini"
+    mpi 2 train --set train.input=sharded --max-steps 30 "$tmp/s.ini" >/dev/null 2>&1 &&
+    mpi 2 train --set train.input=sharded --set train.prefetch_ahead="$1" \
+        --metrics-out "$2" "$tmp/s.ini" >"$2.out" 2>&1
+}
+sh_run false "$tmp/s0.jsonl"
+rc=$?
+set -- $(fetches "$tmp/s0.jsonl.out")
+sctl=$((${1:-0} - ${2:-0}))
+sh_run true "$tmp/s1.jsonl"
+rc=$((rc | $?))
+set -- $(fetches "$tmp/s1.jsonl.out")
+sahd=$((${1:-0} - ${2:-0}))
+same_curve "$tmp/s0.jsonl" "$tmp/s1.jsonl" 0
+test $((rc | $?)) -eq 0 && [ "$sctl" -gt 0 ] && [ "$sahd" -lt "$sctl" ]
+ok $? "input = sharded: with the next batch's keys sent ahead rank 0's lookups fetched \
+$sahd rows, without $sctl; the losses bitwise alike"
