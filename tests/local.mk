@@ -10,13 +10,14 @@ TESTS += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.s
 	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-stream.sh tests/test-train-prefetch.sh \
 	tests/test-pipelines-hstu.sh \
 	tests/test-train-seqrank.sh tests/test-train-async.sh tests/test-train-device.sh \
-	tests/test-train-heads.sh tests/test-train-errors.sh
+	tests/test-train-heads.sh tests/test-train-errors.sh tests/test-valgrind.sh
 EXTRA_DIST += tests/test-sdk-example.sh tests/test-train.sh tests/test-train-ml100k.sh \
 	tests/test-train-ranking.sh tests/test-train-sequence.sh tests/test-train-sparse.sh \
 	tests/test-train-dist.sh tests/test-train-sharded.sh tests/test-train-stream.sh tests/test-train-prefetch.sh \
 	tests/test-pipelines-hstu.sh \
 	tests/test-train-seqrank.sh tests/test-train-async.sh tests/test-train-device.sh \
-	tests/test-train-heads.sh tests/test-train-errors.sh sdk/examples/transform-filter/filter.c \
+	tests/test-train-heads.sh tests/test-train-errors.sh tests/test-valgrind.sh \
+	sdk/examples/transform-filter/filter.c \
 	sdk/examples/transform-filter/Makefile sdk/examples/transform-filter/README.md \
 	sdk/examples/head-hinge/hinge.c sdk/examples/head-hinge/Makefile \
 	sdk/examples/head-hinge/README.md
