@@ -42,6 +42,25 @@ static grm_status lookup_batch(grm__trainer *t, grm__batch *bt, int training)
     return GRM_OK;
 }
 
+/* With pf.ahead, the keys of batch g, the run's first, go to their owners before its
+ * lookup, as each lookup sends the next batch's (collective: every rank, every table, a
+ * lookup of no ids), so that no batch's rows are left to the owners' lookups. */
+grm_status grm__sparse_announce(grm__trainer *t, int64_t g)
+{
+    if (!t->sp.dist || !t->pf.ahead) return GRM_OK;
+    const grm__batch *bt = grm__prefetch_peek(t, g);
+    grm_status st = GRM_OK;
+    for (int32_t T = 0; T < t->p->nphys && st == GRM_OK; T++) {
+        const int64_t *got = NULL;
+        int64_t ngot = 0;
+        st = grm__dist_lookup_ahead(t->sp.dist, T, NULL, NULL, 0, 0, t->sp.ws[T].rows, 0,
+                                    bt ? bt->tab[T].keys : NULL, bt ? bt->tab[T].nu : 0,
+                                    &got, &ngot);
+        if (st == GRM_OK) st = grm__prefetch_ahead_got(t, T, got, ngot);
+    }
+    return st;
+}
+
 /* The dense input x [rows, din]: a sequence model's token rows as they are, otherwise each
  * feature pooled (sum, mean) or tiled (RecIS Table 1) into its columns. */
 static grm_status pool_forward(grm__trainer *t, const grm__batch *bt)

@@ -494,6 +494,8 @@ grm_status grm__train(grm__pipeline *p, const grm__run_opts *opts)
     int64_t last_g = limit * s->accumulate;
     if (t.plan.total_mb && last_g > t.plan.total_mb) last_g = t.plan.total_mb;
     if ((st = grm__prefetch_start(&t, t.step * s->accumulate + 1, last_g)) != GRM_OK) goto out;
+    if (t.step < limit && (st = grm__sparse_announce(&t, t.step * s->accumulate + 1)) != GRM_OK)
+        goto out;
     double start = now_s(), last_print = 0;
     int64_t samples = 0, start_step = t.step;
     /* every epoch by default; a stream's epoch ends when its reader starts the next pass */

@@ -540,6 +540,8 @@ grm_status grm__sparse_buffers(grm__trainer *t);
 void grm__sparse_teardown(grm__trainer *t);
 /* Lookup and the dense input of an assembled batch. */
 grm_status grm__embed_batch(grm__trainer *t, grm__batch *bt, int training);
+/* The keys of the run's first batch g sent to their owners (pf.ahead; collective). */
+grm_status grm__sparse_announce(grm__trainer *t, int64_t g);
 /* Backward of the pooling: dx into the summed row gradients of the tables. */
 grm_status grm__pool_backward(grm__trainer *t, const grm__batch *bt);
 /* The row optimizer on n keys of physical table T (the exchange with several ranks). */
