@@ -100,8 +100,7 @@ static grm_status pf_prefetch_rows(grm__trainer *t, grm__batch *bt)
  * its own samples, and those of the other ranks' that they send ahead (pf->ahead), or else
  * its lookup reads them, on the trainer's time. The cost is the other ranks' assembly on
  * this rank's data thread, which grows with the world; the keys sent ahead cost an
- * exchange a lookup instead, and miss the first batch. Not fatal: without it those rows are
- * fetched as before. */
+ * exchange a lookup instead. Not fatal: without it those rows are fetched as before. */
 static void pf_global_init(grm__trainer *t)
 {
     grm__prefetcher *pf = &t->pf;
