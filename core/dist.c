@@ -342,22 +342,22 @@ grm_status grm__dist_create(const grm_comm_handle *comm, const grm_emb_ops *ops,
 
     d->ntables = ntables;
     d->tables = calloc((size_t)ntables, sizeof *d->tables);
-    d->c_send = calloc((size_t)d->N * 17, sizeof *d->c_send);
+    /* the per-rank scratch arrays, [N] each ([2N] for two counts a pair), carved from one
+     * block that starts at c_send (destroy frees it) */
+    const struct { int64_t **p; int w; } cut[] = {
+        { &d->c_send, 1 }, { &d->c_recv, 1 }, { &d->c_one_s, 2 }, { &d->c_disp, 1 },
+        { &d->x_sc, 1 }, { &d->x_sd, 1 }, { &d->x_rc, 1 }, { &d->x_rd, 1 },
+        { &d->a_sc, 1 }, { &d->a_sd, 1 }, { &d->a_rc, 1 }, { &d->a_rd, 1 },
+        { &d->c2s, 2 }, { &d->c2r, 2 },
+    };
+    size_t width = 0;
+    for (size_t i = 0; i < sizeof cut / sizeof *cut; i++) width += (size_t)cut[i].w;
+    int64_t *block = calloc((size_t)d->N * width, sizeof *block);
+    d->c_send = block;
     d->part = calloc((size_t)d->I, sizeof *d->part);
-    if (!d->tables || !d->c_send || !d->part) goto nomem;
-    d->c_recv = d->c_send + d->N;
-    d->c_one_s = d->c_send + 2 * d->N;
-    d->c_disp = d->c_send + 4 * d->N;
-    d->x_sc = d->c_send + 5 * d->N;
-    d->x_sd = d->c_send + 6 * d->N;
-    d->x_rc = d->c_send + 7 * d->N;
-    d->x_rd = d->c_send + 8 * d->N;
-    d->a_sc = d->c_send + 9 * d->N;
-    d->a_sd = d->c_send + 10 * d->N;
-    d->a_rc = d->c_send + 11 * d->N;
-    d->a_rd = d->c_send + 12 * d->N;
-    d->c2s = d->c_send + 13 * d->N;
-    d->c2r = d->c_send + 15 * d->N;
+    if (!d->tables || !block || !d->part) goto nomem;
+    for (size_t i = 0, at = 0; i < sizeof cut / sizeof *cut; at += (size_t)cut[i++].w)
+        *cut[i].p = block + at * (size_t)d->N;
     for (int32_t t = 0; t < ntables; t++) {
         dist_table *tb = &d->tables[t];
         tb->dim = dims[t];
