@@ -8,6 +8,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The distributed lookup of table T's ids [n] (n_raw before dedup) into its working rows;
+ * with pf.ahead it also sends the keys of batch next (NULL: none) to their owners and
+ * queues those the other ranks sent, for this rank's data thread to prefetch. */
+static grm_status dist_lookup(grm__trainer *t, int32_t T, const grm__batch_tab *w, int64_t n,
+                              int64_t n_raw, uint32_t flags, const grm__batch *next)
+{
+    const int64_t *got = NULL;
+    int64_t ngot = 0;
+    grm_status st = grm__dist_lookup_ahead(t->sp.dist, T, w ? w->keys : NULL,
+                                           w ? w->ufeat : NULL, n, n_raw, t->sp.ws[T].rows,
+                                           flags, next ? next->tab[T].keys : NULL,
+                                           next ? next->tab[T].nu : 0, &got, &ngot);
+    if (st == GRM_OK && t->pf.ahead) st = grm__prefetch_ahead_got(t, T, got, ngot);
+    return st;
+}
+
 /* The rows of the batch's keys from the store (every rank's, with several), once per
  * physical table. */
 static grm_status lookup_batch(grm__trainer *t, grm__batch *bt, int training)
@@ -17,18 +33,10 @@ static grm_status lookup_batch(grm__trainer *t, grm__batch *bt, int training)
     for (int32_t T = 0; T < p->nphys; T++) {
         const grm__batch_tab *w = &bt->tab[T];
         if (t->sp.dist) {   /* collective: every rank, every table, even with no ids */
-            /* with pf.ahead, the keys of the next batch go to their owners too, and the
-             * other ranks' come back, for this rank's data thread to prefetch */
             const grm__batch *nx = training && t->pf.ahead
                                    ? grm__prefetch_peek(t, bt->g + 1) : NULL;
-            const int64_t *got = NULL;
-            int64_t ngot = 0;
-            st = grm__dist_lookup_ahead(t->sp.dist, T, w->keys, w->ufeat, w->nu,
-                                        w->n + (T == t->item_phys ? bt->nneg : 0),
-                                        t->sp.ws[T].rows, training ? GRM_EMB_INSERT : 0,
-                                        nx ? nx->tab[T].keys : NULL, nx ? nx->tab[T].nu : 0,
-                                        &got, &ngot);
-            if (st == GRM_OK && t->pf.ahead) st = grm__prefetch_ahead_got(t, T, got, ngot);
+            st = dist_lookup(t, T, w, w->nu, w->n + (T == t->item_phys ? bt->nneg : 0),
+                             training ? GRM_EMB_INSERT : 0, nx);
             if (st != GRM_OK) return st;
         } else if (w->nu > 0) {
             st = t->sp.eops->lookup(p->emb.inst, t->sp.ws[T].rows, T, w->keys, w->nu,
@@ -50,14 +58,8 @@ grm_status grm__sparse_announce(grm__trainer *t, int64_t g)
     if (!t->sp.dist || !t->pf.ahead) return GRM_OK;
     const grm__batch *bt = grm__prefetch_peek(t, g);
     grm_status st = GRM_OK;
-    for (int32_t T = 0; T < t->p->nphys && st == GRM_OK; T++) {
-        const int64_t *got = NULL;
-        int64_t ngot = 0;
-        st = grm__dist_lookup_ahead(t->sp.dist, T, NULL, NULL, 0, 0, t->sp.ws[T].rows, 0,
-                                    bt ? bt->tab[T].keys : NULL, bt ? bt->tab[T].nu : 0,
-                                    &got, &ngot);
-        if (st == GRM_OK) st = grm__prefetch_ahead_got(t, T, got, ngot);
-    }
+    for (int32_t T = 0; T < t->p->nphys && st == GRM_OK; T++)
+        st = dist_lookup(t, T, NULL, 0, 0, 0, bt);
     return st;
 }
 

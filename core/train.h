@@ -525,7 +525,8 @@ void grm__prefetch_fini(grm__trainer *t);
 /* Whether the run's lookups send next-batch keys to their owners (the same answer on every
  * rank: it depends on the config alone); grm__sparse_setup makes the distribution so. */
 int grm__prefetch_ahead_wanted(const grm__trainer *t);
-/* Batch g if the data thread has assembled it, else NULL: the trainer never waits for it. */
+/* Batch g, once the data thread has assembled it (the trainer holds g - 1, so the data
+ * thread can); NULL past the run, or when g failed (grm__prefetch_take reports it). */
 const grm__batch *grm__prefetch_peek(grm__trainer *t, int64_t g);
 /* Keys [n] of table T that other ranks sent ahead, queued for the data thread; returns the
  * failure of an earlier such prefetch, if any. */

@@ -458,6 +458,12 @@ static grm_status ed_update_range(void *ctx, int64_t begin, int64_t end)
     return st;
 }
 
+/* The ids of the group from g: ED_GROUP, fewer at the end. */
+static int ed_group_len(int64_t g, int64_t end)
+{
+    return end - g < ED_GROUP ? (int)(end - g) : ED_GROUP;
+}
+
 /* impl = cpu: groups of ED_GROUP ids in a pipeline of three stages, a group apart (the
  * lookups run ed_lookup_range_cpu's pipelines): the slot lines of group i + 2 are
  * requested, group i + 1 is probed and its records requested, group i is updated. With the
@@ -477,7 +483,7 @@ static grm_status ed_update_range_cpu(void *ctx, int64_t begin, int64_t end)
     for (int64_t i = 0; i < ngroups + 2 && st == GRM_OK; i++) {
         if (i < ngroups) {                      // group i: hash, slot lines
             const int64_t g = begin + i * ED_GROUP;
-            const int m = end - g < ED_GROUP ? (int)(end - g) : ED_GROUP;
+            const int m = ed_group_len(g, end);
             for (int k = 0; k < m; k++) {
                 h[i % 3][k] = ed_hash(j->ids[g + k]);
                 ed_keys_prefetch(&t->keys, h[i % 3][k]);
@@ -486,7 +492,7 @@ static grm_status ed_update_range_cpu(void *ctx, int64_t begin, int64_t end)
         const int64_t p = i - 1;                // group i - 1: probe, record lines
         if (p >= 0 && p < ngroups) {
             const int64_t g = begin + p * ED_GROUP;
-            const int m = end - g < ED_GROUP ? (int)(end - g) : ED_GROUP;
+            const int m = ed_group_len(g, end);
             for (int k = 0; k < m && st == GRM_OK; k++) {
                 int inserted;
                 ed_slot *sl = ed_acquire(j, j->ids[g + k], h[p % 3][k], 1,
@@ -499,7 +505,7 @@ static grm_status ed_update_range_cpu(void *ctx, int64_t begin, int64_t end)
         const int64_t u = i - 2;                // group i - 2: the updates
         if (u >= 0 && st == GRM_OK) {
             const int64_t g = begin + u * ED_GROUP;
-            const int m = end - g < ED_GROUP ? (int)(end - g) : ED_GROUP;
+            const int m = ed_group_len(g, end);
             for (int k = 0; k < m && st == GRM_OK; k++)
                 st = ed_update_one(j, g + k, h[u % 3][k], slot[u % 3][k]);
         }
