@@ -43,6 +43,7 @@ typedef struct train_cfg {
     int64_t prefetch_ranks;
     int64_t select_k, shuffle_buffer;
     int32_t batching, rank_split, sparse_async, input, train_on_valid, lr_decay, prefetch_ahead;
+    int32_t prefetch_evict;
     double lr_warmup, lr_decay_epochs, lr_min;
     grm_int_list topk;
 } train_cfg;
@@ -117,6 +118,12 @@ static const grm_param_decl train_params[] = {
       "batch and prefetches the rows it owns of them, which they ask it for at the "
       "exchange (its assembly work grows with the world; 0: its own samples only; on "
       "larger worlds, prefetch_ahead)" },
+    { "prefetch_evict", GRM_PARAM_BOOL, 0, offsetof(train_cfg, prefetch_evict), "true",
+      GRM_PARAM_ANY, NULL, "with a store that has a slower tier (emb-dynamic tiered) and "
+      "prefetch > 0: after each batch's prefetch the data thread brings the cache back "
+      "under its budget, moving rows out (and writing dirty ones back) while the trainer "
+      "computes, and keeping the rows of every batch in flight (grm_emb_ops.trim); false: "
+      "the trainer's lookups and updates make room when the cache is over budget" },
     { "prefetch_ahead", GRM_PARAM_BOOL, 0, offsetof(train_cfg, prefetch_ahead), "true",
       GRM_PARAM_ANY, NULL, "with a store that has a slower tier on several ranks whose data "
       "threads do not assemble every rank's samples (more ranks than prefetch_ranks, input = "
@@ -608,6 +615,7 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
     p->set.prefetch = tc->prefetch;
     p->set.prefetch_ranks = tc->prefetch_ranks;
     p->set.prefetch_ahead = tc->prefetch_ahead;
+    p->set.prefetch_evict = tc->prefetch_evict;
     p->set.rank_split = tc->rank_split;
     p->set.input = tc->input;
     p->set.shard_by = tc->shard_by[0] ? tc->shard_by : tc->user_column;

@@ -73,6 +73,8 @@ typedef struct grm__settings {
     int32_t prefetch_ahead;        /* lookups send the next batch's keys to their owners
                                     * (prefetch.c, core/dist.c) where prefetch_ranks does
                                     * not cover the world */
+    int32_t prefetch_evict;        /* the data thread trims a tiered store's cache after
+                                    * each prefetch (grm_emb_ops.trim, prefetch.c) */
     int32_t rank_split;            /* GRM__SPLIT_*: a global batch's samples over the ranks */
     int32_t input;                 /* GRM__INPUT_* */
     const char *shard_by;          /* input = sharded: the reader's column routing rows */

@@ -94,6 +94,55 @@ static grm_status pf_prefetch_rows(grm__trainer *t, grm__batch *bt)
     return st;
 }
 
+/* After the prefetch of batch hi: every table brought back under its budget by its store
+ * (grm_emb_ops.trim, ABI 1.12), so the trainer's lookups and updates find room instead of
+ * evicting on the trainer's time. The batches in flight are those after the last step
+ * applied (d): their prefetches stamped their rows with d' + 1 or more, d' the steps
+ * applied then (pf->from), so the trim keeps every row stamped since the oldest of them
+ * was prefetched, and the rows of batch hi + 1 on are stamped d + 1 or more when their
+ * prefetch comes (seed 003 §2.2: prefetching i+1 never evicts i). The keys the other ranks
+ * sent ahead are kept the same way (pf->ahead_from). Runs on the data thread, the pf lock
+ * not held. */
+static grm_status pf_trim(grm__trainer *t, int64_t hi)
+{
+    grm__prefetcher *pf = &t->pf;
+    if (!pf->trim) return GRM_OK;
+    const int64_t d = atomic_load(&pf->done), g0 = d * t->p->set.accumulate + 1;
+    int64_t keep = d + 1;
+    if (g0 <= hi && pf->from[g0 % pf->nfrom] < keep) keep = pf->from[g0 % pf->nfrom];
+    if (pf->ahead_from < keep) keep = pf->ahead_from;
+    grm_status st = GRM_OK;
+    for (int32_t T = 0; T < t->p->nphys && st == GRM_OK; T++)
+        st = t->sp.eops->trim(t->p->emb.inst, T, keep);
+    if (st != GRM_OK)
+        grm_error_prefix("[embedding] %s: trim: ", t->p->emb.plugin->info->name);
+    return st;
+}
+
+/* Whether the data thread trims (pf->trim): [train] prefetch_evict, a store with a trim op
+ * and a table with a slower tier; from's ring covers the batches that can be in flight
+ * (the ring's, a step's, and with sparse_async one step more whose update is pending). */
+static grm_status pf_trim_init(grm__trainer *t)
+{
+    grm__prefetcher *pf = &t->pf;
+    const grm_emb_ops *e = t->sp.eops;
+    pf->trim = 0;
+    pf->ahead_from = INT64_MAX;
+    if (!t->p->set.prefetch_evict || t->opts->batches_in_memory || !e
+        || !GRM_HAS_OP(grm_emb_ops, e, prefetch) || !GRM_HAS_OP(grm_emb_ops, e, trim))
+        return GRM_OK;
+    int tiered = 0;
+    for (int32_t T = 0; T < t->p->nphys && !tiered; T++)
+        tiered = e->prefetch(t->p->emb.inst, T, NULL, 0) == GRM_OK;
+    if (!tiered) return GRM_OK;
+    const int64_t n = (int64_t)pf->nslots + 2 * t->p->set.accumulate + 1;
+    if (n > INT32_MAX || !(pf->from = calloc((size_t)n, sizeof *pf->from)))
+        return grm_errorf(GRM_ENOMEM, "data thread: out of memory");
+    pf->nfrom = (int32_t)n;
+    pf->trim = 1;
+    return GRM_OK;
+}
+
 /* The data thread's batch of every rank's samples (see grm__prefetcher): several ranks that
  * share one order (not sharded, not streamed) over a store with a slower tier, on a world
  * of at most [train] prefetch_ranks. Without it each rank prefetches the keys it owns of
@@ -208,6 +257,7 @@ static void pf_ahead_run(grm__trainer *t)
 {
     grm__prefetcher *pf = &t->pf;
     pf->abusy = 1;
+    pf->ahead_from = atomic_load(&pf->done) + 1;   // what these keys' rows are stamped with
     for (int32_t T = 0; T < pf->nphys_ahead; T++) {
         const int64_t n = pf->aqn[T];
         if (n == 0) continue;
@@ -228,6 +278,15 @@ static void pf_ahead_run(grm__trainer *t)
     }
     pf->abusy = 0;
     pthread_cond_broadcast(&pf->cond);   // grm__prefetch_take waits for this
+    if (!pf->trim || pf->aerr != GRM_OK) return;
+    const int64_t hi = pf->ready;
+    pthread_mutex_unlock(&pf->lock);     // the trainer need not wait for the trim
+    const grm_status st = pf_trim(t, hi);
+    pthread_mutex_lock(&pf->lock);
+    if (st != GRM_OK && pf->aerr == GRM_OK) {
+        pf->aerr = st;
+        snprintf(pf->aerr_msg, sizeof pf->aerr_msg, "%s", grm_last_error());
+    }
 }
 
 grm_status grm__prefetch_ahead_got(grm__trainer *t, int32_t T, const int64_t *keys, int64_t n)
@@ -308,7 +367,9 @@ static void *pf_main(void *arg)
         pthread_mutex_unlock(&pf->lock);
         double t0 = now_s();
         bt->st = grm__batch_assemble_train(t, bt, g);
+        if (pf->trim) pf->from[g % pf->nfrom] = atomic_load(&pf->done) + 1;
         if (bt->st == GRM_OK) bt->st = pf_prefetch_rows(t, bt);
+        if (bt->st == GRM_OK) bt->st = pf_trim(t, g);
         if (bt->st != GRM_OK) snprintf(bt->err, sizeof bt->err, "%s", grm_last_error());
         double dt = now_s() - t0;
         pthread_mutex_lock(&pf->lock);
@@ -344,7 +405,9 @@ grm_status grm__prefetch_start(grm__trainer *t, int64_t first, int64_t last)
         pf_global_init(t);
         if ((st = pf_ahead_init(t)) != GRM_OK) return st;
         pf->nphys_ahead = pf->ahead ? t->p->nphys : 0;
+        if ((st = pf_trim_init(t)) != GRM_OK) return st;
     }
+    atomic_store(&pf->done, (first - 1) / t->p->set.accumulate);
     pf->stop = 0;
     pf->next = first;
     pf->last = last;
@@ -425,6 +488,11 @@ void grm__prefetch_release(grm__trainer *t, int64_t g)
     pthread_mutex_unlock(&pf->lock);
 }
 
+void grm__prefetch_applied(grm__trainer *t, int64_t step)
+{
+    atomic_store(&t->pf.done, step);
+}
+
 /* The ring's batches freed (the thread stopped first). */
 void grm__prefetch_fini(grm__trainer *t)
 {
@@ -453,4 +521,7 @@ void grm__prefetch_fini(grm__trainer *t)
     t->pf.aqn = t->pf.aqcap = t->pf.awcap = NULL;
     t->pf.ahead = 0;
     t->pf.nphys_ahead = 0;
+    free(t->pf.from);
+    t->pf.from = NULL;
+    t->pf.trim = 0;
 }

@@ -184,6 +184,7 @@ static grm_status apply_pending(grm__trainer *t)
         const struct grm__pending *q = &t->sp.pend[i];
         st = grm__update_table(t, i, q->keys, q->grads, q->n, t->sp.pend_step, 0);
     }
+    if (st == GRM_OK) grm__prefetch_applied(t, t->sp.pend_step);
     t->sp.pend_step = 0;
     return st;
 }
@@ -422,7 +423,10 @@ grm_status grm__sparse_apply(grm__trainer *t, const grm__batch *bt, int64_t step
 {
     grm__pipeline *p = t->p;
     grm_status st = GRM_OK;
-    if (p->set.accumulate > 1) return update_accumulated(t, step);
+    if (p->set.accumulate > 1) {
+        if ((st = update_accumulated(t, step)) == GRM_OK) grm__prefetch_applied(t, step);
+        return st;
+    }
     if (t->sp.async) {   /* the update waits for the next step's lookup */
         for (int32_t i = 0; i < p->nphys; i++) {
             struct grm__pending *q = &t->sp.pend[i];
@@ -436,5 +440,6 @@ grm_status grm__sparse_apply(grm__trainer *t, const grm__batch *bt, int64_t step
     }
     for (int32_t i = 0; i < p->nphys && st == GRM_OK; i++)
         st = grm__update_table(t, i, bt->tab[i].keys, t->sp.ws[i].grads, bt->tab[i].nu, step, 1);
+    if (st == GRM_OK) grm__prefetch_applied(t, step);
     return st;
 }

@@ -22,6 +22,7 @@
 #include "pipeline.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 #include <uv.h>
 
@@ -225,6 +226,17 @@ typedef struct grm__prefetcher {
     grm_status aerr;
     char aerr_msg[512];
     int64_t ahead_keys;       /* keys received and prefetched ahead (the run's report) */
+    /* [train] prefetch_evict over a store with a trim op (grm_emb_ops.trim, ABI 1.12):
+     * after each prefetch the data thread trims every table, keeping the rows stamped
+     * since the oldest batch not yet applied was prefetched (pf_trim). from [nfrom]: at
+     * g % nfrom, the least stamp batch g's prefetch gave (the steps applied then, plus
+     * one); ahead_from: the same of the last keys prefetched for the other ranks; done:
+     * the last step whose update the store has applied (grm__prefetch_applied). */
+    int trim;
+    int64_t *from;
+    int32_t nfrom;
+    int64_t ahead_from;
+    _Atomic int64_t done;
 } grm__prefetcher;
 
 /* ---- sparse_step.c: per physical table, the looked-up rows and their gradients ---- */
@@ -521,6 +533,9 @@ grm_status grm__prefetch_start(grm__trainer *t, int64_t first, int64_t last);
 void grm__prefetch_stop(grm__trainer *t);
 grm_status grm__prefetch_take(grm__trainer *t, int64_t g, grm__batch **out);
 void grm__prefetch_release(grm__trainer *t, int64_t g);
+/* The store has applied the update of `step` (every table): the data thread's trims keep
+ * what the batches after it were stamped with. */
+void grm__prefetch_applied(grm__trainer *t, int64_t step);
 void grm__prefetch_fini(grm__trainer *t);
 /* Whether the run's lookups send next-batch keys to their owners (the same answer on every
  * rank: it depends on the config alone); grm__sparse_setup makes the distribution so. */

@@ -19,7 +19,7 @@
 int main(void)
 {
     if (sizeof(void *) != 8 || sizeof(long) != 8) tap_skip_all("layout table is for LP64");
-    tap_plan(207);
+    tap_plan(208);
     SZ(grm_device, 8);
     SZ(grm_tensor, 56);
     OF(grm_tensor, dtype, 8);
@@ -132,7 +132,7 @@ int main(void)
     OF(grm_emb_table_spec, init_scale, 24);
     OF(grm_emb_table_spec, seed, 32);
     SZ(grm_emb_stats, 48);
-    SZ(grm_emb_ops, 104);
+    SZ(grm_emb_ops, 112);
     OF(grm_emb_ops, create, 8);
     OF(grm_emb_ops, destroy, 16);
     OF(grm_emb_ops, lookup, 24);
@@ -145,6 +145,7 @@ int main(void)
     OF(grm_emb_ops, tensor_rows, 80);
     OF(grm_emb_ops, load_rows, 88);
     OF(grm_emb_ops, placement, 96);
+    OF(grm_emb_ops, trim, 104);
     SZ(grm_dense_ctx, 48);
     OF(grm_dense_ctx, training, 4);
     OF(grm_dense_ctx, step, 8);
@@ -224,7 +225,7 @@ int main(void)
     OF(grm_comm_ops, broadcast, 64);
     OF(grm_comm_ops, barrier, 72);
     SZ(grm_comm_handle, 16);
-    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 11, "this table pins ABI 1.11 (is %d.%d)",
+    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 12, "this table pins ABI 1.12 (is %d.%d)",
            GRM_ABI_MAJOR, GRM_ABI_MINOR);
     tap_ok(GRM_DTYPE_F32 == 1 && GRM_DTYPE_U8 == 6 && GRM_COL_LIST_F32 == 5
                && GRM_KIND_COMM == 7 && GRM_PARAM_STR_LIST == 7 && GRM_EINTERNAL == 10

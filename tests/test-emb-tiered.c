@@ -6,7 +6,8 @@
  * evaluation reads from the file and a checkpoint round trip. Also: prefetching batch i+1
  * never evicts batch i (a stream that would under plain LRU), the auto cache size from a
  * stream whose reuse distances are known, the checksum catching a changed backing file,
- * the configuration errors, and the prefetch reading through io_uring or pread alike. */
+ * the configuration errors, the prefetch reading through io_uring or pread alike, and the
+ * data thread's trim (ABI 1.12) keeping the batches in flight. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -248,7 +249,7 @@ static grm_status load_by_pieces(void *s, void *src, const int *order)
 
 int main(void)
 {
-    tap_plan(33);
+    tap_plan(37);
     info = harness_plugin("emb-dynamic");
     ops = info->ops;
     const grm_plugin_info *oinfo = harness_plugin("opt-adam");
@@ -746,6 +747,96 @@ int main(void)
                "in memory, GRM_OK tiered (the host then draws the negatives ahead)");
         for (int k = 0; k < 3; k++) ops->destroy(st3[k]);
     }
+    // ---- 8. trim (ABI 1.12): the data thread's eviction keeps the batches in flight ----
+    // A cache of 2B rows; steps 1-4 train 4 batches of B fresh ids. Step 5 looks up batch
+    // X (fresh ids), the trainer's eviction keeping X; then batch Y (step 1's ids, now in
+    // the file) is prefetched, as the data thread does during step 5: 2.75B rows are
+    // cached, over the budget. trim(keep_from = 5) must move out rows, but none of X (its
+    // update is still to come) nor Y (its lookup is next). The control trims a twin store
+    // with keep_from = 6, which leaves X and Y unprotected: LRU then takes the oldest
+    // stamps first and, past batch 4's rows, some of Y's.
+    {
+        char cb8[64];
+        void *probe = make_store(&spec, (const char *[]){ kv_dir("c"), "cache_bytes=1M",
+                                                          NULL });
+        const int64_t per = 1000000 / stats_of(probe).capacity;
+        ops->destroy(probe);
+        snprintf(cb8, sizeof cb8, "cache_bytes=%lld", (long long)(per * 2 * B + per / 2));
+        void *m8 = make_store(&spec, NULL);
+        void *k8 = make_store(&spec, (const char *[]){ kv_dir("k"), cb8, "evict=lru", NULL });
+        void *c8 = make_store(&spec, (const char *[]){ kv_dir("l"), cb8, "evict=lru", NULL });
+        void *st8[3] = { m8, k8, c8 };
+        int64_t b8[6][B];
+        float o8[B * D], g8[B * D];
+        for (int64_t i = 0; i < B; i++)
+            for (int d = 0; d < D; d++) g8[i * D + d] = 0.125f * (float)(1 + (i + d) % 5);
+        for (int b = 0; b < 5; b++)
+            for (int64_t i = 0; i < B; i++) b8[b][i] = 20000 + b * 1000 + i;
+        memcpy(b8[5], b8[0], sizeof b8[0]);     // Y: step 1's ids
+        grm_status s8 = GRM_OK;
+        for (int64_t step = 1; step <= 4; step++)
+            for (int k = 0; k < 3 && s8 == GRM_OK; k++) {
+                s8 = ops->lookup(st8[k], o8, 0, b8[step - 1], B, GRM_EMB_INSERT);
+                if (s8 == GRM_OK) s8 = ops->update(st8[k], 0, b8[step - 1], g8, B, step);
+            }
+        for (int k = 0; k < 3 && s8 == GRM_OK; k++)
+            s8 = ops->lookup(st8[k], o8, 0, b8[4], B, GRM_EMB_INSERT);      // X, step 5
+        for (int k = 1; k < 3 && s8 == GRM_OK; k++) s8 = ops->prefetch(st8[k], 0, b8[5], B);
+        const ed_table *tk = &((ed_store *)k8)->tables[0], *tc = &((ed_store *)c8)->tables[0];
+        const grm_emb_stats before = stats_of(k8);
+        const int64_t over = atomic_load(&tk->keys.live), cap8 = before.capacity;
+        if (s8 == GRM_OK) s8 = ops->trim(k8, 0, 5);
+        if (s8 == GRM_OK) s8 = ops->trim(c8, 0, 6);
+        const grm_emb_stats after = stats_of(k8);
+        const int64_t lk = atomic_load(&tk->keys.live), lc = atomic_load(&tc->keys.live);
+        const int64_t fk = atomic_load(&tk->tier.fetches), fc = atomic_load(&tc->tier.fetches);
+        for (int k = 0; k < 3 && s8 == GRM_OK; k++)
+            s8 = ops->update(st8[k], 0, b8[4], g8, B, 5);
+        const int64_t xk = atomic_load(&tk->tier.fetches) - fk;
+        const int64_t xc = atomic_load(&tc->tier.fetches) - fc;
+        const int64_t mk = stats_of(k8).misses, mc = stats_of(c8).misses;
+        for (int k = 0; k < 3 && s8 == GRM_OK; k++) {
+            s8 = ops->lookup(st8[k], o8, 0, b8[5], B, GRM_EMB_INSERT);      // Y, step 6
+            if (s8 == GRM_OK) s8 = ops->update(st8[k], 0, b8[5], g8, B, 6);
+        }
+        const int64_t yk = stats_of(k8).misses - mk, yc = stats_of(c8).misses - mc;
+        tap_ok(s8 == GRM_OK && cap8 == 2 * B && over > cap8
+                   && after.evictions > before.evictions && lk < over
+                   && atomic_load(&tk->tier.trimmed) == after.evictions - before.evictions
+                   && xk == 0 && yk == 0,
+               "trim(keep_from = 5) of a cache of %lld rows holding %lld: %lld moved out, none "
+               "of the batch in flight (its update fetched %lld) nor of the one prefetched "
+               "(its lookup missed %lld)", (long long)cap8, (long long)over,
+               (long long)(after.evictions - before.evictions), (long long)xk, (long long)yk);
+        tap_ok(s8 == GRM_OK && lc < lk && xc + yc > 0,
+               "control: trim(keep_from = 6) of the twin store moves out more (%lld rows "
+               "left cached, against %lld), rows of those batches included (the update "
+               "fetched %lld, the lookup missed %lld)", (long long)lc, (long long)lk,
+               (long long)xc, (long long)yc);
+        tap_ok(s8 == GRM_OK && same_export(m8, k8, "trimmed") && same_export(m8, c8, "control"),
+               "after the trims, both tiered stores export bitwise the in-memory store's "
+               "rows, state and metadata");
+        // A trim between a checkpoint's description and its rows moves rows between the
+        // tiers and changes none: the bounded save goes on (tensor_rows, ABI 1.10).
+        grm_named_tensor d8;
+        const int64_t v8 = atomic_load(&tk->version);
+        int ok8 = ops->tensor_rows(k8, 1, &d8, 0, 0, NULL) == GRM_OK;
+        const int64_t n8 = d8.tensor.shape[0];
+        float *w8 = malloc((size_t)(n8 * D) * sizeof *w8);
+        const int64_t ev0 = stats_of(k8).evictions;
+        ok8 = ok8 && ops->trim(k8, 0, INT64_MAX) == GRM_OK && stats_of(k8).evictions > ev0
+              && atomic_load(&tk->version) == v8
+              && ops->tensor_rows(k8, 1, NULL, 0, n8, w8) == GRM_OK;
+        const grm_named_tensor mw = find_tensor(m8, "t.weight");
+        tap_ok(ok8 && mw.tensor.shape[0] == n8
+                   && memcmp(mw.tensor.data, w8, (size_t)(n8 * D) * sizeof *w8) == 0,
+               "a trim between tensor_rows' description and its rows (%lld rows moved out) "
+               "leaves the save going on, its rows bitwise the in-memory store's",
+               (long long)(stats_of(k8).evictions - ev0));
+        free(w8);
+        for (int k = 0; k < 3; k++) ops->destroy(st8[k]);
+    }
+
     bad = try_store(&spec, &est, (const char *[]){ kv_dir("e"), "cache_bytes=1M",
                                                    "backing_io=mmap", NULL });
     tap_ok(bad == NULL && est == GRM_EINVAL && has("backing_io") && has("io_uring"),

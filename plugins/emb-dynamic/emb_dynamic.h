@@ -294,6 +294,9 @@ typedef struct ed_tier {
     _Atomic int64_t file_only;      /* rows in the file and not in the cache */
     _Atomic int64_t fetches, writebacks, bytes_read, bytes_written;
     _Atomic int64_t prefetched;     /* rows brought in by prefetch (not by a lookup) */
+    _Atomic int64_t trimmed;        /* rows moved out by ed_trim (the host's data thread) */
+    _Atomic int64_t fresh;          /* ids in neither tier the prefetch saw since the last
+                                     * trim: rows the lookups will create */
     int64_t *profile;       /* cache_bytes = auto: ids of the profiled batches, owned */
     int64_t nprofile, profile_cap;
     int64_t batches;        /* training lookups profiled so far */
@@ -345,6 +348,8 @@ typedef struct ed_table {
     ed_tier tier;
     ed_candidate *cand;         /* eviction workspace, owned (malloc) */
     int64_t cand_cap;
+    ed_candidate *tcand;        /* ed_trim's, kept across its holds of the lock (owned) */
+    int64_t tcand_cap;
     ed_export exp;
     ed_stage stage;
     char *tensor_names[ED_NTENSORS];    /* owned (malloc) */
@@ -528,6 +533,7 @@ static inline void ed_row_read_shared(const ed_store *s, ed_table *t, uint64_t h
 grm_status ed_evict_ttl(const ed_store *s, ed_table *t, int64_t now);
 grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from);
 grm_status ed_evict_ref(const ed_store *s, ed_table *t, int64_t ref);
+grm_status ed_trim(const ed_store *s, ed_table *t, int64_t keep_from);
 
 /* ---- ops.c ---- */
 grm_status ed_lookup_batch(const ed_store *s, ed_table *t, float *out, const int64_t *ids,

@@ -96,19 +96,25 @@ grm_status ed_evict_ttl(const ed_store *s, ed_table *t, int64_t now)
 /* Candidates ahead whose key slots an eviction requests. */
 #define ED_EVICT_AHEAD 8
 
-grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from)
+/* The rows not stamped at keep_from or later into cand [*n] (grown to the live rows), and
+ * the k of them to evict first, down to `goal` live rows, selected to its front (*k; 0
+ * when none may go: rows stamped since keep_from stay, even over budget). Caller holds the
+ * write lock, or (ed_trim) the read lock: lookups may then fill and stamp records meanwhile,
+ * so each field is read once, atomically, and the choice is checked again before each
+ * eviction (ed_cand_still). */
+static grm_status ed_evict_pick(const ed_store *s, ed_table *t, ed_candidate **cand,
+                                int64_t *cap, int64_t keep_from, int64_t goal, int64_t *n_out,
+                                int64_t *k_out)
 {
     const int64_t live = atomic_load(&t->keys.live);
-    const int64_t max_rows = t->max_rows;
-    if (max_rows <= 0 || live <= max_rows) return GRM_OK;
-
-    if (t->cand_cap < live) {
-        ed_candidate *c = realloc(t->cand, (size_t)live * sizeof(*c));
+    *n_out = *k_out = 0;
+    if (*cap < live) {
+        ed_candidate *c = realloc(*cand, (size_t)live * sizeof(*c));
         if (c == NULL)
             return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory for "
                                    "%lld eviction candidates", t->name, (long long)live);
-        t->cand = c;
-        t->cand_cap = live;
+        *cand = c;
+        *cap = live;
     }
     int64_t n = 0;
     for (int i = 0; i < 2; i++) {
@@ -116,42 +122,131 @@ grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from)
         const int64_t end = atomic_load(&p->next);
         for (int64_t r = 0; r < end && n < live; r++) {
             const ed_meta *m = ed_rec_meta(ed_pool_record(p, r));
-            if (m->id == ED_KEY_EMPTY || m->last >= protect_from) continue;
-            ed_candidate *c = &t->cand[n++];
-            c->k1 = s->cfg.evict == ED_EVICT_LFU ? m->count : m->last;
-            c->k2 = s->cfg.evict == ED_EVICT_LFU ? m->last : 0;
-            c->id = m->id;
+            const int64_t last = __atomic_load_n(&m->last, __ATOMIC_RELAXED);
+            const int64_t id = __atomic_load_n(&m->id, __ATOMIC_RELAXED);
+            if (id == ED_KEY_EMPTY || last >= keep_from) continue;
+            ed_candidate *c = &(*cand)[n++];
+            c->k1 = s->cfg.evict == ED_EVICT_LFU ? __atomic_load_n(&m->count, __ATOMIC_RELAXED)
+                                                 : last;
+            c->k2 = s->cfg.evict == ED_EVICT_LFU ? last : 0;
+            c->id = id;
             c->ref = (r << 1) | i;
         }
     }
-    // Tiered: down to 7/8 of the budget, so the O(rows) scan and selection run once per
-    // max_rows/8 rows moved out, not after every batch (they were 29% of a step's time).
-    int64_t k = live - (s->tiered ? max_rows - max_rows / 8 : max_rows);
-    if (k > n) k = n;       // rows of the step in progress stay, even over budget
+    int64_t k = live - goal;
+    if (k > n) k = n;
     if (k <= 0) return GRM_OK;
-    if (k < n) ed_select(t->cand, n, k);
+    if (k < n) ed_select(*cand, n, k);
+    *n_out = n;
+    *k_out = k;
+    return GRM_OK;
+}
+
+/* The row a candidate was chosen for still holds its record and was not stamped since
+ * (the choice was made under an earlier hold of the write lock; ed_trim). */
+static int ed_cand_still(const ed_store *s, const ed_table *t, const ed_candidate *c)
+{
+    const ed_meta *m = ed_rec_meta(ed_record(t, c->ref));
+    const int64_t last = __atomic_load_n(&m->last, __ATOMIC_RELAXED);
+    return m->id == c->id && last == (s->cfg.evict == ED_EVICT_LFU ? c->k2 : c->k1);
+}
+
+/* Evict candidates c [n] in order (all of them, or with `recheck` those ed_cand_still
+ * keeps), to the backing file when tiered; *done: rows evicted. Caller holds the write
+ * lock. */
+static grm_status ed_evict_cands(const ed_store *s, ed_table *t, const ed_candidate *c,
+                                 int64_t n, int recheck, int64_t *done)
+{
     grm_status st;
-    if (s->tiered && (st = ed_tier_reserve(s, t, k)) != GRM_OK) return st;
-    for (int64_t i = 0; i < k; i++) {
+    *done = 0;
+    if (s->tiered && (st = ed_tier_reserve(s, t, n)) != GRM_OK) return st;
+    for (int64_t i = 0; i < n; i++) {
         // The key slots an eviction probes (the cache's, and the backing index's when
         // tiered) and the record's metadata are requested ED_EVICT_AHEAD candidates
         // early, so their misses overlap (group prefetching, as ops.c's lookups): in the
         // synthetic-tiered run's evictions the two probes were over a quarter of the
         // time, a miss each.
-        if (i + ED_EVICT_AHEAD < k) {
-            const ed_candidate *c = &t->cand[i + ED_EVICT_AHEAD];
-            const uint64_t h = ed_hash(c->id);
+        if (i + ED_EVICT_AHEAD < n) {
+            const ed_candidate *a = &c[i + ED_EVICT_AHEAD];
+            const uint64_t h = ed_hash(a->id);
             ed_keys_prefetch(&t->keys, h);
             if (s->tiered) ed_keys_prefetch(&t->tier.index, h);
-            __builtin_prefetch(ed_record(t, c->ref));  // its metadata: dirty or not
+            __builtin_prefetch(ed_record(t, a->ref));  // its metadata: dirty or not
         }
-        if ((st = ed_evict_ref(s, t, t->cand[i].ref)) != GRM_OK) return st;
+        if (recheck && !ed_cand_still(s, t, &c[i])) continue;
+        if ((st = ed_evict_ref(s, t, c[i].ref)) != GRM_OK) return st;
+        (*done)++;
     }
-    if (s->tiered && (st = ed_tier_flush(s, t)) != GRM_OK) return st;
+    return s->tiered ? ed_tier_flush(s, t) : GRM_OK;
+}
+
+static void ed_evict_log(const ed_store *s, const ed_table *t, int64_t k, const char *who)
+{
     s->host->log(GRM_LOG_DEBUG, "emb-dynamic", "table '%s': %s %lld %s rows to keep "
-                 "%lld rows (%lld evictions so far)", t->name,
+                 "%lld rows%s (%lld evictions so far)", t->name,
                  s->tiered ? "moved to the backing file" : "evicted", (long long)k,
                  s->cfg.evict == ED_EVICT_LFU ? "least frequently used" : "least recently used",
-                 (long long)max_rows, (long long)atomic_load(&t->evictions));
+                 (long long)t->max_rows, who, (long long)atomic_load(&t->evictions));
+}
+
+grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from)
+{
+    const int64_t max_rows = t->max_rows;
+    if (max_rows <= 0 || atomic_load(&t->keys.live) <= max_rows) return GRM_OK;
+    // Tiered: down to 7/8 of the budget, so the O(rows) scan and selection run once per
+    // max_rows/8 rows moved out, not after every batch (they were 29% of a step's time).
+    const int64_t goal = s->tiered ? max_rows - max_rows / 8 : max_rows;
+    int64_t n, k, done;
+    grm_status st = ed_evict_pick(s, t, &t->cand, &t->cand_cap, protect_from, goal, &n, &k);
+    if (st != GRM_OK || k == 0) return st;
+    if ((st = ed_evict_cands(s, t, t->cand, k, 0, &done)) != GRM_OK) return st;
+    ed_evict_log(s, t, k, "");
     return GRM_OK;
+}
+
+/* Candidates a trim evicts under one hold of the write lock: the trainer's lookups and
+ * updates wait for a hold, never for the whole trim. */
+#define ED_TRIM_CHUNK 256
+
+/* Tiered: when the cache is within max_rows/64 of its budget, move rows out down to 7/8
+ * of it, keeping every row stamped at keep_from or later. A trim scans every record's
+ * metadata, a cache miss each, so it runs about as often as ed_evict_budget's cut (once
+ * per 7/64 of the budget brought in, against 1/8): trimming at 31/32 down to 15/16 scanned
+ * three times as often, and on 2 cores, where the data thread takes CPU the trainer's pool
+ * would have used, synthetic-tiered trained 17 % slower for it:
+ * the host's data thread calls this after its prefetch (grm_emb_ops.trim), so the trainer
+ * finds room and evicts nothing itself (seed 003 §2.2: the rows of batch i and of the
+ * prefetched i+1 stay). The candidates are chosen under the read lock (the scan is a miss
+ * a record, milliseconds for a cache of 10^5 rows, which the trainer's lookups need not
+ * wait out) and evicted ED_TRIM_CHUNK at a time under the write lock, each rechecked
+ * (ed_cand_still): a row the trainer touched in between stays. Moving rows between the tiers changes no row, so the
+ * table's version (an export's snapshot) stays. */
+grm_status ed_trim(const ed_store *s, ed_table *t, int64_t keep_from)
+{
+    const int64_t max_rows = t->max_rows;
+    // Room is made for the rows the lookups of the prefetched batches will create too (ids
+    // in neither tier, which the prefetch leaves to them): in a first epoch most ids are
+    // new, and without them the trainer's own lookups went over budget and evicted a tenth
+    // of synthetic-tiered's rows.
+    const int64_t fresh = atomic_load(&t->tier.fresh);
+    if (!s->tiered || max_rows <= 0
+        || atomic_load(&t->keys.live) + fresh <= max_rows - max_rows / 64)
+        return GRM_OK;
+    atomic_fetch_sub(&t->tier.fresh, fresh);
+    const int64_t goal = max_rows - max_rows / 8 - fresh;
+    int64_t n, k, done, moved = 0;
+    pthread_rwlock_rdlock(&t->lock);
+    grm_status st = ed_evict_pick(s, t, &t->tcand, &t->tcand_cap, keep_from,
+                                  goal > max_rows / 2 ? goal : max_rows / 2, &n, &k);
+    pthread_rwlock_unlock(&t->lock);
+    for (int64_t i = 0; i < k && st == GRM_OK; i += ED_TRIM_CHUNK) {
+        const int64_t m = k - i < ED_TRIM_CHUNK ? k - i : ED_TRIM_CHUNK;
+        pthread_rwlock_wrlock(&t->lock);
+        st = ed_evict_cands(s, t, t->tcand + i, m, 1, &done);
+        pthread_rwlock_unlock(&t->lock);
+        moved += done;
+    }
+    atomic_fetch_add_explicit(&t->tier.trimmed, moved, memory_order_relaxed);
+    if (st == GRM_OK && moved > 0) ed_evict_log(s, t, moved, " (the data thread's trim)");
+    return st;
 }

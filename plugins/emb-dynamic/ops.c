@@ -649,7 +649,10 @@ static grm_status ed_pf_one(const ed_store *s, ed_table *t, int64_t id, uint64_t
     if (slot == NULL) {
         // ids in neither tier are left to the lookup (a new row costs no I/O)
         const ed_slot *fs = ed_keys_find(&t->tier.index, id, h);
-        if (fs == NULL) return GRM_OK;
+        if (fs == NULL) {   // a row the lookup will create: room for it (ed_trim)
+            atomic_fetch_add_explicit(&t->tier.fresh, 1, memory_order_relaxed);
+            return GRM_OK;
+        }
         int inserted = 0;
         slot = ed_keys_claim(&t->keys, id, h, &inserted);
         if (slot == NULL) return GRM_OK;    // full: the lookup will fetch it

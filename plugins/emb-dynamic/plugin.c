@@ -40,6 +40,7 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
         if (t->tier.fd >= 0)
             s->host->log(GRM_LOG_INFO, "emb-dynamic", "table '%s': cache %lld of %lld rows "
                          "(budget %lld), %lld fetched from %s (%lld by prefetch), %lld "
+                         "moved out by the data thread's trim, %lld "
                          "written back, %lld bytes read, %lld written; %lld reads through "
                          "io_uring; %lld segments cleaned, %lld live records moved (%lld from the "
                          "cache)", t->name,
@@ -48,6 +49,7 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
                                      + atomic_load(&t->tier.file_only)),
                          (long long)t->max_rows, (long long)atomic_load(&t->tier.fetches),
                          t->tier.path, (long long)atomic_load(&t->tier.prefetched),
+                         (long long)atomic_load(&t->tier.trimmed),
                          (long long)atomic_load(&t->tier.writebacks),
                          (long long)atomic_load(&t->tier.bytes_read),
                          (long long)atomic_load(&t->tier.bytes_written),
@@ -59,6 +61,7 @@ static void ed_table_fini(const ed_store *s, ed_table *t)
     ed_keys_fini(s, &t->keys);
     for (int i = 0; i < 2; i++) ed_pool_fini(s, &t->pools[i]);
     free(t->cand);
+    free(t->tcand);
     ed_export_free(&t->exp);
     ed_stage_clear(s, &t->stage);
     for (int k = 0; k < ED_NTENSORS; k++) free(t->tensor_names[k]);
@@ -417,6 +420,15 @@ static grm_status ed_prefetch(void *inst, int32_t table, const int64_t *ids /* [
     return ed_prefetch_batch(s, t, ids, n);
 }
 
+static grm_status ed_trim_op(void *inst, int32_t table, int64_t keep_from)
+{
+    ed_store *s = inst;
+    ed_table *t = NULL;
+    grm_status st;
+    if ((st = ed_get_table(s, table, "trim", &t)) != GRM_OK) return st;
+    return ed_trim(s, t, keep_from);
+}
+
 /* ---- checkpoint tensors ---- */
 
 static void ed_describe(const ed_store *s, ed_table *t, int k, grm_named_tensor *out)
@@ -628,6 +640,7 @@ static const grm_emb_ops ed_ops = {
     .stats = ed_stats,
     .flags = GRM_EMB_ANY_ID,
     .prefetch = ed_prefetch,
+    .trim = ed_trim_op,
     .tensor_rows = ed_tensor_rows,
     .load_rows = ed_load_piece,
     .placement = ed_placement,

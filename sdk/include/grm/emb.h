@@ -131,6 +131,19 @@ typedef struct grm_emb_ops {
      * trains the same model, so the host does not warn that it trains another. since
      * 1.11 */
     int (*placement)(void *inst, const char *key);
+
+    /* (optional; if NULL, the trainer's own lookups and updates keep the fast tier within
+     * its budget, on the trainer's time) Bring `table`'s fast tier back under its budget
+     * now, ahead of the lookups that would otherwise have to make room: the host calls it
+     * from its data thread after each prefetch, so the rows leave the cache (and dirty
+     * ones are written back) while the trainer computes. keep_from is a global step: every
+     * row the store stamped at a step in progress >= keep_from (looked up, updated or
+     * prefetched while the last update applied was keep_from - 1 or later) must stay; the
+     * host passes the step at which the oldest batch not yet applied was prefetched, so
+     * the rows of every batch in flight stay (seed 003 §2.2). It changes no row value, so
+     * a checkpoint between two calls of tensor_rows() is the same. GRM_OK when there was
+     * nothing to do. Thread-safety and I/O errors as prefetch. since 1.12 */
+    grm_status (*trim)(void *inst, int32_t table, int64_t keep_from);
 } grm_emb_ops;
 
 #ifdef __cplusplus

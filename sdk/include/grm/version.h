@@ -18,7 +18,7 @@ extern "C" {
 #define GRM_ABI_MAJOR 1
 /* Minor: bumped when an op or field is appended. A host accepts plugins of its own
  * minor or older; it refuses a plugin built for a newer minor. */
-#define GRM_ABI_MINOR 11
+#define GRM_ABI_MINOR 12
 
 /* History of the ABI (append-only within a major):
  *   1.0  the seven kinds, the host API, declared parameters.
@@ -49,7 +49,10 @@ extern "C" {
  *        memory.
  *   1.11 grm_emb_ops.placement appended (optional): whether a store's parameter only
  *        places rows (a tiered table's cache size and backing directory), which a resume
- *        may change without training another model. */
+ *        may change without training another model.
+ *   1.12 grm_emb_ops.trim appended (optional): the host's data thread brings a tiered
+ *        store's cache back under its budget after each prefetch, keeping the rows of the
+ *        batches in flight, so evictions and write-backs leave the trainer's time. */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"
