@@ -10,6 +10,8 @@
 # save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL); one whose
 # backing disk fills up inside a write-back stops with an error naming the fix and resumes
 # likewise.
+# The data thread's trim ([train] prefetch_evict) moves most evicted rows out, and an oracle
+# (tests/plugins/emb-trim-check.c) checks that every trim keeps the batches in flight.
 # A resumed run (every row in the file) fetches every row through the data thread's
 # prefetch, the negatives' included. `grmhost profile` prints the miss-ratio curve and the
 # cache auto would choose, keeping nothing. TAP output.
@@ -20,7 +22,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..27"
+echo "1..28"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/gen.tsv" || exit 1
 # Repeated items, which evaluation must exclude from the candidates once: every 4th user
@@ -118,6 +120,25 @@ echo "# trimmed $tr of $ev evictions, ${1:-?} rows fetched, ${2:-?} by prefetch;
 ok $? "the data thread moved out $tr of $ev evicted rows, and every row fetched was its \
 prefetch's (none of a batch in flight went); with prefetch_evict = false it moved none \
 ($trn of $evn); the losses both the in-memory run's, bitwise"
+# The host's keep_from against an oracle (tests/plugins/emb-trim-check.c: emb-dynamic that
+# follows the batches from their prefetch to their lookup and fails a trim that would let
+# the rows of one still waiting go), on the small cache above (its batches fill it) and
+# on the large table.
+chk=0
+for i in t2 big; do
+    sed 's/^plugin = emb-dynamic$/plugin = emb-trim-check/' "$tmp/$i.ini" >"$tmp/$i-chk.ini"
+    GRM_PLUGIN_PATH="$GRM_TOP_BUILDDIR/tests/plugins/.libs" "$g" train --fresh \
+        --set train.eval_every=0 --metrics-out "$tmp/$i-chk.jsonl" "$tmp/$i-chk.ini" \
+        >/dev/null 2>"$tmp/$i-chk.err" || { sed 's/^/# /' "$tmp/$i-chk.err" | tail -2; chk=1; }
+    line=$(grep "emb-trim-check: .* trims" "$tmp/$i-chk.err")
+    echo "# $i: $line"
+    n=$(echo "$line" | sed -n 's/.* \([0-9]*\) checked against.*/\1/p')
+    [ "${n:-0}" -gt 0 ] && echo "$line" | grep -q ", 0 kept too little" || chk=1
+done
+same_curve "$tmp/big-mem.jsonl" "$tmp/big-chk.jsonl" 0 || chk=1
+test $chk -eq 0
+ok $? "every trim the host asked for kept the rows of the batches prefetched and not yet \
+looked up (an oracle checked each), on a cache its batches fill and on a large table"
 
 # kill -9 of a tiered run that checkpoints every step, then resume
 ini 2 "$tier" "$tmp/ref" >"$tmp/ref.ini"

@@ -54,3 +54,12 @@ tests_plugins_emb_legacy_keyed_la_SOURCES = tests/plugins/emb-legacy-keyed.c \
 tests_plugins_emb_legacy_keyed_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS) $(URING_CFLAGS)
 tests_plugins_emb_legacy_keyed_la_LDFLAGS = $(FIXTURE_LDFLAGS)
 tests_plugins_emb_legacy_keyed_la_LIBADD = -lm -lpthread $(XXHASH_LIBS) $(URING_LIBS)
+
+# emb-dynamic with an oracle of the host's trim keep_from (test-train-tiered.sh).
+check_LTLIBRARIES += tests/plugins/emb-trim-check.la
+tests_plugins_emb_trim_check_la_SOURCES = tests/plugins/emb-trim-check.c \
+	%reldir%/emb_dynamic.h %reldir%/table.c %reldir%/chunks.c %reldir%/evict.c \
+	%reldir%/ops.c %reldir%/ckpt.c %reldir%/tier.c %reldir%/profile.c
+tests_plugins_emb_trim_check_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS) $(URING_CFLAGS)
+tests_plugins_emb_trim_check_la_LDFLAGS = $(FIXTURE_LDFLAGS)
+tests_plugins_emb_trim_check_la_LIBADD = -lm -lpthread $(XXHASH_LIBS) $(URING_LIBS)
