@@ -94,6 +94,17 @@ static grm_status pf_prefetch_rows(grm__trainer *t, grm__batch *bt)
     return st;
 }
 
+/* Whether any table of the store has a slower tier to prefetch from (grm_emb_ops.prefetch
+ * of 0 ids answers GRM_OK; GRM_ENOTSUP when all its rows are in memory). */
+static int pf_any_tiered(const grm__trainer *t)
+{
+    const grm_emb_ops *e = t->sp.eops;
+    if (!e || !GRM_HAS_OP(grm_emb_ops, e, prefetch)) return 0;
+    for (int32_t T = 0; T < t->p->nphys; T++)
+        if (e->prefetch(t->p->emb.inst, T, NULL, 0) == GRM_OK) return 1;
+    return 0;
+}
+
 /* After the prefetch of batch hi: every table brought back under its budget by its store
  * (grm_emb_ops.trim, ABI 1.12), so the trainer's lookups and updates find room instead of
  * evicting on the trainer's time. The batches in flight are those after the last step
@@ -129,12 +140,8 @@ static grm_status pf_trim_init(grm__trainer *t)
     pf->trim = 0;
     pf->ahead_from = INT64_MAX;
     if (!t->p->set.prefetch_evict || t->opts->batches_in_memory || !e
-        || !GRM_HAS_OP(grm_emb_ops, e, prefetch) || !GRM_HAS_OP(grm_emb_ops, e, trim))
+        || !GRM_HAS_OP(grm_emb_ops, e, trim) || !pf_any_tiered(t))
         return GRM_OK;
-    int tiered = 0;
-    for (int32_t T = 0; T < t->p->nphys && !tiered; T++)
-        tiered = e->prefetch(t->p->emb.inst, T, NULL, 0) == GRM_OK;
-    if (!tiered) return GRM_OK;
     const int64_t n = (int64_t)pf->nslots + 2 * t->p->set.accumulate + 1;
     if (n > INT32_MAX || !(pf->from = calloc((size_t)n, sizeof *pf->from)))
         return grm_errorf(GRM_ENOMEM, "data thread: out of memory");
@@ -164,10 +171,7 @@ static void pf_global_init(grm__trainer *t)
                      t->p->set.prefetch_ahead ? " and of those the others send ahead" : " only");
         return;
     }
-    int tiered = 0;
-    for (int32_t T = 0; T < t->p->nphys && !tiered; T++)
-        tiered = t->sp.eops->prefetch(t->p->emb.inst, T, NULL, 0) == GRM_OK;
-    if (!tiered) return;
+    if (!pf_any_tiered(t)) return;
     if (!(pf->global = malloc(sizeof *pf->global))
         || grm__batch_init(t, pf->global) != GRM_OK) {
         grm__log(GRM_LOG_DEBUG, "grmhost", "data thread: no batch of every rank's samples "
@@ -213,14 +217,10 @@ static void pf_head_init(grm__trainer *t)
 int grm__prefetch_ahead_wanted(const grm__trainer *t)
 {
     const grm__pipeline *p = t->p;
-    if (t->nranks < 2 || p->set.prefetch <= 0 || !p->set.prefetch_ahead || !t->sp.eops
-        || !GRM_HAS_OP(grm_emb_ops, t->sp.eops, prefetch))
-        return 0;
+    if (t->nranks < 2 || p->set.prefetch <= 0 || !p->set.prefetch_ahead) return 0;
     // pf_global_init's case (every rank's batches assembled here) needs none of it
     if (!t->sharded && !t->src.stream && t->nranks <= p->set.prefetch_ranks) return 0;
-    for (int32_t T = 0; T < p->nphys; T++)
-        if (t->sp.eops->prefetch(p->emb.inst, T, NULL, 0) == GRM_OK) return 1;
-    return 0;
+    return pf_any_tiered(t);
 }
 
 static grm_status pf_ahead_init(grm__trainer *t)
@@ -252,6 +252,15 @@ static int pf_ahead_queued(const grm__prefetcher *pf)
     return 0;
 }
 
+/* The first failure of the data thread's work for the other ranks, kept for the trainer's
+ * next lookup to report (grm__prefetch_ahead_got). Called with pf->lock held. */
+static void pf_ahead_fail(grm__prefetcher *pf, grm_status st)
+{
+    if (st == GRM_OK || pf->aerr != GRM_OK) return;
+    pf->aerr = st;
+    snprintf(pf->aerr_msg, sizeof pf->aerr_msg, "%s", grm_last_error());
+}
+
 /* The queued keys, prefetched. Called and returns with pf->lock held; lets it go meanwhile. */
 static void pf_ahead_run(grm__trainer *t)
 {
@@ -271,10 +280,7 @@ static void pf_ahead_run(grm__trainer *t)
         const grm_status st = pf_prefetch_keys(t, T, keys, n);
         pthread_mutex_lock(&pf->lock);
         pf->ahead_keys += n;
-        if (st != GRM_OK && pf->aerr == GRM_OK) {
-            pf->aerr = st;
-            snprintf(pf->aerr_msg, sizeof pf->aerr_msg, "%s", grm_last_error());
-        }
+        pf_ahead_fail(pf, st);
     }
     pf->abusy = 0;
     pthread_cond_broadcast(&pf->cond);   // grm__prefetch_take waits for this
@@ -283,10 +289,7 @@ static void pf_ahead_run(grm__trainer *t)
     pthread_mutex_unlock(&pf->lock);     // the trainer need not wait for the trim
     const grm_status st = pf_trim(t, hi);
     pthread_mutex_lock(&pf->lock);
-    if (st != GRM_OK && pf->aerr == GRM_OK) {
-        pf->aerr = st;
-        snprintf(pf->aerr_msg, sizeof pf->aerr_msg, "%s", grm_last_error());
-    }
+    pf_ahead_fail(pf, st);
 }
 
 grm_status grm__prefetch_ahead_got(grm__trainer *t, int32_t T, const int64_t *keys, int64_t n)

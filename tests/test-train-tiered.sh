@@ -94,29 +94,29 @@ ok $? "the backing tier held >= 10x the cache's rows, and the data thread prefet
 # 7,366 rows under a budget of 1,515, beyond the batches in flight (in the small run above
 # they fill the cache, and what a trim may take depends on how far ahead the data thread
 # is).
-"$g" generate --users 2000 --items 20000 --clusters 20 --seed 12 --out "$tmp/big.tsv" \
+"$g" generate --users 2000 --items 20000 --clusters 20 --seed 12 --out "$tmp/large.tsv" \
     >/dev/null 2>&1 || echo "# generate failed"
-sed "s|$tmp/ev.tsv|$tmp/big.tsv|; s/cache_bytes = 12000/cache_bytes = 400000/" \
-    "$tmp/t2.ini" >"$tmp/big.ini"
-sed "s|$tmp/ev.tsv|$tmp/big.tsv|" "$tmp/mem.ini" >"$tmp/bigmem.ini"
+sed "s|$tmp/ev.tsv|$tmp/large.tsv|; s/cache_bytes = 12000/cache_bytes = 400000/" \
+    "$tmp/t2.ini" >"$tmp/large.ini"
+sed "s|$tmp/ev.tsv|$tmp/large.tsv|" "$tmp/mem.ini" >"$tmp/largemem.ini"
 for v in mem true false; do
-    i="$tmp/big.ini" e=$v; [ $v = mem ] && i="$tmp/bigmem.ini" e=true
+    i="$tmp/large.ini" e=$v; [ $v = mem ] && i="$tmp/largemem.ini" e=true
     "$g" train --fresh --set train.prefetch_evict=$e --set train.eval_every=0 \
-        --metrics-out "$tmp/big-$v.jsonl" "$i" >/dev/null 2>"$tmp/big-$v.err" ||
-        sed 's/^/# /' "$tmp/big-$v.err" | tail -3
+        --metrics-out "$tmp/large-$v.jsonl" "$i" >/dev/null 2>"$tmp/large-$v.err" ||
+        sed 's/^/# /' "$tmp/large-$v.err" | tail -3
 done
 trimmed() { sed -n "s/.* \([0-9]*\) moved out by the data thread's trim.*/\1/p" "$1" | head -1; }
 evicted() { sed -n 's/.*, \([0-9]*\) evictions$/\1/p' "$1" | head -1; }
 fetches() { sed -n 's/.*, \([0-9]*\) fetched from .*(\([0-9]*\) by prefetch).*/\1 \2/p' "$1" | head -1; }
-tr=$(trimmed "$tmp/big-true.err"); ev=$(evicted "$tmp/big-true.err")
-trn=$(trimmed "$tmp/big-false.err"); evn=$(evicted "$tmp/big-false.err")
-set -- $(fetches "$tmp/big-true.err")
+tr=$(trimmed "$tmp/large-true.err"); ev=$(evicted "$tmp/large-true.err")
+trn=$(trimmed "$tmp/large-false.err"); evn=$(evicted "$tmp/large-false.err")
+set -- $(fetches "$tmp/large-true.err")
 echo "# trimmed $tr of $ev evictions, ${1:-?} rows fetched, ${2:-?} by prefetch;" \
     "with prefetch_evict = false $trn of $evn"
 [ "${tr:-0}" -gt 0 ] && [ $((4 * ${tr:-0})) -gt "${ev:-0}" ] && [ "${1:-0}" -gt 0 ] &&
     [ "$1" = "${2:-}" ] && [ "${trn:-1}" -eq 0 ] && [ "${evn:-0}" -gt 0 ] &&
-    same_curve "$tmp/big-mem.jsonl" "$tmp/big-true.jsonl" 0 &&
-    same_curve "$tmp/big-mem.jsonl" "$tmp/big-false.jsonl" 0
+    same_curve "$tmp/large-mem.jsonl" "$tmp/large-true.jsonl" 0 &&
+    same_curve "$tmp/large-mem.jsonl" "$tmp/large-false.jsonl" 0
 ok $? "the data thread moved out $tr of $ev evicted rows, and every row fetched was its \
 prefetch's (none of a batch in flight went); with prefetch_evict = false it moved none \
 ($trn of $evn); the losses both the in-memory run's, bitwise"
@@ -125,7 +125,7 @@ prefetch's (none of a batch in flight went); with prefetch_evict = false it move
 # the rows of one still waiting go), on the small cache above (its batches fill it) and
 # on the large table.
 chk=0
-for i in t2 big; do
+for i in t2 large; do
     sed 's/^plugin = emb-dynamic$/plugin = emb-trim-check/' "$tmp/$i.ini" >"$tmp/$i-chk.ini"
     GRM_PLUGIN_PATH="$GRM_TOP_BUILDDIR/tests/plugins/.libs" "$g" train --fresh \
         --set train.eval_every=0 --metrics-out "$tmp/$i-chk.jsonl" "$tmp/$i-chk.ini" \
@@ -135,7 +135,7 @@ for i in t2 big; do
     n=$(echo "$line" | sed -n 's/.* \([0-9]*\) checked against.*/\1/p')
     [ "${n:-0}" -gt 0 ] && echo "$line" | grep -q ", 0 kept too little" || chk=1
 done
-same_curve "$tmp/big-mem.jsonl" "$tmp/big-chk.jsonl" 0 || chk=1
+same_curve "$tmp/large-mem.jsonl" "$tmp/large-chk.jsonl" 0 || chk=1
 test $chk -eq 0
 ok $? "every trim the host asked for kept the rows of the batches prefetched and not yet \
 looked up (an oracle checked each), on a cache its batches fill and on a large table"
@@ -287,8 +287,7 @@ ini 2 "backing = $tmp/tier\ncache_bytes = 10M\nevict = lru" "$tmp/ckbig" >"$tmp/
 rc=$?
 line=$(grep "cache .* of .* rows" "$tmp/big.err" | head -1)
 echo "# $line"
-fp=$(echo "$line" | sed -n 's/.*, \([0-9]*\) fetched from .*(\([0-9]*\) by prefetch).*/\1 \2/p')
-set -- $fp
+set -- $(fetches "$tmp/big.err")
 test $rc -eq 0 && [ "${1:-0}" -gt 0 ] && [ "$1" = "${2:-}" ]
 ok $? "resumed with every row in the file: all ${1:-?} rows fetched were fetched by the data \
 thread's prefetch, the negatives' included"

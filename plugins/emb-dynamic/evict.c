@@ -96,18 +96,17 @@ grm_status ed_evict_ttl(const ed_store *s, ed_table *t, int64_t now)
 /* Candidates ahead whose key slots an eviction requests. */
 #define ED_EVICT_AHEAD 8
 
-/* The rows not stamped at keep_from or later into cand [*n] (grown to the live rows), and
- * the k of them to evict first, down to `goal` live rows, selected to its front (*k; 0
+/* The rows not stamped at keep_from or later into cand (grown to the live rows), and the
+ * k of them to evict first, down to `goal` live rows, selected to its front (*k_out; 0
  * when none may go: rows stamped since keep_from stay, even over budget). Caller holds the
  * write lock, or (ed_trim) the read lock: lookups may then fill and stamp records meanwhile,
  * so each field is read once, atomically, and the choice is checked again before each
  * eviction (ed_cand_still). */
 static grm_status ed_evict_pick(const ed_store *s, ed_table *t, ed_candidate **cand,
-                                int64_t *cap, int64_t keep_from, int64_t goal, int64_t *n_out,
-                                int64_t *k_out)
+                                int64_t *cap, int64_t keep_from, int64_t goal, int64_t *k_out)
 {
     const int64_t live = atomic_load(&t->keys.live);
-    *n_out = *k_out = 0;
+    *k_out = 0;
     if (*cap < live) {
         ed_candidate *c = realloc(*cand, (size_t)live * sizeof(*c));
         if (c == NULL)
@@ -137,13 +136,13 @@ static grm_status ed_evict_pick(const ed_store *s, ed_table *t, ed_candidate **c
     if (k > n) k = n;
     if (k <= 0) return GRM_OK;
     if (k < n) ed_select(*cand, n, k);
-    *n_out = n;
     *k_out = k;
     return GRM_OK;
 }
 
 /* The row a candidate was chosen for still holds its record and was not stamped since
- * (the choice was made under an earlier hold of the write lock; ed_trim). */
+ * (ed_trim chose it under the read lock, and evicts under a later hold of the write
+ * lock). */
 static int ed_cand_still(const ed_store *s, const ed_table *t, const ed_candidate *c)
 {
     const ed_meta *m = ed_rec_meta(ed_record(t, c->ref));
@@ -196,8 +195,8 @@ grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from)
     // Tiered: down to 7/8 of the budget, so the O(rows) scan and selection run once per
     // max_rows/8 rows moved out, not after every batch (they were 29% of a step's time).
     const int64_t goal = s->tiered ? max_rows - max_rows / 8 : max_rows;
-    int64_t n, k, done;
-    grm_status st = ed_evict_pick(s, t, &t->cand, &t->cand_cap, protect_from, goal, &n, &k);
+    int64_t k, done;
+    grm_status st = ed_evict_pick(s, t, &t->cand, &t->cand_cap, protect_from, goal, &k);
     if (st != GRM_OK || k == 0) return st;
     if ((st = ed_evict_cands(s, t, t->cand, k, 0, &done)) != GRM_OK) return st;
     ed_evict_log(s, t, k, "");
@@ -209,19 +208,21 @@ grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from)
 #define ED_TRIM_CHUNK 256
 
 /* Tiered: when the cache is within max_rows/64 of its budget, move rows out down to 7/8
- * of it, keeping every row stamped at keep_from or later. A trim scans every record's
- * metadata, a cache miss each, so it runs about as often as ed_evict_budget's cut (once
- * per 7/64 of the budget brought in, against 1/8): trimming at 31/32 down to 15/16 scanned
- * three times as often (the scan 2.4 % of synthetic-tiered's samples against 0.8 %), CPU
- * that on 2 cores the trainer's pool would have used:
- * the host's data thread calls this after its prefetch (grm_emb_ops.trim), so the trainer
- * finds room and evicts nothing itself (seed 003 §2.2: the rows of batch i and of the
- * prefetched i+1 stay). The candidates are chosen under the read lock (the scan is a miss
- * a record, milliseconds for a cache of 10^5 rows, which the trainer's lookups need not
- * wait out: under the write lock synthetic-tiered trained 17 % slower than without the
- * trim) and evicted ED_TRIM_CHUNK at a time under the write lock, each rechecked
- * (ed_cand_still): a row the trainer touched in between stays. Moving rows between the tiers changes no row, so the
- * table's version (an export's snapshot) stays. */
+ * of it, keeping every row stamped at keep_from or later. The host's data thread calls
+ * this after its prefetch (grm_emb_ops.trim), so the trainer finds room and evicts nothing
+ * itself (seed 003 §2.2: the rows of batch i and of the prefetched i+1 stay).
+ *   - Cadence: a trim scans every record's metadata, a cache miss each, so it runs about
+ *     as often as ed_evict_budget's cut (once per 7/64 of the budget brought in, against
+ *     1/8). Trimming at 31/32 down to 15/16 scanned three times as often (the scan 2.4 %
+ *     of synthetic-tiered's samples against 0.8 %), CPU that on 2 cores the trainer's pool
+ *     would have used.
+ *   - Locks: the candidates are chosen under the read lock (the scan takes milliseconds
+ *     for a cache of 10^5 rows, which the trainer's lookups need not wait out: under the
+ *     write lock synthetic-tiered trained 17 % slower than without the trim) and evicted
+ *     ED_TRIM_CHUNK at a time under the write lock, each rechecked (ed_cand_still): a row
+ *     the trainer touched in between stays.
+ * Moving rows between the tiers changes no row, so the table's version (an export's
+ * snapshot) stays. */
 grm_status ed_trim(const ed_store *s, ed_table *t, int64_t keep_from)
 {
     const int64_t max_rows = t->max_rows;
@@ -235,10 +236,10 @@ grm_status ed_trim(const ed_store *s, ed_table *t, int64_t keep_from)
         return GRM_OK;
     atomic_fetch_sub(&t->tier.fresh, fresh);
     const int64_t goal = max_rows - max_rows / 8 - fresh;
-    int64_t n, k, done, moved = 0;
+    int64_t k, done, moved = 0;
     pthread_rwlock_rdlock(&t->lock);
     grm_status st = ed_evict_pick(s, t, &t->tcand, &t->tcand_cap, keep_from,
-                                  goal > max_rows / 2 ? goal : max_rows / 2, &n, &k);
+                                  goal > max_rows / 2 ? goal : max_rows / 2, &k);
     pthread_rwlock_unlock(&t->lock);
     for (int64_t i = 0; i < k && st == GRM_OK; i += ED_TRIM_CHUNK) {
         const int64_t m = k - i < ED_TRIM_CHUNK ? k - i : ED_TRIM_CHUNK;

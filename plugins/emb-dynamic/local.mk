@@ -1,11 +1,15 @@
 # emb-dynamic: see %reldir%/README.md
+# The store's code past its descriptor (plugin.c), its flags and libraries: the plugin's,
+# and the test fixtures' that put it behind another descriptor (below).
+EMB_DYNAMIC_CORE = %reldir%/emb_dynamic.h %reldir%/table.c %reldir%/chunks.c \
+	%reldir%/evict.c %reldir%/ops.c %reldir%/ckpt.c %reldir%/tier.c %reldir%/profile.c
+EMB_DYNAMIC_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS) $(URING_CFLAGS)
+EMB_DYNAMIC_LIBS = -lm -lpthread $(XXHASH_LIBS) $(URING_LIBS)
 plugin_LTLIBRARIES += %reldir%/emb-dynamic.la
-%canon_reldir%_emb_dynamic_la_SOURCES = %reldir%/plugin.c %reldir%/emb_dynamic.h \
-	%reldir%/table.c %reldir%/chunks.c %reldir%/evict.c %reldir%/ops.c %reldir%/ckpt.c \
-	%reldir%/tier.c %reldir%/profile.c
-%canon_reldir%_emb_dynamic_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS) $(URING_CFLAGS)
+%canon_reldir%_emb_dynamic_la_SOURCES = %reldir%/plugin.c $(EMB_DYNAMIC_CORE)
+%canon_reldir%_emb_dynamic_la_CFLAGS = $(EMB_DYNAMIC_CFLAGS)
 %canon_reldir%_emb_dynamic_la_LDFLAGS = $(PLUGIN_LDFLAGS)
-%canon_reldir%_emb_dynamic_la_LIBADD = -lm -lpthread $(XXHASH_LIBS) $(URING_LIBS)
+%canon_reldir%_emb_dynamic_la_LIBADD = $(EMB_DYNAMIC_LIBS)
 EXTRA_DIST += %reldir%/README.md
 
 check_PROGRAMS += tests/test-emb-dynamic tests/test-emb-dynamic-stress tests/test-emb-tiered
@@ -48,18 +52,14 @@ EXTRA_DIST += bench/bench_tiered.py
 # A keyed store of ABI 1.9 (no tensor_rows): emb-dynamic's code behind an older descriptor,
 # for the host's whole-table path of export and incremental export (test-export-delta.sh).
 check_LTLIBRARIES += tests/plugins/emb-legacy-keyed.la
-tests_plugins_emb_legacy_keyed_la_SOURCES = tests/plugins/emb-legacy-keyed.c \
-	%reldir%/emb_dynamic.h %reldir%/table.c %reldir%/chunks.c %reldir%/evict.c \
-	%reldir%/ops.c %reldir%/ckpt.c %reldir%/tier.c %reldir%/profile.c
-tests_plugins_emb_legacy_keyed_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS) $(URING_CFLAGS)
+tests_plugins_emb_legacy_keyed_la_SOURCES = tests/plugins/emb-legacy-keyed.c $(EMB_DYNAMIC_CORE)
+tests_plugins_emb_legacy_keyed_la_CFLAGS = $(EMB_DYNAMIC_CFLAGS)
 tests_plugins_emb_legacy_keyed_la_LDFLAGS = $(FIXTURE_LDFLAGS)
-tests_plugins_emb_legacy_keyed_la_LIBADD = -lm -lpthread $(XXHASH_LIBS) $(URING_LIBS)
+tests_plugins_emb_legacy_keyed_la_LIBADD = $(EMB_DYNAMIC_LIBS)
 
 # emb-dynamic with an oracle of the host's trim keep_from (test-train-tiered.sh).
 check_LTLIBRARIES += tests/plugins/emb-trim-check.la
-tests_plugins_emb_trim_check_la_SOURCES = tests/plugins/emb-trim-check.c \
-	%reldir%/emb_dynamic.h %reldir%/table.c %reldir%/chunks.c %reldir%/evict.c \
-	%reldir%/ops.c %reldir%/ckpt.c %reldir%/tier.c %reldir%/profile.c
-tests_plugins_emb_trim_check_la_CFLAGS = $(AM_CFLAGS) $(XXHASH_CFLAGS) $(URING_CFLAGS)
+tests_plugins_emb_trim_check_la_SOURCES = tests/plugins/emb-trim-check.c $(EMB_DYNAMIC_CORE)
+tests_plugins_emb_trim_check_la_CFLAGS = $(EMB_DYNAMIC_CFLAGS)
 tests_plugins_emb_trim_check_la_LDFLAGS = $(FIXTURE_LDFLAGS)
-tests_plugins_emb_trim_check_la_LIBADD = -lm -lpthread $(XXHASH_LIBS) $(URING_LIBS)
+tests_plugins_emb_trim_check_la_LIBADD = $(EMB_DYNAMIC_LIBS)
