@@ -172,7 +172,7 @@ static grm_status ed_lookup_range(void *ctx, int64_t begin, int64_t end)
  * sequence (ed_row_read_shared's protocol) with the table's constants in a local context;
  * a later round, an FP16 row, a slot still being inserted, a writer in the stripe and an
  * absent id take the general path. The common T and D are compile-time constants of their
- * own copies of the code. The steps run as a software pipeline (ed_find_pipe). The first
+ * own copies of the code. The steps run as a software pipeline (ed_run_pipe). The first
  * version of this pipeline ran each id through the general functions: about 2.5x the
  * instructions an id, a probe loop whose exit lane the branch predictor missed about once
  * an id, and 0.5x abseil's find at dim 16 (bench/README.md has both). */
@@ -239,55 +239,70 @@ static inline char *ed_find_rec(const ed_find_ctx *c, int64_t ref)
     return c->chunks[x >> c->shift] + (size_t)(x & c->in_chunk) * c->rec_bytes;
 }
 
-/* Id i's row into out: the copy under the stripe's sequence when the slot holds an FP32
- * row and no writer is in the stripe, else ed_find_slow (or ed_lookup_one for an absent
- * id). */
-static inline __attribute__((always_inline)) grm_status
-ed_find_copy(ed_find_ctx *c, int64_t i, uint64_t h, ed_slot *slot, int empty, float *out,
-             const int64_t D)
-{
-    if (slot != NULL) {
-        _Atomic uint32_t *q = ed_stripe(c->t, h);
-        const uint32_t v = atomic_load_explicit(q, memory_order_acquire);
-        const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_acquire);
-        if (!(v & 1) && ref >= 0 && !(ref & 1)) {
-            ed_copy_floats(out, (const float *)ed_rec_row(ed_find_rec(c, ref)), D);
-            atomic_thread_fence(memory_order_acquire);
-            if (atomic_load_explicit(q, memory_order_relaxed) == v) return GRM_OK;
-        }
-    } else if (empty) {     // absent: a new row, or one in the backing file
-        return ed_lookup_one(c->j, i, h, NULL, 0, &c->misses);
-    }
-    return ed_find_slow(c, i, h, slot, out);
-}
-
 /* Both lookups run as a pipeline of three stages (Chen et al., ICDE 2004, §5): id i + 2A's
  * slot line is requested (ed_pipe_hash), id i + A is probed and its row's lines requested
- * (ed_pipe_probe), id i's row is copied. */
+ * (ed_pipe_probe), id i's row is copied (ed_find_copy, ed_train_copy). An id's state passes
+ * from stage to stage in a ring of ed_pipe entries. */
 #define ED_AHEAD 8
 #define ED_RING (4 * ED_AHEAD)      /* > 2A, a power of two */
 
-/* Stage 1: id i's hash into h, its first round's slot line requested (rw: for writing). */
+typedef struct ed_pipe {
+    uint64_t h;             /* the id's hash */
+    ed_slot *slot;          /* its slot; NULL: absent, or not found */
+    char *rec;              /* the FP32 record of ref; NULL when ref is not one */
+    int64_t ref;            /* slot's reference as stage 2 read it */
+    int empty;              /* absent: its probe met an empty slot */
+} ed_pipe;
+
+/* Stage 1: id i's hash, its first round's slot line requested (rw: for writing). */
 static inline __attribute__((always_inline)) void
-ed_pipe_hash(const ed_find_ctx *c, int64_t id, uint64_t *h, int rw)
+ed_pipe_hash(const ed_find_ctx *c, int64_t id, ed_pipe *e, int rw)
 {
-    *h = ed_hash(id);
-    if (rw) __builtin_prefetch(&c->slots[*h & c->first], 1, 3);
-    else __builtin_prefetch(&c->slots[*h & c->first], 0, 3);
+    e->h = ed_hash(id);
+    if (rw) __builtin_prefetch(&c->slots[e->h & c->first], 1, 3);
+    else __builtin_prefetch(&c->slots[e->h & c->first], 0, 3);
 }
 
-/* Stage 2: the slot of id (hash h) in its first round (ed_find_first), and the lines of its
- * FP32 row requested: the row alone for a plain lookup, with its metadata and for writing
- * (rw) for a training lookup, which counts the access. */
-static inline __attribute__((always_inline)) ed_slot *
-ed_pipe_probe(const ed_find_ctx *c, int64_t id, uint64_t h, const int32_t T, const int64_t D,
-              int rw, int *empty)
+/* Id id's slot in the rounds after its first (hash h), whose T slots held neither id nor
+ * an empty slot; NULL with *empty set when it is absent. About one id in ten at load 3/4,
+ * but a Zipf stream may send a hot id there on most accesses: handing such ids to the
+ * general path (ed_find_slow, ed_acquire) cost a 64-float copy through memcpy and a second
+ * probe from round 0 (bench/README.md). */
+static __attribute__((noinline)) ed_slot *ed_find_later(const ed_find_ctx *c, int64_t id,
+                                                        uint64_t h, int *empty)
 {
-    ed_slot *slot = ed_find_first(&c->slots[h & c->first], id, T, empty);
-    if (slot == NULL) return NULL;
-    const int64_t ref = atomic_load_explicit(&slot->ref, memory_order_relaxed);
-    if (ref < 0 || (ref & 1)) return slot;
-    const char *rec = ed_find_rec(c, ref);
+    const ed_keys *k = &c->t->keys;
+    ed_probe p = ed_probe_start(h, k->M, k->lanes);
+    for (uint64_t r = 1; r < p.rounds; r++) {
+        for (uint32_t g = 0; g < (uint32_t)k->lanes; g++) {
+            ed_slot *sl = &c->slots[ed_probe_slot(&p, r, g)];
+            const int64_t key = atomic_load_explicit(&sl->key, memory_order_acquire);
+            if (key == id) return sl;
+            if (key == ED_KEY_EMPTY) {
+                *empty = 1;
+                return NULL;
+            }
+        }
+    }
+    *empty = 1;
+    return NULL;
+}
+
+/* Stage 2: the slot of id, in its first round (ed_find_first) or a later one
+ * (ed_find_later), and, when it holds an FP32 row, the record's address kept for stage 3
+ * and its lines requested: the row alone for a plain lookup, with its metadata and for
+ * writing (rw) for a training lookup, which counts the access. */
+static inline __attribute__((always_inline)) void
+ed_pipe_probe(const ed_find_ctx *c, int64_t id, ed_pipe *e, const int32_t T, const int64_t D,
+              int rw)
+{
+    e->rec = NULL;
+    e->slot = ed_find_first(&c->slots[e->h & c->first], id, T, &e->empty);
+    if (e->slot == NULL && !e->empty) e->slot = ed_find_later(c, id, e->h, &e->empty);
+    if (e->slot == NULL) return;
+    e->ref = atomic_load_explicit(&e->slot->ref, memory_order_relaxed);
+    if (e->ref < 0 || (e->ref & 1)) return;
+    char *rec = e->rec = ed_find_rec(c, e->ref);
     const char *from = rw ? rec : rec + sizeof(ed_meta), *end = rec + sizeof(ed_meta) + D * 4;
     for (const char *a = from; a < end; a += 64) {
         if (rw) __builtin_prefetch(a, 1, 3);
@@ -295,81 +310,105 @@ ed_pipe_probe(const ed_find_ctx *c, int64_t id, uint64_t h, const int32_t T, con
     }
     if (rw) __builtin_prefetch(end - 1, 1, 3);
     else __builtin_prefetch(end - 1, 0, 3);
-    return slot;
 }
 
+/* Stage 3 of a plain lookup: id i's row into out, copied under the stripe's sequence when
+ * the slot still holds the FP32 record stage 2 found and no writer is in the stripe, else
+ * by ed_find_slow (or ed_lookup_one for an absent id). */
 static inline __attribute__((always_inline)) grm_status
-ed_find_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const int64_t D)
+ed_find_copy(ed_find_ctx *c, int64_t i, const ed_pipe *e, float *out, const int64_t D)
 {
-    const int64_t *const ids = c->j->ids;
-    float *const outs = c->j->out;
-    uint64_t h[ED_RING];
-    ed_slot *slot[ED_RING];
-    int empty[ED_RING];
-    grm_status st = GRM_OK;
-    for (int64_t i = begin; i < end + 2 * ED_AHEAD && st == GRM_OK; i++) {
-        if (i < end) ed_pipe_hash(c, ids[i], &h[(size_t)i & (ED_RING - 1)], 0);
-        const int64_t p = i - ED_AHEAD;
-        if (p >= begin && p < end) {
-            const size_t r = (size_t)p & (ED_RING - 1);
-            slot[r] = ed_pipe_probe(c, ids[p], h[r], T, D, 0, &empty[r]);
+    if (e->rec != NULL) {
+        _Atomic uint32_t *q = ed_stripe(c->t, e->h);
+        const uint32_t v = atomic_load_explicit(q, memory_order_acquire);
+        const int64_t ref = atomic_load_explicit(&e->slot->ref, memory_order_acquire);
+        if (!(v & 1) && ref == e->ref) {
+            ed_copy_floats(out, (const float *)ed_rec_row(e->rec), D);
+            atomic_thread_fence(memory_order_acquire);
+            if (atomic_load_explicit(q, memory_order_relaxed) == v) return GRM_OK;
         }
-        const int64_t w = i - 2 * ED_AHEAD;
-        if (w >= begin) {
-            const size_t r = (size_t)w & (ED_RING - 1);
-            st = ed_find_copy(c, w, h[r], slot[r], empty[r], outs + w * D, D);
-        }
+    } else if (e->slot == NULL) {   // absent: a new row, or one in the backing file
+        return ed_lookup_one(c->j, i, e->h, NULL, 0, &c->misses);
     }
+    return ed_find_slow(c, i, e->h, e->slot, out);
+}
+
+/* Stage 3 of a training lookup (find-or-insert, the access counted): a present id whose
+ * slot still holds the FP32 record stage 2 found takes the row's lock, counts the access
+ * and copies the row in line (ed_lookup_one's locked path for a hot row, which no access
+ * promotes); a new id, a pending insert and an FP16 row (which the access may promote)
+ * take ed_acquire and ed_lookup_one. */
+static inline __attribute__((always_inline)) grm_status
+ed_train_copy(ed_find_ctx *c, int64_t i, const ed_pipe *e, float *out, const int64_t D,
+              int pool, int64_t *new_keys)
+{
+    ed_table *const t = c->t;
+    if (e->rec != NULL) {
+        ed_stripe_lock(t, e->h);
+        if (atomic_load_explicit(&e->slot->ref, memory_order_acquire) == e->ref) {
+            char *rec = e->rec;
+            ed_count_access(ed_rec_meta(rec), c->j->now);
+            ed_copy_floats(out, (const float *)ed_rec_row(rec), D);
+            ed_stripe_unlock(t, e->h);
+            return GRM_OK;
+        }
+        ed_stripe_unlock(t, e->h);
+    }
+    int inserted;
+    grm_status st;
+    ed_slot *sl = ed_acquire(c->j, c->j->ids[i], e->h, 1, pool, &inserted, &st, out, new_keys);
+    if (st == GRM_OK) st = ed_lookup_one(c->j, i, e->h, sl, inserted, &c->misses);
     return st;
 }
 
-/* A training lookup (find-or-insert, the access counted) as the same pipeline: a present id
- * found in its first probe round with an FP32 row takes the row's lock, counts the access
- * and copies the row in line (ed_lookup_one's locked path for a hot row, which no access
- * promotes); a new id, a later round, a pending insert and an FP16 row (which the access
- * may promote) take ed_acquire and ed_lookup_one. */
+/* One turn of the pipeline at i: id i hashed, id i - A probed, id i - 2A copied (train:
+ * a training lookup's stage 3). The three loops of ed_run_pipe pass which stages run as
+ * constants, so the turns of a range's middle test no bounds. */
 static inline __attribute__((always_inline)) grm_status
-ed_train_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const int64_t D)
+ed_pipe_turn(ed_find_ctx *c, ed_pipe *ring, int64_t i, int hash, int probe, int copy,
+             const int32_t T, const int64_t D, int train, int pool, int64_t *new_keys)
 {
-    ed_job *const j = c->j;
-    ed_table *const t = c->t;
-    const int64_t *const ids = j->ids;
-    float *const outs = j->out;
-    const int pool = ed_lookup_pool(j->s);
-    const int64_t now = j->now;
-    uint64_t h[ED_RING];
-    ed_slot *slot[ED_RING];
+    const int64_t *const ids = c->j->ids;
+    if (hash) ed_pipe_hash(c, ids[i], &ring[(size_t)i & (ED_RING - 1)], train);
+    if (probe) {
+        const int64_t p = i - ED_AHEAD;
+        ed_pipe_probe(c, ids[p], &ring[(size_t)p & (ED_RING - 1)], T, D, train);
+    }
+    if (!copy) return GRM_OK;
+    const int64_t w = i - 2 * ED_AHEAD;
+    const ed_pipe *e = &ring[(size_t)w & (ED_RING - 1)];
+    float *out = c->j->out + w * D;
+    if (train) return ed_train_copy(c, w, e, out, D, pool, new_keys);
+    return ed_find_copy(c, w, e, out, D);
+}
+
+/* Ids [begin, end) through the pipeline: its filling, its middle and its draining. */
+static inline __attribute__((always_inline)) grm_status
+ed_run_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const int64_t D,
+            int train)
+{
+    const int pool = train ? ed_lookup_pool(c->j->s) : 0;
+    ed_pipe ring[ED_RING];
     int64_t new_keys = 0;
     grm_status st = GRM_OK;
-    for (int64_t i = begin; i < end + 2 * ED_AHEAD && st == GRM_OK; i++) {
-        if (i < end) ed_pipe_hash(c, ids[i], &h[(size_t)i & (ED_RING - 1)], 1);
-        const int64_t p = i - ED_AHEAD;
-        if (p >= begin && p < end) {
-            const size_t r = (size_t)p & (ED_RING - 1);
-            int empty;
-            slot[r] = ed_pipe_probe(c, ids[p], h[r], T, D, 1, &empty);
-        }
-        const int64_t w = i - 2 * ED_AHEAD;
-        if (w < begin) continue;
-        const size_t r = (size_t)w & (ED_RING - 1);
-        float *out = outs + w * D;
-        if (slot[r] != NULL) {
-            ed_stripe_lock(t, h[r]);
-            const int64_t ref = atomic_load_explicit(&slot[r]->ref, memory_order_acquire);
-            if (ref >= 0 && !(ref & 1)) {
-                char *rec = ed_find_rec(c, ref);
-                ed_count_access(ed_rec_meta(rec), now);
-                ed_copy_floats(out, (const float *)ed_rec_row(rec), D);
-                ed_stripe_unlock(t, h[r]);
-                continue;
-            }
-            ed_stripe_unlock(t, h[r]);
-        }
-        int inserted;
-        ed_slot *sl = ed_acquire(j, ids[w], h[r], 1, pool, &inserted, &st, out, &new_keys);
-        if (st == GRM_OK) st = ed_lookup_one(j, w, h[r], sl, inserted, &c->misses);
+    int64_t i = begin;
+    if (end - begin >= 2 * ED_AHEAD) {
+        for (; i < begin + ED_AHEAD; i++)
+            ed_pipe_turn(c, ring, i, 1, 0, 0, T, D, train, pool, &new_keys);
+        for (; i < begin + 2 * ED_AHEAD; i++)
+            ed_pipe_turn(c, ring, i, 1, 1, 0, T, D, train, pool, &new_keys);
+        for (; i < end && st == GRM_OK; i++)
+            st = ed_pipe_turn(c, ring, i, 1, 1, 1, T, D, train, pool, &new_keys);
     }
-    ed_keys_add(&t->keys, new_keys);
+    // The draining (and a range shorter than the pipeline), each stage where its id is in
+    // the range.
+    for (; i < end + 2 * ED_AHEAD && st == GRM_OK; i++) {
+        const int64_t p = i - ED_AHEAD, w = i - 2 * ED_AHEAD;
+        if (i < end) ed_pipe_turn(c, ring, i, 1, 0, 0, T, D, train, pool, &new_keys);
+        if (p >= begin && p < end) ed_pipe_turn(c, ring, i, 0, 1, 0, T, D, train, pool, &new_keys);
+        if (w >= begin) st = ed_pipe_turn(c, ring, i, 0, 0, 1, T, D, train, pool, &new_keys);
+    }
+    if (train) ed_keys_add(&c->t->keys, new_keys);
     return st;
 }
 
@@ -389,17 +428,17 @@ static grm_status ed_lookup_range_cpu(void *ctx, int64_t begin, int64_t end)
     const int64_t D = t->dim;
     grm_status st;
     if (j->insert) {
-        if (T == 4 && D == 16) st = ed_train_pipe(&c, begin, end, 4, 16);
-        else if (T == 4 && D == 32) st = ed_train_pipe(&c, begin, end, 4, 32);
-        else if (T == 4 && D == 64) st = ed_train_pipe(&c, begin, end, 4, 64);
-        else if (T == 4 && D == 128) st = ed_train_pipe(&c, begin, end, 4, 128);
-        else st = ed_train_pipe(&c, begin, end, T, D);
+        if (T == 4 && D == 16) st = ed_run_pipe(&c, begin, end, 4, 16, 1);
+        else if (T == 4 && D == 32) st = ed_run_pipe(&c, begin, end, 4, 32, 1);
+        else if (T == 4 && D == 64) st = ed_run_pipe(&c, begin, end, 4, 64, 1);
+        else if (T == 4 && D == 128) st = ed_run_pipe(&c, begin, end, 4, 128, 1);
+        else st = ed_run_pipe(&c, begin, end, T, D, 1);
     } else {
-        if (T == 4 && D == 16) st = ed_find_pipe(&c, begin, end, 4, 16);
-        else if (T == 4 && D == 32) st = ed_find_pipe(&c, begin, end, 4, 32);
-        else if (T == 4 && D == 64) st = ed_find_pipe(&c, begin, end, 4, 64);
-        else if (T == 4 && D == 128) st = ed_find_pipe(&c, begin, end, 4, 128);
-        else st = ed_find_pipe(&c, begin, end, T, D);
+        if (T == 4 && D == 16) st = ed_run_pipe(&c, begin, end, 4, 16, 0);
+        else if (T == 4 && D == 32) st = ed_run_pipe(&c, begin, end, 4, 32, 0);
+        else if (T == 4 && D == 64) st = ed_run_pipe(&c, begin, end, 4, 64, 0);
+        else if (T == 4 && D == 128) st = ed_run_pipe(&c, begin, end, 4, 128, 0);
+        else st = ed_run_pipe(&c, begin, end, T, D, 0);
     }
     atomic_fetch_add_explicit(&j->misses, c.misses, memory_order_relaxed);
     return st;
@@ -694,7 +733,7 @@ static grm_status ed_pf_one(const ed_store *s, ed_table *t, int64_t id, uint64_t
  * Runs on the calling thread only (the data thread calls it while the trainer's thread
  * uses the host pool).
  *
- * Each chunk runs as the lookups' pipeline (ed_find_pipe; Chen et al., ICDE 2004, §5): id
+ * Each chunk runs as the lookups' pipeline (ed_run_pipe; Chen et al., ICDE 2004, §5): id
  * i + 2A's slot line is requested, id i + A is probed and the line of its row's metadata
  * (found) or of its backing index slot (not found) requested, id i is handled. Groups of
  * 8 ids, each waiting for its first miss twice, left this thread's time on those loads
