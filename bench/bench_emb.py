@@ -12,9 +12,10 @@ with g++ against libabsl-dev (one thread). Without abseil, std::unordered_map is
 the peer is named `unordered_map`.
 
 Output: one `bench=emb case=... ids_per_s=... peer=... ratio=...` line per comparison, then
-a table. ratio = emb-dynamic / peer (above 1: emb-dynamic faster). Each number is the median
-of --rounds alternated rounds (this build, --baseline's build, the peer), with the spread
-(max - min) / median beside it."""
+a table. Each rate is the median of --rounds alternated rounds (this build, --baseline's
+build, the peer), with the spread (max - min) / median beside it. ratio = emb-dynamic / peer
+(above 1: emb-dynamic faster), the median over the rounds of the two rates measured in that
+round, and ratio_range its least and greatest round."""
 import argparse
 import os
 import shutil
@@ -121,16 +122,25 @@ def main():
                         runs.setdefault((store + tag, op), []).append(kv)
             r = {}
             for key, kvs in runs.items():
+                rates = [float(kv["ids_per_s"]) for kv in kvs]     # in round order
                 kvs = sorted(kvs, key=lambda kv: float(kv["ids_per_s"]))
                 med = dict(kvs[len(kvs) // 2])
                 lo, hi = float(kvs[0]["ids_per_s"]), float(kvs[-1]["ids_per_s"])
                 med["spread"] = "%.0f%%" % (100.0 * (hi - lo) / float(med["ids_per_s"]))
+                med["rounds"] = rates
                 r[key] = med
             results.append((lf, d, hot, r))
 
     def rate(r, store, op):
         kv = r.get((store, op))
         return float(kv["ids_per_s"]) if kv else None
+
+    def paired(r, a, b):
+        """The ratio of each round's two rates (measured a few seconds apart), as
+        (median, min, max): the VM's other tenants move whole rounds up and down together,
+        which a ratio of the two medians (taken from different rounds) does not cancel."""
+        x = sorted(p / q for p, q in zip(r[a]["rounds"], r[b]["rounds"]) if q > 0)
+        return (x[len(x) // 2], x[0], x[-1]) if x else None
 
     table = []
     for lf, d, hot, r in results:
@@ -161,24 +171,27 @@ def main():
             a, b = rate(r, store, op), rate(r, pstore, pop) if pstore else None
             if a is None:
                 continue
-            ratio = "%.3f" % (a / b) if b else "n/a"
+            pr = paired(r, (store, op), (pstore, pop)) if b else None
+            ratio = "%.3f" % pr[0] if pr else "n/a"
+            ratio_range = "%.2f-%.2f" % (pr[1], pr[2]) if pr else "n/a"
             sa = r[(store, op)]["spread"]
             sb = r[(pstore, pop)]["spread"] if b else "n/a"
             tag = "%s-d%d-lf%.2f%s" % (case, d, lf, "-hot%d" % hot if hot else "")
             distinct = r[("emb-dynamic-cpu", "lookup")].get("distinct", "n/a")
             print("bench=emb case=%s store=%s lf=%s distinct=%s ids_per_s=%.0f spread=%s "
-                  "peer=%s peer_ids_per_s=%s peer_spread=%s ratio=%s" % (
+                  "peer=%s peer_ids_per_s=%s peer_spread=%s ratio=%s ratio_range=%s" % (
                       tag, store, lfg, distinct, a, sa, pstore or "none",
-                      "%.0f" % b if b else "n/a", sb, ratio))
+                      "%.0f" % b if b else "n/a", sb, ratio, ratio_range))
             table.append((case + ("-hot" if hot else ""), d, lfg, store, a, sa,
-                          pstore or "none", b, sb, ratio))
+                          pstore or "none", b, sb, ratio, ratio_range))
     print()
-    print("%-18s %4s %6s %-20s %8s %6s %-20s %8s %6s %7s" % (
-        "case", "dim", "lf", "store", "Mids/s", "spread", "peer", "Mids/s", "spread", "ratio"))
-    for case, d, lfg, store, a, sa, pstore, b, sb, ratio in table:
-        print("%-18s %4d %6s %-20s %8.2f %6s %-20s %8s %6s %7s" % (
+    print("%-18s %4s %6s %-20s %8s %6s %-20s %8s %6s %7s %11s" % (
+        "case", "dim", "lf", "store", "Mids/s", "spread", "peer", "Mids/s", "spread", "ratio",
+        "range"))
+    for case, d, lfg, store, a, sa, pstore, b, sb, ratio, ratio_range in table:
+        print("%-18s %4d %6s %-20s %8.2f %6s %-20s %8s %6s %7s %11s" % (
             case, d, lfg, store, a / 1e6, sa, pstore, "%.2f" % (b / 1e6) if b else "n/a", sb,
-            ratio))
+            ratio, ratio_range))
     return 0
 
 
