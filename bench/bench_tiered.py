@@ -24,7 +24,11 @@ copies, checksums, eviction), not the device's.
 
 Peers not run: FBGEMM's SSD table (SSDTableBatchedEmbeddingBags) needs fbgemm-gpu's CUDA
 build, and TorchRec's key-value tables need fbgemm-gpu too; neither runs on this CPU-only
-machine."""
+machine. Checked on the CPU wheel bench/setup-venv.sh installs
+(fbgemm-gpu-nightly-cpu 2026.10.16): it ships fbgemm_gpu/tbe/ssd/training.py, whose
+constructor calls torch.cuda.current_device() and makes CUDA streams for its eviction and
+copies, but none of its 19 shared objects holds the C++ classes that table builds on
+(EmbeddingRocksDBWrapper, DramKVEmbeddingCacheWrapper: no such string in any of them)."""
 import argparse
 import os
 import shutil
