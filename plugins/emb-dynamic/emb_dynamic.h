@@ -149,11 +149,15 @@ static inline void ed_probe_lazy_step(ed_probe *p, uint64_t h, int64_t M, int32_
     p->step = ed_probe_start(h, M, T).step;
 }
 
-static inline ed_slot *ed_keys_find(const ed_keys *k, int64_t id, uint64_t h)
+/* Id's slot (hash h), NULL when absent, probing from round r0: a caller that has already
+ * looked through the rounds before it (ops.c's pipeline, its first round) starts past
+ * them. */
+static inline ed_slot *ed_keys_find_from(const ed_keys *k, int64_t id, uint64_t h, uint64_t r0)
 {
     ed_probe p = ed_probe_lazy(h, k->M, k->lanes);
-    for (uint64_t r = 0; r < p.rounds; r++) {
-        if (r == 1) ed_probe_lazy_step(&p, h, k->M, k->lanes);
+    if (r0 > 0) ed_probe_lazy_step(&p, h, k->M, k->lanes);
+    for (uint64_t r = r0; r < p.rounds; r++) {
+        if (r == 1 && r0 == 0) ed_probe_lazy_step(&p, h, k->M, k->lanes);
         for (uint32_t g = 0; g < (uint32_t)k->lanes; g++) {
             ed_slot *sl = &k->slots[ed_probe_slot(&p, r, g)];
             const int64_t key = atomic_load_explicit(&sl->key, memory_order_acquire);
@@ -162,6 +166,11 @@ static inline ed_slot *ed_keys_find(const ed_keys *k, int64_t id, uint64_t h)
         }
     }
     return NULL;
+}
+
+static inline ed_slot *ed_keys_find(const ed_keys *k, int64_t id, uint64_t h)
+{
+    return ed_keys_find_from(k, id, h, 0);
 }
 
 /* The reference of a found slot; waits while its inserter is still filling the row. */

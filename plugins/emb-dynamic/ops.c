@@ -170,12 +170,13 @@ static grm_status ed_lookup_range(void *ctx, int64_t begin, int64_t end)
  * slots of an id's first probe round (at load <= 3/4 about 90% of the ids sit there; the
  * four keys of T = 4 are compared at once), and copies an FP32 row under the stripe's
  * sequence (ed_row_read_shared's protocol) with the table's constants in a local context;
- * a later round, an FP16 row, a slot still being inserted, a writer in the stripe and an
- * absent id take the general path. The common T and D are compile-time constants of their
- * own copies of the code. The steps run as a software pipeline (ed_run_pipe). The first
- * version of this pipeline ran each id through the general functions: about 2.5x the
- * instructions an id, a probe loop whose exit lane the branch predictor missed about once
- * an id, and 0.5x abseil's find at dim 16 (bench/README.md has both). */
+ * an id in a later round is probed there in line (ed_find_later); an FP16 row, a slot still
+ * being inserted, a writer in the stripe and an absent id take the general path. The
+ * common T and D are compile-time constants of their own copies of the code. The steps run
+ * as a software pipeline (ed_run_pipe). The first version of this pipeline ran each id
+ * through the general functions: about 2.5x the instructions an id, a probe loop whose exit
+ * lane the branch predictor missed about once an id, and 0.5x abseil's find at dim 16
+ * (bench/README.md has both). */
 typedef struct ed_find_ctx {
     ed_job *j;
     ed_table *t;
@@ -188,12 +189,11 @@ typedef struct ed_find_ctx {
     int64_t misses;
 } ed_find_ctx;
 
-/* Id i's row into out by the general code: its slot (NULL: not in round 0, or absent). */
+/* Id i's row into out by the general code, from its slot (found: an absent id goes to
+ * ed_lookup_one). */
 static __attribute__((noinline)) grm_status ed_find_slow(ed_find_ctx *c, int64_t i, uint64_t h,
                                                          ed_slot *slot, float *out)
 {
-    if (slot == NULL) slot = ed_keys_find(&c->t->keys, c->j->ids[i], h);
-    if (slot == NULL) return ed_lookup_one(c->j, i, h, NULL, 0, &c->misses);
     ed_wait_ref(slot);
     ed_row_read_shared(c->j->s, c->t, h, slot, out);
     return GRM_OK;
@@ -251,7 +251,6 @@ typedef struct ed_pipe {
     ed_slot *slot;          /* its slot; NULL: absent, or not found */
     char *rec;              /* the FP32 record of ref; NULL when ref is not one */
     int64_t ref;            /* slot's reference as stage 2 read it */
-    int empty;              /* absent: its probe met an empty slot */
 } ed_pipe;
 
 /* Stage 1: id i's hash, its first round's slot line requested (rw: for writing). */
@@ -263,29 +262,15 @@ ed_pipe_hash(const ed_find_ctx *c, int64_t id, ed_pipe *e, int rw)
     else __builtin_prefetch(&c->slots[e->h & c->first], 0, 3);
 }
 
-/* Id id's slot in the rounds after its first (hash h), whose T slots held neither id nor
- * an empty slot; NULL with *empty set when it is absent. About one id in ten at load 3/4,
- * but a Zipf stream may send a hot id there on most accesses: handing such ids to the
- * general path (ed_find_slow, ed_acquire) cost a 64-float copy through memcpy and a second
- * probe from round 0 (bench/README.md). */
+/* Id id's slot when its first round (hash h) held neither it nor an empty slot: the key
+ * structure's probe from round 1, NULL when absent. About one id in ten at load 3/4, but a
+ * Zipf stream may send a hot id there on most accesses: handing such ids to the general
+ * path (ed_find_slow, ed_acquire) cost a 64-float copy through memcpy and a second probe
+ * from round 0 (bench/README.md). Not inlined: it stays out of the pipeline's loop. */
 static __attribute__((noinline)) ed_slot *ed_find_later(const ed_find_ctx *c, int64_t id,
-                                                        uint64_t h, int *empty)
+                                                        uint64_t h)
 {
-    const ed_keys *k = &c->t->keys;
-    ed_probe p = ed_probe_start(h, k->M, k->lanes);
-    for (uint64_t r = 1; r < p.rounds; r++) {
-        for (uint32_t g = 0; g < (uint32_t)k->lanes; g++) {
-            ed_slot *sl = &c->slots[ed_probe_slot(&p, r, g)];
-            const int64_t key = atomic_load_explicit(&sl->key, memory_order_acquire);
-            if (key == id) return sl;
-            if (key == ED_KEY_EMPTY) {
-                *empty = 1;
-                return NULL;
-            }
-        }
-    }
-    *empty = 1;
-    return NULL;
+    return ed_keys_find_from(&c->t->keys, id, h, 1);
 }
 
 /* Stage 2: the slot of id, in its first round (ed_find_first) or a later one
@@ -296,9 +281,10 @@ static inline __attribute__((always_inline)) void
 ed_pipe_probe(const ed_find_ctx *c, int64_t id, ed_pipe *e, const int32_t T, const int64_t D,
               int rw)
 {
+    int empty;
     e->rec = NULL;
-    e->slot = ed_find_first(&c->slots[e->h & c->first], id, T, &e->empty);
-    if (e->slot == NULL && !e->empty) e->slot = ed_find_later(c, id, e->h, &e->empty);
+    e->slot = ed_find_first(&c->slots[e->h & c->first], id, T, &empty);
+    if (e->slot == NULL && !empty) e->slot = ed_find_later(c, id, e->h);
     if (e->slot == NULL) return;
     e->ref = atomic_load_explicit(&e->slot->ref, memory_order_relaxed);
     if (e->ref < 0 || (e->ref & 1)) return;
@@ -405,7 +391,8 @@ ed_run_pipe(ed_find_ctx *c, int64_t begin, int64_t end, const int32_t T, const i
     for (; i < end + 2 * ED_AHEAD && st == GRM_OK; i++) {
         const int64_t p = i - ED_AHEAD, w = i - 2 * ED_AHEAD;
         if (i < end) ed_pipe_turn(c, ring, i, 1, 0, 0, T, D, train, pool, &new_keys);
-        if (p >= begin && p < end) ed_pipe_turn(c, ring, i, 0, 1, 0, T, D, train, pool, &new_keys);
+        if (p >= begin && p < end)
+            ed_pipe_turn(c, ring, i, 0, 1, 0, T, D, train, pool, &new_keys);
         if (w >= begin) st = ed_pipe_turn(c, ring, i, 0, 0, 1, T, D, train, pool, &new_keys);
     }
     if (train) ed_keys_add(&c->t->keys, new_keys);
