@@ -125,10 +125,13 @@ static uint64_t le64(const uint8_t *p)
     return (uint64_t)le32(p) | (uint64_t)le32(p + 4) << 32;
 }
 
-/* Where things are in the saved file, from the README layout. */
+/* Where things are in the saved file, from the README layout (2.0; `save` writes every
+ * tensor as one chunk). */
 typedef struct layout {
     size_t meta_off, meta_len;
     size_t hdr[NT];          /* offset of each tensor header (its name length) */
+    size_t raw_field[NT];    /* offset of each header's raw-size field */
+    size_t chunk[NT];        /* offset of each tensor's chunk header */
     size_t payload[NT];
     size_t comp[NT];
     size_t trailer;
@@ -138,7 +141,7 @@ typedef struct layout {
  * saved; returns 1 when the file matches the documented layout. */
 static int check_layout(const uint8_t *b, size_t size, layout *L)
 {
-    int ok = size > 64 && memcmp(b, "GRMCKPT\0", 8) == 0 && le32(b + 8) == 1
+    int ok = size > 64 && memcmp(b, "GRMCKPT\0", 8) == 0 && le32(b + 8) == 2
              && le32(b + 12) == 0;
     L->meta_len = (size_t)le64(b + 16);
     L->meta_off = 24;
@@ -146,8 +149,6 @@ static int check_layout(const uint8_t *b, size_t size, layout *L)
     size_t p = 24 + L->meta_len;
     ok &= le64(b + p) == NT;
     p += 8;
-    ZSTD_DCtx *dctx = ZSTD_createDCtx();
-    uint8_t out[2048];
     for (int i = 0; i < NT && ok; i++) {
         const grm_named_tensor *w = &saved[i];
         L->hdr[i] = p;
@@ -159,10 +160,21 @@ static int check_layout(const uint8_t *b, size_t size, layout *L)
         p += 8;
         for (int d = 0; d < 4; d++, p += 8)
             ok &= (int64_t)le64(b + p) == (d < w->tensor.ndim ? w->tensor.shape[d] : 1);
-        ok &= le64(b + p) == saved_bytes[i];
-        L->comp[i] = (size_t)le64(b + p + 8);
-        const uint64_t h = le64(b + p + 16);
-        p += 24;
+        L->raw_field[i] = p;
+        ok &= le64(b + p) == saved_bytes[i] && le64(b + p + 8) == 1;    // one chunk
+        p += 16;
+    }
+    ZSTD_DCtx *dctx = ZSTD_createDCtx();
+    uint8_t out[2048];
+    for (int i = 0; i < NT && ok; i++) {
+        const grm_named_tensor *w = &saved[i];
+        const int64_t rows = w->tensor.ndim >= 1 ? w->tensor.shape[0] : 1;
+        L->chunk[i] = p;
+        ok &= le32(b + p) == (uint32_t)i && le32(b + p + 4) == 0 && le64(b + p + 8) == 0
+              && (int64_t)le64(b + p + 16) == rows;
+        L->comp[i] = (size_t)le64(b + p + 24);
+        const uint64_t h = le64(b + p + 32);
+        p += 40;
         L->payload[i] = p;
         const size_t n = ZSTD_decompressDCtx(dctx, out, sizeof(out), b + p, L->comp[i]);
         ok &= !ZSTD_isError(n) && n == saved_bytes[i]
@@ -205,25 +217,43 @@ static int flip_fails(const char *path, uint8_t *b, size_t size, size_t i, const
 
 #include "ckpt_rows.h"
 
-/* The payload of tensor `name` in file b: offset, compressed bytes, raw XXH64. */
-static int find_payload(const uint8_t *b, size_t size, const char *name, size_t *off,
-                        size_t *comp, uint64_t *hash)
+/* The chunks of a 2.0 file b, in file order, as README.md lays them out. */
+typedef struct chunk_at {
+    uint32_t tensor;
+    int64_t row0, rows;
+    size_t off, comp;        /* its payload */
+    uint64_t hash;
+} chunk_at;
+
+/* Up to cap chunks of file b into c; returns how many, or -1 when the layout is off. Index
+ * *which gets the tensor number of `name` (-1 when absent). */
+static int find_chunks(const uint8_t *b, size_t size, const char *name, int *which,
+                       chunk_at *c, int cap)
 {
+    if (size < 40 || le32(b + 8) != 2) return -1;
     size_t p = 24 + (size_t)le64(b + 16);
     const uint64_t n = le64(b + p);
     p += 8;
+    uint64_t total = 0;
+    *which = -1;
     for (uint64_t i = 0; i < n && p < size; i++) {
         const uint32_t nl = le32(b + p);
-        const int hit = nl == strlen(name) && memcmp(b + p + 4, name, nl) == 0;
+        if (nl == strlen(name) && memcmp(b + p + 4, name, nl) == 0) *which = (int)i;
         p += 4 + nl + 8 + 32 + 8;
-        *comp = (size_t)le64(b + p);
-        *hash = le64(b + p + 8);
-        p += 16;
-        *off = p;
-        if (hit) return 1;
-        p += *comp;
+        total += le64(b + p);
+        p += 8;
     }
-    return 0;
+    int k = 0;
+    for (uint64_t i = 0; i < total && p + 40 <= size && k < cap; i++, k++) {
+        c[k].tensor = le32(b + p);
+        c[k].row0 = (int64_t)le64(b + p + 8);
+        c[k].rows = (int64_t)le64(b + p + 16);
+        c[k].comp = (size_t)le64(b + p + 24);
+        c[k].hash = le64(b + p + 32);
+        c[k].off = p + 40;
+        p = c[k].off + c[k].comp;
+    }
+    return p + 16 == size ? k : -1;
 }
 
 /* save_rows and load_rows: a 21 MB tensor goes through 16 MiB pieces both ways; the file is
@@ -242,19 +272,30 @@ static void test_rows(const char *dir)
            "save_rows: a 21 MB tensor is read in %d ranges of at most 16 MiB (largest %zu "
            "bytes), the small one in one", r.calls - 1, r.most);
 
-    // the whole-tensor load reads it: the same format, headers patched, file checksum right
+    // the whole-tensor load reads it: the same format, every chunk's XXH64 and the file's
     size_t size = 0;
     uint8_t *b = read_all(path, &size);
-    size_t off = 0, comp = 0;
-    uint64_t hash = 0;
-    int ok = b != NULL && find_payload(b, size, "big", &off, &comp, &hash);
-    const size_t raw = (size_t)BIG_ROWS * BIG_COLS * sizeof(float);
+    chunk_at c[8];
+    int which = -1;
+    const int nc = b != NULL ? find_chunks(b, size, "big", &which, c, 8) : -1;
+    const size_t rb = BIG_COLS * sizeof(float), raw = (size_t)BIG_ROWS * rb;
     float *out = malloc(raw);
-    ok = ok && ZSTD_decompress(out, raw, b + off, comp) == raw
-         && memcmp(out, big, raw) == 0 && XXH64(out, raw, 0) == hash
-         && le64(b + size - 16) == XXH64(b, size - 16, 0) && le32(b + 12) == 0;
-    tap_ok(ok, "the file's header of 'big' records the frame's size and the rows' XXH64, its "
-           "trailer the file's XXH64 (format 1.0, parsed here)");
+    int ok = nc == 4 && which == 1, bigs = 0;
+    int64_t next = 0;
+    for (int k = 0; k < nc && ok; k++) {
+        if (c[k].tensor != 1) continue;
+        const size_t want = (size_t)c[k].rows * rb;
+        ok &= c[k].row0 == next
+              && ZSTD_decompress((char *)out + (size_t)c[k].row0 * rb, want, b + c[k].off,
+                                 c[k].comp) == want
+              && XXH64((char *)out + (size_t)c[k].row0 * rb, want, 0) == c[k].hash;
+        next += c[k].rows;
+        bigs++;
+    }
+    ok = ok && bigs == 2 && next == BIG_ROWS && memcmp(out, big, raw) == 0
+         && le64(b + size - 16) == XXH64(b, size - 16, 0);
+    tap_ok(ok, "'big' is 2 chunks of rows in order, each a zstd frame with its rows' XXH64; "
+           "the trailer the file's XXH64 (format 2.0, parsed here)");
     free(out);
 
     piece_log pl = { 0, 0, 0, 0, 0 };
@@ -273,14 +314,16 @@ static void test_rows(const char *dir)
            && ops->load_rows(ck, whole, piece_fn, &pl) == GRM_OK && pl.bad == 0
            && pl.big_pieces == 2, "load_rows of a file save wrote: the same pieces");
 
-    // a byte of big's payload changed: the file checksum refuses it before any piece
+    // a byte of big's first chunk changed: the file checksum refuses it before any piece
+    const size_t off = nc > 0 ? c[0].tensor == 1 ? c[0].off : c[1].off : 0;
+    const size_t comp = nc > 0 ? c[0].tensor == 1 ? c[0].comp : c[1].comp : 0;
     b[off + comp / 2] ^= 0x5A;
     write_all(bad, b, size);
     pl = (piece_log){ 0, 0, 0, 0, 0 };
     tap_ok(ops->load_rows(ck, bad, piece_fn, &pl) == GRM_EFORMAT && pl.pieces == 0
            && harness_error_has("checksum mismatch"),
            "a flipped byte in a piece-wise payload: GRM_EFORMAT before any piece");
-    // ... and with the file checksum forged to match, the frame's own check fails it
+    // ... and with the file checksum forged to match, the chunk's own check fails it
     uint8_t fix[8];
     const uint64_t forged = XXH64(b, size - 16, 0);
     for (int i = 0; i < 8; i++) fix[i] = (uint8_t)(forged >> (8 * i));
@@ -301,12 +344,172 @@ static void test_rows(const char *dir)
            "a range that fails to read fails save_rows with its status; no file is left");
     remove(whole);
     remove(bad);
-    free(big);
+}
+
+/* ---- range-major: by-rows tensors of as many rows are read a range of all at a time ---- */
+
+/* Two by-rows tensors of BIG_ROWS rows: 1 = big, 2 = `ranks` [BIG_ROWS, 3] i64 (row r holds
+ * r, -r, 7r); each call's tensor and first row logged. */
+typedef struct order_log {
+    int calls;
+    int64_t index[16], row0[16];
+} order_log;
+
+static int64_t rank_at(int64_t r, int k)
+{
+    return k == 0 ? r : k == 1 ? -r : 7 * r;
+}
+
+static grm_status order_rows(void *user, int64_t index, int64_t row0, int64_t n, void *out)
+{
+    order_log *o = user;
+    if (o->calls < 16) {
+        o->index[o->calls] = index;
+        o->row0[o->calls] = row0;
+    }
+    o->calls++;
+    if (index == 1) {
+        memcpy(out, big + (size_t)row0 * BIG_COLS, (size_t)n * BIG_COLS * sizeof(float));
+        return GRM_OK;
+    }
+    int64_t *v = out;
+    for (int64_t r = 0; r < n; r++)
+        for (int k = 0; k < 3; k++) v[3 * r + k] = rank_at(row0 + r, k);
+    return GRM_OK;
+}
+
+typedef struct ranks_log {
+    int pieces, bad;
+    int64_t got[3];          /* rows of each tensor handed over so far */
+    int64_t order[16];       /* the tensor index of each piece */
+} ranks_log;
+
+static grm_status ranks_piece(void *user, const grm_named_tensor *t, int64_t row0, int64_t rows)
+{
+    ranks_log *p = user;
+    const int i = strcmp(t->name, "big") == 0 ? 1 : strcmp(t->name, "ranks") == 0 ? 2 : 0;
+    if (p->pieces < 16) p->order[p->pieces] = i;
+    p->pieces++;
+    const int64_t n = t->tensor.ndim >= 1 ? t->tensor.shape[0] : 1;
+    p->bad += row0 != p->got[i];
+    p->got[i] += n;
+    if (i == 1) {
+        p->bad += rows != BIG_ROWS || memcmp(t->tensor.data, big + (size_t)row0 * BIG_COLS,
+                                              (size_t)n * BIG_COLS * sizeof(float)) != 0;
+    } else if (i == 2) {
+        const int64_t *v = t->tensor.data;
+        for (int64_t r = 0; r < n; r++)
+            for (int k = 0; k < 3; k++) p->bad += v[3 * r + k] != rank_at(row0 + r, k);
+    }
+    return GRM_OK;
+}
+
+static void test_range_major(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/ranges.grm", dir);
+    grm_named_tensor t[3];
+    t[0] = saved[0];
+    t[1] = mk("big", NULL, GRM_DTYPE_F32, 2, BIG_ROWS, BIG_COLS, 1, 1);
+    t[2] = mk("ranks", NULL, GRM_DTYPE_I64, 2, BIG_ROWS, 3, 1, 1);
+    order_log o = { 0, { 0 }, { 0 } };
+    const grm_status st = ops->save_rows(ck, path, t, 3, meta, order_rows, &o);
+    // 216 bytes a row of both: 77,672 rows a range of 16 MiB, so 2 ranges
+    const int alternate = o.calls == 4 && o.index[0] == 1 && o.index[1] == 2
+                          && o.index[2] == 1 && o.index[3] == 2 && o.row0[0] == 0
+                          && o.row0[1] == 0 && o.row0[2] == o.row0[3] && o.row0[2] > 0;
+    tap_ok(st == GRM_OK && alternate,
+           "save_rows reads tensors of as many rows a range of all of them at a time: big "
+           "[0, +), ranks [0, +), big [%lld, +), ranks [%lld, +) (%d calls)",
+           (long long)o.row0[2], (long long)o.row0[3], o.calls);
+
+    size_t size = 0;
+    uint8_t *b = read_all(path, &size);
+    chunk_at c[8];
+    int which = -1;
+    const int nc = b != NULL ? find_chunks(b, size, "ranks", &which, c, 8) : -1;
+    tap_ok(nc == 5 && which == 2 && c[0].tensor == 0 && c[1].tensor == 1 && c[2].tensor == 2
+           && c[3].tensor == 1 && c[4].tensor == 2 && c[3].row0 == c[1].rows
+           && c[4].row0 == c[2].rows,
+           "the file holds their chunks in that order: dense.0.weight, then big and ranks "
+           "range by range");
+    free(b);
+
+    ranks_log p = { 0, 0, { 0, 0, 0 }, { 0 } };
+    tap_ok(ops->load_rows(ck, path, ranks_piece, &p) == GRM_OK && p.bad == 0
+           && p.pieces == 4 && p.order[0] == 0 && p.order[1] == 1 && p.order[2] == 1
+           && p.order[3] == 2 && p.got[1] == BIG_ROWS && p.got[2] == BIG_ROWS,
+           "load_rows hands each tensor over back to back, in the order of the headers (big "
+           "in its 2 chunks, ranks, 2.6 MB, whole), every byte as saved (%d bad)", p.bad);
+    remove(path);
+}
+
+/* ---- format 1.0, which this reader still reads ---- */
+
+/* A 1.0 file of tensors [n] (README.md "Format 1.0"), written here by hand. */
+static void write_v1(const char *path, const grm_named_tensor *t, const size_t *bytes, int n)
+{
+    size_t cap = 1 << 16, len = 0;
+    uint8_t *f = malloc(cap);
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+#define PUT(p, k) (memcpy(f + len, (p), (k)), len += (k))
+#define PUT64(v) do { const uint64_t x_ = (uint64_t)(v); PUT(&x_, 8); } while (0)
+#define PUT32(v) do { const uint32_t x_ = (uint32_t)(v); PUT(&x_, 4); } while (0)
+    PUT("GRMCKPT\0", 8);
+    PUT32(1);
+    PUT32(0);
+    PUT64(strlen(meta));
+    PUT(meta, strlen(meta));
+    PUT64(n);
+    for (int i = 0; i < n; i++) {
+        PUT32(strlen(t[i].name));
+        PUT(t[i].name, strlen(t[i].name));
+        PUT32(t[i].tensor.dtype);
+        PUT32(t[i].tensor.ndim);
+        for (int d = 0; d < 4; d++) PUT64(d < t[i].tensor.ndim ? t[i].tensor.shape[d] : 1);
+        PUT64(bytes[i]);
+        static const uint8_t none = 0;
+        const void *src = bytes[i] > 0 ? t[i].tensor.data : &none;
+        uint8_t z[4096];
+        const size_t comp = ZSTD_compress2(cctx, z, sizeof z, src, bytes[i]);
+        PUT64(comp);
+        PUT64(XXH64(src, bytes[i], 0));
+        PUT(z, comp);
+    }
+    PUT64(XXH64(f, len, 0));
+    PUT("GRMEND\0\0", 8);
+#undef PUT
+#undef PUT64
+#undef PUT32
+    write_all(path, f, len);
+    ZSTD_freeCCtx(cctx);
+    free(f);
+}
+
+static void test_v1(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/old.grm", dir);
+    write_v1(path, saved, saved_bytes, NT);
+    visit_log v = { 0, 0, 0 };
+    char mbuf[256];
+    tap_ok(ops->load(ck, path, visit, &v) == GRM_OK && v.visits == NT && v.mismatches == 0
+           && ops->meta(ck, path, mbuf, sizeof mbuf) == GRM_OK && strcmp(mbuf, meta) == 0,
+           "a format 1.0 file (written here by hand) loads: its 6 tensors exact, its metadata");
+    size_t size = 0;
+    uint8_t *b = read_all(path, &size);
+    int all = b != NULL;
+    for (size_t i = 0; b != NULL && i < size; i++) all &= flip_fails(path, b, size, i, NULL);
+    tap_ok(all, "... and flipping any one of its %zu bytes gives GRM_EFORMAT before any visit",
+           size);
+    free(b);
+    remove(path);
 }
 
 int main(void)
 {
-    tap_plan(41);
+    tap_plan(46);
     const grm_plugin_info *info = harness_plugin("ckpt-grm");
     ops = info->ops;
     make_tensors();
@@ -350,8 +553,8 @@ int main(void)
     uint8_t *b = read_all(path, &size);
     layout L;
     tap_ok(b != NULL && check_layout(b, size, &L),
-           "the file follows README.md: magic, 1.0, meta, count, headers, zstd payloads whose "
-           "XXH64 matches, file XXH64, GRMEND (%zu bytes)", size);
+           "the file follows README.md: magic, 2.0, meta, count, headers, one chunk a tensor: "
+           "a zstd payload whose XXH64 matches; file XXH64, GRMEND (%zu bytes)", size);
 
     const void *cfg19 = harness_config(info, "level=19", (const char *)NULL);
     void *ck19 = NULL;
@@ -395,8 +598,8 @@ int main(void)
     tap_ok(flip_fails(bad, b, size, L.meta_off + 3, "checksum mismatch in the file's headers "
                       "or metadata"),
            "a flipped byte in the metadata: checksum mismatch in the metadata");
-    const size_t raw_field = L.payload[2] - 24;
-    tap_ok(flip_fails(bad, b, size, raw_field, "corrupt header: tensor 'bytes': header says"),
+    tap_ok(flip_fails(bad, b, size, L.raw_field[2], "corrupt header: tensor 'bytes': header "
+                      "says"),
            "a flipped raw-size field: corrupt header naming the tensor");
     tap_ok(flip_fails(bad, b, size, size - 5, ": bad end marker at byte"),
            "a flipped end marker: bad end marker");
@@ -440,11 +643,11 @@ int main(void)
            "a text file: not a grm checkpoint (bad magic)");
     uint8_t *nb = malloc(size);
     memcpy(nb, b, size);
-    nb[8] = 2, nb[9] = 0, nb[10] = 0, nb[11] = 0, nb[12] = 0;
+    nb[8] = 3, nb[9] = 0, nb[10] = 0, nb[11] = 0, nb[12] = 0;
     write_all(bad, nb, size);
     tap_ok(try_load(bad, &visits) == GRM_EFORMAT && visits == 0
-           && harness_error_has("format version 2.0 is newer than this ckpt-grm (1.x); upgrade grm"),
-           "format major 2: newer than this ckpt-grm (1.x); upgrade grm");
+           && harness_error_has("format version 3.0 is newer than this ckpt-grm (2.x); upgrade grm"),
+           "format major 3: newer than this ckpt-grm (2.x); upgrade grm");
     free(nb);
     remove(bad);
     tap_ok(try_load(bad, &visits) == GRM_EIO && harness_error_has("cannot open") && harness_error_has(bad),
@@ -473,6 +676,9 @@ int main(void)
     tap_ok(leftovers == 0, "no temporary files remain after the failed saves");
 
     test_rows(dir);
+    test_range_major(dir);
+    free(big);
+    test_v1(dir);
 
     free(b);
     remove(path);

@@ -18,7 +18,7 @@
 #define CG_MAGIC "GRMCKPT\0"            /* 8 bytes at offset 0 */
 #define CG_END_MAGIC "GRMEND\0\0"       /* the file's last 8 bytes */
 #define CG_MAGIC_LEN 8
-#define CG_FORMAT_MAJOR 1u
+#define CG_FORMAT_MAJOR 2u              /* written; 1.x is read too */
 #define CG_FORMAT_MINOR 0u
 #define CG_TRAILER_LEN 16               /* u64 file XXH64 + end magic */
 #define CG_MAX_NAME 65535u              /* longest tensor name, bytes */
@@ -41,6 +41,21 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
                    const grm_named_tensor *tensors, int64_t n, const char *meta,
                    grm_ckpt_rows_fn rows, void *user);
 
+/* Fixed bytes of a 2.0 chunk header: tensor index, reserved, row0, rows, compressed bytes,
+ * XXH64 (README.md "Byte layout"). */
+#define CG_CHUNK_FIXED (4 + 4 + 8 + 8 + 8 + 8)
+
+/* One chunk as read from the file: rows [row0, row0 + rows) of a tensor, one zstd frame.
+ * A 1.0 file holds one chunk a tensor, all of its rows. */
+typedef struct cg_chunk {
+    int64_t tensor;            /* index of its tensor */
+    int64_t row0, rows;
+    uint64_t raw_bytes;        /* decompressed size: rows * the tensor's row bytes */
+    uint64_t comp_bytes;       /* size of the zstd frame */
+    uint64_t raw_hash;         /* XXH64 of the decompressed bytes */
+    size_t payload;            /* file offset of the zstd frame */
+} cg_chunk;
+
 /* One tensor's header as read from the file. */
 typedef struct cg_entry {
     const char *name;          /* NUL-terminated copy, in cg_file.names */
@@ -48,9 +63,10 @@ typedef struct cg_entry {
     int32_t ndim;              /* 0..GRM_TENSOR_MAX_DIMS */
     int64_t shape[GRM_TENSOR_MAX_DIMS];  /* dims beyond ndim are 1 */
     uint64_t raw_bytes;        /* decompressed size */
-    uint64_t comp_bytes;       /* size of the zstd frame */
-    uint64_t raw_hash;         /* XXH64 of the decompressed bytes */
-    size_t payload;            /* file offset of the zstd frame */
+    int64_t rows;              /* shape[0], or 1 for a 0-d tensor */
+    int64_t nchunks;           /* its chunks: cg_file.order [first, first + nchunks) */
+    int64_t first;
+    int64_t next;              /* while parsing: the row its next chunk starts at */
     size_t name_off;           /* file offset of the name's bytes */
     uint32_t name_len;         /* bytes of the name, without a NUL */
     int pieces;                /* read a piece at a time (cg_open_pieces, > CG_PIECE_BYTES) */
@@ -63,8 +79,12 @@ typedef struct cg_file {
     size_t size;
     const char *meta;          /* [meta_len] inside data, not NUL-terminated */
     size_t meta_len;
+    uint32_t major;            /* the file's format: 1 or 2 */
     int64_t n;                 /* tensors */
     cg_entry *entries;         /* owned (malloc) [n] */
+    int64_t nchunks;
+    cg_chunk *chunks;          /* owned (malloc) [nchunks], in file order */
+    int64_t *order;            /* owned (malloc) [nchunks]: chunk numbers by tensor, then row */
     char *names;               /* owned (malloc): the entries' names, NUL-separated */
     void *buf;                 /* owned (malloc) [max_raw]: one decompressed tensor */
     size_t max_raw;            /* largest raw_bytes of any tensor */

@@ -88,8 +88,8 @@ static void cg_write_u64(cg_writer *w, uint64_t v)
     cg_write(w, b, sizeof(b));
 }
 
-/* A tensor header up to its raw size: name, dtype, ndim, shape, raw bytes. */
-static void cg_write_head(cg_writer *w, const grm_named_tensor *nt, size_t raw)
+/* A tensor header (2.0): name, dtype, ndim, shape, raw bytes, chunks. */
+static void cg_write_head(cg_writer *w, const grm_named_tensor *nt, size_t raw, int64_t chunks)
 {
     const uint32_t name_len = (uint32_t)strlen(nt->name);
     cg_write_u32(w, name_len);
@@ -99,6 +99,7 @@ static void cg_write_head(cg_writer *w, const grm_named_tensor *nt, size_t raw)
     for (int d = 0; d < GRM_TENSOR_MAX_DIMS; d++)     // dims beyond ndim are stored as 1
         cg_write_u64(w, (uint64_t)(d < nt->tensor.ndim ? nt->tensor.shape[d] : 1));
     cg_write_u64(w, raw);
+    cg_write_u64(w, (uint64_t)chunks);
 }
 
 static const char *cg_errno_str(int err)
@@ -106,86 +107,81 @@ static const char *cg_errno_str(int err)
     return err > 0 ? strerror(err) : "short write";
 }
 
-/* Tensor i (raw bytes, its data NULL) read through rows() CG_PIECE_BYTES at a time and
- * compressed as it comes into one zstd frame of pledged size raw, written at the file's
- * end: *comp its size, *hash the XXH64 of the raw bytes, for the caller to patch into the
- * header written before it. in [*cap] is the caller's scratch. */
-static grm_status cg_stream(const grm_host_api *host, const char *path, cg_writer *w,
-                            ZSTD_CCtx *cctx, const grm_named_tensor *nt, int64_t i, size_t raw,
-                            grm_ckpt_rows_fn rows, void *user, void **in, size_t *cap,
-                            uint64_t *comp, uint64_t *hash)
+/* What the save needs of each tensor: its bytes and how it is written. */
+typedef struct cg_plan {
+    size_t raw;             /* bytes */
+    size_t rb;              /* bytes a row (by rows) */
+    int64_t rows;           /* shape[0], or 1 for a 0-d tensor */
+    int by_rows;            /* data NULL and bytes > 0: read through rows() */
+    int64_t lead;           /* by rows: the first by-rows tensor of as many rows (its group) */
+    int64_t per;            /* by rows: rows a chunk, the group's */
+    int64_t chunks;
+} cg_plan;
+
+/* Rows [row0, row0 + n) of tensor i (src, bytes) as one chunk: its header and its zstd
+ * frame. zbuf [*zcap] is the caller's scratch. */
+static grm_status cg_put_chunk(const grm_host_api *host, const char *path, cg_writer *w,
+                               ZSTD_CCtx *cctx, const char *name, int64_t i, int64_t row0,
+                               int64_t n, const void *src, size_t bytes, void **zbuf,
+                               size_t *zcap)
 {
-    const int64_t nrows = nt->tensor.shape[0];
-    const size_t rb = raw / (size_t)nrows;
-    const int64_t per = ckpt_piece_rows(rb, nrows);
-    const size_t want = (size_t)per * rb;
-    const size_t ocap = ZSTD_CStreamOutSize();
-    uint8_t out[1 << 17];
-    const size_t olen = ocap < sizeof(out) ? ocap : sizeof(out);
-    XXH64_state_t *rh = XXH64_createState();
-    grm_status st = GRM_OK;
-    if (want > *cap) {
-        void *p = realloc(*in, want);
-        if (p != NULL) {
-            *in = p;
-            *cap = want;
-        }
+    const size_t bound = ZSTD_compressBound(bytes);
+    if (bound > *zcap) {
+        void *p = realloc(*zbuf, bound);
+        if (p == NULL)
+            return host->errorf(GRM_ENOMEM, "ckpt-grm: %s: tensor '%s': cannot allocate %zu "
+                                "bytes to compress it", path, name, bound);
+        *zbuf = p;
+        *zcap = bound;
     }
-    if (want > *cap || rh == NULL) {
-        XXH64_freeState(rh);
-        return host->errorf(GRM_ENOMEM, "ckpt-grm: %s: tensor '%s': cannot allocate %zu bytes "
-                            "for a piece of it", path, nt->name, want);
-    }
-    XXH64_reset(rh, CG_XXH_SEED);
-    ZSTD_CCtx_reset(cctx, ZSTD_reset_session_only);
-    ZSTD_CCtx_setPledgedSrcSize(cctx, (unsigned long long)raw);
-    *comp = 0;
-    for (int64_t r0 = 0; r0 < nrows && st == GRM_OK && w->err == 0; r0 += per) {
-        const int64_t nr = nrows - r0 < per ? nrows - r0 : per;
-        if ((st = rows(user, i, r0, nr, *in)) != GRM_OK) break;
-        XXH64_update(rh, *in, (size_t)nr * rb);
-        ZSTD_inBuffer ib = { *in, (size_t)nr * rb, 0 };
-        const int end = r0 + nr == nrows;
-        for (;;) {
-            ZSTD_outBuffer ob = { out, olen, 0 };
-            const size_t left = ZSTD_compressStream2(cctx, &ob, &ib,
-                                                     end ? ZSTD_e_end : ZSTD_e_continue);
-            if (ZSTD_isError(left)) {
-                st = host->errorf(GRM_EINTERNAL, "ckpt-grm: %s: tensor '%s': zstd: %s", path,
-                                  nt->name, ZSTD_getErrorName(left));
-                break;
-            }
-            cg_write(w, out, ob.pos);
-            *comp += ob.pos;
-            if (end ? left == 0 : ib.pos == ib.size) break;
-        }
-    }
-    *hash = XXH64_digest(rh);
-    XXH64_freeState(rh);
-    return st;
+    const size_t comp = ZSTD_compress2(cctx, *zbuf, *zcap, src, bytes);
+    if (ZSTD_isError(comp))
+        return host->errorf(GRM_EINTERNAL, "ckpt-grm: %s: tensor '%s': zstd: %s", path, name,
+                            ZSTD_getErrorName(comp));
+    cg_write_u32(w, (uint32_t)i);
+    cg_write_u32(w, 0);
+    cg_write_u64(w, (uint64_t)row0);
+    cg_write_u64(w, (uint64_t)n);
+    cg_write_u64(w, comp);
+    cg_write_u64(w, XXH64(src, bytes, CG_XXH_SEED));
+    cg_write(w, *zbuf, comp);
+    return GRM_OK;
 }
 
-/* The XXH64 of the file's first `end` bytes, read back (a save that patched headers after
- * their payloads cannot keep a running one). */
-static int cg_rehash(FILE *f, uint64_t end, uint64_t *out)
+/* The by-rows tensors of group `lead` (those of as many rows), a range of rows at a time:
+ * each range of every tensor of the group read through rows() and written as a chunk
+ * before the next range is read. A store whose rows live in a file (emb-dynamic's tiered
+ * tables) then reads each range of its records once for all of its tensors, not once a
+ * tensor. in [*cap] and zbuf [*zcap] are the caller's scratch. */
+static grm_status cg_group(const grm_host_api *host, const char *path, cg_writer *w,
+                           ZSTD_CCtx *cctx, const grm_named_tensor *tensors, const cg_plan *pl,
+                           int64_t n, int64_t lead, grm_ckpt_rows_fn rows, void *user,
+                           void **in, size_t *cap, void **zbuf, size_t *zcap)
 {
-    static uint8_t buf[1 << 20];
-    XXH64_state_t *h = XXH64_createState();
-    if (h == NULL) return ENOMEM;
-    XXH64_reset(h, CG_XXH_SEED);
-    int err = 0;
-    for (uint64_t off = 0; off < end && err == 0;) {
-        const size_t want = end - off < sizeof(buf) ? (size_t)(end - off) : sizeof(buf);
-        const ssize_t got = pread(fileno(f), buf, want, (off_t)off);
-        if (got <= 0) err = got < 0 ? errno : -1;
-        else {
-            XXH64_update(h, buf, (size_t)got);
-            off += (uint64_t)got;
+    const int64_t nrows = pl[lead].rows, per = pl[lead].per;
+    size_t want = 0;
+    for (int64_t i = lead; i < n; i++)
+        if (pl[i].by_rows && pl[i].lead == lead && (size_t)per * pl[i].rb > want)
+            want = (size_t)per * pl[i].rb;
+    if (want > *cap) {
+        void *p = realloc(*in, want);
+        if (p == NULL)
+            return host->errorf(GRM_ENOMEM, "ckpt-grm: %s: tensor '%s': cannot allocate %zu "
+                                "bytes for a range of it", path, tensors[lead].name, want);
+        *in = p;
+        *cap = want;
+    }
+    grm_status st = GRM_OK;
+    for (int64_t r0 = 0; r0 < nrows && st == GRM_OK && w->err == 0; r0 += per) {
+        const int64_t nr = nrows - r0 < per ? nrows - r0 : per;
+        for (int64_t i = lead; i < n && st == GRM_OK && w->err == 0; i++) {
+            if (!pl[i].by_rows || pl[i].lead != lead) continue;
+            if ((st = rows(user, i, r0, nr, *in)) != GRM_OK) break;
+            st = cg_put_chunk(host, path, w, cctx, tensors[i].name, i, r0, nr, *in,
+                              (size_t)nr * pl[i].rb, zbuf, zcap);
         }
     }
-    *out = XXH64_digest(h);
-    XXH64_freeState(h);
-    return err;
+    return st;
 }
 
 grm_status cg_save(const grm_host_api *host, int level, const char *path,
@@ -194,9 +190,10 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
 {
     grm_status st = GRM_OK;
     char *tmp = NULL;
-    void *zbuf = NULL;
-    size_t zcap = 0;
+    void *zbuf = NULL, *in = NULL;
+    size_t zcap = 0, cap = 0;
     ZSTD_CCtx *cctx = NULL;
+    cg_plan *pl = NULL;
     cg_writer w = { NULL, NULL, 0 };
     int created = 0;                  // tmp exists on disk and must be removed on failure
     static const uint8_t empty = 0;   // a valid pointer for zero-byte payloads
@@ -206,10 +203,37 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
     if (n < 0 || (n > 0 && tensors == NULL))
         return host->errorf(GRM_EINVAL, "ckpt-grm: %s: save of %lld tensors at %p", path,
                             (long long)n, (const void *)tensors);
+    pl = calloc((size_t)(n > 0 ? n : 1), sizeof(*pl));
+    if (pl == NULL) return host->errorf(GRM_ENOMEM, "ckpt-grm: %s: out of memory", path);
     for (int64_t i = 0; i < n; i++) {
-        size_t bytes;
-        if ((st = cg_tensor_bytes(host, path, &tensors[i], i, rows != NULL, &bytes)) != GRM_OK)
-            return st;
+        cg_plan *p = &pl[i];
+        const grm_tensor *t = &tensors[i].tensor;
+        if ((st = cg_tensor_bytes(host, path, &tensors[i], i, rows != NULL, &p->raw)) != GRM_OK)
+            goto fail;
+        p->rows = t->ndim >= 1 ? t->shape[0] : 1;
+        p->by_rows = t->data == NULL && p->raw > 0;
+        p->chunks = 1;
+        if (!p->by_rows) continue;
+        p->rb = p->raw / (size_t)p->rows;
+        p->lead = i;
+        for (int64_t j = 0; j < i; j++)
+            if (pl[j].by_rows && pl[j].rows == p->rows) {
+                p->lead = pl[j].lead;
+                break;
+            }
+    }
+    // a group's ranges hold about CG_PIECE_BYTES of rows of all of its tensors together
+    for (int64_t i = 0; i < n; i++) {
+        if (!pl[i].by_rows || pl[i].lead != i) continue;
+        size_t rb = 0;
+        for (int64_t j = i; j < n; j++)
+            if (pl[j].by_rows && pl[j].lead == i) rb += pl[j].rb;
+        const int64_t per = ckpt_piece_rows(rb, pl[i].rows);
+        for (int64_t j = i; j < n; j++)
+            if (pl[j].by_rows && pl[j].lead == i) {
+                pl[j].per = per;
+                pl[j].chunks = (pl[j].rows + per - 1) / per;
+            }
     }
     if (meta == NULL) meta = "{}";
 
@@ -229,7 +253,7 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
     }
     XXH64_reset(w.hash, CG_XXH_SEED);
 
-    w.f = fopen(tmp, "w+b");     // read too: a patched file is rehashed (cg_rehash)
+    w.f = fopen(tmp, "wb");
     if (w.f == NULL) {
         st = host->errorf(GRM_EIO, "ckpt-grm: %s: cannot create %s: %s", path, tmp,
                           strerror(errno));
@@ -237,7 +261,7 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
     }
     created = 1;
 
-    // Header: magic, version, metadata, tensor count.
+    // Header: magic, version, metadata, tensor count, the tensors' headers.
     const size_t meta_len = strlen(meta);
     cg_write(&w, CG_MAGIC, CG_MAGIC_LEN);
     cg_write_u32(&w, CG_FORMAT_MAJOR);
@@ -245,73 +269,31 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
     cg_write_u64(&w, meta_len);
     cg_write(&w, meta, meta_len);
     cg_write_u64(&w, (uint64_t)n);
+    for (int64_t i = 0; i < n; i++) cg_write_head(&w, &tensors[i], pl[i].raw, pl[i].chunks);
 
-    int patched = 0;     // a header was patched after its payload: the file is rehashed
+    // Chunks: a whole tensor as one, a group of by-rows tensors where its first one is.
     for (int64_t i = 0; i < n && w.err == 0; i++) {
         const grm_named_tensor *nt = &tensors[i];
-        size_t raw;
-        cg_tensor_bytes(host, path, nt, i, rows != NULL, &raw);      // checked above
-        const void *src = raw > 0 ? nt->tensor.data : &empty;
-        if (src == NULL) {
-            // read by rows: the header goes first with its size and checksum as 0, and is
-            // patched once the payload is out
-            cg_write_head(&w, nt, raw);
-            if (w.err == 0 && fflush(w.f) != 0) w.err = errno != 0 ? errno : -1;
-            if (w.err != 0) break;
-            const off_t at = ftello(w.f);
-            cg_write_u64(&w, 0);
-            cg_write_u64(&w, 0);
-            uint64_t comp = 0, hash = 0;
-            if ((st = cg_stream(host, path, &w, cctx, nt, i, raw, rows, user, &zbuf, &zcap,
-                                &comp, &hash)) != GRM_OK)
+        if (pl[i].by_rows) {
+            if (pl[i].lead == i
+                && (st = cg_group(host, path, &w, cctx, tensors, pl, n, i, rows, user, &in,
+                                  &cap, &zbuf, &zcap)) != GRM_OK)
                 goto fail;
-            uint8_t fix[16];
-            cg_put_u64(fix, comp);
-            cg_put_u64(fix + 8, hash);
-            errno = 0;
-            if (w.err == 0 && (fflush(w.f) != 0 || pwrite(fileno(w.f), fix, 16, at) != 16))
-                w.err = errno != 0 ? errno : -1;
-            patched = 1;
             continue;
         }
-
-        const size_t bound = ZSTD_compressBound(raw);
-        if (bound > zcap) {
-            void *p = realloc(zbuf, bound);
-            if (p == NULL) {
-                st = host->errorf(GRM_ENOMEM, "ckpt-grm: %s: tensor '%s': cannot allocate "
-                                  "%zu bytes to compress it", path, nt->name, bound);
-                goto fail;
-            }
-            zbuf = p;
-            zcap = bound;
-        }
-        const size_t comp = ZSTD_compress2(cctx, zbuf, zcap, src, raw);
-        if (ZSTD_isError(comp)) {
-            st = host->errorf(GRM_EINTERNAL, "ckpt-grm: %s: tensor '%s': zstd: %s", path,
-                              nt->name, ZSTD_getErrorName(comp));
+        const void *src = pl[i].raw > 0 ? nt->tensor.data : &empty;
+        if ((st = cg_put_chunk(host, path, &w, cctx, nt->name, i, 0, pl[i].rows, src,
+                               pl[i].raw, &zbuf, &zcap)) != GRM_OK)
             goto fail;
-        }
-
-        cg_write_head(&w, nt, raw);
-        cg_write_u64(&w, comp);
-        cg_write_u64(&w, XXH64(src, raw, CG_XXH_SEED));
-        cg_write(&w, zbuf, comp);
     }
 
     // Trailer: the XXH64 of everything before it (not of itself), then the end marker.
     if (w.err == 0) {
         uint8_t trailer[CG_TRAILER_LEN];
-        uint64_t sum = XXH64_digest(w.hash);
-        if (patched) {
-            errno = 0;
-            if (fflush(w.f) != 0) w.err = errno != 0 ? errno : -1;
-            else w.err = cg_rehash(w.f, (uint64_t)ftello(w.f), &sum);
-        }
-        cg_put_u64(trailer, sum);
+        cg_put_u64(trailer, XXH64_digest(w.hash));
         memcpy(trailer + 8, CG_END_MAGIC, CG_MAGIC_LEN);
         errno = 0;
-        if (w.err == 0 && fwrite(trailer, 1, sizeof(trailer), w.f) != sizeof(trailer))
+        if (fwrite(trailer, 1, sizeof(trailer), w.f) != sizeof(trailer))
             w.err = errno != 0 ? errno : -1;
     }
     if (w.err == 0 && fflush(w.f) != 0) w.err = errno;
@@ -342,6 +324,8 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
     }
     free(tmp);
     free(zbuf);
+    free(in);
+    free(pl);
     ZSTD_freeCCtx(cctx);
     XXH64_freeState(w.hash);
     return GRM_OK;
@@ -351,6 +335,8 @@ fail:
     if (created) unlink(tmp);
     free(tmp);
     free(zbuf);
+    free(in);
+    free(pl);
     ZSTD_freeCCtx(cctx);
     XXH64_freeState(w.hash);
     return st;

@@ -141,7 +141,7 @@ static const grm_plugin_info cg_info = {
     GRM_PLUGIN_INFO_HEADER,
     .kind = GRM_KIND_CKPT,
     .name = "ckpt-grm",
-    .version = "1.1.0",
+    .version = "2.0.0",
     .description = "single-file checkpoint: named tensors + metadata, zstd, XXH64-checked",
     .ops = &cg_ops,
     .params = cg_params,
