@@ -8,11 +8,14 @@
  * Prints one line:
  *   mode=<mem|tiered> cache_bytes=<given> cache_rows=R rows=N ids=I seconds=S ids_per_s=X
  *   hit_rate=H lookup_hit_rate=L bytes_read=BR bytes_written=BW prefetched=P prefetch_s=T
- *   wait_s=W export_s=E export_bytes_read=EB rows_export_s=X
+ *   wait_s=W export_s=E export_bytes_read=EB rows_export_s=X rows_export_bytes_read=XB
+ *   tensor_export_s=Y tensor_export_bytes_read=YB
  * wait_s: the loop's time waiting for the data thread; export_s: the first tensors() call
  * after the loop, the checkpoint's export of every row (both tiers when tiered);
- * rows_export_s: the same export a range of 16 MiB at a time (tensor_rows, ABI 1.10: a
- * pass over the table for each of weight, opt_state and meta).
+ * rows_export_s: the same export a range of 16 MiB at a time (tensor_rows, ABI 1.10), a
+ * range of each tensor in turn, as ckpt-grm 2.0 saves (one pass over the table);
+ * tensor_export_s: every range of a tensor before the next, as ckpt-grm 1.0 saved (a pass
+ * for each of weight, opt_state and meta).
  * hit_rate = 1 - (rows read from the backing file, by prefetch or lookup, plus rows created)
  * / ids: the cache's own hit rate. lookup_hit_rate = 1 - (rows the lookups had to read or
  * create) / ids: a prefetched row counts as a hit (its read was hidden).
@@ -262,29 +265,51 @@ int main(int argc, char **argv)
     const double export_s = now_s() - e0;
     const int64_t export_read = tiered ? atomic_load(&t->tier.bytes_read) - read_before : 0;
     // The same export by rows (ABI 1.10, what a checkpoint save does with ckpt-grm): a fresh
-    // snapshot, then ids, weight, opt_state and meta in ranges of 16 MiB, each range into
-    // one scratch buffer, so memory is the range, not the table.
-    ((ed_store *)s)->tables[0].exp.version = -1;
-    if (cold_fd >= 0) posix_fadvise(cold_fd, 0, 0, POSIX_FADV_DONTNEED);
-    const double r0 = now_s();
-    char *range = malloc((size_t)16 << 20);
-    for (int32_t k = 0; k < 4; k++) {
-        grm_named_tensor d;
-        if (ops->tensor_rows(s, k, &d, 0, 0, NULL) != GRM_OK) die("tensor_rows");
-        const size_t rb = grm_dtype_size(d.tensor.dtype)
-                          * (size_t)(d.tensor.ndim > 1 ? d.tensor.shape[1] : 1);
-        const int64_t per = (int64_t)(((size_t)16 << 20) / rb);
-        for (int64_t a = 0; a < d.tensor.shape[0]; a += per) {
-            const int64_t m = d.tensor.shape[0] - a < per ? d.tensor.shape[0] - a : per;
-            if (ops->tensor_rows(s, k, NULL, a, m, range) != GRM_OK) die("tensor_rows");
+    // snapshot, then ids, weight, opt_state and meta in ranges of 16 MiB of all four, each
+    // range of each into one scratch buffer, so memory is the range, not the table: a range
+    // of every tensor in turn, as ckpt-grm 2.0 asks (rows_export_s), and every range of a
+    // tensor before the next tensor, as 1.0 did (tensor_export_s), each from the file
+    // dropped from the page cache with BT_COLD (by tensor: before each tensor).
+    double rows_export_s = 0, tensor_export_s = 0;
+    int64_t rows_read = 0, tensor_read = 0;
+    for (int by_tensor = 0; by_tensor < 2; by_tensor++) {
+        ((ed_store *)s)->tables[0].exp.version = -1;
+        if (cold_fd >= 0) posix_fadvise(cold_fd, 0, 0, POSIX_FADV_DONTNEED);
+        const int64_t b0 = tiered ? atomic_load(&t->tier.bytes_read) : 0;
+        const double r0 = now_s();
+        grm_named_tensor d[4];
+        size_t rb[4], all = 0;
+        for (int32_t k = 0; k < 4; k++) {
+            if (ops->tensor_rows(s, k, &d[k], 0, 0, NULL) != GRM_OK) die("tensor_rows");
+            rb[k] = grm_dtype_size(d[k].tensor.dtype)
+                    * (size_t)(d[k].tensor.ndim > 1 ? d[k].tensor.shape[1] : 1);
+            all += rb[k];
         }
+        const int64_t n = d[0].tensor.shape[0];
+        char *range = malloc((size_t)16 << 20);
+        for (int32_t q = 0; q < (by_tensor ? 4 : 1); q++) {
+            // BT_COLD, a file far larger than the RAM: a pass over it leaves none of it
+            // cached for the next tensor's
+            if (cold_fd >= 0 && by_tensor) posix_fadvise(cold_fd, 0, 0, POSIX_FADV_DONTNEED);
+            const int64_t per = (int64_t)(((size_t)16 << 20) / (by_tensor ? rb[q] : all));
+            for (int64_t a = 0; a < n; a += per) {
+                const int64_t m = n - a < per ? n - a : per;
+                for (int32_t k = by_tensor ? q : 0; k < (by_tensor ? q + 1 : 4); k++)
+                    if (ops->tensor_rows(s, k, NULL, a, m, range) != GRM_OK)
+                        die("tensor_rows");
+            }
+        }
+        free(range);
+        const double secs_x = now_s() - r0;
+        const int64_t read_x = tiered ? atomic_load(&t->tier.bytes_read) - b0 : 0;
+        if (by_tensor) tensor_export_s = secs_x, tensor_read = read_x;
+        else rows_export_s = secs_x, rows_read = read_x;
     }
-    free(range);
-    const double rows_export_s = now_s() - r0;
     printf("mode=%s cache_bytes=%s cache_rows=%lld rows=%lld ids=%lld seconds=%.3f "
            "ids_per_s=%.0f hit_rate=%.4f lookup_hit_rate=%.4f bytes_read=%lld "
            "bytes_written=%lld prefetched=%lld prefetch_s=%.3f wait_s=%.3f export_s=%.4f "
-           "export_bytes_read=%lld rows_export_s=%.4f\n",
+           "export_bytes_read=%lld rows_export_s=%.4f rows_export_bytes_read=%lld "
+           "tensor_export_s=%.4f tensor_export_bytes_read=%lld\n",
            tiered ? "tiered" : "mem", tiered ? mode : "-", (long long)(tiered ? st.capacity
                                                                               : st.rows),
            (long long)st.rows, (long long)ids, secs, (double)ids / secs,
@@ -294,7 +319,8 @@ int main(int argc, char **argv)
            (long long)(tiered ? atomic_load(&t->tier.bytes_read) : 0),
            (long long)(tiered ? atomic_load(&t->tier.bytes_written) : 0),
            (long long)(tiered ? atomic_load(&t->tier.prefetched) : 0), r.prefetch_s, r.wait_s,
-           export_s, (long long)export_read, rows_export_s);
+           export_s, (long long)export_read, rows_export_s, (long long)rows_read,
+           tensor_export_s, (long long)tensor_read);
     ops->destroy(s);
     oops->destroy(adam);
     free(stream);

@@ -249,7 +249,7 @@ static grm_status load_by_pieces(void *s, void *src, const int *order)
 
 int main(void)
 {
-    tap_plan(37);
+    tap_plan(38);
     info = harness_plugin("emb-dynamic");
     ops = info->ops;
     const grm_plugin_info *oinfo = harness_plugin("opt-adam");
@@ -324,6 +324,40 @@ int main(void)
     }
     tap_ok(same_rows, "tensor_rows in ranges of 333 rows: the tiered table's five tensors "
            "equal tensors()' bitwise");
+    // A save that asks for the weight, state and meta of a range in turn (ckpt-grm 2.0)
+    // reads the range's file records once; one that asks for a tensor at a time reads them
+    // once a tensor.
+    {
+        _Atomic int64_t *br = &((ed_store *)tier)->tables[0].tier.bytes_read;
+        grm_named_tensor d;
+        int64_t b0 = atomic_load(br);
+        int okr = 1;
+        for (int k = 1; k <= 3; k++) {
+            char *buf = rows_of(tier, k, 333, &d);
+            okr &= buf != NULL;
+            free(buf);
+        }
+        const int64_t by_tensor = atomic_load(br) - b0;
+        const int64_t n = d.tensor.shape[0];
+        float *w = malloc((size_t)333 * D * sizeof(float)), *x = malloc((size_t)333 * 2 * D
+                                                                          * sizeof(float));
+        int64_t *m = malloc((size_t)333 * 3 * sizeof(int64_t));
+        b0 = atomic_load(br);
+        for (int64_t r0 = 0; r0 < n && okr; r0 += 333) {
+            const int64_t c = n - r0 < 333 ? n - r0 : 333;
+            okr &= ops->tensor_rows(tier, 1, NULL, r0, c, w) == GRM_OK
+                   && ops->tensor_rows(tier, 2, NULL, r0, c, x) == GRM_OK
+                   && ops->tensor_rows(tier, 3, NULL, r0, c, m) == GRM_OK;
+        }
+        const int64_t by_range = atomic_load(br) - b0;
+        free(w);
+        free(x);
+        free(m);
+        tap_ok(okr && by_range > 0 && by_tensor == 3 * by_range,
+               "the weight, state and meta of each range in turn read the backing file once "
+               "(%lld bytes); a tensor at a time, once a tensor (%lld bytes)",
+               (long long)by_range, (long long)by_tensor);
+    }
     const int order[5] = { 3, 4, 1, 0, 2 };     // meta, counters, weight, ids, opt_state
     void *piecewise = make_store(&spec, (const char *[]){ kv_dir("b"), "cache_bytes=30000",
                                                          NULL });

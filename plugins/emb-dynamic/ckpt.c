@@ -31,8 +31,11 @@ void ed_export_free(ed_export *e)
     free(e->weight);
     free(e->state);
     free(e->meta);
+    free(e->rw);
+    free(e->rstate);
+    free(e->rmeta);
     memset(e, 0, sizeof(*e));
-    e->version = e->full = -1;
+    e->version = e->full = e->rver = -1;
 }
 
 /* The ids of every row of both tiers (the cache's, then the file's that are not cached),
@@ -70,7 +73,7 @@ static grm_status ed_snapshot_locked(const ed_store *s, ed_table *t)
     e->counters[3] = atomic_load(&t->misses);
     e->counters[4] = atomic_load(&t->evictions);
     e->version = version;
-    e->full = -1;
+    e->full = e->rver = -1;
     return GRM_OK;
 }
 
@@ -153,6 +156,45 @@ static grm_status ed_rows_locked(const ed_store *s, ed_table *t, ed_rows_job *j,
     return st;
 }
 
+/* Rows [row0, row0 + n) of tensor k (weight, state, meta) of a tiered table: the range's
+ * three tensors are read together into the range buffers, and the next tensor asked for
+ * the same range is copied from them, without reading the backing file again. A save that
+ * asked for every range of the weight, then of the state, then of the meta, read each
+ * file record three times (ckpt-grm 1.0 wrote a tensor at a time; 2.0 writes a range of
+ * all of them at a time). Caller holds the write lock. */
+static grm_status ed_rows_range(const ed_store *s, ed_table *t, int k, int64_t row0, int64_t n,
+                                void *out)
+{
+    ed_export *e = &t->exp;
+    const size_t D = (size_t)t->dim, SD = (size_t)s->S * D;
+    if (e->rver != e->version || e->r0 != row0 || e->rn != n) {
+        if (n > e->rcap) {
+            float *w = realloc(e->rw, (size_t)n * D * sizeof(float));
+            if (w != NULL) e->rw = w;
+            float *x = realloc(e->rstate, (size_t)n * (SD > 0 ? SD : 1) * sizeof(float));
+            if (x != NULL) e->rstate = x;
+            int64_t *m = realloc(e->rmeta, (size_t)n * 3 * sizeof(int64_t));
+            if (m != NULL) e->rmeta = m;
+            if (w == NULL || x == NULL || m == NULL)
+                return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory "
+                                       "for a range of %lld rows of its checkpoint", t->name,
+                                       (long long)n);
+            e->rcap = n;
+        }
+        e->rver = -1;
+        ed_rows_job j = { s, t, row0, e->rw, e->rstate, e->rmeta };
+        const grm_status st = ed_rows_locked(s, t, &j, n);
+        if (st != GRM_OK) return st;
+        e->rver = e->version;
+        e->r0 = row0;
+        e->rn = n;
+    }
+    if (k == 1) memcpy(out, e->rw, (size_t)n * D * sizeof(float));
+    else if (k == 2) memcpy(out, e->rstate, (size_t)n * SD * sizeof(float));
+    else memcpy(out, e->rmeta, (size_t)n * 3 * sizeof(int64_t));
+    return GRM_OK;
+}
+
 grm_status ed_export_describe(const ed_store *s, ed_table *t, int64_t *rows)
 {
     pthread_rwlock_wrlock(&t->lock);
@@ -181,6 +223,8 @@ grm_status ed_export_rows(const ed_store *s, ed_table *t, int k, int64_t row0, i
         memcpy(out, e->ids + row0, (size_t)n * sizeof(int64_t));
     else if (k == 4)
         memcpy(out, e->counters + row0, (size_t)n * sizeof(int64_t));
+    else if (s->tiered)
+        st = ed_rows_range(s, t, k, row0, n, out);
     else {
         ed_rows_job j = { s, t, row0, k == 1 ? out : NULL, k == 2 ? out : NULL,
                           k == 3 ? out : NULL };

@@ -255,6 +255,14 @@ typedef struct ed_export {
     float *state;           /* [n, S*D] */
     int64_t *meta;          /* [n, 3]: steps, count, last */
     int64_t counters[5];    /* clock, key slots, lookups, misses, evictions */
+    /* Tiered: the rows [r0, r0 + rn) of the weight, state and meta tensors read last
+     * (tensor_rows), at version rver (-1: none), so that a save which asks for each tensor
+     * of a range in turn (ckpt-grm 2.0) reads the backing file once a range, not once a
+     * tensor. */
+    int64_t rver, r0, rn;
+    int64_t rcap;           /* rows the range buffers hold */
+    float *rw, *rstate;     /* [rcap, D], [rcap, S*D] */
+    int64_t *rmeta;         /* [rcap, 3] */
 } ed_export;
 
 #define ED_NTENSORS 5       /* ids, weight, opt_state, meta, counters */

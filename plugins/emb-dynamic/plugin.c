@@ -220,7 +220,7 @@ static grm_status ed_table_init(ed_store *s, ed_table *t, const grm_emb_table_sp
     atomic_init(&t->version, 0);
     atomic_init(&t->last_sweep, 0);
     for (int i = 0; i < ED_STRIPES; i++) atomic_init(&t->stripes[i], 0);
-    t->exp.version = t->exp.full = -1;
+    t->exp.version = t->exp.full = t->exp.rver = -1;
     t->stage.last = -1;
 
     for (int k = 0; k < ED_NTENSORS; k++) {
