@@ -487,6 +487,56 @@ static void write_v1(const char *path, const grm_named_tensor *t, const size_t *
     free(f);
 }
 
+/* A 2.0 file whose chunk counts add up to 1 modulo 2^64: four u8 tensors of 2^62 rows
+ * announce 2^62 chunks each, a fifth of one row 1 chunk, and one chunk follows (the
+ * fifth's). Its checksum is right, so only the count of each tensor's chunks refuses it. */
+static void write_wrapped(const char *path)
+{
+    uint8_t f[1024];
+    size_t len = 0;
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+#define PUT(p, k) (memcpy(f + len, (p), (k)), len += (k))
+#define PUT64(v) do { const uint64_t x_ = (uint64_t)(v); PUT(&x_, 8); } while (0)
+#define PUT32(v) do { const uint32_t x_ = (uint32_t)(v); PUT(&x_, 4); } while (0)
+    PUT("GRMCKPT\0", 8);
+    PUT32(2);
+    PUT32(0);
+    PUT64(2);
+    PUT("{}", 2);
+    PUT64(5);
+    for (int i = 0; i < 5; i++) {
+        const uint64_t rows = i < 4 ? UINT64_C(1) << 62 : 1;
+        PUT32(1);
+        PUT(&"abcde"[i], 1);
+        PUT32(GRM_DTYPE_U8);
+        PUT32(1);
+        PUT64(rows);
+        PUT64(1);
+        PUT64(1);
+        PUT64(1);
+        PUT64(rows);
+        PUT64(rows);            // chunks: 4 * 2^62 + 1 = 1 (mod 2^64)
+    }
+    const uint8_t one = 7;
+    uint8_t z[64];
+    const size_t comp = ZSTD_compress2(cctx, z, sizeof z, &one, 1);
+    PUT32(4);
+    PUT32(0);
+    PUT64(0);
+    PUT64(1);
+    PUT64(comp);
+    PUT64(XXH64(&one, 1, 0));
+    PUT(z, comp);
+    PUT64(XXH64(f, len, 0));
+    PUT("GRMEND\0\0", 8);
+#undef PUT
+#undef PUT64
+#undef PUT32
+    write_all(path, f, len);
+    ZSTD_freeCCtx(cctx);
+}
+
 static void test_v1(const char *dir)
 {
     char path[4200];
@@ -504,12 +554,19 @@ static void test_v1(const char *dir)
     tap_ok(all, "... and flipping any one of its %zu bytes gives GRM_EFORMAT before any visit",
            size);
     free(b);
+    write_wrapped(path);
+    int visits = 0;
+    tap_ok(try_load(path, &visits) == GRM_EFORMAT && visits == 0
+           && harness_error_has("corrupt header: tensor 'a': 0 of its 4611686018427387904 "
+                                "chunks"),
+           "a 2.0 file whose tensors' chunk counts wrap around to the chunks it holds: "
+           "corrupt header naming the first tensor short of its chunks");
     remove(path);
 }
 
 int main(void)
 {
-    tap_plan(46);
+    tap_plan(47);
     const grm_plugin_info *info = harness_plugin("ckpt-grm");
     ops = info->ops;
     make_tensors();

@@ -225,6 +225,14 @@ static cg_parse cg_parse_headers(cg_file *f, size_t *end, char *what, size_t cap
         c->payload = pos;
         pos += (size_t)c->comp_bytes;
     }
+    // every tensor has its chunks (the total the headers announce could have wrapped)
+    for (int64_t i = 0; v2 && i < f->n; i++) {
+        const cg_entry *e = &f->entries[i];
+        const int nl = (int)(e->name_len > 64 ? 64 : e->name_len);
+        if (e->first != e->nchunks)
+            CG_BAD("tensor '%.*s': %lld of its %lld chunks", nl, (const char *)d + e->name_off,
+                   (long long)e->first, (long long)e->nchunks);
+    }
     CG_NEED(CG_TRAILER_LEN, "the trailer at byte %zu", pos);
     if (size - pos > CG_TRAILER_LEN)
         CG_BAD("%zu unexpected bytes after the last %s at byte %zu",
