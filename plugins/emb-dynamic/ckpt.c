@@ -192,6 +192,17 @@ static grm_status ed_rows_range(const ed_store *s, ed_table *t, int k, int64_t r
     if (k == 1) memcpy(out, e->rw, (size_t)n * D * sizeof(float));
     else if (k == 2) memcpy(out, e->rstate, (size_t)n * SD * sizeof(float));
     else memcpy(out, e->rmeta, (size_t)n * 3 * sizeof(int64_t));
+    // the last range of the metadata, the last tensor of a save in either order: the
+    // buffers (about a range of 16 MiB) go back until the next save
+    if (k == 3 && row0 + n == e->n) {
+        free(e->rw);
+        free(e->rstate);
+        free(e->rmeta);
+        e->rw = e->rstate = NULL;
+        e->rmeta = NULL;
+        e->rcap = 0;
+        e->rver = -1;
+    }
     return GRM_OK;
 }
 
