@@ -265,7 +265,7 @@ int main(int argc, char **argv)
     const double export_s = now_s() - e0;
     const int64_t export_read = tiered ? atomic_load(&t->tier.bytes_read) - read_before : 0;
     // The same export by rows (ABI 1.10, what a checkpoint save does with ckpt-grm): a fresh
-    // snapshot, then ids, weight, opt_state and meta in ranges of 16 MiB of all four, each
+    // snapshot, then ids, weight, opt_state and meta in ranges of 8 MiB of all four, each
     // range of each into one scratch buffer, so memory is the range, not the table: a range
     // of every tensor in turn, as ckpt-grm 2.0 asks (rows_export_s), and every range of a
     // tensor before the next tensor, as 1.0 did (tensor_export_s), each from the file
@@ -291,7 +291,9 @@ int main(int argc, char **argv)
             // BT_COLD, a file far larger than the RAM: a pass over it leaves none of it
             // cached for the next tensor's
             if (cold_fd >= 0 && by_tensor) posix_fadvise(cold_fd, 0, 0, POSIX_FADV_DONTNEED);
-            const int64_t per = (int64_t)(((size_t)16 << 20) / (by_tensor ? rb[q] : all));
+            // ckpt-grm 2.0's ranges: 8 MiB of rows of all of the tensors; 1.0's: 16 MiB
+            const int64_t per = by_tensor ? (int64_t)(((size_t)16 << 20) / rb[q])
+                                          : (int64_t)(((size_t)8 << 20) / all);
             for (int64_t a = 0; a < n; a += per) {
                 const int64_t m = n - a < per ? n - a : per;
                 for (int32_t k = by_tensor ? q : 0; k < (by_tensor ? q + 1 : 4); k++)
