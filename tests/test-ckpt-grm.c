@@ -706,7 +706,8 @@ int main(void)
     nb[8] = 3, nb[9] = 0, nb[10] = 0, nb[11] = 0, nb[12] = 0;
     write_all(bad, nb, size);
     tap_ok(try_load(bad, &visits) == GRM_EFORMAT && visits == 0
-           && harness_error_has("format version 3.0 is newer than this ckpt-grm (2.x); upgrade grm"),
+           && harness_error_has("format version 3.0 is newer than this ckpt-grm (2.x); "
+                                "upgrade grm"),
            "format major 3: newer than this ckpt-grm (2.x); upgrade grm");
     free(nb);
     remove(bad);
