@@ -1,8 +1,10 @@
 /* tests/ckpt_rows.h - the by-rows fixture (ABI 1.10: save_rows, load_rows) that
  * test-ckpt-grm.c and test-ckpt-safetensors.c share: a 21 MB f32 tensor `big` read through
  * rows_fn a range at a time (above the formats' 16 MiB pieces), a small i64 one, and
- * piece_fn, which checks every piece load_rows hands over against them. Include after the
- * test's own t_f32[15] (dense.0.weight, the one whole tensor of the set). */
+ * piece_fn, which checks every piece load_rows hands over against them; order_rows, which
+ * logs the order in which a save asks for the ranges of big and of `ranks`, a tensor of as
+ * many rows. Include after the test's own t_f32[15] (dense.0.weight, the one whole tensor
+ * of the set). */
 #ifndef GRM_TESTS_CKPT_ROWS_H
 #define GRM_TESTS_CKPT_ROWS_H
 
@@ -77,6 +79,36 @@ static void rows_fixture(grm_named_tensor t[3], grm_named_tensor dense)
     t[0] = dense;
     t[1] = mk("big", NULL, GRM_DTYPE_F32, 2, BIG_ROWS, BIG_COLS, 1, 1);
     t[2] = mk("small", NULL, GRM_DTYPE_I64, 1, 5, 1, 1, 1);
+}
+
+/* Two by-rows tensors of BIG_ROWS rows: 1 = big, 2 = `ranks` [BIG_ROWS, 3] i64 (row r holds
+ * r, -r, 7r); each call's tensor and first row logged. */
+typedef struct order_log {
+    int calls;
+    int64_t index[16], row0[16];
+} order_log;
+
+static int64_t rank_at(int64_t r, int k)
+{
+    return k == 0 ? r : k == 1 ? -r : 7 * r;
+}
+
+static grm_status order_rows(void *user, int64_t index, int64_t row0, int64_t n, void *out)
+{
+    order_log *o = user;
+    if (o->calls < 16) {
+        o->index[o->calls] = index;
+        o->row0[o->calls] = row0;
+    }
+    o->calls++;
+    if (index == 1) {
+        memcpy(out, big + (size_t)row0 * BIG_COLS, (size_t)n * BIG_COLS * sizeof(float));
+        return GRM_OK;
+    }
+    int64_t *v = out;
+    for (int64_t r = 0; r < n; r++)
+        for (int k = 0; k < 3; k++) v[3 * r + k] = rank_at(row0 + r, k);
+    return GRM_OK;
 }
 
 #endif /* GRM_TESTS_CKPT_ROWS_H */

@@ -350,36 +350,6 @@ static void test_rows(const char *dir)
 
 /* ---- range-major: by-rows tensors of as many rows are read a range of all at a time ---- */
 
-/* Two by-rows tensors of BIG_ROWS rows: 1 = big, 2 = `ranks` [BIG_ROWS, 3] i64 (row r holds
- * r, -r, 7r); each call's tensor and first row logged. */
-typedef struct order_log {
-    int calls;
-    int64_t index[16], row0[16];
-} order_log;
-
-static int64_t rank_at(int64_t r, int k)
-{
-    return k == 0 ? r : k == 1 ? -r : 7 * r;
-}
-
-static grm_status order_rows(void *user, int64_t index, int64_t row0, int64_t n, void *out)
-{
-    order_log *o = user;
-    if (o->calls < 16) {
-        o->index[o->calls] = index;
-        o->row0[o->calls] = row0;
-    }
-    o->calls++;
-    if (index == 1) {
-        memcpy(out, big + (size_t)row0 * BIG_COLS, (size_t)n * BIG_COLS * sizeof(float));
-        return GRM_OK;
-    }
-    int64_t *v = out;
-    for (int64_t r = 0; r < n; r++)
-        for (int k = 0; k < 3; k++) v[3 * r + k] = rank_at(row0 + r, k);
-    return GRM_OK;
-}
-
 typedef struct ranks_log {
     int pieces, bad;
     int64_t got[3];          /* rows of each tensor handed over so far */

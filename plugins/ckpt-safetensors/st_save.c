@@ -117,10 +117,70 @@ static grm_status st_stream(const grm_host_api *host, const char *path, const st
     return st;
 }
 
-static grm_status st_eat_hash(void *ctx, const void *p, size_t len)
+/* The XXH64 of every item [n] (in the caller's order), which the header, written first,
+ * records. An item held in memory is hashed at once. The items read by rows that have as
+ * many rows are read a range of all of them at a time (about CKPT_PIECE_BYTES / 2 of rows of
+ * them together, as ckpt-grm's save_rows reads them), each hashed as its ranges come: a
+ * store whose rows live in a file (emb-dynamic's tiered tables keep a row's weight, state
+ * and metadata in one record) then reads each range once for all of its tensors, not once
+ * a tensor. Their bytes are read again when they are written. */
+static grm_status st_hash_all(const grm_host_api *host, const char *path, st_item *items,
+                              int64_t n, st_src *src)
 {
-    XXH64_update(ctx, p, len);
-    return GRM_OK;
+    int64_t *group = malloc((size_t)(n > 0 ? n : 1) * sizeof(*group));
+    XXH64_state_t *hs = malloc((size_t)(n > 0 ? n : 1) * sizeof(*hs));
+    if (group == NULL || hs == NULL) {
+        free(group);
+        free(hs);
+        return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+    }
+    grm_status st = GRM_OK;
+    for (int64_t i = 0; i < n; i++) {   // in memory, or no bytes: now; by rows: 0 for now
+        const grm_tensor *t = &items[i].t->tensor;
+        const int by_rows = t->data == NULL && items[i].bytes > 0;
+        items[i].xxh = by_rows ? 0 : XXH64(items[i].bytes > 0 ? t->data : "", items[i].bytes,
+                                           ST_XXH_SEED);
+        group[i] = by_rows ? -1 : -2;   // -1: by rows, not yet hashed
+    }
+    for (int64_t i = 0; i < n && st == GRM_OK; i++) {
+        if (group[i] != -1) continue;
+        const int64_t rows = items[i].t->tensor.shape[0];
+        size_t all = 0;
+        for (int64_t j = i; j < n; j++)
+            if (group[j] == -1 && items[j].t->tensor.shape[0] == rows) {
+                group[j] = i;
+                all += items[j].bytes / (size_t)rows;
+                XXH64_reset(&hs[j], ST_XXH_SEED);
+            }
+        const int64_t per = ckpt_piece_rows(2 * all, rows);
+        size_t want = 0;
+        for (int64_t j = i; j < n; j++)
+            if (group[j] == i && (size_t)per * (items[j].bytes / (size_t)rows) > want)
+                want = (size_t)per * (items[j].bytes / (size_t)rows);
+        if (want > src->cap) {
+            void *b = realloc(src->buf, want);
+            if (b == NULL) {
+                st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory for %lld "
+                                  "rows of '%s'", path, (long long)per, items[i].t->name);
+                break;
+            }
+            src->buf = b;
+            src->cap = want;
+        }
+        for (int64_t r0 = 0; r0 < rows && st == GRM_OK; r0 += per) {
+            const int64_t m = rows - r0 < per ? rows - r0 : per;
+            for (int64_t j = i; j < n && st == GRM_OK; j++) {
+                if (group[j] != i) continue;
+                if ((st = src->rows(src->user, items[j].index, r0, m, src->buf)) == GRM_OK)
+                    XXH64_update(&hs[j], src->buf, (size_t)m * (items[j].bytes / (size_t)rows));
+            }
+        }
+        for (int64_t j = i; j < n; j++)
+            if (group[j] == i) items[j].xxh = XXH64_digest(&hs[j]);
+    }
+    free(group);
+    free(hs);
+    return st;
 }
 
 /* The file being written: its stream, its running XXH64, the first write error. */
@@ -486,15 +546,12 @@ static grm_status st_save_from(const grm_host_api *host, int64_t shard_bytes, co
             goto out;
         items[i].t = &tensors[i];
         items[i].index = i;
-        // the header, written first, records every tensor's XXH64: a tensor read by rows
-        // is read once for it here and once more for its bytes
-        XXH64_state_t h;
-        XXH64_reset(&h, ST_XXH_SEED);
-        if ((st = st_stream(host, path, &items[i], src, st_eat_hash, &h)) != GRM_OK) goto out;
-        items[i].xxh = XXH64_digest(&h);
         names[i] = tensors[i].name;
         total += items[i].bytes;
     }
+    // the header, written first, records every tensor's XXH64: a tensor read by rows is
+    // read once for it here and once more for its bytes
+    if ((st = st_hash_all(host, path, items, n, src)) != GRM_OK) goto out;
     qsort(names, (size_t)n, sizeof(*names), st_by_name_ptr);
     for (int64_t i = 1; i < n; i++) {
         if (strcmp(names[i - 1], names[i]) == 0) {
