@@ -196,6 +196,17 @@ static void relative_to(char *out, size_t cap, const char *from, const char *pat
     else snprintf(out, cap, "%.*s/%s", (int)(slash - from), from, path);
 }
 
+/* The keys of a plugin's section that are the host's, not the plugin's. */
+const char *const grm__checkpoint_host_keys[] = { "dir", "every", "keep", NULL };
+
+int grm__host_key(const char *section, const char *key)
+{
+    if (strcmp(section, "checkpoint") != 0) return 0;
+    for (int i = 0; grm__checkpoint_host_keys[i]; i++)
+        if (strcmp(key, grm__checkpoint_host_keys[i]) == 0) return 1;
+    return 0;
+}
+
 /* Key `name` of [section] set to `value` (expanded) from file:line of parse `serial`. A key
  * an earlier file gave is overridden (the earlier origin kept in over_file:over_line); one
  * the same file gave twice is an error. Returns the status, message in why [wcap]. */
@@ -223,11 +234,16 @@ static grm_status put_key(grm__config *cfg, grm__section *sec, const char *name,
         kv->over_line = kv->line;
         if (strcmp(name, "plugin") == 0 && strcmp(kv->value, exp) != 0) {
             /* another component in this section: the keys earlier files gave it were the
-             * other plugin's parameters, so they go (keys this source gave stay) */
+             * other plugin's parameters, so they go; keys this source gave stay, the
+             * command line's --set being one source (`--set checkpoint.dir=D --set
+             * checkpoint.plugin=P` lost D), and so do the host's own keys of the section
+             * (a line swapping [checkpoint] plugin lost the base's dir: no checkpoints,
+             * and nothing said so) */
             int keep = 0;
             for (int i = 0; i < sec->nkv; i++) {
                 grm__kv *o = &sec->kv[i];
-                if (o == kv || o->serial == serial) {
+                if (o == kv || o->serial == serial || (o->serial < 0 && serial < 0)
+                    || grm__host_key(sec->name, o->key)) {
                     sec->kv[keep++] = *o;
                 } else {
                     free(o->key);

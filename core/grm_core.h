@@ -180,6 +180,11 @@ grm_status grm__config_load(const char *path, grm__config **out);
 /* Apply `--set section.key=value` (the index-th --set, 1-based): it overrides the files.
  * The section is everything before the last dot of the left side. */
 grm_status grm__config_set(grm__config *cfg, const char *assignment, int index);
+/* The keys of [checkpoint] that are the host's (pipeline.c reads them), not its plugin's:
+ * a later source that changes the section's plugin keeps them. */
+extern const char *const grm__checkpoint_host_keys[];
+/* 1 when key of section is one of the host's own keys of a plugin's section. */
+int grm__host_key(const char *section, const char *key);
 /* Make the relative path of section.key relative to the file that gave it (an include's
  * directory; a --set value stays relative to the working directory). */
 void grm__config_resolve_path(grm__config *cfg, const char *section, const char *key);

@@ -851,7 +851,6 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
         goto fail;
     }
 
-    static const char *const ckpt_keys[] = { "dir", "every", "keep", NULL };
     if ((st = stage_setup(p, &p->emb, "embedding", GRM_KIND_EMB, "emb-static", NULL)) != GRM_OK
         || (st = stage_setup(p, &p->opt_sparse, "optimizer.sparse", GRM_KIND_OPT, "opt-adam",
                              NULL)) != GRM_OK
@@ -859,7 +858,8 @@ grm_status grm__pipeline_load_with(const char *path, const char *const *sets, in
                              NULL)) != GRM_OK
         || (st = stage_setup(p, &p->head, "head", head_kind(p, ranking),
                              ranking ? "head-bce" : "head-sampled-softmax", NULL)) != GRM_OK
-        || (st = stage_setup(p, &p->ckpt, "checkpoint", GRM_KIND_CKPT, "ckpt-grm", ckpt_keys))
+        || (st = stage_setup(p, &p->ckpt, "checkpoint", GRM_KIND_CKPT, "ckpt-grm",
+                                grm__checkpoint_host_keys))
                != GRM_OK
         || (st = stage_setup(p, &p->comm, "distributed", GRM_KIND_COMM, "comm-single", NULL))
                != GRM_OK)

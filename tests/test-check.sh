@@ -14,7 +14,7 @@ set -u
 g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-check-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-echo "1..33"
+echo "1..35"
 
 "$g" generate --users 120 --items 80 --clusters 4 --seed 2 --out "$tmp/ev.tsv" || exit 1
 ini() {   # a small retrieval pipeline on ev.tsv
@@ -144,6 +144,23 @@ printf '%s\n' 'include = ../base/base.ini' 'include = ../base/store.ini' '[embed
 rc=$?
 ! grep -q "rows_hint" "$tmp/swap.out"
 ok $(( rc == 0 ? $? : 1 )) "a file swapping a section's plugin drops the keys earlier files gave it"
+
+# ... but not the host's own keys of [checkpoint] (the line lost the base's dir: no
+# checkpoints, and nothing said so), nor the command line's own --set keys
+sed 's/^\[checkpoint\]$/[checkpoint]\nplugin = ckpt-grm\nkeep = 3/' "$tmp/base/base.ini" \
+    >"$tmp/base/ck.ini"
+printf '%s\n' 'include = ../base/ck.ini' '[checkpoint]' 'plugin = ckpt-safetensors' \
+    >"$tmp/lines/ckswap.ini"
+"$g" check --origin "$tmp/lines/ckswap.ini" >"$tmp/ckswap.out" 2>&1
+rc=$?
+grep -q "^dir = $tmp/ck " "$tmp/ckswap.out" && grep -q "^keep = 3 " "$tmp/ckswap.out" &&
+    grep -q "^plugin = ckpt-safetensors " "$tmp/ckswap.out"
+ok $(( rc == 0 ? $? : 1 )) "a file swapping [checkpoint]'s plugin keeps the host's dir and keep"
+"$g" check --origin --set checkpoint.every=7 --set checkpoint.plugin=ckpt-safetensors \
+    "$tmp/base/ck.ini" >"$tmp/ckset.out" 2>&1
+rc=$?
+grep -q "^every = 7  *; --set:1" "$tmp/ckset.out" && grep -q "^dir = $tmp/ck " "$tmp/ckset.out"
+ok $(( rc == 0 ? $? : 1 )) "--set checkpoint.every=7 then --set checkpoint.plugin=...: every stays"
 
 "$g" check --origin --set train.steps=3 --set dense.0.dims=48,16 "$tmp/lines/a.ini" \
     >"$tmp/set.out" 2>&1
