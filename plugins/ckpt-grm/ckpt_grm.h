@@ -66,7 +66,8 @@ typedef struct cg_entry {
     int64_t rows;              /* shape[0], or 1 for a 0-d tensor */
     int64_t nchunks;           /* its chunks: cg_file.order [first, first + nchunks) */
     int64_t first;
-    int64_t next;              /* while parsing: the row its next chunk starts at */
+    int64_t next;              /* while the chunks are parsed: the row its next chunk starts
+                                * at; then, in cg_order, where its next chunk goes in order */
     size_t name_off;           /* file offset of the name's bytes */
     uint32_t name_len;         /* bytes of the name, without a NUL */
     int pieces;                /* read a piece at a time (cg_open_pieces, > CG_PIECE_BYTES) */

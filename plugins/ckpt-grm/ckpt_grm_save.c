@@ -222,17 +222,13 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
                 break;
             }
     }
-    // a group's ranges hold about CG_PIECE_BYTES / 2 of rows of all of its tensors
-    // together: the save then holds such a range of one tensor and its compressed copy, and
-    // a store that reads a range of all of them at once (emb-dynamic's tiered tables) the
-    // range, about what a save of 1.0's 16 MiB pieces held (synthetic-tiered's peak RSS:
-    // 113-118 MB against 114-120 MB; with ranges of 16 MiB, 135-137 MB)
+    // a group's ranges: ckpt_group_rows of a row of all of its tensors
     for (int64_t i = 0; i < n; i++) {
         if (!pl[i].by_rows || pl[i].lead != i) continue;
         size_t rb = 0;
         for (int64_t j = i; j < n; j++)
             if (pl[j].by_rows && pl[j].lead == i) rb += pl[j].rb;
-        const int64_t per = ckpt_piece_rows(2 * rb, pl[i].rows);
+        const int64_t per = ckpt_group_rows(rb, pl[i].rows);
         for (int64_t j = i; j < n; j++)
             if (pl[j].by_rows && pl[j].lead == i) {
                 pl[j].per = per;

@@ -119,11 +119,11 @@ static grm_status st_stream(const grm_host_api *host, const char *path, const st
 
 /* The XXH64 of every item [n] (in the caller's order), which the header, written first,
  * records. An item held in memory is hashed at once. The items read by rows that have as
- * many rows are read a range of all of them at a time (about CKPT_PIECE_BYTES / 2 of rows of
- * them together, as ckpt-grm's save_rows reads them), each hashed as its ranges come: a
- * store whose rows live in a file (emb-dynamic's tiered tables keep a row's weight, state
- * and metadata in one record) then reads each range once for all of its tensors, not once
- * a tensor. Their bytes are read again when they are written. */
+ * many rows are read a range of all of them at a time (ckpt_group_rows, as ckpt-grm's
+ * save_rows reads them), each hashed as its ranges come: a store whose rows live in a file
+ * (emb-dynamic's tiered tables keep a row's weight, state and metadata in one record) then
+ * reads each range once for all of its tensors, not once a tensor. Their bytes are read
+ * again when they are written. */
 static grm_status st_hash_all(const grm_host_api *host, const char *path, st_item *items,
                               int64_t n, st_src *src)
 {
@@ -152,7 +152,7 @@ static grm_status st_hash_all(const grm_host_api *host, const char *path, st_ite
                 all += items[j].bytes / (size_t)rows;
                 XXH64_reset(&hs[j], ST_XXH_SEED);
             }
-        const int64_t per = ckpt_piece_rows(2 * all, rows);
+        const int64_t per = ckpt_group_rows(all, rows);
         size_t want = 0;
         for (int64_t j = i; j < n; j++)
             if (group[j] == i && (size_t)per * (items[j].bytes / (size_t)rows) > want)
