@@ -419,45 +419,84 @@ static void test_range_major(const char *dir)
 
 /* ---- format 1.0, which this reader still reads ---- */
 
-/* A 1.0 file of tensors [n] (README.md "Format 1.0"), written here by hand. */
+/* A checkpoint built by hand in memory for the format tests (README.md "Byte layout"):
+ * fields appended in the host's (little-endian) order, payloads as zstd frames with their
+ * size and XXH64 before them, then the trailer. */
+typedef struct hand_file {
+    uint8_t b[1 << 16];
+    size_t len;
+    ZSTD_CCtx *cctx;
+} hand_file;
+
+static void hf_put(hand_file *h, const void *p, size_t n)
+{
+    if (n > sizeof h->b - h->len) {
+        printf("Bail out! a hand-built checkpoint outgrew %zu bytes\n", sizeof h->b);
+        exit(1);
+    }
+    memcpy(h->b + h->len, p, n);
+    h->len += n;
+}
+
+static void hf_u32(hand_file *h, uint32_t v)
+{
+    hf_put(h, &v, 4);
+}
+
+static void hf_u64(hand_file *h, uint64_t v)
+{
+    hf_put(h, &v, 8);
+}
+
+/* Magic, format major.0 and the metadata string. */
+static void hf_begin(hand_file *h, uint32_t major, const char *m)
+{
+    h->len = 0;
+    h->cctx = ZSTD_createCCtx();
+    ZSTD_CCtx_setParameter(h->cctx, ZSTD_c_checksumFlag, 1);
+    hf_put(h, "GRMCKPT\0", 8);
+    hf_u32(h, major);
+    hf_u32(h, 0);
+    hf_u64(h, strlen(m));
+    hf_put(h, m, strlen(m));
+}
+
+/* The n bytes of src as a payload: its compressed size, their XXH64, its zstd frame. */
+static void hf_payload(hand_file *h, const void *src, size_t n)
+{
+    uint8_t z[4096];
+    const size_t comp = ZSTD_compress2(h->cctx, z, sizeof z, n > 0 ? src : "", n);
+    hf_u64(h, comp);
+    hf_u64(h, XXH64(n > 0 ? src : "", n, 0));
+    hf_put(h, z, comp);
+}
+
+/* The trailer (the XXH64 of every byte before it, the end marker), and the file at path. */
+static void hf_end(hand_file *h, const char *path)
+{
+    hf_u64(h, XXH64(h->b, h->len, 0));
+    hf_put(h, "GRMEND\0\0", 8);
+    write_all(path, h->b, h->len);
+    ZSTD_freeCCtx(h->cctx);
+}
+
+/* A 1.0 file of tensors [n] (README.md "Format 1.0"). */
 static void write_v1(const char *path, const grm_named_tensor *t, const size_t *bytes, int n)
 {
-    size_t cap = 1 << 16, len = 0;
-    uint8_t *f = malloc(cap);
-    ZSTD_CCtx *cctx = ZSTD_createCCtx();
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-#define PUT(p, k) (memcpy(f + len, (p), (k)), len += (k))
-#define PUT64(v) do { const uint64_t x_ = (uint64_t)(v); PUT(&x_, 8); } while (0)
-#define PUT32(v) do { const uint32_t x_ = (uint32_t)(v); PUT(&x_, 4); } while (0)
-    PUT("GRMCKPT\0", 8);
-    PUT32(1);
-    PUT32(0);
-    PUT64(strlen(meta));
-    PUT(meta, strlen(meta));
-    PUT64(n);
+    static hand_file h;
+    hf_begin(&h, 1, meta);
+    hf_u64(&h, (uint64_t)n);
     for (int i = 0; i < n; i++) {
-        PUT32(strlen(t[i].name));
-        PUT(t[i].name, strlen(t[i].name));
-        PUT32(t[i].tensor.dtype);
-        PUT32(t[i].tensor.ndim);
-        for (int d = 0; d < 4; d++) PUT64(d < t[i].tensor.ndim ? t[i].tensor.shape[d] : 1);
-        PUT64(bytes[i]);
-        static const uint8_t none = 0;
-        const void *src = bytes[i] > 0 ? t[i].tensor.data : &none;
-        uint8_t z[4096];
-        const size_t comp = ZSTD_compress2(cctx, z, sizeof z, src, bytes[i]);
-        PUT64(comp);
-        PUT64(XXH64(src, bytes[i], 0));
-        PUT(z, comp);
+        hf_u32(&h, (uint32_t)strlen(t[i].name));
+        hf_put(&h, t[i].name, strlen(t[i].name));
+        hf_u32(&h, (uint32_t)t[i].tensor.dtype);
+        hf_u32(&h, (uint32_t)t[i].tensor.ndim);
+        for (int d = 0; d < 4; d++)
+            hf_u64(&h, (uint64_t)(d < t[i].tensor.ndim ? t[i].tensor.shape[d] : 1));
+        hf_u64(&h, bytes[i]);
+        hf_payload(&h, t[i].tensor.data, bytes[i]);
     }
-    PUT64(XXH64(f, len, 0));
-    PUT("GRMEND\0\0", 8);
-#undef PUT
-#undef PUT64
-#undef PUT32
-    write_all(path, f, len);
-    ZSTD_freeCCtx(cctx);
-    free(f);
+    hf_end(&h, path);
 }
 
 /* A 2.0 file whose chunk counts add up to 1 modulo 2^64: four u8 tensors of 2^62 rows
@@ -465,49 +504,27 @@ static void write_v1(const char *path, const grm_named_tensor *t, const size_t *
  * fifth's). Its checksum is right, so only the count of each tensor's chunks refuses it. */
 static void write_wrapped(const char *path)
 {
-    uint8_t f[1024];
-    size_t len = 0;
-    ZSTD_CCtx *cctx = ZSTD_createCCtx();
-    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
-#define PUT(p, k) (memcpy(f + len, (p), (k)), len += (k))
-#define PUT64(v) do { const uint64_t x_ = (uint64_t)(v); PUT(&x_, 8); } while (0)
-#define PUT32(v) do { const uint32_t x_ = (uint32_t)(v); PUT(&x_, 4); } while (0)
-    PUT("GRMCKPT\0", 8);
-    PUT32(2);
-    PUT32(0);
-    PUT64(2);
-    PUT("{}", 2);
-    PUT64(5);
+    static hand_file h;
+    hf_begin(&h, 2, "{}");
+    hf_u64(&h, 5);
     for (int i = 0; i < 5; i++) {
         const uint64_t rows = i < 4 ? UINT64_C(1) << 62 : 1;
-        PUT32(1);
-        PUT(&"abcde"[i], 1);
-        PUT32(GRM_DTYPE_U8);
-        PUT32(1);
-        PUT64(rows);
-        PUT64(1);
-        PUT64(1);
-        PUT64(1);
-        PUT64(rows);
-        PUT64(rows);            // chunks: 4 * 2^62 + 1 = 1 (mod 2^64)
+        hf_u32(&h, 1);
+        hf_put(&h, &"abcde"[i], 1);
+        hf_u32(&h, GRM_DTYPE_U8);
+        hf_u32(&h, 1);
+        hf_u64(&h, rows);
+        for (int d = 1; d < 4; d++) hf_u64(&h, 1);
+        hf_u64(&h, rows);           // raw bytes
+        hf_u64(&h, rows);           // chunks: 4 * 2^62 + 1 = 1 (mod 2^64)
     }
     const uint8_t one = 7;
-    uint8_t z[64];
-    const size_t comp = ZSTD_compress2(cctx, z, sizeof z, &one, 1);
-    PUT32(4);
-    PUT32(0);
-    PUT64(0);
-    PUT64(1);
-    PUT64(comp);
-    PUT64(XXH64(&one, 1, 0));
-    PUT(z, comp);
-    PUT64(XXH64(f, len, 0));
-    PUT("GRMEND\0\0", 8);
-#undef PUT
-#undef PUT64
-#undef PUT32
-    write_all(path, f, len);
-    ZSTD_freeCCtx(cctx);
+    hf_u32(&h, 4);                  // the chunk: tensor 4, reserved, row 0, 1 row
+    hf_u32(&h, 0);
+    hf_u64(&h, 0);
+    hf_u64(&h, 1);
+    hf_payload(&h, &one, 1);
+    hf_end(&h, path);
 }
 
 static void test_v1(const char *dir)
