@@ -851,8 +851,12 @@ static grm_status load_piece(void *user, const grm_named_tensor *nt, int64_t row
                               nt->name);
     } else if (!c->acc_name || strcmp(c->acc_name, nt->name) != 0 || row0 != c->acc_got
                || rows != c->acc_rows) {
-        return grm_errorf(GRM_EINTERNAL, "%s: tensor '%s': rows from %lld arrive out of "
-                          "order", c->path, nt->name, (long long)row0);
+        // load_rows_interleaved hands such a tensor back to back (grm/ckpt.h); a file
+        // whose chunks say otherwise was not written by save_rows
+        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows from %lld arrive out of order "
+                          "(while '%s' was being put together); the file is damaged or was "
+                          "not written by grmhost", c->path, nt->name, (long long)row0,
+                          c->acc_name ? c->acc_name : "no tensor");
     }
     memcpy((char *)a->data + (size_t)row0 * row_bytes, nt->tensor.data,
            row_bytes * (size_t)nt->tensor.shape[0]);
@@ -862,6 +866,23 @@ static grm_status load_piece(void *user, const grm_named_tensor *nt, int64_t row
     free(a->data);
     a->data = NULL;
     return st;
+}
+
+/* The checkpoint a piece at a time: in the file's order when both the format and the store
+ * can (ABI 1.13), so a tiered table written range by range puts each of its rows together
+ * once (its records are written once and never read back); else a tensor at a time. */
+static grm_status load_by_rows(grm__trainer *t, const grm_ckpt_ops *kops, void *kinst,
+                               const char *path, load_ctx *c)
+{
+    if (GRM_HAS_OP(grm_ckpt_ops, kops, load_rows_interleaved)
+        && GRM_HAS_OP(grm_emb_ops, t->sp.eops, load_rows)
+        && (grm__emb_flags(t->p) & GRM_EMB_LOAD_INTERLEAVED)) {
+        grm__log(GRM_LOG_DEBUG, "grmhost", "%s: read in the file's order "
+                 "(load_rows_interleaved)", path);
+        return kops->load_rows_interleaved(kinst, path, load_piece, c);
+    }
+    grm__log(GRM_LOG_DEBUG, "grmhost", "%s: read a tensor at a time (load_rows)", path);
+    return kops->load_rows(kinst, path, load_piece, c);
 }
 
 /* A restored scalar outside [lo, hi]: the file is damaged or forged (its checksums can be
@@ -985,7 +1006,7 @@ static grm_status load_ckpt_as(grm__trainer *t, const char *path, int owned_only
         : owned_only
         ? grm__reshard_load_owned(t->p, kops, kinst, path, t->rank, t->nranks,
                                   load_visit, &c, &kept, &dropped)
-        : by_rows ? kops->load_rows(kinst, path, load_piece, &c)
+        : by_rows ? load_by_rows(t, kops, kinst, path, &c)
                   : kops->load(kinst, path, load_visit, &c);
     if (st == GRM_OK && owned_only)
         grm__log(GRM_LOG_INFO, "grmhost", "%s: kept the %lld keyed rows this rank owns, "

@@ -19,7 +19,7 @@
 int main(void)
 {
     if (sizeof(void *) != 8 || sizeof(long) != 8) tap_skip_all("layout table is for LP64");
-    tap_plan(208);
+    tap_plan(209);
     SZ(grm_device, 8);
     SZ(grm_tensor, 56);
     OF(grm_tensor, dtype, 8);
@@ -205,7 +205,7 @@ int main(void)
     OF(grm_opt_ops, row_step, 40);
     OF(grm_opt_ops, set_lr_scale, 48);
     SZ(grm_optimizer, 16);
-    SZ(grm_ckpt_ops, 72);
+    SZ(grm_ckpt_ops, 80);
     OF(grm_ckpt_ops, create, 8);
     OF(grm_ckpt_ops, destroy, 16);
     OF(grm_ckpt_ops, extension, 24);
@@ -214,6 +214,7 @@ int main(void)
     OF(grm_ckpt_ops, meta, 48);
     OF(grm_ckpt_ops, save_rows, 56);
     OF(grm_ckpt_ops, load_rows, 64);
+    OF(grm_ckpt_ops, load_rows_interleaved, 72);
     SZ(grm_comm_ops, 80);
     OF(grm_comm_ops, create, 8);
     OF(grm_comm_ops, destroy, 16);
@@ -225,13 +226,15 @@ int main(void)
     OF(grm_comm_ops, broadcast, 64);
     OF(grm_comm_ops, barrier, 72);
     SZ(grm_comm_handle, 16);
-    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 12, "this table pins ABI 1.12 (is %d.%d)",
+    tap_ok(GRM_ABI_MAJOR == 1 && GRM_ABI_MINOR == 13, "this table pins ABI 1.13 (is %d.%d)",
            GRM_ABI_MAJOR, GRM_ABI_MINOR);
     tap_ok(GRM_DTYPE_F32 == 1 && GRM_DTYPE_U8 == 6 && GRM_COL_LIST_F32 == 5
                && GRM_KIND_COMM == 7 && GRM_PARAM_STR_LIST == 7 && GRM_EINTERNAL == 10
                && GRM_LOSS_RETRIEVAL == 2 && GRM_REDUCE_MIN == 2
-               && GRM_HSTU_NORM_LENGTH == 1,
-           "enum values are pinned (dtype, coltype, kind, param type, status, loss, reduce)");
+               && GRM_HSTU_NORM_LENGTH == 1 && GRM_EMB_ANY_ID == 1
+               && GRM_EMB_LOAD_INTERLEAVED == 2,
+           "enum values are pinned (dtype, coltype, kind, param type, status, loss, reduce, "
+           "store flags)");
     tap_ok(grm_dtype_size(GRM_DTYPE_F32) == sizeof(float)
                && grm_dtype_size(GRM_DTYPE_F16) == sizeof(uint16_t)
                && grm_dtype_size(GRM_DTYPE_BF16) == sizeof(uint16_t)

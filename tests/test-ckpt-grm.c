@@ -267,7 +267,8 @@ static void test_rows(const char *dir)
     grm_named_tensor t[3];
     rows_fixture(t, saved[0]);
     rows_log r = { 0, 0, 0 };
-    tap_ok(ops->save_rows(ck, path, t, 3, meta, rows_fn, &r) == GRM_OK && r.calls == 4
+    const grm_status sst = ops->save_rows(ck, path, t, 3, meta, rows_fn, &r);
+    tap_ok(sst == GRM_OK && r.calls == 4
            && r.most <= ((size_t)8 << 20),
            "save_rows: a 21 MB tensor is read in %d ranges of at most 8 MiB (largest %zu "
            "bytes), the small one in one", r.calls - 1, r.most);
@@ -336,6 +337,12 @@ static void test_rows(const char *dir)
     tap_ok(st == GRM_EFORMAT && harness_error_has("tensor 'big'") && pl.big_pieces < 3,
            "... its file checksum forged: GRM_EFORMAT naming 'big' at its pieces (%d of 3 "
            "visited)", pl.big_pieces);
+    piece_log pi = { 0, 0, 0, 0, 0 };
+    st = ops->load_rows_interleaved(ck, bad, piece_fn, &pi);
+    tap_ok(st == GRM_EFORMAT && harness_error_has("tensor 'big'") && pi.big_pieces < 3
+           && pi.bad == 0,
+           "... and read in the file's order, the same: GRM_EFORMAT naming 'big' (%d of 3 "
+           "visited)", pi.big_pieces);
     free(b);
 
     // a range that cannot be read fails the save and leaves nothing
@@ -408,12 +415,24 @@ static void test_range_major(const char *dir)
     free(b);
 
     ranks_log p = { 0, 0, { 0, 0, 0 }, { 0 } };
-    tap_ok(ops->load_rows(ck, path, ranks_piece, &p) == GRM_OK && p.bad == 0
+    const grm_status lst = ops->load_rows(ck, path, ranks_piece, &p);
+    tap_ok(lst == GRM_OK && p.bad == 0
            && p.pieces == 5 && p.order[0] == 0 && p.order[1] == 1 && p.order[2] == 1
            && p.order[3] == 1 && p.order[4] == 2 && p.got[1] == BIG_ROWS
            && p.got[2] == BIG_ROWS,
            "load_rows hands each tensor over back to back, in the order of the headers (big "
            "in its 3 chunks, ranks, 2.6 MB, whole), every byte as saved (%d bad)", p.bad);
+    // in the file's order (ABI 1.13): ranks too a chunk at a time, though small enough to
+    // be read whole, so a store that puts each row of the two together gets them range by
+    // range
+    p = (ranks_log){ 0, 0, { 0, 0, 0 }, { 0 } };
+    int alt = ops->load_rows_interleaved(ck, path, ranks_piece, &p) == GRM_OK && p.bad == 0
+              && p.pieces == 7 && p.order[0] == 0 && p.got[1] == BIG_ROWS
+              && p.got[2] == BIG_ROWS;
+    for (int k = 1; k < 7 && alt; k++) alt = p.order[k] == 2 - k % 2;
+    tap_ok(alt, "load_rows_interleaved hands the pieces over in the file's order: "
+           "dense.0.weight, then big and ranks a range of each in turn, each tensor's rows in "
+           "order, every byte as saved (%d pieces, %d bad)", p.pieces, p.bad);
     remove(path);
 }
 
@@ -527,6 +546,24 @@ static void write_wrapped(const char *path)
     hf_end(&h, path);
 }
 
+/* load_rows' pieces of the saved set, each a whole tensor, checked by visit: the index in
+ * saved of each. */
+typedef struct whole_log {
+    visit_log v;
+    int idx[NT], n;
+} whole_log;
+
+static grm_status whole_piece(void *user, const grm_named_tensor *t, int64_t row0, int64_t rows)
+{
+    whole_log *w = user;
+    int i = 0;
+    while (i < NT && strcmp(saved[i].name, t->name) != 0) i++;
+    const int64_t all = t->tensor.ndim >= 1 ? t->tensor.shape[0] : 1;
+    if (row0 != 0 || rows != all) w->v.mismatches++;
+    if (w->n < NT) w->idx[w->n++] = i;
+    return visit(&w->v, t);
+}
+
 static void test_v1(const char *dir)
 {
     char path[4200];
@@ -537,6 +574,14 @@ static void test_v1(const char *dir)
     tap_ok(ops->load(ck, path, visit, &v) == GRM_OK && v.visits == NT && v.mismatches == 0
            && ops->meta(ck, path, mbuf, sizeof mbuf) == GRM_OK && strcmp(mbuf, meta) == 0,
            "a format 1.0 file (written here by hand) loads: its 6 tensors exact, its metadata");
+    whole_log wl;
+    memset(&wl, 0, sizeof wl);
+    const grm_status ist = ops->load_rows_interleaved(ck, path, whole_piece, &wl);
+    int inorder = ist == GRM_OK && wl.n == NT;
+    for (int i = 0; i < wl.n && inorder; i++) inorder = wl.v.visits == NT && wl.idx[i] == i;
+    tap_ok(inorder && wl.v.mismatches == 0,
+           "... and load_rows_interleaved hands its tensors over whole, in the file's order "
+           "(%d, %d mismatches)", wl.n, wl.v.mismatches);
     size_t size = 0;
     uint8_t *b = read_all(path, &size);
     int all = b != NULL;
@@ -556,7 +601,7 @@ static void test_v1(const char *dir)
 
 int main(void)
 {
-    tap_plan(47);
+    tap_plan(50);
     const grm_plugin_info *info = harness_plugin("ckpt-grm");
     ops = info->ops;
     make_tensors();

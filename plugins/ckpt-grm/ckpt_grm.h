@@ -109,6 +109,13 @@ grm_status cg_open_pieces(const grm_host_api *host, const char *path, cg_file *f
 grm_status cg_pieces(const grm_host_api *host, cg_file *f, int64_t i, grm_ckpt_piece_fn visit,
                      void *user);
 
+/* Every tensor of a file to visit in the order its chunks lie in the file
+ * (load_rows_interleaved): a tensor of several chunks, or one read by pieces, a chunk at a
+ * time (cut into pieces as cg_pieces cuts it), so the ranges of tensors save_rows wrote
+ * together come interleaved; a tensor of one chunk, whole. */
+grm_status cg_pieces_in_file_order(const grm_host_api *host, cg_file *f,
+                                   grm_ckpt_piece_fn visit, void *user);
+
 /* Decompress tensor i of a verified file into f->buf and describe it in *out (which
  * borrows f->buf and the name until the next cg_read or cg_close). */
 grm_status cg_read(const grm_host_api *host, cg_file *f, int64_t i, grm_named_tensor *out);

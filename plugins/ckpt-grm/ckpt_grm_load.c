@@ -496,86 +496,147 @@ grm_status cg_read(const grm_host_api *host, cg_file *f, int64_t i, grm_named_te
     return GRM_OK;
 }
 
-grm_status cg_pieces(const grm_host_api *host, cg_file *f, int64_t i, grm_ckpt_piece_fn visit,
-                     void *user)
+/* Scratch of a reader of pieces: a piece's rows and a chunk's running XXH64. */
+typedef struct cg_scratch {
+    void *buf;                 /* owned (malloc) [cap] */
+    size_t cap;
+    XXH64_state_t *h;          /* owned */
+} cg_scratch;
+
+static void cg_scratch_fini(cg_scratch *sc)
 {
-    const cg_entry *e = &f->entries[i];
-    grm_named_tensor t;
-    grm_status st;
-    if (!e->pieces) {
-        if ((st = cg_read(host, f, i, &t)) != GRM_OK) return st;
-        return visit(user, &t, 0, t.tensor.ndim >= 1 ? t.tensor.shape[0] : 1);
+    free(sc->buf);
+    XXH64_freeState(sc->h);
+}
+
+/* Rows a piece of tensor e holds, and room for one in sc; GRM_ENOMEM names the tensor. */
+static grm_status cg_scratch_for(const grm_host_api *host, const cg_file *f, const cg_entry *e,
+                                 cg_scratch *sc, int64_t *per)
+{
+    const size_t rb = (size_t)cg_row_bytes(e);
+    *per = ckpt_piece_rows(rb, e->shape[0]);
+    const size_t want = (size_t)*per * rb;
+    if (sc->h == NULL) sc->h = XXH64_createState();
+    if (sc->h != NULL && want > sc->cap) {
+        free(sc->buf);
+        sc->cap = 0;
+        if ((sc->buf = malloc(want)) != NULL) sc->cap = want;
     }
-    const char *name = (const char *)f->data + e->name_off;
+    if (sc->h == NULL || want > sc->cap)
+        return host->errorf(GRM_ENOMEM, "ckpt-grm: %s: tensor '%s': cannot allocate %zu bytes "
+                            "for a piece of it", f->path, e->name, want);
+    return GRM_OK;
+}
+
+/* Chunk c of tensor e (one read by pieces) to visit, decompressed a piece of at most `per`
+ * rows at a time into sc->buf (a 1.0 file's one chunk a tensor may be far larger than a
+ * piece); its frame's end and its XXH64 are checked after its last piece. */
+static grm_status cg_chunk_pieces(const grm_host_api *host, cg_file *f, const cg_entry *e,
+                                  const cg_chunk *c, int64_t per, cg_scratch *sc,
+                                  grm_ckpt_piece_fn visit, void *user)
+{
+    const char *name = e->name;
     const int nl = (int)e->name_len;
     const int64_t rows = e->shape[0];
     const size_t rb = (size_t)cg_row_bytes(e);
-    const int64_t per = ckpt_piece_rows(rb, rows);
-    void *buf = malloc((size_t)per * rb);
-    XXH64_state_t *h = XXH64_createState();
-    if (buf == NULL || h == NULL) {
-        free(buf);
-        XXH64_freeState(h);
-        return host->errorf(GRM_ENOMEM, "ckpt-grm: %s: tensor '%.*s': cannot allocate %zu "
-                            "bytes for a piece of it", f->path, nl, name, (size_t)per * rb);
-    }
-    st = GRM_OK;
+    grm_named_tensor t;
     memset(&t, 0, sizeof(t));
     t.name = e->name;
     t.tensor.dtype = e->dtype;
     t.tensor.ndim = e->ndim;
     for (int k = 0; k < GRM_TENSOR_MAX_DIMS; k++) t.tensor.shape[k] = e->shape[k];
     t.tensor.device.type = GRM_DEVICE_CPU;
-    t.tensor.data = buf;
-    // each chunk decompressed a piece of at most `per` rows at a time (a 1.0 file's one
-    // chunk a tensor may be far larger than a piece), its frame's end and XXH64 checked
-    // after its last piece
-    for (int64_t k = 0; k < e->nchunks && st == GRM_OK; k++) {
-        const cg_chunk *c = &f->chunks[f->order[e->first + k]];
-        char w[96];
-        XXH64_reset(h, CG_XXH_SEED);
-        ZSTD_DCtx_reset(f->dctx, ZSTD_reset_session_only);
-        ZSTD_inBuffer ib = { f->data + c->payload, (size_t)c->comp_bytes, 0 };
-        size_t left = 1, let_go = 0;
-        const int64_t end = c->row0 + c->rows;
-        for (int64_t r0 = c->row0; r0 < end && st == GRM_OK; r0 += per) {
-            const int64_t nr = end - r0 < per ? end - r0 : per;
-            ZSTD_outBuffer ob = { buf, (size_t)nr * rb, 0 };
-            while (ob.pos < ob.size) {
-                const size_t in0 = ib.pos, out0 = ob.pos;
-                left = ZSTD_decompressStream(f->dctx, &ob, &ib);
-                if (ZSTD_isError(left) || (ib.pos == in0 && ob.pos == out0)
-                    || (left == 0 && ob.pos < ob.size)) {
-                    st = host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in tensor "
-                                      "'%.*s' (its data end at row %lld of %lld%s%s)", f->path,
-                                      nl, name, (long long)r0, (long long)rows,
-                                      ZSTD_isError(left) ? ": zstd: " : "",
-                                      ZSTD_isError(left) ? ZSTD_getErrorName(left) : "");
-                    break;
-                }
-            }
-            if (st != GRM_OK) break;
-            XXH64_update(h, buf, ob.pos);
-            ckpt_unneed(f->data, c->payload + let_go, ib.pos - let_go);
-            let_go = ib.pos;
-            t.tensor.shape[0] = nr;
-            st = visit(user, &t, r0, rows);
-        }
-        // every row of the chunk is out; its frame must end here, its zstd checksum checked
-        while (st == GRM_OK && left != 0) {
-            uint8_t extra;
-            ZSTD_outBuffer ob = { &extra, 1, 0 };
-            const size_t in0 = ib.pos;
+    t.tensor.data = sc->buf;
+    grm_status st = GRM_OK;
+    char w[96];
+    XXH64_reset(sc->h, CG_XXH_SEED);
+    ZSTD_DCtx_reset(f->dctx, ZSTD_reset_session_only);
+    ZSTD_inBuffer ib = { f->data + c->payload, (size_t)c->comp_bytes, 0 };
+    size_t left = 1, let_go = 0;
+    const int64_t end = c->row0 + c->rows;
+    for (int64_t r0 = c->row0; r0 < end && st == GRM_OK; r0 += per) {
+        const int64_t nr = end - r0 < per ? end - r0 : per;
+        ZSTD_outBuffer ob = { sc->buf, (size_t)nr * rb, 0 };
+        while (ob.pos < ob.size) {
+            const size_t in0 = ib.pos, out0 = ob.pos;
             left = ZSTD_decompressStream(f->dctx, &ob, &ib);
-            if (ZSTD_isError(left) || ob.pos > 0 || (left != 0 && ib.pos == in0))
+            if (ZSTD_isError(left) || (ib.pos == in0 && ob.pos == out0)
+                || (left == 0 && ob.pos < ob.size)) {
                 st = host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in tensor "
-                                  "'%.*s' (%sits zstd frame does not end after its %lld rows)",
-                                  f->path, nl, name, cg_where(e, c, w, sizeof w),
-                                  (long long)c->rows);
+                                  "'%.*s' (its data end at row %lld of %lld%s%s)", f->path,
+                                  nl, name, (long long)r0, (long long)rows,
+                                  ZSTD_isError(left) ? ": zstd: " : "",
+                                  ZSTD_isError(left) ? ZSTD_getErrorName(left) : "");
+                break;
+            }
         }
-        if (st == GRM_OK) st = cg_check_hash(host, f, e, c, XXH64_digest(h));
+        if (st != GRM_OK) break;
+        XXH64_update(sc->h, sc->buf, ob.pos);
+        ckpt_unneed(f->data, c->payload + let_go, ib.pos - let_go);
+        let_go = ib.pos;
+        t.tensor.shape[0] = nr;
+        st = visit(user, &t, r0, rows);
     }
-    free(buf);
-    XXH64_freeState(h);
+    // every row of the chunk is out; its frame must end here, its zstd checksum checked
+    while (st == GRM_OK && left != 0) {
+        uint8_t extra;
+        ZSTD_outBuffer ob = { &extra, 1, 0 };
+        const size_t in0 = ib.pos;
+        left = ZSTD_decompressStream(f->dctx, &ob, &ib);
+        if (ZSTD_isError(left) || ob.pos > 0 || (left != 0 && ib.pos == in0))
+            st = host->errorf(GRM_EFORMAT, "ckpt-grm: %s: checksum mismatch in tensor "
+                              "'%.*s' (%sits zstd frame does not end after its %lld rows)",
+                              f->path, nl, name, cg_where(e, c, w, sizeof w),
+                              (long long)c->rows);
+    }
+    if (st == GRM_OK) st = cg_check_hash(host, f, e, c, XXH64_digest(sc->h));
+    return st;
+}
+
+/* Tensor i whole to visit (one piece): a tensor not read by pieces. */
+static grm_status cg_whole(const grm_host_api *host, cg_file *f, int64_t i,
+                           grm_ckpt_piece_fn visit, void *user)
+{
+    grm_named_tensor t;
+    const grm_status st = cg_read(host, f, i, &t);
+    if (st != GRM_OK) return st;
+    return visit(user, &t, 0, t.tensor.ndim >= 1 ? t.tensor.shape[0] : 1);
+}
+
+grm_status cg_pieces(const grm_host_api *host, cg_file *f, int64_t i, grm_ckpt_piece_fn visit,
+                     void *user)
+{
+    const cg_entry *e = &f->entries[i];
+    if (!e->pieces) return cg_whole(host, f, i, visit, user);
+    cg_scratch sc = { 0 };
+    int64_t per;
+    grm_status st = cg_scratch_for(host, f, e, &sc, &per);
+    for (int64_t k = 0; k < e->nchunks && st == GRM_OK; k++)
+        st = cg_chunk_pieces(host, f, e, &f->chunks[f->order[e->first + k]], per, &sc, visit,
+                             user);
+    cg_scratch_fini(&sc);
+    return st;
+}
+
+grm_status cg_pieces_in_file_order(const grm_host_api *host, cg_file *f,
+                                   grm_ckpt_piece_fn visit, void *user)
+{
+    cg_scratch sc = { 0 };
+    grm_status st = GRM_OK;
+    for (int64_t ci = 0; ci < f->nchunks && st == GRM_OK; ci++) {
+        const cg_chunk *c = &f->chunks[ci];
+        const cg_entry *e = &f->entries[c->tensor];
+        if ((!e->pieces && e->nchunks == 1) || cg_row_bytes(e) == 0) {
+            st = cg_whole(host, f, c->tensor, visit, user);
+            continue;
+        }
+        // a chunk at a time, even of a tensor small enough to be read whole: its chunks are
+        // ranges save_rows wrote beside another tensor's, and a reader that puts each row of
+        // those tensors together (a tiered store) would otherwise get all of its rows first
+        int64_t per;
+        if ((st = cg_scratch_for(host, f, e, &sc, &per)) == GRM_OK)
+            st = cg_chunk_pieces(host, f, e, c, per, &sc, visit, user);
+    }
+    cg_scratch_fini(&sc);
     return st;
 }

@@ -97,6 +97,21 @@ static grm_status cg_load_rows_op(void *inst, const char *path, grm_ckpt_piece_f
     return st;
 }
 
+static grm_status cg_load_rows_interleaved_op(void *inst, const char *path,
+                                              grm_ckpt_piece_fn visit, void *user)
+{
+    cg_file f;
+    grm_status st;
+
+    if (inst == NULL || path == NULL || visit == NULL)
+        return cg_host->errorf(GRM_EINVAL, "ckpt-grm: load_rows_interleaved: inst, path or "
+                               "visit is NULL");
+    if ((st = cg_open_pieces(cg_host, path, &f)) != GRM_OK) return st;
+    st = cg_pieces_in_file_order(cg_host, &f, visit, user);
+    cg_close(&f);
+    return st;
+}
+
 static grm_status cg_meta_op(void *inst, const char *path, char *buf, size_t cap)
 {
     cg_file f;
@@ -135,13 +150,14 @@ static const grm_ckpt_ops cg_ops = {
     .meta = cg_meta_op,
     .save_rows = cg_save_rows_op,
     .load_rows = cg_load_rows_op,
+    .load_rows_interleaved = cg_load_rows_interleaved_op,
 };
 
 static const grm_plugin_info cg_info = {
     GRM_PLUGIN_INFO_HEADER,
     .kind = GRM_KIND_CKPT,
     .name = "ckpt-grm",
-    .version = "2.0.0",
+    .version = "2.1.0",
     .description = "single-file checkpoint: named tensors + metadata, zstd, XXH64-checked",
     .ops = &cg_ops,
     .params = cg_params,

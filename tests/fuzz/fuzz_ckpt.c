@@ -2,8 +2,10 @@
  * (plugins/ckpt-grm, byte layout in its README.md), through its ops table with the fuzz
  * host (fuzz_host.c). Byte 0: bit 0 recomputes the file's trailer checksum (XXH64 of every
  * byte before the last 16) so that mutations reach the header, tensor records and zstd
- * frames instead of stopping at the checksum; the rest is the file. Both `meta` and `load`
- * run; every byte of every tensor visited is read so ASan checks its bounds. */
+ * frames instead of stopping at the checksum; bit 1 reads the tensors a piece at a time,
+ * through `load_rows` and `load_rows_interleaved` (ABI 1.13), instead of `load`; the rest is
+ * the file. `meta` runs too; every byte of every tensor or piece visited is read so ASan
+ * checks its bounds. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +37,13 @@ static grm_status fz_visit(void *user, const grm_named_tensor *t)
     return GRM_OK;
 }
 
+static grm_status fz_piece(void *user, const grm_named_tensor *t, int64_t row0, int64_t rows)
+{
+    (void)row0;
+    (void)rows;
+    return fz_visit(user, t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1) return 0;
@@ -63,7 +72,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         char meta[4096];
         int64_t visited = 0;
         ops->meta(inst, path, meta, sizeof meta);
-        ops->load(inst, path, fz_visit, &visited);
+        if (mode & 2) {
+            ops->load_rows(inst, path, fz_piece, &visited);
+            ops->load_rows_interleaved(inst, path, fz_piece, &visited);
+        } else {
+            ops->load(inst, path, fz_visit, &visited);
+        }
         ops->destroy(inst);
     }
     unlink(path);

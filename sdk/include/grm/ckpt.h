@@ -25,7 +25,8 @@ typedef grm_status (*grm_ckpt_rows_fn)(void *user, int64_t index, int64_t row0, 
 
 /* Called by load_rows with a piece of a tensor: rows [row0, row0 + t->tensor.shape[0]) of
  * one of `rows` rows (its other dims those of the whole tensor). t borrowed for the call.
- * A tensor's pieces come in file order, back to back from row 0. since 1.10 */
+ * A tensor's pieces come in file order, back to back from row 0 (load_rows_interleaved:
+ * in order from row 0, maybe between other tensors' pieces). since 1.10 */
 typedef grm_status (*grm_ckpt_piece_fn)(void *user, const grm_named_tensor *t, int64_t row0,
                                         int64_t rows);
 
@@ -71,6 +72,16 @@ typedef struct grm_ckpt_ops {
      * restored. since 1.10 */
     grm_status (*load_rows)(void *inst, const char *path, grm_ckpt_piece_fn visit,
                             void *user);
+
+    /* (optional; if NULL, the host calls load_rows) load_rows, with the pieces in the
+     * order the file holds them: the pieces of tensors that save_rows read by rows may
+     * interleave, a range of rows of each in turn (each tensor's own pieces still come in
+     * order, back to back from row 0); a tensor save_rows was given whole comes back to
+     * back. A store that takes its tensors so (GRM_EMB_LOAD_INTERLEAVED) puts each of its
+     * rows together once instead of once a tensor. Checks and errors as load_rows.
+     * since 1.13 */
+    grm_status (*load_rows_interleaved)(void *inst, const char *path,
+                                        grm_ckpt_piece_fn visit, void *user);
 } grm_ckpt_ops;
 
 #ifdef __cplusplus

@@ -38,6 +38,9 @@ typedef struct grm_emb_table_spec {
 #define GRM_EMB_ANY_ID 1u   /* any int64 id is a key (a hash store), not a row index in
                              * [0, rows): the host may then merge tables whose specs agree
                              * into one key space (MTGRBoost §4.2) */
+#define GRM_EMB_LOAD_INTERLEAVED 2u /* load_rows takes the pieces of its tensors
+                             * interleaved (each tensor's in order from row 0), as
+                             * grm_ckpt_ops.load_rows_interleaved hands them. since 1.13 */
 
 /* Counters of one table; filled by the optional stats op. */
 typedef struct grm_emb_stats {
@@ -119,8 +122,9 @@ typedef struct grm_emb_ops {
     /* (optional; if NULL, the host restores whole tensors with load()) Restore a piece of
      * a tensor written by tensors(): rows [row0, row0 + piece->tensor.shape[0]) of a
      * tensor of `rows` rows, its other dims those of the whole tensor. A tensor's pieces
-     * come in order, back to back from row 0, and end before another tensor's begin;
-     * tensors come in any order. load(t) is load_rows(t, 0, t's rows). since 1.10 */
+     * come in order, back to back from row 0, and end before another tensor's begin
+     * (with GRM_EMB_LOAD_INTERLEAVED in flags: or between other tensors' pieces); tensors
+     * come in any order. load(t) is load_rows(t, 0, t's rows). since 1.10 */
     grm_status (*load_rows)(void *inst, const grm_named_tensor *piece, int64_t row0,
                             int64_t rows);
 

@@ -18,7 +18,7 @@ extern "C" {
 #define GRM_ABI_MAJOR 1
 /* Minor: bumped when an op or field is appended. A host accepts plugins of its own
  * minor or older; it refuses a plugin built for a newer minor. */
-#define GRM_ABI_MINOR 12
+#define GRM_ABI_MINOR 13
 
 /* History of the ABI (append-only within a major):
  *   1.0  the seven kinds, the host API, declared parameters.
@@ -52,7 +52,11 @@ extern "C" {
  *        may change without training another model.
  *   1.12 grm_emb_ops.trim appended (optional): the host's data thread brings a tiered
  *        store's cache back under its budget after each prefetch, keeping the rows of the
- *        batches in flight, so evictions and write-backs leave the trainer's time. */
+ *        batches in flight, so evictions and write-backs leave the trainer's time.
+ *   1.13 grm_ckpt_ops.load_rows_interleaved appended (optional) and the grm_emb_ops.flags
+ *        bit GRM_EMB_LOAD_INTERLEAVED: a format hands the pieces of tensors it wrote range
+ *        by range in the file's order, and a store that takes them so restores a table
+ *        larger than memory in one pass over what it writes. */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"
