@@ -22,7 +22,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..28"
+echo "1..29"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/gen.tsv" || exit 1
 # Repeated items, which evaluation must exclude from the candidates once: every 4th user
@@ -283,7 +283,7 @@ model, the uninterrupted run's losses and metrics, bitwise"
 # its own head draws again from batch g's seed.
 ini 2 "backing = $tmp/tier\ncache_bytes = 10M\nevict = lru" "$tmp/ckbig" >"$tmp/big.ini"
 "$g" train --quiet --max-steps 30 "$tmp/big.ini" >/dev/null 2>&1
-"$g" train "$tmp/big.ini" >/dev/null 2>"$tmp/big.err"
+"$g" train -v "$tmp/big.ini" >/dev/null 2>"$tmp/big.err"
 rc=$?
 line=$(grep "cache .* of .* rows" "$tmp/big.err" | head -1)
 echo "# $line"
@@ -298,7 +298,7 @@ thread's prefetch, the negatives' included"
 { ini 2 "$tier" "$tmp/ckst"; echo "plugin = ckpt-safetensors"; } >"$tmp/st.ini"
 "$g" train --quiet --max-steps 30 "$tmp/st.ini" >/dev/null 2>"$tmp/st1.err"
 rc=$?
-"$g" train --metrics-out "$tmp/st.jsonl" "$tmp/st.ini" >/dev/null 2>"$tmp/st2.err"
+"$g" train -v --metrics-out "$tmp/st.jsonl" "$tmp/st.ini" >/dev/null 2>"$tmp/st2.err"
 rc=$((rc | $?))
 [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/st1.err" "$tmp/st2.err" | tail -4
 la=$(metric "$tmp/ref.jsonl" train loss); lb=$(metric "$tmp/st.jsonl" train loss)
@@ -308,6 +308,19 @@ test $rc -eq 0 && grep -q "resuming from $tmp/ckst/step-0000000030.safetensors" 
     "$tmp/st.jsonl"
 ok $? "tiered with ckpt-safetensors (by rows): 30 steps, resumed to 60, the uninterrupted \
 run's final loss and metrics, bitwise"
+
+# How the resumes above read their checkpoints (ABI 1.13): ckpt-grm hands the pieces over
+# in the file's order, the tiered table's tensors a range of each in turn, and the store
+# writes each record once and reads none back; ckpt-safetensors, laid out a tensor at a
+# time, is read so. (A table this small is one range: tests/test-emb-tiered.c counts the
+# bytes of one larger than the store's restore window.)
+grep "restored into\|read in the file's order\|a tensor at a time" "$tmp/big.err" \
+    "$tmp/st2.err" | sed "s|$tmp/||; s/^/# /"
+grep -q "step-[0-9]*\.grm: read in the file's order (load_rows_interleaved)" "$tmp/big.err" &&
+    grep -q "rows restored into .*(1\.00 a record), 0 read back" "$tmp/big.err" &&
+    grep -q "step-[0-9]*\.safetensors: read a tensor at a time (load_rows)" "$tmp/st2.err"
+ok $? "a resume reads ckpt-grm in the file's order (load_rows_interleaved), each record \
+written once and none read back; ckpt-safetensors a tensor at a time"
 
 # Evaluation ranks a catalog a chunk at a time when its rows and scores pass
 # [train] eval_memory_mb: 400 items x (16 + 4096) floats = 6.6 MB, so 1 MiB is 7 chunks of

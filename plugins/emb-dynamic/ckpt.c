@@ -285,8 +285,8 @@ void ed_stage_clear(const ed_store *s, ed_stage *st)
 {
     for (int k = 0; k < ED_NTENSORS; k++) free(st->data[k]);
     if (st->index.slots != NULL) ed_keys_fini(s, &st->index);
+    free(st->win);
     memset(st, 0, sizeof(*st));
-    st->last = -1;
 }
 
 static const char *ed_dtype_name(int32_t dtype)
@@ -382,70 +382,167 @@ static grm_status ed_commit(const ed_store *s, ed_table *t)
     return GRM_OK;
 }
 
-/* A piece of row tensor k (0..3) of a tiered table: rows [row0, row0 + m) written into
- * file records [row0, row0 + m), a block of up to a segment at a time. Records another
- * tensor filled already are read back and patched; the pieces of the tensor that comes
- * last finish each record (its checksum) and put its id in the new index. The records of
- * a table of N rows are numbered in id order, so every pass is sequential. Caller holds
- * the write lock. */
+/* ---- tiered: the rows go to the backing file ----
+ * Record r of the file (records numbered in id order) holds row r of the four row tensors
+ * (ids, weight, opt_state, meta) and is finished (checksum, index) once all four reached
+ * it. Pieces of a tensor come in order; a format that wrote the tensors a range at a time
+ * hands them over so (ckpt-grm's load_rows_interleaved, ABI 1.13): the records a range
+ * spans are then put together in the window, in memory, and each is written once, with no
+ * read. Pieces a tensor at a time (another format, or ckpt-grm's load_rows) run past the
+ * window: its records go to the file as they are and the tensors that come later read
+ * them back and patch them, a pass each, as before 1.13. */
+
+/* Bytes of the window: about 4 of ckpt-grm's ranges (ckpt_group_rows: 8 MiB of a
+ * group's rows), so the range of each tensor fits while the next begins. */
+#define ED_LOAD_WINDOW_BYTES ((size_t)32 << 20)
+
+/* Row tensors of a tiered table: ids, weight, opt_state (when S > 0), meta. */
+static int32_t ed_rowmask(const ed_store *s)
+{
+    return s->S > 0 ? 0xF : 0xB;
+}
+
+/* Row i of piece data of tensor k into record rec. */
+static void ed_tier_apply(const ed_store *s, const ed_table *t, int k, const void *data,
+                          int64_t i, char *rec)
+{
+    const size_t D = (size_t)t->dim, SD = (size_t)s->S * D;
+    ed_meta *md = ed_rec_meta(rec);
+    switch (k) {
+    case 0: md->id = ((const int64_t *)data)[i]; break;
+    case 1: memcpy(ed_rec_row(rec), (const float *)data + (size_t)i * D, D * sizeof(float));
+            break;
+    case 2: memcpy(ed_rec_state(&t->pools[0], rec), (const float *)data + (size_t)i * SD,
+                   SD * sizeof(float)); break;
+    default:
+        md->steps = ((const int64_t *)data)[3 * i];
+        md->count = ((const int64_t *)data)[3 * i + 1];
+        md->last = ((const int64_t *)data)[3 * i + 2];
+        break;
+    }
+}
+
+/* 1 when record r has every row tensor once tensor k has reached it: the others' pieces
+ * arrived past r. */
+static int ed_tier_whole(const ed_store *s, const ed_stage *sg, int k, int64_t r)
+{
+    const int32_t rowmask = ed_rowmask(s);
+    for (int q = 0; q < 4; q++)
+        if ((rowmask >> q & 1) && q != k && sg->got[q] <= r) return 0;
+    return 1;
+}
+
+/* Finish record r: its checksum, and its id into the new index. */
+static grm_status ed_tier_finish(const ed_store *s, ed_table *t, char *rec, int64_t r)
+{
+    ed_meta *md = ed_rec_meta(rec);
+    ed_tier_seal(t, rec);
+    int inserted = 0;
+    ed_slot *sl = md->id == ED_KEY_EMPTY || md->id == ED_KEY_TOMB ? NULL
+        : ed_keys_find_or_insert(&t->stage.index, md->id, ed_hash(md->id), &inserted);
+    if (sl == NULL || !inserted) return ed_bad_id(s, t, md->id);
+    atomic_store_explicit(&sl->ref, r, memory_order_relaxed);
+    return GRM_OK;
+}
+
+/* Records [first, first + n) of buf to the file, a segment at most a write. */
+static grm_status ed_tier_write(const ed_store *s, ed_table *t, int64_t first, int64_t n,
+                                char *buf)
+{
+    const size_t rb = t->pools[0].rec_bytes;
+    grm_status st = GRM_OK;
+    for (int64_t b = 0; b < n && st == GRM_OK; b += t->tier.wcap) {
+        const int64_t c = n - b < t->tier.wcap ? n - b : t->tier.wcap;
+        st = ed_tier_block(s, t, first + b, c, buf + (size_t)b * rb, 0);
+    }
+    return st;
+}
+
+/* Rows [r, r + c) of a piece of tensor k (its row0 at data's row 0), records the file
+ * holds already: read back, patched, finished when whole, written again. */
+static grm_status ed_tier_patch(const ed_store *s, ed_table *t, int k, const void *data,
+                                int64_t row0, int64_t r, int64_t c, char *buf)
+{
+    const size_t rb = t->pools[0].rec_bytes;
+    grm_status st = ed_tier_block(s, t, r, c, buf, 1);
+    for (int64_t q = 0; q < c && st == GRM_OK; q++) {
+        char *rec = buf + (size_t)q * rb;
+        ed_tier_apply(s, t, k, data, r + q - row0, rec);
+        if (ed_tier_whole(s, &t->stage, k, r + q)) st = ed_tier_finish(s, t, rec, r + q);
+    }
+    return st == GRM_OK ? ed_tier_block(s, t, r, c, buf, 0) : st;
+}
+
+/* The window's first n records to the file, those whole once tensor k reached them
+ * finished; the window then starts n records later. */
+static grm_status ed_tier_slide(const ed_store *s, ed_table *t, int k, int64_t n)
+{
+    ed_stage *sg = &t->stage;
+    const size_t rb = t->pools[0].rec_bytes;
+    grm_status st = GRM_OK;
+    for (int64_t q = 0; q < n && st == GRM_OK; q++)
+        if (ed_tier_whole(s, sg, k, sg->flushed + q))
+            st = ed_tier_finish(s, t, sg->win + (size_t)q * rb, sg->flushed + q);
+    if (st == GRM_OK) st = ed_tier_write(s, t, sg->flushed, n, sg->win);
+    if (st != GRM_OK) return st;
+    memmove(sg->win, sg->win + (size_t)n * rb, (size_t)(sg->win_cap - n) * rb);
+    memset(sg->win + (size_t)(sg->win_cap - n) * rb, 0, (size_t)n * rb);
+    sg->flushed += n;
+    return GRM_OK;
+}
+
+/* A piece of row tensor k (0..3) of a tiered table: rows [row0, row0 + m). Rows whose
+ * records the file holds are patched there (ed_tier_patch); the others go to the window,
+ * which moves on when the piece runs past it; then the records at the window's front that
+ * every tensor has reached are finished and written. Caller holds the write lock and adds
+ * m to got[k] after. */
 static grm_status ed_tier_piece(const ed_store *s, ed_table *t, int k, const void *data,
                                 int64_t row0, int64_t m)
 {
     ed_stage *sg = &t->stage;
-    const size_t rb = t->pools[0].rec_bytes, D = (size_t)t->dim, SD = (size_t)s->S * D;
-    const int32_t rowmask = s->S > 0 ? 0xF : 0xB;
-    const int readback = (sg->have & rowmask & ~(1 << k)) != 0;
-    const int last = sg->last == k;
-    const int64_t per = t->tier.wcap;
+    const size_t rb = t->pools[0].rec_bytes;
     grm_status st = GRM_OK;
-    char *buf = malloc((size_t)per * rb);
-    if (buf == NULL)
-        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory writing "
-                               "the backing file", t->name);
-    for (int64_t b = 0; b < m && st == GRM_OK; b += per) {
-        const int64_t c = m - b < per ? m - b : per;
-        if (readback) st = ed_tier_block(s, t, row0 + b, c, buf, 1);
-        else memset(buf, 0, (size_t)c * rb);
-        for (int64_t q = 0; q < c && st == GRM_OK; q++) {
-            const int64_t i = b + q;        // row of the piece
-            char *rec = buf + (size_t)q * rb;
-            ed_meta *md = ed_rec_meta(rec);
-            switch (k) {
-            case 0: md->id = ((const int64_t *)data)[i]; break;
-            case 1: memcpy(ed_rec_row(rec), (const float *)data + (size_t)i * D,
-                           D * sizeof(float)); break;
-            case 2: memcpy(ed_rec_state(&t->pools[0], rec), (const float *)data + (size_t)i * SD,
-                           SD * sizeof(float)); break;
-            default:
-                md->steps = ((const int64_t *)data)[3 * i];
-                md->count = ((const int64_t *)data)[3 * i + 1];
-                md->last = ((const int64_t *)data)[3 * i + 2];
-                break;
-            }
-            if (!last) continue;
-            ed_tier_seal(t, rec);
-            int inserted = 0;
-            ed_slot *sl = md->id == ED_KEY_EMPTY || md->id == ED_KEY_TOMB ? NULL
-                : ed_keys_find_or_insert(&sg->index, md->id, ed_hash(md->id), &inserted);
-            if (sl == NULL || !inserted) {
-                st = ed_bad_id(s, t, md->id);
-                break;
-            }
-            atomic_store_explicit(&sl->ref, row0 + i, memory_order_relaxed);
+    char *buf = NULL;
+    int64_t r = row0;
+    const int64_t end = row0 + m;
+    while (r < end && st == GRM_OK) {
+        if (r < sg->flushed) {
+            const int64_t to = end < sg->flushed ? end : sg->flushed;
+            const int64_t c = to - r < t->tier.wcap ? to - r : t->tier.wcap;
+            if (buf == NULL && (buf = malloc((size_t)t->tier.wcap * rb)) == NULL)
+                return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory "
+                                       "writing the backing file", t->name);
+            st = ed_tier_patch(s, t, k, data, row0, r, c, buf);
+            r += c;
+            continue;
         }
-        if (st == GRM_OK) st = ed_tier_block(s, t, row0 + b, c, buf, 0);
+        if (r == sg->flushed + sg->win_cap) {   // ahead of the window: move it on
+            st = ed_tier_slide(s, t, k, sg->win_cap);
+            continue;
+        }
+        const int64_t c = (end < sg->flushed + sg->win_cap ? end : sg->flushed + sg->win_cap)
+                          - r;
+        for (int64_t q = 0; q < c; q++)
+            ed_tier_apply(s, t, k, data, r + q - row0,
+                          sg->win + (size_t)(r + q - sg->flushed) * rb);
+        r += c;
     }
     free(buf);
-    return st;
+    if (st != GRM_OK) return st;
+    // the window's front, as far as every row tensor has reached (k: to the piece's end)
+    int64_t done = end;
+    const int32_t rowmask = ed_rowmask(s);
+    for (int q = 0; q < 4; q++)
+        if ((rowmask >> q & 1) && q != k && sg->got[q] < done) done = sg->got[q];
+    return done > sg->flushed ? ed_tier_slide(s, t, k, done - sg->flushed) : GRM_OK;
 }
 
 /* Tiered: the first piece of a row tensor. The first of the load empties the file and
- * the cache; the one that completes the set of row tensors (the last to begin) will seal
- * the records and build the index, sized for the rows. */
+ * the cache and makes the index, sized for the rows, and the window. */
 static grm_status ed_tier_piece_begin(const ed_store *s, ed_table *t, int k, int64_t rows)
 {
     ed_stage *sg = &t->stage;
-    const int32_t rowmask = s->S > 0 ? 0xF : 0xB;
+    const int32_t rowmask = ed_rowmask(s);
     grm_status st;
     for (int q = 0; q < 4; q++)
         if ((rowmask >> q & 1) && q != k && ((sg->have >> q & 1) || sg->got[q] > 0)
@@ -454,15 +551,21 @@ static grm_status ed_tier_piece_begin(const ed_store *s, ed_table *t, int k, int
                                    "%lld rows in '%s' but %lld in '%s'", t->name,
                                    (long long)sg->n[q], t->tensor_names[q], (long long)rows,
                                    t->tensor_names[k]);
-    if (!sg->begun) {
-        if ((st = ed_tier_load_begin(s, t)) != GRM_OK) return st;
-        sg->begun = 1;
-    }
-    if (((sg->have | 1 << k) & rowmask) == rowmask) {
-        sg->last = k;
-        if ((st = ed_keys_init(s, &sg->index, ed_keys_slots_for(rows, 1), 1)) != GRM_OK)
-            return st;
-    }
+    if (sg->begun) return GRM_OK;
+    if ((st = ed_tier_load_begin(s, t)) != GRM_OK) return st;
+    sg->begun = 1;
+    sg->read0 = atomic_load(&t->tier.bytes_read);
+    sg->written0 = atomic_load(&t->tier.bytes_written);
+    if ((st = ed_keys_init(s, &sg->index, ed_keys_slots_for(rows, 1), 1)) != GRM_OK) return st;
+    const size_t rb = t->pools[0].rec_bytes;
+    sg->win_cap = (int64_t)(ED_LOAD_WINDOW_BYTES / rb);
+    if (sg->win_cap < 1) sg->win_cap = 1;
+    if (sg->win_cap > rows) sg->win_cap = rows > 0 ? rows : 1;
+    sg->flushed = 0;
+    if ((sg->win = calloc((size_t)sg->win_cap, rb)) == NULL)
+        return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory for %lld "
+                               "records of the restore's window", t->name,
+                               (long long)sg->win_cap);
     return GRM_OK;
 }
 
@@ -545,6 +648,14 @@ grm_status ed_load_rows(const ed_store *s, ed_table *t, int k, const grm_named_t
     } else {
         st = ed_tier_load_end(s, t, &sg->index, sg->n[0]);
         if (st == GRM_OK) ed_commit_counters(t, sg->data[4]);
+        const int64_t rb = (int64_t)t->pools[0].rec_bytes;
+        const int64_t wr = atomic_load(&t->tier.bytes_written) - sg->written0;
+        if (st == GRM_OK)
+            s->host->log(GRM_LOG_INFO, "emb-dynamic", "table '%s': %lld rows restored into "
+                         "%s: %lld bytes written (%.2f a record), %lld read back", t->name,
+                         (long long)sg->n[0], t->tier.path, (long long)wr,
+                         sg->n[0] > 0 ? (double)wr / (double)(sg->n[0] * rb) : 0.0,
+                         (long long)(atomic_load(&t->tier.bytes_read) - sg->read0));
     }
     pthread_rwlock_unlock(&t->lock);
     ed_stage_clear(s, sg);

@@ -276,9 +276,13 @@ typedef struct ed_stage {
     int64_t got[ED_NTENSORS];   /* rows arrived */
     int32_t have;               /* bit k: tensor k complete */
     int32_t begun;              /* tiered: the backing file was emptied for this load */
-    int32_t last;               /* tiered: the row tensor whose pieces finish the records
-                                 * (checksums, index), -1 while unknown */
-    ed_keys index;              /* tiered: the index the last row tensor builds */
+    ed_keys index;              /* tiered: id -> record, as records are finished */
+    /* tiered: records [0, flushed) are in the file, finished or waiting for the row
+     * tensors still to reach them; the window holds records [flushed, flushed + win_cap),
+     * put together in memory from the pieces that reached them (ckpt.c ed_tier_piece) */
+    char *win;                  /* owned (malloc) [win_cap records] */
+    int64_t win_cap, flushed;
+    int64_t read0, written0;    /* tiered: the file's byte counters when the load began */
 } ed_stage;
 
 typedef struct ed_candidate {

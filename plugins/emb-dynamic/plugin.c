@@ -221,7 +221,6 @@ static grm_status ed_table_init(ed_store *s, ed_table *t, const grm_emb_table_sp
     atomic_init(&t->last_sweep, 0);
     for (int i = 0; i < ED_STRIPES; i++) atomic_init(&t->stripes[i], 0);
     t->exp.version = t->exp.full = t->exp.rver = -1;
-    t->stage.last = -1;
 
     for (int k = 0; k < ED_NTENSORS; k++) {
         const size_t len = strlen(sp->name) + strlen(ed_tensor_suffix[k]) + 1;
@@ -638,7 +637,7 @@ static const grm_emb_ops ed_ops = {
     .tensors = ed_tensors,
     .load = ed_load,
     .stats = ed_stats,
-    .flags = GRM_EMB_ANY_ID,
+    .flags = GRM_EMB_ANY_ID | GRM_EMB_LOAD_INTERLEAVED,
     .prefetch = ed_prefetch,
     .trim = ed_trim_op,
     .tensor_rows = ed_tensor_rows,

@@ -739,10 +739,17 @@ grm_status ed_tier_block(const ed_store *s, ed_table *t, int64_t first, int64_t 
                          int read)
 {
     const size_t bytes = (size_t)n * t->pools[0].rec_bytes;
-    if (!read) return ed_tier_put(s, t, t->tier.fd, buf, first, n);
+    if (!read) {
+        const grm_status st = ed_tier_put(s, t, t->tier.fd, buf, first, n);
+        if (st == GRM_OK)
+            atomic_fetch_add_explicit(&t->tier.bytes_written, (int64_t)bytes,
+                                      memory_order_relaxed);
+        return st;
+    }
     const ssize_t got = pread(t->tier.fd, buf, bytes, ed_tier_offset(t, first));
-    return got == (ssize_t)bytes ? GRM_OK
-                                 : ed_tier_io_error(s, t, "reading", first, got, bytes);
+    if (got != (ssize_t)bytes) return ed_tier_io_error(s, t, "reading", first, got, bytes);
+    atomic_fetch_add_explicit(&t->tier.bytes_read, (int64_t)bytes, memory_order_relaxed);
+    return GRM_OK;
 }
 
 /* Records [0, n) written and sealed, index mapping their ids to them: they are the file.
