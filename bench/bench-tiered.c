@@ -9,13 +9,17 @@
  *   mode=<mem|tiered> cache_bytes=<given> cache_rows=R rows=N ids=I seconds=S ids_per_s=X
  *   hit_rate=H lookup_hit_rate=L bytes_read=BR bytes_written=BW prefetched=P prefetch_s=T
  *   wait_s=W export_s=E export_bytes_read=EB rows_export_s=X rows_export_bytes_read=XB
- *   tensor_export_s=Y tensor_export_bytes_read=YB
+ *   tensor_export_s=Y tensor_export_bytes_read=YB rows_import_s=I
+ *   rows_import_bytes_read=IR rows_import_bytes_written=IW tensor_import_s=J
+ *   tensor_import_bytes_read=JR tensor_import_bytes_written=JW
  * wait_s: the loop's time waiting for the data thread; export_s: the first tensors() call
  * after the loop, the checkpoint's export of every row (both tiers when tiered);
  * rows_export_s: the same export a range of 16 MiB at a time (tensor_rows, ABI 1.10), a
  * range of each tensor in turn, as ckpt-grm 2.0 saves (one pass over the table);
  * tensor_export_s: every range of a tensor before the next, as ckpt-grm 1.0 saved (a pass
- * for each of weight, opt_state and meta).
+ * for each of weight, opt_state and meta); rows_import_s / tensor_import_s: that export
+ * restored (load_rows) into a fresh store in the same two orders, the bytes it read from
+ * and wrote to its new backing file beside each (tiered only; 0 in memory).
  * hit_rate = 1 - (rows read from the backing file, by prefetch or lookup, plus rows created)
  * / ids: the cache's own hit rate. lookup_hit_rate = 1 - (rows the lookups had to read or
  * create) / ids: a prefetched row counts as a hit (its read was hidden).
@@ -307,11 +311,61 @@ int main(int argc, char **argv)
         if (by_tensor) tensor_export_s = secs_x, tensor_read = read_x;
         else rows_export_s = secs_x, rows_read = read_x;
     }
+    // The checkpoint's restore (load_rows, ABI 1.10) of that export into a fresh store of
+    // the same config: a range of each of the four row tensors in turn (8 MiB of all four),
+    // as ckpt-grm's load_rows_interleaved hands a 2.0 file over (ABI 1.13: each record put
+    // together once), and a tensor at a time in pieces of 16 MiB, as load_rows hands it
+    // (each tensor after the first reads its records back from the file and patches them),
+    // each until the file is on disk (fdatasync). BT_COLD: the file dropped from the page
+    // cache before each tensor, as for a table far larger than the RAM.
+    double import_s[2] = { 0, 0 };
+    int64_t import_read[2] = { 0, 0 }, import_written[2] = { 0, 0 };
+    for (int by_tensor = 0; tiered && by_tensor < 2; by_tensor++) {
+        grm_named_tensor all[5];
+        for (int32_t k = 0; k < 5; k++)
+            if (ops->tensors(s, k, &all[k]) != GRM_OK) die("tensors");
+        void *fresh = NULL;
+        if (ops->create(cfg, &spec, 1, &opt, &fresh) != GRM_OK) die("create");
+        const ed_tier *ft = &((const ed_store *)fresh)->tables[0].tier;
+        size_t rb[5], row_all = 0;
+        for (int32_t k = 0; k < 5; k++) {
+            rb[k] = grm_dtype_size(all[k].tensor.dtype)
+                    * (size_t)(all[k].tensor.ndim > 1 ? all[k].tensor.shape[1] : 1);
+            if (k < 4) row_all += rb[k];
+        }
+        const int64_t n = all[0].tensor.shape[0];
+        const double i0 = now_s();
+        for (int32_t q = 0; q < (by_tensor ? 4 : 1); q++) {
+            if (by_tensor && cold_fd >= 0 && q > 0) {
+                fdatasync(ft->fd);
+                posix_fadvise(ft->fd, 0, 0, POSIX_FADV_DONTNEED);
+            }
+            const int64_t per = by_tensor ? (int64_t)(((size_t)16 << 20) / rb[q])
+                                          : (int64_t)(((size_t)8 << 20) / row_all);
+            for (int64_t a = 0; a < n; a += per) {
+                const int64_t m = n - a < per ? n - a : per;
+                for (int32_t k = by_tensor ? q : 0; k < (by_tensor ? q + 1 : 4); k++) {
+                    grm_named_tensor piece = all[k];
+                    piece.tensor.shape[0] = m;
+                    piece.tensor.data = (char *)all[k].tensor.data + (size_t)a * rb[k];
+                    if (ops->load_rows(fresh, &piece, a, n) != GRM_OK) die("load_rows");
+                }
+            }
+        }
+        if (ops->load_rows(fresh, &all[4], 0, all[4].tensor.shape[0]) != GRM_OK) die("load_rows");
+        fdatasync(ft->fd);
+        import_s[by_tensor] = now_s() - i0;
+        import_read[by_tensor] = atomic_load(&ft->bytes_read);
+        import_written[by_tensor] = atomic_load(&ft->bytes_written);
+        ops->destroy(fresh);
+    }
     printf("mode=%s cache_bytes=%s cache_rows=%lld rows=%lld ids=%lld seconds=%.3f "
            "ids_per_s=%.0f hit_rate=%.4f lookup_hit_rate=%.4f bytes_read=%lld "
            "bytes_written=%lld prefetched=%lld prefetch_s=%.3f wait_s=%.3f export_s=%.4f "
            "export_bytes_read=%lld rows_export_s=%.4f rows_export_bytes_read=%lld "
-           "tensor_export_s=%.4f tensor_export_bytes_read=%lld\n",
+           "tensor_export_s=%.4f tensor_export_bytes_read=%lld rows_import_s=%.4f "
+           "rows_import_bytes_read=%lld rows_import_bytes_written=%lld tensor_import_s=%.4f "
+           "tensor_import_bytes_read=%lld tensor_import_bytes_written=%lld\n",
            tiered ? "tiered" : "mem", tiered ? mode : "-", (long long)(tiered ? st.capacity
                                                                               : st.rows),
            (long long)st.rows, (long long)ids, secs, (double)ids / secs,
@@ -322,7 +376,9 @@ int main(int argc, char **argv)
            (long long)(tiered ? atomic_load(&t->tier.bytes_written) : 0),
            (long long)(tiered ? atomic_load(&t->tier.prefetched) : 0), r.prefetch_s, r.wait_s,
            export_s, (long long)export_read, rows_export_s, (long long)rows_read,
-           tensor_export_s, (long long)tensor_read);
+           tensor_export_s, (long long)tensor_read, import_s[0], (long long)import_read[0],
+           (long long)import_written[0], import_s[1], (long long)import_read[1],
+           (long long)import_written[1]);
     ops->destroy(s);
     oops->destroy(adam);
     free(stream);

@@ -20,7 +20,10 @@ and written to the backing file, and the time of the checkpoint export after the
 (every row of both tiers, sorted by id) against the in-memory store's. On the Zipf stream,
 the same export by rows (case zipf-export, from the page cache and, -cold, from the file
 dropped from it before each pass): a range of every tensor in turn, as ckpt-grm 2.0 saves,
-against a tensor at a time, as 1.0 did, with the bytes each read. The backing file
+against a tensor at a time, as 1.0 did, with the bytes each read; and its restore into a
+fresh store (case zipf-import): a range of each tensor in turn, as ckpt-grm's
+load_rows_interleaved hands a 2.0 file over (ABI 1.13), against a tensor at a time, as
+load_rows does, with the bytes each read and wrote. The backing file
 lives on the disk of --dir (default: a temporary directory under the build); a file that
 fits in RAM stays in the page cache, so this measures the store's own cost (syscalls,
 copies, checksums, eviction), not the device's.
@@ -117,7 +120,9 @@ def export_case(driver, path, back, env, args, name, cache_bytes):
     from the backing file dropped from the page cache (BT_COLD, as for a file far larger
     than the RAM) and from the page cache: a range of every tensor in turn, as ckpt-grm 2.0
     saves, against every range of one tensor before the next, as 1.0 did (the peer), both
-    in each run; the speedup is the median of the runs' ratios."""
+    in each run; the speedup is the median of the runs' ratios. Then the restore of that
+    export into a fresh store (load_rows), in the file's order of a 2.0 file (ABI 1.13)
+    against a tensor at a time (the peer), likewise."""
     for cold in ("1", ""):
         runs = []
         for _ in range(args.rounds + 1):
@@ -139,6 +144,20 @@ def export_case(driver, path, back, env, args, name, cache_bytes):
                   statistics.median(float(r["tensor_export_s"]) for r in runs),
                   runs[-1]["tensor_export_bytes_read"], statistics.median(ratios),
                   min(ratios), max(ratios)))
+        # the restore of that export into a fresh store: a range of each tensor in turn, as
+        # ckpt-grm's load_rows_interleaved hands a 2.0 file over (ABI 1.13), against a
+        # tensor at a time, as load_rows does (the peer); both end with an fdatasync
+        ratios = [float(r["tensor_import_s"]) / float(r["rows_import_s"]) for r in runs]
+        print("bench=tiered case=%s-import%s rows=%s rows_import_s=%.4f "
+              "rows_import_bytes_read=%s rows_import_bytes_written=%s peer=by-tensor "
+              "peer_import_s=%.4f peer_bytes_read=%s peer_bytes_written=%s speedup=%.2f "
+              "speedup_range=%.2f-%.2f" % (
+                  name, "-cold" if cold else "", runs[-1]["rows"],
+                  statistics.median(float(r["rows_import_s"]) for r in runs),
+                  runs[-1]["rows_import_bytes_read"], runs[-1]["rows_import_bytes_written"],
+                  statistics.median(float(r["tensor_import_s"]) for r in runs),
+                  runs[-1]["tensor_import_bytes_read"], runs[-1]["tensor_import_bytes_written"],
+                  statistics.median(ratios), min(ratios), max(ratios)))
 
 
 def trainer_case(build, src, env, rounds, pcts):
