@@ -170,11 +170,11 @@ static void test_rows(const char *dir, void *sh)
     grm_named_tensor t[3];
     rows_fixture(t, saved[1]);
     rows_log r = { 0, 0, 0 };
-    // big: 3 ranges of 8 MiB for its XXH64, 2 of 16 MiB for its bytes; small: 1 + 1
+    // big: 3 ranges of 8 MiB, each hashed and written at its offset; small: 1
     const grm_status rst = ops->save_rows(ck, path, t, 3, meta, rows_fn, &r);
-    tap_ok(rst == GRM_OK && r.calls == 7 && r.most <= ((size_t)16 << 20),
-           "save_rows: a 21 MB tensor is read twice (checksum, bytes) in ranges of at most "
-           "16 MiB (%d calls, largest %zu bytes)", r.calls, r.most);
+    tap_ok(rst == GRM_OK && r.calls == 4 && r.most <= ((size_t)8 << 20),
+           "save_rows: a 21 MB tensor is read once, in ranges of at most 8 MiB, each hashed "
+           "and written where it goes (%d calls, largest %zu bytes)", r.calls, r.most);
     grm_named_tensor w[3] = { t[0], t[1], t[2] };
     w[1].tensor.data = big;
     w[2].tensor.data = small_src;
@@ -208,14 +208,16 @@ static void test_rows(const char *dir, void *sh)
     r = (rows_log){ 0, 0, 0 };
     visit_log v = { 0, 0, 0, 1 };
     pl = (piece_log){ 0, 0, 0, 0, 0 };
-    tap_ok(ops->save_rows(sh, spath, t, 3, meta, rows_fn, &r) == GRM_OK
-           && ops->load(sh, spath, visit, &v) == GRM_OK && v.visits == 3
+    const grm_status sst = ops->save_rows(sh, spath, t, 3, meta, rows_fn, &r);
+    const grm_status lst = sst == GRM_OK ? ops->load(sh, spath, visit, &v) : sst;
+    if (lst != GRM_OK) tap_diag("sharded: %s", harness_host()->last_error());
+    tap_ok(lst == GRM_OK && v.visits == 3
            && ops->load_rows(sh, spath, piece_fn, &pl) == GRM_OK && pl.bad == 0
            && pl.big_pieces == 2, "sharded save_rows: load reads it, load_rows hands out the "
            "same pieces");
 
     // a range that cannot be read fails the save with its status and leaves nothing
-    for (int at = 1; at <= 5; at += 4) {
+    for (int at = 1; at <= 3; at += 2) {
         r = (rows_log){ 0, at, 0 };
         remove(path);
         size_t n = 0;
@@ -223,21 +225,21 @@ static void test_rows(const char *dir, void *sh)
         tap_ok(ops->save_rows(ck, path, t, 3, meta, rows_fn, &r) == GRM_EIO
                && (gone = read_all(path, &n)) == NULL,
                "a range that fails (call %d: %s) fails save_rows with its status; no file", at,
-               at == 1 ? "while hashing" : "while writing");
+               at == 1 ? "the first" : "after two were written");
         free(gone);
     }
     remove(whole);
     remove(bad);
 
-    // big and ranks, of as many rows: hashed a range of both at a time, then written
+    // big and ranks, of as many rows: read a range of both at a time, once
     order_log o = { 0, { 0 }, { 0 } };
     grm_named_tensor g[3] = { saved[1], mk("big", NULL, GRM_DTYPE_F32, 2, BIG_ROWS, BIG_COLS,
                                             1, 1),
                               mk("ranks", NULL, GRM_DTYPE_I64, 2, BIG_ROWS, 3, 1, 1) };
     const grm_status gst = ops->save_rows(ck, path, g, 3, meta, order_rows, &o);
-    int alternate = o.calls == 9;       // 3 ranges of both for the XXH64s, then 1 + 2
-    for (int c = 0; c < 6 && alternate; c++)
-        alternate = o.index[c] == 1 + c % 2 && o.row0[c] == (int64_t)(c / 2) * 38836;
+    int alternate = o.calls == 6;       // 3 ranges of both, each hashed and written
+    for (int c = 0; c < 6 && alternate; c++)   // in the file's data order: ranks first
+        alternate = o.index[c] == 2 - c % 2 && o.row0[c] == (int64_t)(c / 2) * 38836;
     int64_t *ranks = malloc((size_t)BIG_ROWS * 3 * sizeof(int64_t));
     for (int64_t q = 0; q < BIG_ROWS; q++)
         for (int k = 0; k < 3; k++) ranks[3 * q + k] = rank_at(q, k);
@@ -250,9 +252,15 @@ static void test_rows(const char *dir, void *sh)
                       && (fa = read_all(path, &ga)) != NULL
                       && (fb = read_all(whole, &gb)) != NULL && ga == gb
                       && memcmp(fa, fb, ga) == 0;
+    if (!gsame) {
+        size_t at = 0;
+        while (fa != NULL && fb != NULL && at < ga && at < gb && fa[at] == fb[at]) at++;
+        tap_diag("save_rows: %s; %zu bytes against save's %zu, first difference at byte %zu",
+                 gst == GRM_OK ? "ok" : harness_host()->last_error(), ga, gb, at);
+    }
     tap_ok(gsame && alternate,
-           "two tensors of as many rows are hashed a range of both at a time (big, ranks, big, "
-           "ranks, ...: %d calls), and the file is the one save writes", o.calls);
+           "two tensors of as many rows are read once, a range of both at a time (ranks, big, "
+           "ranks, big, ...: %d calls), and the file is the one save writes", o.calls);
     free(fa);
     free(fb);
     free(ranks);

@@ -301,7 +301,7 @@ static void tier_io(void *s, int64_t *rd, int64_t *wr)
 
 int main(void)
 {
-    tap_plan(41);
+    tap_plan(42);
     info = harness_plugin("emb-dynamic");
     ops = info->ops;
     const grm_plugin_info *oinfo = harness_plugin("opt-adam");
@@ -409,6 +409,32 @@ int main(void)
                "the weight, state and meta of each range in turn read the backing file once "
                "(%lld bytes); a tensor at a time, once a tensor (%lld bytes)",
                (long long)by_range, (long long)by_tensor);
+        // the formats' save_rows ask for them so: ckpt-grm's chunks, and ckpt-safetensors'
+        // ranges, each hashed and written at its offset (its header, first in the file,
+        // is written again with their XXH64s)
+        static const char *const fmts[2] = { "ckpt-grm", "ckpt-safetensors" };
+        int64_t fread_[2] = { -1, -1 };
+        for (int f = 0; f < 2; f++) {
+            const grm_plugin_info *ki = harness_plugin(fmts[f]);
+            const grm_ckpt_ops *ko = ki->ops;
+            void *kinst = NULL;
+            grm_named_tensor kt[5];
+            char kpath[400];
+            grm_status kst = ko->create(harness_config(ki, NULL), &kinst);
+            snprintf(kpath, sizeof kpath, "%s/save.%s", dir,
+                     kst == GRM_OK ? ko->extension(kinst) : "x");
+            for (int k = 0; k < 5 && kst == GRM_OK; k++)
+                kst = ops->tensor_rows(tier, k, &kt[k], 0, 0, NULL);
+            b0 = atomic_load(br);
+            if (kst == GRM_OK) kst = ko->save_rows(kinst, kpath, kt, 5, "{}", store_rows, tier);
+            if (kst == GRM_OK) fread_[f] = atomic_load(br) - b0;
+            else tap_diag("%s: %s", fmts[f], harness_host()->last_error());
+            ko->destroy(kinst);
+            remove(kpath);
+        }
+        tap_ok(fread_[0] > 0 && fread_[0] <= by_range && fread_[1] == fread_[0],
+               "a save through ckpt-grm and one through ckpt-safetensors each read the backing "
+               "file once (%lld and %lld bytes)", (long long)fread_[0], (long long)fread_[1]);
     }
     const int order[5] = { 3, 4, 1, 0, 2 };     // meta, counters, weight, ids, opt_state
     void *piecewise = make_store(&spec, (const char *[]){ kv_dir("b"), "cache_bytes=30000",

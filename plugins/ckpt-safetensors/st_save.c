@@ -4,6 +4,7 @@
  * size, largest first, so every tensor starts at a multiple of its element size (the
  * header is padded to 8 bytes); the JSON keeps the caller's order, which load follows. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,100 +88,15 @@ typedef struct st_src {
     size_t cap;
 } st_src;
 
-typedef grm_status (*st_eat_fn)(void *ctx, const void *p, size_t len);
-
-/* Hand the bytes of item it to eat in order: its data at once, or (data NULL) its rows
- * through src->rows, ST_PIECE_BYTES of them at a time. A rows error is returned as it is. */
-static grm_status st_stream(const grm_host_api *host, const char *path, const st_item *it,
-                            st_src *src, st_eat_fn eat, void *ctx)
+/* The XXH64 of every item held in memory (or of no bytes), which the header records; an
+ * item read by rows gets its own as it is written (st_write_ranges), 0 until then. */
+static void st_hash_whole(st_item *items, int64_t n)
 {
-    const grm_tensor *t = &it->t->tensor;
-    if (it->bytes == 0) return GRM_OK;
-    if (t->data != NULL) return eat(ctx, t->data, it->bytes);
-    const int64_t rows = t->shape[0];
-    const size_t rb = it->bytes / (size_t)rows;
-    const int64_t per = ckpt_piece_rows(rb, rows);
-    if ((size_t)per * rb > src->cap) {
-        void *b = realloc(src->buf, (size_t)per * rb);
-        if (b == NULL)
-            return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory for %lld rows "
-                                "of '%s'", path, (long long)per, it->t->name);
-        src->buf = b;
-        src->cap = (size_t)per * rb;
-    }
-    grm_status st = GRM_OK;
-    for (int64_t r0 = 0; r0 < rows && st == GRM_OK; r0 += per) {
-        const int64_t n = rows - r0 < per ? rows - r0 : per;
-        if ((st = src->rows(src->user, it->index, r0, n, src->buf)) == GRM_OK)
-            st = eat(ctx, src->buf, (size_t)n * rb);
-    }
-    return st;
-}
-
-/* The XXH64 of every item [n] (in the caller's order), which the header, written first,
- * records. An item held in memory is hashed at once. The items read by rows that have as
- * many rows are read a range of all of them at a time (ckpt_group_rows, as ckpt-grm's
- * save_rows reads them), each hashed as its ranges come: a store whose rows live in a file
- * (emb-dynamic's tiered tables keep a row's weight, state and metadata in one record) then
- * reads each range once for all of its tensors, not once a tensor. Their bytes are read
- * again when they are written. */
-static grm_status st_hash_all(const grm_host_api *host, const char *path, st_item *items,
-                              int64_t n, st_src *src)
-{
-    int64_t *group = malloc((size_t)(n > 0 ? n : 1) * sizeof(*group));
-    XXH64_state_t *hs = malloc((size_t)(n > 0 ? n : 1) * sizeof(*hs));
-    if (group == NULL || hs == NULL) {
-        free(group);
-        free(hs);
-        return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
-    }
-    grm_status st = GRM_OK;
-    for (int64_t i = 0; i < n; i++) {   // in memory, or no bytes: now; by rows: 0 for now
+    for (int64_t i = 0; i < n; i++) {
         const grm_tensor *t = &items[i].t->tensor;
-        const int by_rows = t->data == NULL && items[i].bytes > 0;
-        items[i].xxh = by_rows ? 0 : XXH64(items[i].bytes > 0 ? t->data : "", items[i].bytes,
-                                           ST_XXH_SEED);
-        group[i] = by_rows ? -1 : -2;   // -1: by rows, not yet hashed
+        items[i].xxh = t->data == NULL && items[i].bytes > 0
+            ? 0 : XXH64(items[i].bytes > 0 ? t->data : "", items[i].bytes, ST_XXH_SEED);
     }
-    for (int64_t i = 0; i < n && st == GRM_OK; i++) {
-        if (group[i] != -1) continue;
-        const int64_t rows = items[i].t->tensor.shape[0];
-        size_t all = 0;
-        for (int64_t j = i; j < n; j++)
-            if (group[j] == -1 && items[j].t->tensor.shape[0] == rows) {
-                group[j] = i;
-                all += items[j].bytes / (size_t)rows;
-                XXH64_reset(&hs[j], ST_XXH_SEED);
-            }
-        const int64_t per = ckpt_group_rows(all, rows);
-        size_t want = 0;
-        for (int64_t j = i; j < n; j++)
-            if (group[j] == i && (size_t)per * (items[j].bytes / (size_t)rows) > want)
-                want = (size_t)per * (items[j].bytes / (size_t)rows);
-        if (want > src->cap) {
-            void *b = realloc(src->buf, want);
-            if (b == NULL) {
-                st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory for %lld "
-                                  "rows of '%s'", path, (long long)per, items[i].t->name);
-                break;
-            }
-            src->buf = b;
-            src->cap = want;
-        }
-        for (int64_t r0 = 0; r0 < rows && st == GRM_OK; r0 += per) {
-            const int64_t m = rows - r0 < per ? rows - r0 : per;
-            for (int64_t j = i; j < n && st == GRM_OK; j++) {
-                if (group[j] != i) continue;
-                if ((st = src->rows(src->user, items[j].index, r0, m, src->buf)) == GRM_OK)
-                    XXH64_update(&hs[j], src->buf, (size_t)m * (items[j].bytes / (size_t)rows));
-            }
-        }
-        for (int64_t j = i; j < n; j++)
-            if (group[j] == i) items[j].xxh = XXH64_digest(&hs[j]);
-    }
-    free(group);
-    free(hs);
-    return st;
 }
 
 /* The file being written: its stream, its running XXH64, the first write error. */
@@ -190,13 +106,11 @@ typedef struct st_out {
     int err;
 } st_out;
 
-static grm_status st_eat_write(void *ctx, const void *p, size_t len)
+static void st_out_write(st_out *o, const void *p, size_t len)
 {
-    st_out *o = ctx;
     errno = 0;
     if (o->err == 0 && fwrite(p, 1, len, o->f) != len) o->err = errno ? errno : -1;
     XXH64_update(o->hs, p, len);
-    return GRM_OK;
 }
 
 static int st_by_size(const void *a, const void *b)
@@ -257,12 +171,12 @@ static void st_header_json(st_buf *b, st_item *items, int64_t n, int32_t s,
     while (b->len % 8 != 0) st_puts(b, " ");
 }
 
-/* Write header hdr [hlen] and the data of shard s's items (all when s < 0) to path
- * atomically; *xxh the XXH64 of the whole file. prefix 0 writes hdr alone, without the
- * 8-byte length (the shards' JSON index). */
+/* Write header hdr [hlen] and the data of shard s's items (all when s < 0; each held in
+ * memory) to path atomically, in file order; *xxh (when not NULL) the XXH64 of the whole
+ * file. prefix 0 writes hdr alone, without the 8-byte length (the shards' JSON index). */
 static grm_status st_write_file(const grm_host_api *host, const char *path, const char *hdr,
                                 size_t hlen, const st_item *items, int64_t n, int32_t s,
-                                int prefix, st_src *src, uint64_t *xxh)
+                                int prefix, uint64_t *xxh)
 {
     const size_t tmp_len = strlen(path) + 32;
     char *tmp = malloc(tmp_len);
@@ -289,17 +203,11 @@ static grm_status st_write_file(const grm_host_api *host, const char *path, cons
     if (prefix) XXH64_update(hs, len8, 8);
     XXH64_update(hs, hdr, hlen);
     st_out o = { f, hs, err };
-    for (int64_t i = 0; i < n && o.err == 0 && st == GRM_OK; i++) {
+    for (int64_t i = 0; i < n && o.err == 0; i++) {
         if ((s >= 0 && items[i].shard != s) || items[i].bytes == 0) continue;
-        st = st_stream(host, path, &items[i], src, st_eat_write, &o);
+        st_out_write(&o, items[i].t->tensor.data, items[i].bytes);
     }
     err = o.err;
-    if (st != GRM_OK) {         // a rows error (or no memory for its range): no file
-        fclose(f);
-        f = NULL;
-        unlink(tmp);
-        goto out;
-    }
     if (err == 0 && fflush(f) != 0) err = errno;
     if (err == 0 && fsync(fileno(f)) != 0) err = errno;
     if (fclose(f) != 0 && err == 0) err = errno;
@@ -321,7 +229,7 @@ static grm_status st_write_file(const grm_host_api *host, const char *path, cons
                           "directory: %s", path, strerror(err));
         goto out;
     }
-    *xxh = XXH64_digest(hs);
+    if (xxh != NULL) *xxh = XXH64_digest(hs);
 out:
     free(tmp);
     XXH64_freeState(hs);
@@ -416,24 +324,218 @@ static const char **st_meta_pairs(const st_item *items, int64_t n, int32_t s, co
     return kv;
 }
 
-/* Write one file of shard s (all tensors when s < 0) with extra metadata pairs. */
-static grm_status st_emit(const grm_host_api *host, const char *path, st_item *items,
-                          int64_t n, int32_t s, const char *meta, const char *const *extra,
-                          int nextra, st_src *src, uint64_t *xxh)
+/* The header of shard or file s (all tensors when s < 0) with extra metadata pairs into
+ * *b (empty); GRM_ENOMEM names path. */
+static grm_status st_make_header(const grm_host_api *host, const char *path, st_item *items,
+                                 int64_t n, int32_t s, const char *meta,
+                                 const char *const *extra, int nextra, st_buf *b)
 {
     char *store = NULL;
     int npairs = 0;
     const char **kv = st_meta_pairs(items, n, s, meta, extra, nextra, &npairs, &store);
-    st_buf b = { 0 };
-    if (kv != NULL) st_header_json(&b, items, n, s, kv, npairs);
+    if (kv != NULL) st_header_json(b, items, n, s, kv, npairs);
     free(kv);
     free(store);
-    if (kv == NULL || b.nomem) {
-        free(b.s);
+    if (kv == NULL || b->nomem)
         return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory for the header",
                             path);
+    return GRM_OK;
+}
+
+/* All of buf [len] at offset off of fd; 0 or an errno (-1: a short write). */
+static int st_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+    for (size_t done = 0; done < len;) {
+        errno = 0;
+        const ssize_t w = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (w <= 0) return errno ? errno : -1;
+        done += (size_t)w;
     }
-    const grm_status st = st_write_file(host, path, b.s, b.len, items, n, s, 1, src, xxh);
+    return 0;
+}
+
+/* 1 when shard s (all when s < 0) holds an item read by rows (its data NULL). */
+static int st_has_rows(const st_item *items, int64_t n, int32_t s)
+{
+    for (int64_t i = 0; i < n; i++)
+        if ((s < 0 || items[i].shard == s) && items[i].t->tensor.data == NULL
+            && items[i].bytes > 0)
+            return 1;
+    return 0;
+}
+
+/* The items of shard s read by rows, written at their offsets (data0 + begin) into fd a
+ * range at a time: those of as many rows form a group, read a range of all of them at a
+ * time (ckpt_group_rows, as ckpt-grm's save_rows reads them), each range hashed into its
+ * item's XXH64 as it is written. A store whose rows live in a file (emb-dynamic's tiered
+ * tables keep a row's weight, state and metadata in one record) then reads each range of
+ * its records once for the whole save. *err: a write's errno. */
+static grm_status st_put_groups(const grm_host_api *host, const char *path, int fd,
+                                uint64_t data0, st_item *items, int64_t n, int32_t s,
+                                st_src *src, int *err)
+{
+    int64_t *group = malloc((size_t)(n > 0 ? n : 1) * sizeof(*group));
+    XXH64_state_t *hs = malloc((size_t)(n > 0 ? n : 1) * sizeof(*hs));
+    if (group == NULL || hs == NULL) {
+        free(group);
+        free(hs);
+        return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+    }
+    for (int64_t i = 0; i < n; i++)     // -1: by rows, not yet in a group
+        group[i] = (s < 0 || items[i].shard == s) && items[i].t->tensor.data == NULL
+                   && items[i].bytes > 0 ? -1 : -2;
+    grm_status st = GRM_OK;
+    for (int64_t i = 0; i < n && st == GRM_OK && *err == 0; i++) {
+        if (group[i] != -1) continue;
+        const int64_t rows = items[i].t->tensor.shape[0];
+        size_t all = 0;
+        for (int64_t j = i; j < n; j++)
+            if (group[j] == -1 && items[j].t->tensor.shape[0] == rows) {
+                group[j] = i;
+                all += items[j].bytes / (size_t)rows;
+                XXH64_reset(&hs[j], ST_XXH_SEED);
+            }
+        const int64_t per = ckpt_group_rows(all, rows);
+        size_t want = 0;
+        for (int64_t j = i; j < n; j++)
+            if (group[j] == i && (size_t)per * (items[j].bytes / (size_t)rows) > want)
+                want = (size_t)per * (items[j].bytes / (size_t)rows);
+        if (want > src->cap) {
+            void *b = realloc(src->buf, want);
+            if (b == NULL) {
+                st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory for %lld "
+                                  "rows of '%s'", path, (long long)per, items[i].t->name);
+                break;
+            }
+            src->buf = b;
+            src->cap = want;
+        }
+        for (int64_t r0 = 0; r0 < rows && st == GRM_OK && *err == 0; r0 += per) {
+            const int64_t m = rows - r0 < per ? rows - r0 : per;
+            for (int64_t j = i; j < n && st == GRM_OK && *err == 0; j++) {
+                if (group[j] != i) continue;
+                const size_t rb = items[j].bytes / (size_t)rows;
+                if ((st = src->rows(src->user, items[j].index, r0, m, src->buf)) != GRM_OK)
+                    break;
+                XXH64_update(&hs[j], src->buf, (size_t)m * rb);
+                *err = st_pwrite_all(fd, src->buf, (size_t)m * rb,
+                                     data0 + items[j].begin + (uint64_t)r0 * rb);
+            }
+        }
+        for (int64_t j = i; j < n; j++)
+            if (group[j] == i) items[j].xxh = XXH64_digest(&hs[j]);
+    }
+    free(group);
+    free(hs);
+    return st;
+}
+
+/* The XXH64 of fd's first `end` bytes, read back (a shard's, which the checkpoint's file
+ * lists); 0 or an errno in *err. */
+static uint64_t st_hash_back(int fd, uint64_t end, void *buf, size_t cap, int *err)
+{
+    XXH64_state_t hs;
+    XXH64_reset(&hs, ST_XXH_SEED);
+    for (uint64_t at = 0; at < end && *err == 0;) {
+        const size_t want = end - at < cap ? (size_t)(end - at) : cap;
+        errno = 0;
+        const ssize_t got = pread(fd, buf, want, (off_t)at);
+        if (got <= 0) {
+            *err = errno ? errno : -1;
+            break;
+        }
+        XXH64_update(&hs, buf, (size_t)got);
+        at += (uint64_t)got;
+    }
+    return XXH64_digest(&hs);
+}
+
+/* Shard or file s (all when s < 0) of a save_rows, whose items read by rows are written a
+ * range of all of them at a time (st_put_groups) at their offsets, not in file order: the
+ * header goes first with their XXH64s at 0, the items held in memory next, then the
+ * groups, then the header again with the XXH64s the groups gave (16 hex digits each, so
+ * of the same length). Atomic as st_write_file. xxh: the whole file's XXH64 when not NULL
+ * (a shard's), read back from the file. */
+static grm_status st_write_ranges(const grm_host_api *host, const char *path, const st_buf *hdr,
+                                  st_item *items, int64_t n, int32_t s, const char *meta,
+                                  const char *const *extra, int nextra, st_src *src,
+                                  uint64_t *xxh)
+{
+    const size_t tmp_len = strlen(path) + 32;
+    char *tmp = malloc(tmp_len);
+    st_buf again = { 0 };
+    grm_status st = GRM_OK;
+    int err = 0, fd = -1;
+    if (tmp == NULL) return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
+    if ((fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot create %s: %s", path, tmp,
+                          strerror(errno));
+        free(tmp);
+        return st;
+    }
+    const uint64_t data0 = 8 + (uint64_t)hdr->len;
+    uint64_t end = data0;
+    uint8_t len8[8];
+    st_put_u64(len8, hdr->len);
+    err = st_pwrite_all(fd, len8, 8, 0);
+    if (err == 0) err = st_pwrite_all(fd, hdr->s, hdr->len, 8);
+    for (int64_t i = 0; i < n && err == 0; i++) {
+        if (s >= 0 && items[i].shard != s) continue;
+        if (data0 + items[i].begin + items[i].bytes > end)
+            end = data0 + items[i].begin + items[i].bytes;
+        if (items[i].t->tensor.data != NULL && items[i].bytes > 0)
+            err = st_pwrite_all(fd, items[i].t->tensor.data, items[i].bytes,
+                                data0 + items[i].begin);
+    }
+    if (err == 0) st = st_put_groups(host, path, fd, data0, items, n, s, src, &err);
+    if (st == GRM_OK && err == 0
+        && (st = st_make_header(host, path, items, n, s, meta, extra, nextra, &again))
+               == GRM_OK) {
+        if (again.len != hdr->len)
+            st = host->errorf(GRM_EINTERNAL, "ckpt-safetensors: %s: the header's length moved "
+                              "from %zu to %zu bytes when the XXH64s were filled in", path,
+                              hdr->len, again.len);
+        else
+            err = st_pwrite_all(fd, again.s, again.len, 8);
+    }
+    if (st == GRM_OK && err == 0 && xxh != NULL) {
+        if (src->cap == 0 && (src->buf = malloc((size_t)1 << 20)) != NULL) src->cap = 1u << 20;
+        if (src->cap == 0) st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory",
+                                             path);
+        else *xxh = st_hash_back(fd, end, src->buf, src->cap, &err);
+    }
+    if (st == GRM_OK && err == 0 && fsync(fd) != 0) err = errno;
+    if (close(fd) != 0 && st == GRM_OK && err == 0) err = errno;
+    if (st == GRM_OK && err != 0)
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot write %s: %s", path, tmp,
+                          err > 0 ? strerror(err) : "short write");
+    if (st == GRM_OK && rename(tmp, path) != 0)
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot rename %s to it: %s", path,
+                          tmp, strerror(errno));
+    if (st != GRM_OK) {
+        unlink(tmp);
+    } else if ((err = ckpt_fsync_dir(path)) != 0) {
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: saved, but cannot fsync its "
+                          "directory: %s", path, strerror(err));
+    }
+    free(again.s);
+    free(tmp);
+    return st;
+}
+
+/* Write one file of shard s (all tensors when s < 0) with extra metadata pairs; *xxh (when
+ * not NULL) the whole file's XXH64. */
+static grm_status st_emit(const grm_host_api *host, const char *path, st_item *items,
+                          int64_t n, int32_t s, const char *meta, const char *const *extra,
+                          int nextra, st_src *src, uint64_t *xxh)
+{
+    st_buf b = { 0 };
+    grm_status st = st_make_header(host, path, items, n, s, meta, extra, nextra, &b);
+    if (st == GRM_OK && src->rows != NULL && st_has_rows(items, n, s))
+        st = st_write_ranges(host, path, &b, items, n, s, meta, extra, nextra, src, xxh);
+    else if (st == GRM_OK)
+        st = st_write_file(host, path, b.s, b.len, items, n, s, 1, xxh);
     free(b.s);
     return st;
 }
@@ -504,7 +606,7 @@ static grm_status st_save_shards(const grm_host_api *host, const char *path, st_
     }
     snprintf(index, plen, "%s.index.json", path);
     uint64_t xxh;
-    if ((st = st_write_file(host, index, b.s, b.len, NULL, 0, -1, 0, src, &xxh)) != GRM_OK)
+    if ((st = st_write_file(host, index, b.s, b.len, NULL, 0, -1, 0, &xxh)) != GRM_OK)
         goto out;
     st = st_emit(host, path, items, 0, -1, meta, (const char *const *)pairs, nshards + 1, src,
                  &xxh);
@@ -549,9 +651,9 @@ static grm_status st_save_from(const grm_host_api *host, int64_t shard_bytes, co
         names[i] = tensors[i].name;
         total += items[i].bytes;
     }
-    // the header, written first, records every tensor's XXH64: a tensor read by rows is
-    // read once for it here and once more for its bytes
-    if ((st = st_hash_all(host, path, items, n, src)) != GRM_OK) goto out;
+    // the header records every tensor's XXH64: a tensor read by rows gets its own as it is
+    // written (st_write_ranges)
+    st_hash_whole(items, n);
     qsort(names, (size_t)n, sizeof(*names), st_by_name_ptr);
     for (int64_t i = 1; i < n; i++) {
         if (strcmp(names[i - 1], names[i]) == 0) {
@@ -585,9 +687,8 @@ static grm_status st_save_from(const grm_host_api *host, int64_t shard_bytes, co
         at[items[i].shard] += items[i].bytes;
     }
     free(at);
-    uint64_t xxh = 0;
     if (!sharded) {
-        st = st_emit(host, path, items, n, -1, meta, NULL, 0, src, &xxh);
+        st = st_emit(host, path, items, n, -1, meta, NULL, 0, src, NULL);
         goto out;
     }
     st = st_save_shards(host, path, items, n, nshards, total, meta, src);

@@ -188,13 +188,18 @@ static grm_status ed_rows_range(const ed_store *s, ed_table *t, int k, int64_t r
         e->rver = e->version;
         e->r0 = row0;
         e->rn = n;
+        e->rtaken = 0;
     }
     if (k == 1) memcpy(out, e->rw, (size_t)n * D * sizeof(float));
     else if (k == 2) memcpy(out, e->rstate, (size_t)n * SD * sizeof(float));
     else memcpy(out, e->rmeta, (size_t)n * 3 * sizeof(int64_t));
-    // the last range of the metadata, the last tensor of a save in either order: the
-    // buffers (about a range of 16 MiB) go back until the next save
-    if (k == 3 && row0 + n == e->n) {
+    e->rtaken |= 1 << k;
+    // the last range, once each of the three took it (a save a range of each in turn asks
+    // in the caller's order, ckpt-safetensors' in its file's: i64 tensors first): the
+    // buffers (about a range of 8 MiB) go back until the next save. (A save a tensor at a
+    // time, as no format now asks, keeps them until the next save or the store's end.)
+    const int32_t all = s->S > 0 ? 0xE : 0xA;
+    if (row0 + n == e->n && (e->rtaken & all) == all) {
         free(e->rw);
         free(e->rstate);
         free(e->rmeta);

@@ -263,6 +263,7 @@ typedef struct ed_export {
     int64_t rcap;           /* rows the range buffers hold */
     float *rw, *rstate;     /* [rcap, D], [rcap, S*D] */
     int64_t *rmeta;         /* [rcap, 3] */
+    int32_t rtaken;         /* bit k: tensor k copied from the range read last */
 } ed_export;
 
 #define ED_NTENSORS 5       /* ids, weight, opt_state, meta, counters */
