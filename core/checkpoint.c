@@ -671,6 +671,13 @@ out:
     return st;
 }
 
+/* A tensor of the checkpoint put together from its pieces (load_rows). */
+typedef struct load_acc {
+    grm_named_tensor t;       /* t.tensor.data owned (malloc), [rows] rows; t.name = name */
+    char *name;               /* owned */
+    int64_t rows, got;
+} load_acc;
+
 typedef struct load_ctx {
     grm__trainer *t;
     int64_t state[GRM__CKPT_STATE_N];
@@ -683,16 +690,19 @@ typedef struct load_ctx {
     uint8_t *seen;            /* [nneed] */
     int32_t nemb, nneed;
     /* load_rows: a tensor that arrives in pieces and is not the store's (or the store has
-     * no load_rows) is put together here, then visited whole */
-    grm_named_tensor acc;
-    char *acc_name;           /* owned */
-    int64_t acc_rows, acc_got;
+     * no load_rows) is put together here, then visited whole; several at once when
+     * load_rows_interleaved interleaves their pieces */
+    load_acc *acc;            /* [nacc] owned */
+    int32_t nacc, cap_acc;
 } load_ctx;
 
 static void load_ctx_fini(load_ctx *c)
 {
-    free(c->acc.tensor.data);
-    free(c->acc_name);
+    for (int32_t i = 0; i < c->nacc; i++) {
+        free(c->acc[i].t.tensor.data);
+        free(c->acc[i].name);
+    }
+    free(c->acc);
     for (int32_t i = 0; i < c->nneed; i++) free(c->need[i]);
     free(c->need);
     free(c->seen);
@@ -836,48 +846,57 @@ static grm_status load_piece(void *user, const grm_named_tensor *nt, int64_t row
     }
     if (row0 == 0 && nt->tensor.shape[0] == rows) return load_visit(user, nt);
     if ((st = grm__ckpt_piece_fits(c->path, nt, row0, rows)) != GRM_OK) return st;
-    grm_tensor *a = &c->acc.tensor;
+    int32_t i = 0;
+    while (i < c->nacc && strcmp(c->acc[i].name, nt->name) != 0) i++;
     const size_t row_bytes = grm__ckpt_row_bytes(&nt->tensor);
-    if (row0 == 0) {
-        free(a->data);
-        free(c->acc_name);
-        c->acc = *nt;
-        a->shape[0] = rows;
-        c->acc_rows = rows;
-        c->acc_got = 0;
-        c->acc.name = c->acc_name = strdup(nt->name);
-        if (!(a->data = malloc(row_bytes * (size_t)rows + 1)) || !c->acc_name)
+    if (row0 == 0 && i == c->nacc) {
+        if (c->nacc == c->cap_acc) {
+            const int32_t cap = c->cap_acc ? 2 * c->cap_acc : 4;
+            load_acc *g = realloc(c->acc, (size_t)cap * sizeof *g);
+            if (!g) return grm_errorf(GRM_ENOMEM, "%s: out of memory", c->path);
+            c->acc = g;
+            c->cap_acc = cap;
+        }
+        load_acc *a = &c->acc[c->nacc];
+        memset(a, 0, sizeof *a);
+        a->t = *nt;
+        a->t.tensor.shape[0] = rows;
+        a->rows = rows;
+        a->t.name = a->name = strdup(nt->name);
+        a->t.tensor.data = malloc(row_bytes * (size_t)rows + 1);
+        c->nacc++;  // freed by load_ctx_fini if either allocation failed
+        if (!a->t.tensor.data || !a->name)
             return grm_errorf(GRM_ENOMEM, "%s: out of memory for tensor '%s'", c->path,
                               nt->name);
-    } else if (!c->acc_name || strcmp(c->acc_name, nt->name) != 0 || row0 != c->acc_got
-               || rows != c->acc_rows) {
-        // load_rows_interleaved hands such a tensor back to back (grm/ckpt.h); a file
-        // whose chunks say otherwise was not written by save_rows
-        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows from %lld arrive out of order "
-                          "(while '%s' was being put together); the file is damaged or was "
-                          "not written by grmhost", c->path, nt->name, (long long)row0,
-                          c->acc_name ? c->acc_name : "no tensor");
+    } else if (i == c->nacc || row0 != c->acc[i].got || rows != c->acc[i].rows) {
+        // each tensor's pieces come in order from row 0 (grm/ckpt.h); a file that hands
+        // them otherwise is damaged or forged
+        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows from %lld of %lld arrive out of "
+                          "order; the file is damaged or was not written by grmhost", c->path,
+                          nt->name, (long long)row0, (long long)rows);
     }
-    memcpy((char *)a->data + (size_t)row0 * row_bytes, nt->tensor.data,
+    load_acc *a = &c->acc[i];
+    memcpy((char *)a->t.tensor.data + (size_t)row0 * row_bytes, nt->tensor.data,
            row_bytes * (size_t)nt->tensor.shape[0]);
-    c->acc_got += nt->tensor.shape[0];
-    if (c->acc_got < rows) return GRM_OK;
-    st = load_visit(user, &c->acc);
-    free(a->data);
-    a->data = NULL;
+    a->got += nt->tensor.shape[0];
+    if (a->got < rows) return GRM_OK;
+    st = load_visit(user, &a->t);
+    free(a->t.tensor.data);
+    free(a->name);
+    c->acc[i] = c->acc[--c->nacc];
     return st;
 }
 
-/* The checkpoint a piece at a time: in the file's order when both the format and the store
- * can (ABI 1.13), so a tiered table written range by range puts each of its rows together
- * once (its records are written once and never read back); else a tensor at a time. */
+/* The checkpoint a piece at a time: a range of each tensor in turn when both the format and
+ * the store can (ABI 1.13), so a tiered table puts each of its rows together once (its
+ * records are written once and never read back); else a tensor at a time. */
 static grm_status load_by_rows(grm__trainer *t, const grm_ckpt_ops *kops, void *kinst,
                                const char *path, load_ctx *c)
 {
     if (GRM_HAS_OP(grm_ckpt_ops, kops, load_rows_interleaved)
         && GRM_HAS_OP(grm_emb_ops, t->sp.eops, load_rows)
         && (grm__emb_flags(t->p) & GRM_EMB_LOAD_INTERLEAVED)) {
-        grm__log(GRM_LOG_DEBUG, "grmhost", "%s: read in the file's order "
+        grm__log(GRM_LOG_DEBUG, "grmhost", "%s: read a range of each tensor in turn "
                  "(load_rows_interleaved)", path);
         return kops->load_rows_interleaved(kinst, path, load_piece, c);
     }

@@ -32,17 +32,29 @@ void grm_error_prefix(const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, errbuf, sizeof old);
-    size_t lp = strlen(prefix), lo = strnlen(old, sizeof old - 1);
+    size_t lp = strlen(prefix), lo = strnlen(old, sizeof old - 1), skip = 0;
     /* "[embedding] emb-dynamic: " before "emb-dynamic: ...": the name once */
+    int joined = 0;
     for (size_t k = 1; k < lp; k++)
         if (prefix[k - 1] == ' ' && strncmp(old, prefix + k, lp - k) == 0) {
             lp = k;
+            joined = 1;
             break;
         }
+    /* "[embedding] emb-dynamic: trim: " before "emb-dynamic: ...": the message's own
+     * first word ("name: ", no space in it) goes when the prefix names it already */
+    const char *colon = joined ? NULL : strstr(old, ": ");
+    if (colon != NULL && colon > old && memchr(old, ' ', (size_t)(colon - old)) == NULL) {
+        const size_t lw = (size_t)(colon - old) + 2;
+        for (size_t k = 0; k + lw <= lp && !skip; k++)
+            if ((k == 0 || prefix[k - 1] == ' ') && strncmp(prefix + k, old, lw) == 0)
+                skip = lw;
+    }
+    lo -= skip;
     if (lp > sizeof errbuf - 1) lp = sizeof errbuf - 1;
     if (lo > sizeof errbuf - 1 - lp) lo = sizeof errbuf - 1 - lp;
     memcpy(errbuf, prefix, lp);
-    memcpy(errbuf + lp, old, lo);
+    memcpy(errbuf + lp, old + skip, lo);
     errbuf[lp + lo] = '\0';
 }
 

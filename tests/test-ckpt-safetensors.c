@@ -157,6 +157,33 @@ static int count_files(const char *dir, const char *prefix)
 
 #include "ckpt_rows.h"
 
+/* What load_rows_interleaved hands over from the file of dense, big and ranks: the tensor
+ * of each piece in order, each tensor's rows in order and as saved. */
+typedef struct inter_log {
+    int pieces, bad;
+    int64_t got[3];
+    int order[16];
+    const int64_t *ranks;       /* [BIG_ROWS, 3] as saved */
+} inter_log;
+
+static grm_status inter_piece(void *user, const grm_named_tensor *t, int64_t row0,
+                              int64_t rows)
+{
+    inter_log *p = user;
+    const int i = strcmp(t->name, "big") == 0 ? 1 : strcmp(t->name, "ranks") == 0 ? 2 : 0;
+    const int64_t n = t->tensor.ndim >= 1 ? t->tensor.shape[0] : 1;
+    if (p->pieces < 16) p->order[p->pieces] = i;
+    p->pieces++;
+    p->bad += row0 != p->got[i] || (i > 0 && rows != BIG_ROWS);
+    p->got[i] += n;
+    if (i == 1)
+        p->bad += memcmp(t->tensor.data, big + (size_t)row0 * BIG_COLS,
+                         (size_t)n * BIG_COLS * sizeof(float)) != 0;
+    else if (i == 2)
+        p->bad += memcmp(t->tensor.data, p->ranks + 3 * row0, (size_t)n * 3 * 8) != 0;
+    return GRM_OK;
+}
+
 /* save_rows writes the file save writes; load_rows hands a 21 MB tensor out in 16 MiB
  * pieces after every check; a flipped byte is refused before any piece; a failing range
  * leaves no file. Sharded too. */
@@ -263,6 +290,15 @@ static void test_rows(const char *dir, void *sh)
            "ranks, big, ...: %d calls), and the file is the one save writes", o.calls);
     free(fa);
     free(fb);
+    // read back a range of each in turn (load_rows_interleaved, ABI 1.13): the dense tensor
+    // whole, then big and ranks alternating, each range pointing at the bytes saved
+    inter_log il = { 0, 0, { 0, 0, 0 }, { 0 }, ranks };
+    const grm_status ist = ops->load_rows_interleaved(ck, path, inter_piece, &il);
+    int inter = ist == GRM_OK && il.bad == 0 && il.pieces == 7 && il.order[0] == 0
+                && il.got[1] == BIG_ROWS && il.got[2] == BIG_ROWS;
+    for (int k = 1; k < 7 && inter; k++) inter = il.order[k] == 2 - k % 2;
+    tap_ok(inter, "load_rows_interleaved hands big and ranks over a range of each in turn, "
+           "every byte as saved (%d pieces, %d bad)", il.pieces, il.bad);
     free(ranks);
     remove(path);
     remove(whole);
@@ -271,7 +307,7 @@ static void test_rows(const char *dir, void *sh)
 
 int main(void)
 {
-    tap_plan(42);
+    tap_plan(43);
     const grm_plugin_info *info = harness_plugin("ckpt-safetensors");
     ops = info->ops;
     make_tensors();

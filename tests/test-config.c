@@ -90,7 +90,7 @@ int main(void)
     if (!harness_builddir()) tap_skip_all("GRM_TOP_BUILDDIR is not set; run through make check");
     setenv("GRM_PLUGIN_PATH", "", 1);
     harness_host();
-    tap_plan(29);
+    tap_plan(31);
 
     /* values and defaults */
     grm__pconfig pc;
@@ -197,5 +197,20 @@ int main(void)
         expect_pipeline_fail("[reader]\nplugin = reader-text\npath=x\ncolumns=a:i64\n",
                              "no [dense.0] section", "a pipeline without dense blocks is refused");
     }
+    // a message prefixed with where it came from names its plugin once
+    grm_errorf(GRM_EIO, "emb-dynamic: /d/t.tier: writing record 7: No space left on device");
+    grm_error_prefix("[embedding] %s: ", "emb-dynamic");
+    tap_ok(strcmp(grm_last_error(), "[embedding] emb-dynamic: /d/t.tier: writing record 7: No "
+                  "space left on device") == 0, "a prefix that ends with the plugin's name "
+           "drops the message's own (%s)", grm_last_error());
+    grm_errorf(GRM_EIO, "emb-dynamic: /d/t.tier: writing record 7: No space left on device");
+    grm_error_prefix("[embedding] %s: trim: ", "emb-dynamic");
+    const int once = strcmp(grm_last_error(), "[embedding] emb-dynamic: trim: /d/t.tier: "
+                            "writing record 7: No space left on device") == 0;
+    grm_errorf(GRM_EINVAL, "bad value: 3");
+    grm_error_prefix("[train] batch: ");
+    tap_ok(once && strcmp(grm_last_error(), "[train] batch: bad value: 3") == 0,
+           "... and one that names it before the operation too (%s); a message whose first "
+           "word the prefix lacks is kept whole", once ? "once" : "twice");
     return tap_done();
 }

@@ -514,44 +514,50 @@ int main(void)
         free(brow2);
         ops->destroy(btier);
 
-        // The same table through a ckpt-grm file (save_rows: a range of the four row
-        // tensors in turn). Read back in the file's order (ABI 1.13), each record is put
-        // together in memory and written once, and none is read back; a tensor at a time,
-        // the ids run past the restore's 32 MiB window and the later tensors patch the
-        // records in the file.
-        const grm_plugin_info *kinfo = harness_plugin("ckpt-grm");
-        const grm_ckpt_ops *kops = kinfo->ops;
-        void *kinst = NULL;
-        char kpath[400];
-        snprintf(kpath, sizeof kpath, "%s/big.grm", dir);
-        grm_named_tensor kt[5];
-        grm_status kst = kops->create(harness_config(kinfo, NULL), &kinst);
-        for (int k = 0; k < 5 && kst == GRM_OK; k++)
-            kst = ops->tensor_rows(bmem, k, &kt[k], 0, 0, NULL);
-        if (kst == GRM_OK) kst = kops->save_rows(kinst, kpath, kt, 5, "{}", store_rows, bmem);
-        void *bi = make_store(&big, (const char *[]){ kv_dir("bi"), "cache_bytes=4M", NULL });
-        void *bt2 = make_store(&big, (const char *[]){ kv_dir("bt"), "cache_bytes=4M", NULL });
-        const int64_t brb = (int64_t)((ed_store *)bi)->tables[0].pools[0].rec_bytes;
-        int64_t ird, iwr, trd, twr;
-        const grm_status ist = kst == GRM_OK
-            ? kops->load_rows_interleaved(kinst, kpath, store_piece, bi) : kst;
-        tier_io(bi, &ird, &iwr);
-        const grm_status tst = kst == GRM_OK ? kops->load_rows(kinst, kpath, store_piece, bt2)
-                                             : kst;
-        tier_io(bt2, &trd, &twr);
-        tap_ok(ist == GRM_OK && same_export(bmem, bi, "interleaved") && ird == 0
-               && iwr == (int64_t)BIG_N * brb,
-               "restored from ckpt-grm in the file's order: export equal, every record "
-               "written once (%lld bytes = %d x %lld) and none read back (%lld)",
-               (long long)iwr, BIG_N, (long long)brb, (long long)ird);
-        tap_ok(tst == GRM_OK && same_export(bmem, bt2, "tensor order") && trd > 0
-               && twr > iwr,
-               "... and a tensor at a time (load_rows): export equal, the records patched in "
-               "the file (%lld bytes written, %lld read)", (long long)twr, (long long)trd);
-        ops->destroy(bi);
-        ops->destroy(bt2);
-        kops->destroy(kinst);
-        remove(kpath);
+        // The same table through each format's file (save_rows: a range of the four row
+        // tensors in turn). Read back a range of each in turn (load_rows_interleaved, ABI
+        // 1.13), each record is put together in memory and written once, and none is read
+        // back; a tensor at a time (load_rows), the ids run past the restore's 32 MiB
+        // window and the later tensors patch the records in the file.
+        static const char *const kfmts[2] = { "ckpt-grm", "ckpt-safetensors" };
+        for (int f = 0; f < 2; f++) {
+            const grm_plugin_info *kinfo = harness_plugin(kfmts[f]);
+            const grm_ckpt_ops *kops = kinfo->ops;
+            void *kinst = NULL;
+            char kpath[400];
+            grm_named_tensor kt[5];
+            grm_status kst = kops->create(harness_config(kinfo, NULL), &kinst);
+            snprintf(kpath, sizeof kpath, "%s/big.%s", dir,
+                     kst == GRM_OK ? kops->extension(kinst) : "x");
+            for (int k = 0; k < 5 && kst == GRM_OK; k++)
+                kst = ops->tensor_rows(bmem, k, &kt[k], 0, 0, NULL);
+            if (kst == GRM_OK)
+                kst = kops->save_rows(kinst, kpath, kt, 5, "{}", store_rows, bmem);
+            void *bi = make_store(&big, (const char *[]){ kv_dir("bi"), "cache_bytes=4M",
+                                                         NULL });
+            void *bt2 = make_store(&big, (const char *[]){ kv_dir("bt"), "cache_bytes=4M",
+                                                          NULL });
+            const int64_t brb = (int64_t)((ed_store *)bi)->tables[0].pools[0].rec_bytes;
+            int64_t ird, iwr, trd, twr;
+            const grm_status ist = kst == GRM_OK
+                ? kops->load_rows_interleaved(kinst, kpath, store_piece, bi) : kst;
+            tier_io(bi, &ird, &iwr);
+            const grm_status tst = kst == GRM_OK
+                ? kops->load_rows(kinst, kpath, store_piece, bt2) : kst;
+            tier_io(bt2, &trd, &twr);
+            tap_ok(ist == GRM_OK && same_export(bmem, bi, "interleaved") && ird == 0
+                   && iwr == (int64_t)BIG_N * brb && tst == GRM_OK
+                   && same_export(bmem, bt2, "tensor order") && trd > 0 && twr > iwr,
+                   "restored from %s a range of each tensor in turn: export equal, every "
+                   "record written once (%lld bytes = %d x %lld) and none read back (%lld); a "
+                   "tensor at a time, export equal, the records patched in the file (%lld "
+                   "bytes written, %lld read)", kfmts[f], (long long)iwr, BIG_N,
+                   (long long)brb, (long long)ird, (long long)twr, (long long)trd);
+            ops->destroy(bi);
+            ops->destroy(bt2);
+            kops->destroy(kinst);
+            remove(kpath);
+        }
 
         // Tensors running ahead of each other by more than the window (the ids by 7,000
         // rows): records the window let go are patched in the file, the rest put together

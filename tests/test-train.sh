@@ -84,11 +84,15 @@ ok $? "checkpoints every 20 steps, the newest 2 kept (keep = 2), the final one a
 # 2. the same run in two halves resumes exactly
 ini "$tmp/b.ini" "$tmp/ck-b" 120
 "$g" train --fresh --max-steps 60 "$tmp/b.ini" >/dev/null 2>"$tmp/b1.err"
-"$g" train "$tmp/b.ini" >"$tmp/b.out" 2>"$tmp/b2.err"
+"$g" train -v "$tmp/b.ini" >"$tmp/b.out" 2>"$tmp/b2.err"
 rc=$?
 grep -q "resuming from $tmp/ck-b/step-0000000060.grm at step 60" "$tmp/b2.err" || rc=1
+# emb-static (the default store) restores whole tensors: the checkpoint is read a tensor at
+# a time, never interleaved (ABI 1.13 needs GRM_EMB_LOAD_INTERLEAVED of the store)
+grep -q "step-0000000060.grm: read a tensor at a time (load_rows)" "$tmp/b2.err" || rc=1
 [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/b2.err" | tail -5
-ok $rc "a second train resumes from the newest checkpoint and says so"
+ok $rc "a second train resumes from the newest checkpoint and says so (emb-static: a tensor \
+at a time)"
 final "$tmp/a.out" >"$tmp/a.final"
 final "$tmp/b.out" >"$tmp/b.final"
 cmp -s "$tmp/a.final" "$tmp/b.final" && test -s "$tmp/a.final"

@@ -91,9 +91,44 @@ static grm_status st_save_rows_op(void *inst, const char *path, const grm_named_
     return st_save_rows(st_host, s->shard_bytes, path, tensors, n, meta, rows, user);
 }
 
-/* load, where a tensor above ST_PIECE_BYTES is handed out in pieces of rows pointing into
- * the mapping, each piece's pages released once visited, as the verification released them:
- * the resident set stays at about a piece. Every check is done before the first piece. */
+/* Tensor i of f to visit: whole, or above ST_PIECE_BYTES in pieces of rows pointing into
+ * the mapping, each piece's pages released once visited, as the verification released
+ * them: the resident set stays at about a piece. */
+static grm_status st_hand_over(st_file *f, int64_t i, grm_ckpt_piece_fn visit, void *user)
+{
+    grm_named_tensor t;
+    const st_entry *e;
+    grm_status st = GRM_OK;
+    st_tensor(f, i, &t, &e);
+    const size_t bytes = (size_t)(e->end - e->begin);
+    if (t.tensor.ndim < 1 || bytes <= ST_PIECE_BYTES || t.tensor.shape[0] < 2) {
+        st = visit(user, &t, 0, t.tensor.ndim >= 1 ? t.tensor.shape[0] : 1);
+        if (bytes > 0) st_unneed(f, t.tensor.data, bytes);
+        return st;
+    }
+    const int64_t rows = t.tensor.shape[0];
+    const size_t rb = bytes / (size_t)rows;
+    const int64_t per = ckpt_piece_rows(rb, rows);
+    const char *data = t.tensor.data;
+    for (int64_t r0 = 0; r0 < rows && st == GRM_OK; r0 += per) {
+        grm_named_tensor piece = t;
+        piece.tensor.shape[0] = rows - r0 < per ? rows - r0 : per;
+        piece.tensor.data = (void *)(data + (size_t)r0 * rb);
+        st = visit(user, &piece, r0, rows);
+        st_unneed(f, piece.tensor.data, (size_t)piece.tensor.shape[0] * rb);
+    }
+    return st;
+}
+
+/* Rows of tensor t a range may hold: 0 for one handed over whole (no dims, no bytes, one
+ * row). */
+static int64_t st_rows_of(const grm_named_tensor *t, const st_entry *e)
+{
+    return t->tensor.ndim >= 1 && t->tensor.shape[0] >= 2 && e->end > e->begin
+        ? t->tensor.shape[0] : 0;
+}
+
+/* load, where every check is done before the first piece (st_open). */
 static grm_status st_load_rows_op(void *inst, const char *path, grm_ckpt_piece_fn visit,
                                   void *user)
 {
@@ -104,28 +139,72 @@ static grm_status st_load_rows_op(void *inst, const char *path, grm_ckpt_piece_f
         return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: load_rows: inst, path or visit "
                                "is NULL");
     if ((st = st_open(st_host, path, &f, 1)) != GRM_OK) return st;
+    for (int64_t i = 0; i < f.n && st == GRM_OK; i++) st = st_hand_over(&f, i, visit, user);
+    st_close(&f);
+    return st;
+}
+
+/* load_rows, where the tensors of as many rows (two or more) go a range of all of them at
+ * a time (ckpt_group_rows, the ranges save_rows wrote them in), each range of each in
+ * turn, pointing into the mapping: a store whose rows live in a file (emb-dynamic's tiered
+ * tables) puts each of its records together once. Every other tensor as load_rows hands
+ * it over, in the order of the header; a group where its first tensor is. */
+static grm_status st_load_rows_interleaved_op(void *inst, const char *path,
+                                              grm_ckpt_piece_fn visit, void *user)
+{
+    st_file f;
+    grm_status st;
+
+    if (inst == NULL || path == NULL || visit == NULL)
+        return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: load_rows_interleaved: inst, "
+                               "path or visit is NULL");
+    if ((st = st_open(st_host, path, &f, 1)) != GRM_OK) return st;
+    int64_t *rows = malloc((size_t)(f.n > 0 ? f.n : 1) * sizeof(*rows));
+    uint8_t *done = calloc((size_t)(f.n > 0 ? f.n : 1), 1);
+    if (rows == NULL || done == NULL)
+        st = st_host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
     for (int64_t i = 0; i < f.n && st == GRM_OK; i++) {
         grm_named_tensor t;
         const st_entry *e;
         st_tensor(&f, i, &t, &e);
-        const size_t bytes = (size_t)(e->end - e->begin);
-        if (t.tensor.ndim < 1 || bytes <= ST_PIECE_BYTES || t.tensor.shape[0] < 2) {
-            st = visit(user, &t, 0, t.tensor.ndim >= 1 ? t.tensor.shape[0] : 1);
-            if (bytes > 0) st_unneed(&f, t.tensor.data, bytes);
+        rows[i] = st_rows_of(&t, e);
+    }
+    for (int64_t i = 0; i < f.n && st == GRM_OK; i++) {
+        if (done[i]) continue;
+        int64_t members = 0;
+        size_t all = 0;
+        for (int64_t j = i; j < f.n && rows[i] > 0; j++) {
+            if (done[j] || rows[j] != rows[i]) continue;
+            grm_named_tensor t;
+            const st_entry *e;
+            st_tensor(&f, j, &t, &e);
+            all += (size_t)(e->end - e->begin) / (size_t)rows[i];
+            members++;
+        }
+        if (members < 2) {
+            done[i] = 1;
+            st = st_hand_over(&f, i, visit, user);
             continue;
         }
-        const int64_t rows = t.tensor.shape[0];
-        const size_t rb = bytes / (size_t)rows;
-        const int64_t per = ckpt_piece_rows(rb, rows);
-        const char *data = t.tensor.data;
-        for (int64_t r0 = 0; r0 < rows && st == GRM_OK; r0 += per) {
-            grm_named_tensor piece = t;
-            piece.tensor.shape[0] = rows - r0 < per ? rows - r0 : per;
-            piece.tensor.data = (void *)(data + (size_t)r0 * rb);
-            st = visit(user, &piece, r0, rows);
-            st_unneed(&f, piece.tensor.data, (size_t)piece.tensor.shape[0] * rb);
+        const int64_t n = rows[i], per = ckpt_group_rows(all, n);
+        for (int64_t r0 = 0; r0 < n && st == GRM_OK; r0 += per) {
+            for (int64_t j = i; j < f.n && st == GRM_OK; j++) {
+                if (done[j] || rows[j] != n) continue;
+                grm_named_tensor t;
+                const st_entry *e;
+                st_tensor(&f, j, &t, &e);
+                const size_t rb = (size_t)(e->end - e->begin) / (size_t)n;
+                grm_named_tensor piece = t;
+                piece.tensor.shape[0] = n - r0 < per ? n - r0 : per;
+                piece.tensor.data = (char *)t.tensor.data + (size_t)r0 * rb;
+                st = visit(user, &piece, r0, n);
+                st_unneed(&f, piece.tensor.data, (size_t)piece.tensor.shape[0] * rb);
+            }
         }
+        for (int64_t j = i; j < f.n; j++) done[j] |= rows[j] == n;
     }
+    free(rows);
+    free(done);
     st_close(&f);
     return st;
 }
@@ -167,13 +246,14 @@ static const grm_ckpt_ops st_ops = {
     .meta = st_meta_op,
     .save_rows = st_save_rows_op,
     .load_rows = st_load_rows_op,
+    .load_rows_interleaved = st_load_rows_interleaved_op,
 };
 
 static const grm_plugin_info st_info = {
     GRM_PLUGIN_INFO_HEADER,
     .kind = GRM_KIND_CKPT,
     .name = "ckpt-safetensors",
-    .version = "1.1.0",
+    .version = "1.2.0",
     .description = "SafeTensors checkpoint (Python's safetensors reads it), XXH64-checked, "
                    "sharded above a size",
     .ops = &st_ops,

@@ -73,13 +73,12 @@ typedef struct grm_ckpt_ops {
     grm_status (*load_rows)(void *inst, const char *path, grm_ckpt_piece_fn visit,
                             void *user);
 
-    /* (optional; if NULL, the host calls load_rows) load_rows, with the pieces in the
-     * order the file holds them: the pieces of tensors that save_rows read by rows may
-     * interleave, a range of rows of each in turn (each tensor's own pieces still come in
-     * order, back to back from row 0); a tensor save_rows was given whole comes back to
-     * back. A store that takes its tensors so (GRM_EMB_LOAD_INTERLEAVED) puts each of its
-     * rows together once instead of once a tensor. Checks and errors as load_rows.
-     * since 1.13 */
+    /* (optional; if NULL, the host calls load_rows) load_rows, where the pieces of
+     * different tensors may interleave: a range of rows of each of several tensors of as
+     * many rows in turn, as save_rows read them (each tensor's own pieces still come in
+     * order from row 0; the caller puts together any it needs whole). A store that takes
+     * its tensors so (GRM_EMB_LOAD_INTERLEAVED) puts each of its rows together once
+     * instead of once a tensor. Checks and errors as load_rows. since 1.13 */
     grm_status (*load_rows_interleaved)(void *inst, const char *path,
                                         grm_ckpt_piece_fn visit, void *user);
 } grm_ckpt_ops;

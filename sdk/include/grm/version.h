@@ -54,9 +54,9 @@ extern "C" {
  *        store's cache back under its budget after each prefetch, keeping the rows of the
  *        batches in flight, so evictions and write-backs leave the trainer's time.
  *   1.13 grm_ckpt_ops.load_rows_interleaved appended (optional) and the grm_emb_ops.flags
- *        bit GRM_EMB_LOAD_INTERLEAVED: a format hands the pieces of tensors it wrote range
- *        by range in the file's order, and a store that takes them so restores a table
- *        larger than memory in one pass over what it writes. */
+ *        bit GRM_EMB_LOAD_INTERLEAVED: a format hands the pieces of tensors of as many
+ *        rows over a range of each in turn, and a store that takes them so restores a
+ *        table larger than memory in one pass over what it writes. */
 
 /* The package (release) version, for humans and pkg-config. */
 #define GRM_VERSION_STRING "0.1.0"
