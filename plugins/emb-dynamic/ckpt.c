@@ -490,8 +490,12 @@ static grm_status ed_tier_slide(const ed_store *s, ed_table *t, int k, int64_t n
             st = ed_tier_finish(s, t, sg->win + (size_t)q * rb, sg->flushed + q);
     if (st == GRM_OK) st = ed_tier_write(s, t, sg->flushed, n, sg->win);
     if (st != GRM_OK) return st;
-    memmove(sg->win, sg->win + (size_t)n * rb, (size_t)(sg->win_cap - n) * rb);
-    memset(sg->win + (size_t)(sg->win_cap - n) * rb, 0, (size_t)n * rb);
+    // only the records the pieces reached move and are cleared: a restore a range of each
+    // tensor in turn touches about a range of the window, not all of it
+    const int64_t keep = sg->used > n ? sg->used - n : 0;
+    memmove(sg->win, sg->win + (size_t)n * rb, (size_t)keep * rb);
+    memset(sg->win + (size_t)keep * rb, 0, (size_t)(sg->used - keep) * rb);
+    sg->used = keep;
     sg->flushed += n;
     return GRM_OK;
 }
@@ -531,6 +535,7 @@ static grm_status ed_tier_piece(const ed_store *s, ed_table *t, int k, const voi
             ed_tier_apply(s, t, k, data, r + q - row0,
                           sg->win + (size_t)(r + q - sg->flushed) * rb);
         r += c;
+        if (r - sg->flushed > sg->used) sg->used = r - sg->flushed;
     }
     free(buf);
     if (st != GRM_OK) return st;
@@ -566,7 +571,7 @@ static grm_status ed_tier_piece_begin(const ed_store *s, ed_table *t, int k, int
     sg->win_cap = (int64_t)(ED_LOAD_WINDOW_BYTES / rb);
     if (sg->win_cap < 1) sg->win_cap = 1;
     if (sg->win_cap > rows) sg->win_cap = rows > 0 ? rows : 1;
-    sg->flushed = 0;
+    sg->flushed = sg->used = 0;
     if ((sg->win = calloc((size_t)sg->win_cap, rb)) == NULL)
         return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory for %lld "
                                "records of the restore's window", t->name,

@@ -281,8 +281,9 @@ typedef struct ed_stage {
     /* tiered: records [0, flushed) are in the file, finished or waiting for the row
      * tensors still to reach them; the window holds records [flushed, flushed + win_cap),
      * put together in memory from the pieces that reached them (ckpt.c ed_tier_piece) */
-    char *win;                  /* owned (malloc) [win_cap records] */
-    int64_t win_cap, flushed;
+    char *win;                  /* owned (calloc) [win_cap records]; those from `used` on
+                                 * are zero and were never touched (their pages unmapped) */
+    int64_t win_cap, flushed, used;
     int64_t read0, written0;    /* tiered: the file's byte counters when the load began */
 } ed_stage;
 
