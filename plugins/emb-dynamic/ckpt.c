@@ -390,11 +390,11 @@ static grm_status ed_commit(const ed_store *s, ed_table *t)
 /* ---- tiered: the rows go to the backing file ----
  * Record r of the file (records numbered in id order) holds row r of the four row tensors
  * (ids, weight, opt_state, meta) and is finished (checksum, index) once all four reached
- * it. Pieces of a tensor come in order; a format that wrote the tensors a range at a time
- * hands them over so (ckpt-grm's load_rows_interleaved, ABI 1.13): the records a range
- * spans are then put together in the window, in memory, and each is written once, with no
- * read. Pieces a tensor at a time (another format, or ckpt-grm's load_rows) run past the
- * window: its records go to the file as they are and the tensors that come later read
+ * it. Pieces of a tensor come in order; a format's load_rows_interleaved (ABI 1.13:
+ * ckpt-grm, ckpt-safetensors) hands a range of each tensor over in turn: the records a
+ * range spans are then put together in the window, in memory, and each is written once,
+ * with no read. Pieces a tensor at a time (load_rows, or a format without the op) run past
+ * the window: its records go to the file as they are and the tensors that come later read
  * them back and patch them, a pass each, as before 1.13. */
 
 /* Bytes of the window: about 4 of ckpt-grm's ranges (ckpt_group_rows: 8 MiB of a
