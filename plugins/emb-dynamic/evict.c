@@ -96,14 +96,33 @@ grm_status ed_evict_ttl(const ed_store *s, ed_table *t, int64_t now)
 /* Candidates ahead whose key slots an eviction requests. */
 #define ED_EVICT_AHEAD 8
 
+/* Row `ref` (its metadata m) into the candidates c [*n] when it was not stamped at
+ * keep_from or later. */
+static void ed_cand_add(const ed_store *s, const ed_meta *m, int64_t ref, int64_t keep_from,
+                        ed_candidate *c, int64_t *n)
+{
+    const int64_t last = __atomic_load_n(&m->last, __ATOMIC_RELAXED);
+    const int64_t id = __atomic_load_n(&m->id, __ATOMIC_RELAXED);
+    if (id == ED_KEY_EMPTY || last >= keep_from) return;
+    ed_candidate *x = &c[(*n)++];
+    x->k1 = s->cfg.evict == ED_EVICT_LFU ? __atomic_load_n(&m->count, __ATOMIC_RELAXED) : last;
+    x->k2 = s->cfg.evict == ED_EVICT_LFU ? last : 0;
+    x->id = id;
+    x->ref = ref;
+}
+
 /* The rows not stamped at keep_from or later into cand (grown to the live rows), and the
  * k of them to evict first, down to `goal` live rows, selected to its front (*k_out; 0
  * when none may go: rows stamped since keep_from stay, even over budget). Caller holds the
- * write lock, or (ed_trim) the read lock: lookups may then fill and stamp records meanwhile,
- * so each field is read once, atomically, and the choice is checked again before each
- * eviction (ed_cand_still). */
+ * write lock: every record in [0, next) of a pool is free or written. Or (ed_trim,
+ * `shared`) the read lock: lookups may then take, fill and stamp records meanwhile, so
+ * only the records a key slot's published reference points at are read (a lookup
+ * publishes it once the record is written; a record taken and not yet written held
+ * uninitialised bytes, which valgrind saw read), each field is read once, atomically, and
+ * the choice is checked again before each eviction (ed_cand_still). */
 static grm_status ed_evict_pick(const ed_store *s, ed_table *t, ed_candidate **cand,
-                                int64_t *cap, int64_t keep_from, int64_t goal, int64_t *k_out)
+                                int64_t *cap, int64_t keep_from, int64_t goal, int shared,
+                                int64_t *k_out)
 {
     const int64_t live = atomic_load(&t->keys.live);
     *k_out = 0;
@@ -116,22 +135,36 @@ static grm_status ed_evict_pick(const ed_store *s, ed_table *t, ed_candidate **c
         *cap = live;
     }
     int64_t n = 0;
+    // shared: the records a published key slot references, a bit each, so the records are
+    // still read in their order (sequential reads, and the order of candidates, hence of
+    // the evictions and of the backing file's records, is the write lock's)
+    uint64_t *pub[2] = { NULL, NULL };
+    int64_t end[2];
     for (int i = 0; i < 2; i++) {
-        const ed_pool *p = &t->pools[i];
-        const int64_t end = atomic_load(&p->next);
-        for (int64_t r = 0; r < end && n < live; r++) {
-            const ed_meta *m = ed_rec_meta(ed_pool_record(p, r));
-            const int64_t last = __atomic_load_n(&m->last, __ATOMIC_RELAXED);
-            const int64_t id = __atomic_load_n(&m->id, __ATOMIC_RELAXED);
-            if (id == ED_KEY_EMPTY || last >= keep_from) continue;
-            ed_candidate *c = &(*cand)[n++];
-            c->k1 = s->cfg.evict == ED_EVICT_LFU ? __atomic_load_n(&m->count, __ATOMIC_RELAXED)
-                                                 : last;
-            c->k2 = s->cfg.evict == ED_EVICT_LFU ? last : 0;
-            c->id = id;
-            c->ref = (r << 1) | i;
+        end[i] = atomic_load(&t->pools[i].next);
+        if (shared && (pub[i] = calloc((size_t)(end[i] / 64 + 1), sizeof(uint64_t))) == NULL) {
+            free(pub[0]);
+            return s->host->errorf(GRM_ENOMEM, "emb-dynamic: table '%s': out of memory for "
+                                   "the trim's scan of %lld rows", t->name, (long long)end[i]);
         }
     }
+    for (int64_t q = 0; shared && q < t->keys.M; q++) {
+        const ed_slot *sl = &t->keys.slots[q];
+        const int64_t key = atomic_load_explicit(&sl->key, memory_order_acquire);
+        if (key == ED_KEY_EMPTY || key == ED_KEY_TOMB) continue;
+        const int64_t ref = atomic_load_explicit(&sl->ref, memory_order_acquire);
+        if (ref < 0 || (ref >> 1) >= end[ref & 1]) continue;     // being inserted, or new
+        pub[ref & 1][(ref >> 1) / 64] |= UINT64_C(1) << ((ref >> 1) % 64);
+    }
+    for (int i = 0; i < 2; i++) {
+        const ed_pool *p = &t->pools[i];
+        for (int64_t r = 0; r < end[i] && n < live; r++)
+            if (!shared || (pub[i][r / 64] >> (r % 64) & 1))
+                ed_cand_add(s, ed_rec_meta(ed_pool_record(p, r)), (r << 1) | i, keep_from,
+                            *cand, &n);
+    }
+    free(pub[0]);
+    free(pub[1]);
     int64_t k = live - goal;
     if (k > n) k = n;
     if (k <= 0) return GRM_OK;
@@ -196,7 +229,7 @@ grm_status ed_evict_budget(const ed_store *s, ed_table *t, int64_t protect_from)
     // max_rows/8 rows moved out, not after every batch (they were 29% of a step's time).
     const int64_t goal = s->tiered ? max_rows - max_rows / 8 : max_rows;
     int64_t k, done;
-    grm_status st = ed_evict_pick(s, t, &t->cand, &t->cand_cap, protect_from, goal, &k);
+    grm_status st = ed_evict_pick(s, t, &t->cand, &t->cand_cap, protect_from, goal, 0, &k);
     if (st != GRM_OK || k == 0) return st;
     if ((st = ed_evict_cands(s, t, t->cand, k, 0, &done)) != GRM_OK) return st;
     ed_evict_log(s, t, k, "");
@@ -239,7 +272,7 @@ grm_status ed_trim(const ed_store *s, ed_table *t, int64_t keep_from)
     int64_t k, done, moved = 0;
     pthread_rwlock_rdlock(&t->lock);
     grm_status st = ed_evict_pick(s, t, &t->tcand, &t->tcand_cap, keep_from,
-                                  goal > max_rows / 2 ? goal : max_rows / 2, &k);
+                                  goal > max_rows / 2 ? goal : max_rows / 2, 1, &k);
     pthread_rwlock_unlock(&t->lock);
     for (int64_t i = 0; i < k && st == GRM_OK; i += ED_TRIM_CHUNK) {
         const int64_t m = k - i < ED_TRIM_CHUNK ? k - i : ED_TRIM_CHUNK;
