@@ -99,18 +99,71 @@ static void st_hash_whole(st_item *items, int64_t n)
     }
 }
 
-/* The file being written: its stream, its running XXH64, the first write error. */
-typedef struct st_out {
-    FILE *f;
-    XXH64_state_t *hs;
-    int err;
-} st_out;
-
-static void st_out_write(st_out *o, const void *p, size_t len)
+/* All of buf [len] at offset off of fd; 0 or an errno (-1: a short write). */
+static int st_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 {
-    errno = 0;
-    if (o->err == 0 && fwrite(p, 1, len, o->f) != len) o->err = errno ? errno : -1;
-    XXH64_update(o->hs, p, len);
+    for (size_t done = 0; done < len;) {
+        errno = 0;
+        const ssize_t w = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (w <= 0) return errno ? errno : -1;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+/* The temp file a save writes beside path ("<path>.tmp.<pid>"), made the file at path by
+ * st_tmp_commit: written, fsynced, renamed, its directory fsynced, as ckpt-grm writes its
+ * own. */
+typedef struct st_tmp {
+    char *name;                /* owned */
+    int fd;
+    int err;                   /* the first write's errno (-1: a short write), 0: none */
+} st_tmp;
+
+static grm_status st_tmp_open(const grm_host_api *host, const char *path, st_tmp *o)
+{
+    const size_t len = strlen(path) + 32;
+    o->fd = -1;
+    o->err = 0;
+    if ((o->name = malloc(len)) == NULL)
+        return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
+    snprintf(o->name, len, "%s.tmp.%ld", path, (long)getpid());
+    if ((o->fd = open(o->name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
+        const grm_status st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot create %s: "
+                                           "%s", path, o->name, strerror(errno));
+        free(o->name);
+        return st;
+    }
+    return GRM_OK;
+}
+
+/* buf [len] at offset off of the temp file, unless a write failed already. */
+static void st_tmp_put(st_tmp *o, const void *buf, size_t len, uint64_t off)
+{
+    if (o->err == 0) o->err = st_pwrite_all(o->fd, buf, len, off);
+}
+
+/* Close the temp file: when st is GRM_OK and every write went through, fsynced and renamed
+ * to path, then path's directory fsynced; else removed. Returns st, or the I/O error. */
+static grm_status st_tmp_commit(const grm_host_api *host, const char *path, st_tmp *o,
+                                grm_status st)
+{
+    int err = o->err;
+    if (st == GRM_OK && err == 0 && fsync(o->fd) != 0) err = errno;
+    if (close(o->fd) != 0 && err == 0) err = errno;
+    if (st == GRM_OK && err != 0)
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot write %s: %s", path, o->name,
+                          err > 0 ? strerror(err) : "short write");
+    if (st == GRM_OK && rename(o->name, path) != 0)
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot rename %s to it: %s", path,
+                          o->name, strerror(errno));
+    if (st != GRM_OK)
+        unlink(o->name);
+    else if ((err = ckpt_fsync_dir(path)) != 0)
+        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: saved, but cannot fsync its "
+                          "directory: %s", path, strerror(err));
+    free(o->name);
+    return st;
 }
 
 static int st_by_size(const void *a, const void *b)
@@ -172,67 +225,36 @@ static void st_header_json(st_buf *b, st_item *items, int64_t n, int32_t s,
 }
 
 /* Write header hdr [hlen] and the data of shard s's items (all when s < 0; each held in
- * memory) to path atomically, in file order; *xxh (when not NULL) the XXH64 of the whole
+ * memory) to path atomically (st_tmp), in file order; *xxh (when not NULL) the XXH64 of the whole
  * file. prefix 0 writes hdr alone, without the 8-byte length (the shards' JSON index). */
 static grm_status st_write_file(const grm_host_api *host, const char *path, const char *hdr,
                                 size_t hlen, const st_item *items, int64_t n, int32_t s,
                                 int prefix, uint64_t *xxh)
 {
-    const size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
-    XXH64_state_t *hs = XXH64_createState();
-    grm_status st = GRM_OK;
-    FILE *f = NULL;
-    int err = 0;
-    if (tmp == NULL || hs == NULL) {
-        st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
-        goto out;
-    }
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    XXH64_reset(hs, ST_XXH_SEED);
-    if ((f = fopen(tmp, "wb")) == NULL) {
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot create %s: %s", path, tmp,
-                          strerror(errno));
-        goto out;
-    }
+    st_tmp o;
+    grm_status st = st_tmp_open(host, path, &o);
+    if (st != GRM_OK) return st;
+    XXH64_state_t hs;
+    XXH64_reset(&hs, ST_XXH_SEED);
+    uint64_t at = 0;
     uint8_t len8[8];
     st_put_u64(len8, hlen);
-    errno = 0;
-    if ((prefix && fwrite(len8, 1, 8, f) != 8) || fwrite(hdr, 1, hlen, f) != hlen)
-        err = errno ? errno : -1;
-    if (prefix) XXH64_update(hs, len8, 8);
-    XXH64_update(hs, hdr, hlen);
-    st_out o = { f, hs, err };
+    if (prefix) {
+        st_tmp_put(&o, len8, 8, 0);
+        XXH64_update(&hs, len8, 8);
+        at = 8;
+    }
+    st_tmp_put(&o, hdr, hlen, at);
+    XXH64_update(&hs, hdr, hlen);
+    at += hlen;
     for (int64_t i = 0; i < n && o.err == 0; i++) {
         if ((s >= 0 && items[i].shard != s) || items[i].bytes == 0) continue;
-        st_out_write(&o, items[i].t->tensor.data, items[i].bytes);
+        st_tmp_put(&o, items[i].t->tensor.data, items[i].bytes, at);
+        XXH64_update(&hs, items[i].t->tensor.data, items[i].bytes);
+        at += items[i].bytes;
     }
-    err = o.err;
-    if (err == 0 && fflush(f) != 0) err = errno;
-    if (err == 0 && fsync(fileno(f)) != 0) err = errno;
-    if (fclose(f) != 0 && err == 0) err = errno;
-    f = NULL;
-    if (err != 0) {
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot write %s: %s", path, tmp,
-                          err > 0 ? strerror(err) : "short write");
-        unlink(tmp);
-        goto out;
-    }
-    if (rename(tmp, path) != 0) {
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot rename %s to it: %s", path,
-                          tmp, strerror(errno));
-        unlink(tmp);
-        goto out;
-    }
-    if ((err = ckpt_fsync_dir(path)) != 0) {
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: saved, but cannot fsync its "
-                          "directory: %s", path, strerror(err));
-        goto out;
-    }
-    if (xxh != NULL) *xxh = XXH64_digest(hs);
-out:
-    free(tmp);
-    XXH64_freeState(hs);
+    st = st_tmp_commit(host, path, &o, GRM_OK);
+    if (st == GRM_OK && xxh != NULL) *xxh = XXH64_digest(&hs);
     return st;
 }
 
@@ -342,18 +364,6 @@ static grm_status st_make_header(const grm_host_api *host, const char *path, st_
     return GRM_OK;
 }
 
-/* All of buf [len] at offset off of fd; 0 or an errno (-1: a short write). */
-static int st_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-    for (size_t done = 0; done < len;) {
-        errno = 0;
-        const ssize_t w = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
-        if (w <= 0) return errno ? errno : -1;
-        done += (size_t)w;
-    }
-    return 0;
-}
-
 /* 1 when shard s (all when s < 0) holds an item read by rows (its data NULL). */
 static int st_has_rows(const st_item *items, int64_t n, int32_t s)
 {
@@ -461,35 +471,25 @@ static grm_status st_write_ranges(const grm_host_api *host, const char *path, co
                                   const char *const *extra, int nextra, st_src *src,
                                   uint64_t *xxh)
 {
-    const size_t tmp_len = strlen(path) + 32;
-    char *tmp = malloc(tmp_len);
+    st_tmp o;
+    grm_status st = st_tmp_open(host, path, &o);
+    if (st != GRM_OK) return st;
     st_buf again = { 0 };
-    grm_status st = GRM_OK;
-    int err = 0, fd = -1;
-    if (tmp == NULL) return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
-    if ((fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot create %s: %s", path, tmp,
-                          strerror(errno));
-        free(tmp);
-        return st;
-    }
     const uint64_t data0 = 8 + (uint64_t)hdr->len;
     uint64_t end = data0;
     uint8_t len8[8];
     st_put_u64(len8, hdr->len);
-    err = st_pwrite_all(fd, len8, 8, 0);
-    if (err == 0) err = st_pwrite_all(fd, hdr->s, hdr->len, 8);
-    for (int64_t i = 0; i < n && err == 0; i++) {
+    st_tmp_put(&o, len8, 8, 0);
+    st_tmp_put(&o, hdr->s, hdr->len, 8);
+    for (int64_t i = 0; i < n && o.err == 0; i++) {
         if (s >= 0 && items[i].shard != s) continue;
         if (data0 + items[i].begin + items[i].bytes > end)
             end = data0 + items[i].begin + items[i].bytes;
         if (items[i].t->tensor.data != NULL && items[i].bytes > 0)
-            err = st_pwrite_all(fd, items[i].t->tensor.data, items[i].bytes,
-                                data0 + items[i].begin);
+            st_tmp_put(&o, items[i].t->tensor.data, items[i].bytes, data0 + items[i].begin);
     }
-    if (err == 0) st = st_put_groups(host, path, fd, data0, items, n, s, src, &err);
-    if (st == GRM_OK && err == 0
+    if (o.err == 0) st = st_put_groups(host, path, o.fd, data0, items, n, s, src, &o.err);
+    if (st == GRM_OK && o.err == 0
         && (st = st_make_header(host, path, items, n, s, meta, extra, nextra, &again))
                == GRM_OK) {
         if (again.len != hdr->len)
@@ -497,31 +497,16 @@ static grm_status st_write_ranges(const grm_host_api *host, const char *path, co
                               "from %zu to %zu bytes when the XXH64s were filled in", path,
                               hdr->len, again.len);
         else
-            err = st_pwrite_all(fd, again.s, again.len, 8);
+            st_tmp_put(&o, again.s, again.len, 8);
     }
-    if (st == GRM_OK && err == 0 && xxh != NULL) {
+    if (st == GRM_OK && o.err == 0 && xxh != NULL) {
         if (src->cap == 0 && (src->buf = malloc((size_t)1 << 20)) != NULL) src->cap = 1u << 20;
         if (src->cap == 0) st = host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory",
                                              path);
-        else *xxh = st_hash_back(fd, end, src->buf, src->cap, &err);
-    }
-    if (st == GRM_OK && err == 0 && fsync(fd) != 0) err = errno;
-    if (close(fd) != 0 && st == GRM_OK && err == 0) err = errno;
-    if (st == GRM_OK && err != 0)
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot write %s: %s", path, tmp,
-                          err > 0 ? strerror(err) : "short write");
-    if (st == GRM_OK && rename(tmp, path) != 0)
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot rename %s to it: %s", path,
-                          tmp, strerror(errno));
-    if (st != GRM_OK) {
-        unlink(tmp);
-    } else if ((err = ckpt_fsync_dir(path)) != 0) {
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: saved, but cannot fsync its "
-                          "directory: %s", path, strerror(err));
+        else *xxh = st_hash_back(o.fd, end, src->buf, src->cap, &o.err);
     }
     free(again.s);
-    free(tmp);
-    return st;
+    return st_tmp_commit(host, path, &o, st);
 }
 
 /* Write one file of shard s (all tensors when s < 0) with extra metadata pairs; *xxh (when
