@@ -83,33 +83,38 @@ static grm_status cg_load_op(void *inst, const char *path, grm_ckpt_visit_fn vis
     return st;
 }
 
-static grm_status cg_load_rows_op(void *inst, const char *path, grm_ckpt_piece_fn visit,
-                                  void *user)
+/* load_rows (each tensor in turn) and load_rows_interleaved (the chunks in the file's
+ * order): the file verified first (cg_open_pieces). */
+static grm_status cg_load_pieces(void *inst, const char *path, grm_ckpt_piece_fn visit,
+                                 void *user, int interleaved)
 {
     cg_file f;
     grm_status st;
 
     if (inst == NULL || path == NULL || visit == NULL)
-        return cg_host->errorf(GRM_EINVAL, "ckpt-grm: load_rows: inst, path or visit is NULL");
+        return cg_host->errorf(GRM_EINVAL, "ckpt-grm: %s: inst, path or visit is NULL",
+                               interleaved ? "load_rows_interleaved" : "load_rows");
     if ((st = cg_open_pieces(cg_host, path, &f)) != GRM_OK) return st;
-    for (int64_t i = 0; i < f.n && st == GRM_OK; i++) st = cg_pieces(cg_host, &f, i, visit, user);
+    if (interleaved) {
+        st = cg_pieces_in_file_order(cg_host, &f, visit, user);
+    } else {
+        for (int64_t i = 0; i < f.n && st == GRM_OK; i++)
+            st = cg_pieces(cg_host, &f, i, visit, user);
+    }
     cg_close(&f);
     return st;
+}
+
+static grm_status cg_load_rows_op(void *inst, const char *path, grm_ckpt_piece_fn visit,
+                                  void *user)
+{
+    return cg_load_pieces(inst, path, visit, user, 0);
 }
 
 static grm_status cg_load_rows_interleaved_op(void *inst, const char *path,
                                               grm_ckpt_piece_fn visit, void *user)
 {
-    cg_file f;
-    grm_status st;
-
-    if (inst == NULL || path == NULL || visit == NULL)
-        return cg_host->errorf(GRM_EINVAL, "ckpt-grm: load_rows_interleaved: inst, path or "
-                               "visit is NULL");
-    if ((st = cg_open_pieces(cg_host, path, &f)) != GRM_OK) return st;
-    st = cg_pieces_in_file_order(cg_host, &f, visit, user);
-    cg_close(&f);
-    return st;
+    return cg_load_pieces(inst, path, visit, user, 1);
 }
 
 static grm_status cg_meta_op(void *inst, const char *path, char *buf, size_t cap)

@@ -128,85 +128,94 @@ static int64_t st_rows_of(const grm_named_tensor *t, const st_entry *e)
         ? t->tensor.shape[0] : 0;
 }
 
-/* load, where every check is done before the first piece (st_open). */
-static grm_status st_load_rows_op(void *inst, const char *path, grm_ckpt_piece_fn visit,
-                                  void *user)
+/* The tensors of as many rows (two or more) of f a range of all of them at a time
+ * (ckpt_group_rows, the ranges save_rows wrote them in), each range of each in turn,
+ * pointing into the mapping: a store whose rows live in a file (emb-dynamic's tiered
+ * tables) puts each of its records together once. Every other tensor as st_hand_over
+ * hands it over, in the order of the header; a group where its first tensor is. */
+static grm_status st_hand_over_groups(st_file *f, grm_ckpt_piece_fn visit, void *user)
 {
-    st_file f;
-    grm_status st;
-
-    if (inst == NULL || path == NULL || visit == NULL)
-        return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: load_rows: inst, path or visit "
-                               "is NULL");
-    if ((st = st_open(st_host, path, &f, 1)) != GRM_OK) return st;
-    for (int64_t i = 0; i < f.n && st == GRM_OK; i++) st = st_hand_over(&f, i, visit, user);
-    st_close(&f);
-    return st;
-}
-
-/* load_rows, where the tensors of as many rows (two or more) go a range of all of them at
- * a time (ckpt_group_rows, the ranges save_rows wrote them in), each range of each in
- * turn, pointing into the mapping: a store whose rows live in a file (emb-dynamic's tiered
- * tables) puts each of its records together once. Every other tensor as load_rows hands
- * it over, in the order of the header; a group where its first tensor is. */
-static grm_status st_load_rows_interleaved_op(void *inst, const char *path,
-                                              grm_ckpt_piece_fn visit, void *user)
-{
-    st_file f;
-    grm_status st;
-
-    if (inst == NULL || path == NULL || visit == NULL)
-        return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: load_rows_interleaved: inst, "
-                               "path or visit is NULL");
-    if ((st = st_open(st_host, path, &f, 1)) != GRM_OK) return st;
-    int64_t *rows = malloc((size_t)(f.n > 0 ? f.n : 1) * sizeof(*rows));
-    uint8_t *done = calloc((size_t)(f.n > 0 ? f.n : 1), 1);
+    int64_t *rows = malloc((size_t)(f->n > 0 ? f->n : 1) * sizeof(*rows));
+    uint8_t *done = calloc((size_t)(f->n > 0 ? f->n : 1), 1);
+    grm_status st = GRM_OK;
     if (rows == NULL || done == NULL)
-        st = st_host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
-    for (int64_t i = 0; i < f.n && st == GRM_OK; i++) {
+        st = st_host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", f->path);
+    for (int64_t i = 0; i < f->n && st == GRM_OK; i++) {
         grm_named_tensor t;
         const st_entry *e;
-        st_tensor(&f, i, &t, &e);
+        st_tensor(f, i, &t, &e);
         rows[i] = st_rows_of(&t, e);
     }
-    for (int64_t i = 0; i < f.n && st == GRM_OK; i++) {
+    for (int64_t i = 0; i < f->n && st == GRM_OK; i++) {
         if (done[i]) continue;
         int64_t members = 0;
         size_t all = 0;
-        for (int64_t j = i; j < f.n && rows[i] > 0; j++) {
+        for (int64_t j = i; j < f->n && rows[i] > 0; j++) {
             if (done[j] || rows[j] != rows[i]) continue;
             grm_named_tensor t;
             const st_entry *e;
-            st_tensor(&f, j, &t, &e);
+            st_tensor(f, j, &t, &e);
             all += (size_t)(e->end - e->begin) / (size_t)rows[i];
             members++;
         }
         if (members < 2) {
             done[i] = 1;
-            st = st_hand_over(&f, i, visit, user);
+            st = st_hand_over(f, i, visit, user);
             continue;
         }
         const int64_t n = rows[i], per = ckpt_group_rows(all, n);
         for (int64_t r0 = 0; r0 < n && st == GRM_OK; r0 += per) {
-            for (int64_t j = i; j < f.n && st == GRM_OK; j++) {
+            for (int64_t j = i; j < f->n && st == GRM_OK; j++) {
                 if (done[j] || rows[j] != n) continue;
                 grm_named_tensor t;
                 const st_entry *e;
-                st_tensor(&f, j, &t, &e);
+                st_tensor(f, j, &t, &e);
                 const size_t rb = (size_t)(e->end - e->begin) / (size_t)n;
                 grm_named_tensor piece = t;
                 piece.tensor.shape[0] = n - r0 < per ? n - r0 : per;
                 piece.tensor.data = (char *)t.tensor.data + (size_t)r0 * rb;
                 st = visit(user, &piece, r0, n);
-                st_unneed(&f, piece.tensor.data, (size_t)piece.tensor.shape[0] * rb);
+                st_unneed(f, piece.tensor.data, (size_t)piece.tensor.shape[0] * rb);
             }
         }
-        for (int64_t j = i; j < f.n; j++) done[j] |= rows[j] == n;
+        for (int64_t j = i; j < f->n; j++) done[j] |= rows[j] == n;
     }
     free(rows);
     free(done);
+    return st;
+}
+
+/* load_rows (a tensor at a time) and load_rows_interleaved (grouped): every check is done
+ * before the first piece (st_open). */
+static grm_status st_load_pieces(void *inst, const char *path, grm_ckpt_piece_fn visit,
+                                 void *user, int interleaved)
+{
+    st_file f;
+    grm_status st;
+
+    if (inst == NULL || path == NULL || visit == NULL)
+        return st_host->errorf(GRM_EINVAL, "ckpt-safetensors: %s: inst, path or visit is NULL",
+                               interleaved ? "load_rows_interleaved" : "load_rows");
+    if ((st = st_open(st_host, path, &f, 1)) != GRM_OK) return st;
+    if (interleaved) {
+        st = st_hand_over_groups(&f, visit, user);
+    } else {
+        for (int64_t i = 0; i < f.n && st == GRM_OK; i++) st = st_hand_over(&f, i, visit, user);
+    }
     st_close(&f);
     return st;
+}
+
+static grm_status st_load_rows_op(void *inst, const char *path, grm_ckpt_piece_fn visit,
+                                  void *user)
+{
+    return st_load_pieces(inst, path, visit, user, 0);
+}
+
+static grm_status st_load_rows_interleaved_op(void *inst, const char *path,
+                                              grm_ckpt_piece_fn visit, void *user)
+{
+    return st_load_pieces(inst, path, visit, user, 1);
 }
 
 static grm_status st_meta_op(void *inst, const char *path, char *buf, size_t cap)
