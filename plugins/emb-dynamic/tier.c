@@ -398,8 +398,8 @@ grm_status ed_tier_reserve(const ed_store *s, ed_table *t, int64_t n)
     return ed_keys_rebuild(s, k, ed_keys_slots_for(atomic_load(&k->live) + n, k->lanes));
 }
 
-/* Records [first, first + n) of file fd from buf, in one pwrite. */
-static grm_status ed_tier_put(const ed_store *s, const ed_table *t, int fd, const char *buf,
+/* Records [first, first + n) of file fd from buf, in one pwrite, counted in bytes_written. */
+static grm_status ed_tier_put(const ed_store *s, ed_table *t, int fd, const char *buf,
                               int64_t first, int64_t n)
 {
     const size_t bytes = (size_t)n * t->pools[0].rec_bytes;
@@ -413,9 +413,10 @@ static grm_status ed_tier_put(const ed_store *s, const ed_table *t, int fd, cons
         if (put <= 0) break;
         done += (size_t)put;
     }
-    return done == bytes ? GRM_OK
-                         : ed_tier_io_error(s, t, "writing", first, put < 0 ? -1 : (ssize_t)done,
-                                            bytes);
+    if (done != bytes)
+        return ed_tier_io_error(s, t, "writing", first, put < 0 ? -1 : (ssize_t)done, bytes);
+    atomic_fetch_add_explicit(&t->tier.bytes_written, (int64_t)bytes, memory_order_relaxed);
+    return GRM_OK;
 }
 
 /* Garbage records a scan may read across rather than start a new pread: about 16 KiB,
@@ -517,7 +518,6 @@ static grm_status ed_seg_write(const ed_store *s, ed_table *t)
                                       tr->wseg * tr->wcap + tr->wdone, n);
     if (st != GRM_OK) return st;
     tr->wdone = tr->wn;
-    atomic_fetch_add_explicit(&tr->bytes_written, n * (int64_t)rb, memory_order_relaxed);
     return GRM_OK;
 }
 
@@ -739,13 +739,7 @@ grm_status ed_tier_block(const ed_store *s, ed_table *t, int64_t first, int64_t 
                          int read)
 {
     const size_t bytes = (size_t)n * t->pools[0].rec_bytes;
-    if (!read) {
-        const grm_status st = ed_tier_put(s, t, t->tier.fd, buf, first, n);
-        if (st == GRM_OK)
-            atomic_fetch_add_explicit(&t->tier.bytes_written, (int64_t)bytes,
-                                      memory_order_relaxed);
-        return st;
-    }
+    if (!read) return ed_tier_put(s, t, t->tier.fd, buf, first, n);
     const ssize_t got = pread(t->tier.fd, buf, bytes, ed_tier_offset(t, first));
     if (got != (ssize_t)bytes) return ed_tier_io_error(s, t, "reading", first, got, bytes);
     atomic_fetch_add_explicit(&t->tier.bytes_read, (int64_t)bytes, memory_order_relaxed);
