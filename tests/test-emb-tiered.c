@@ -291,6 +291,28 @@ static grm_status store_piece(void *user, const grm_named_tensor *t, int64_t row
     return ops->load_rows(user, t, row0, rows);
 }
 
+/* The checkpoint formats whose save_rows and load_rows these tests go through. */
+static const char *const formats[2] = { "ckpt-grm", "ckpt-safetensors" };
+
+/* Store src's five tensors saved by format fmt, as the host saves a store (save_rows over
+ * tensor_rows), into dir/<stem>.<its extension>: kpath [cap]. *kops and *kinst: the
+ * format's ops and instance, for the caller to read the file back and destroy. */
+static grm_status save_through(const char *fmt, void *src, const char *stem,
+                               const grm_ckpt_ops **kops, void **kinst, char *kpath,
+                               size_t cap)
+{
+    const grm_plugin_info *ki = harness_plugin(fmt);
+    *kops = ki->ops;
+    *kinst = NULL;
+    grm_status st = (*kops)->create(harness_config(ki, NULL), kinst);
+    snprintf(kpath, cap, "%s/%s.%s", dir, stem, st == GRM_OK ? (*kops)->extension(*kinst) : "x");
+    grm_named_tensor kt[5];
+    for (int k = 0; k < 5 && st == GRM_OK; k++) st = ops->tensor_rows(src, k, &kt[k], 0, 0, NULL);
+    if (st == GRM_OK) st = (*kops)->save_rows(*kinst, kpath, kt, 5, "{}", store_rows, src);
+    if (st != GRM_OK) tap_diag("%s: %s", fmt, harness_host()->last_error());
+    return st;
+}
+
 /* The backing file's bytes read and written by store s (its one table) so far. */
 static void tier_io(void *s, int64_t *rd, int64_t *wr)
 {
@@ -412,23 +434,15 @@ int main(void)
         // the formats' save_rows ask for them so: ckpt-grm's chunks, and ckpt-safetensors'
         // ranges, each hashed and written at its offset (its header, first in the file,
         // is written again with their XXH64s)
-        static const char *const fmts[2] = { "ckpt-grm", "ckpt-safetensors" };
         int64_t fread_[2] = { -1, -1 };
         for (int f = 0; f < 2; f++) {
-            const grm_plugin_info *ki = harness_plugin(fmts[f]);
-            const grm_ckpt_ops *ko = ki->ops;
-            void *kinst = NULL;
-            grm_named_tensor kt[5];
+            const grm_ckpt_ops *ko;
+            void *kinst;
             char kpath[400];
-            grm_status kst = ko->create(harness_config(ki, NULL), &kinst);
-            snprintf(kpath, sizeof kpath, "%s/save.%s", dir,
-                     kst == GRM_OK ? ko->extension(kinst) : "x");
-            for (int k = 0; k < 5 && kst == GRM_OK; k++)
-                kst = ops->tensor_rows(tier, k, &kt[k], 0, 0, NULL);
             b0 = atomic_load(br);
-            if (kst == GRM_OK) kst = ko->save_rows(kinst, kpath, kt, 5, "{}", store_rows, tier);
-            if (kst == GRM_OK) fread_[f] = atomic_load(br) - b0;
-            else tap_diag("%s: %s", fmts[f], harness_host()->last_error());
+            if (save_through(formats[f], tier, "save", &ko, &kinst, kpath, sizeof kpath)
+                == GRM_OK)
+                fread_[f] = atomic_load(br) - b0;
             ko->destroy(kinst);
             remove(kpath);
         }
@@ -519,20 +533,12 @@ int main(void)
         // 1.13), each record is put together in memory and written once, and none is read
         // back; a tensor at a time (load_rows), the ids run past the restore's 32 MiB
         // window and the later tensors patch the records in the file.
-        static const char *const kfmts[2] = { "ckpt-grm", "ckpt-safetensors" };
         for (int f = 0; f < 2; f++) {
-            const grm_plugin_info *kinfo = harness_plugin(kfmts[f]);
-            const grm_ckpt_ops *kops = kinfo->ops;
-            void *kinst = NULL;
+            const grm_ckpt_ops *kops;
+            void *kinst;
             char kpath[400];
-            grm_named_tensor kt[5];
-            grm_status kst = kops->create(harness_config(kinfo, NULL), &kinst);
-            snprintf(kpath, sizeof kpath, "%s/big.%s", dir,
-                     kst == GRM_OK ? kops->extension(kinst) : "x");
-            for (int k = 0; k < 5 && kst == GRM_OK; k++)
-                kst = ops->tensor_rows(bmem, k, &kt[k], 0, 0, NULL);
-            if (kst == GRM_OK)
-                kst = kops->save_rows(kinst, kpath, kt, 5, "{}", store_rows, bmem);
+            const grm_status kst = save_through(formats[f], bmem, "big", &kops, &kinst, kpath,
+                                                sizeof kpath);
             void *bi = make_store(&big, (const char *[]){ kv_dir("bi"), "cache_bytes=4M",
                                                          NULL });
             void *bt2 = make_store(&big, (const char *[]){ kv_dir("bt"), "cache_bytes=4M",
@@ -551,7 +557,7 @@ int main(void)
                    "restored from %s a range of each tensor in turn: export equal, every "
                    "record written once (%lld bytes = %d x %lld) and none read back (%lld); a "
                    "tensor at a time, export equal, the records patched in the file (%lld "
-                   "bytes written, %lld read)", kfmts[f], (long long)iwr, BIG_N,
+                   "bytes written, %lld read)", formats[f], (long long)iwr, BIG_N,
                    (long long)brb, (long long)ird, (long long)twr, (long long)trd);
             ops->destroy(bi);
             ops->destroy(bt2);
