@@ -887,15 +887,21 @@ static grm_status load_piece(void *user, const grm_named_tensor *nt, int64_t row
     return st;
 }
 
-/* The checkpoint a piece at a time: a range of each tensor in turn when both the format and
+/* Whether the checkpoint is read a range of each tensor in turn: when both the format and
  * the store can (ABI 1.13), so a tiered table puts each of its rows together once (its
  * records are written once and never read back); else a tensor at a time. */
+static int load_interleaved(const grm__trainer *t, const grm_ckpt_ops *kops)
+{
+    return GRM_HAS_OP(grm_ckpt_ops, kops, load_rows_interleaved)
+           && GRM_HAS_OP(grm_emb_ops, t->sp.eops, load_rows)
+           && (grm__emb_flags(t->p) & GRM_EMB_LOAD_INTERLEAVED);
+}
+
+/* The checkpoint a piece at a time (load_interleaved says in which order). */
 static grm_status load_by_rows(grm__trainer *t, const grm_ckpt_ops *kops, void *kinst,
                                const char *path, load_ctx *c)
 {
-    if (GRM_HAS_OP(grm_ckpt_ops, kops, load_rows_interleaved)
-        && GRM_HAS_OP(grm_emb_ops, t->sp.eops, load_rows)
-        && (grm__emb_flags(t->p) & GRM_EMB_LOAD_INTERLEAVED)) {
+    if (load_interleaved(t, kops)) {
         grm__log(GRM_LOG_DEBUG, "grmhost", "%s: read a range of each tensor in turn "
                  "(load_rows_interleaved)", path);
         return kops->load_rows_interleaved(kinst, path, load_piece, c);
@@ -1021,7 +1027,8 @@ static grm_status load_ckpt_as(grm__trainer *t, const char *path, int owned_only
     const int by_rows = GRM_HAS_OP(grm_ckpt_ops, kops, load_rows);
     st = owned_only && by_rows
         ? grm__reshard_load_owned_rows(t->p, kops, kinst, path, t->rank, t->nranks,
-                                       load_piece, &c, &kept, &dropped)
+                                       load_interleaved(t, kops), load_piece, &c, &kept,
+                                       &dropped)
         : owned_only
         ? grm__reshard_load_owned(t->p, kops, kinst, path, t->rank, t->nranks,
                                   load_visit, &c, &kept, &dropped)

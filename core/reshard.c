@@ -1545,16 +1545,218 @@ static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0
     return st;
 }
 
+/* ---- the same, a range of each tensor in turn ---- */
+
+/* A keyed table's ids arrive interleaved with its other row tensors (a format's
+ * load_rows_interleaved), so the rows this rank keeps are only known once they have all
+ * come, after the first pieces of the others must go on with the number of their kept rows.
+ * The file is therefore read twice: a tensor at a time up to the last keyed table's ids,
+ * which makes each table's mask of kept rows (own_mask), then a range of each tensor in
+ * turn, every row tensor of a keyed table filtered as it comes (own_piece_il). A tiered
+ * table then puts each kept record together once, as on a resume of as many ranks; the ids
+ * are no longer held (8 bytes a kept row), only the masks (a byte a row of the file). */
+
+typedef struct own_tab {
+    uint8_t *keep;            /* [n] this rank owns row r; NULL: not (yet) keyed */
+    int64_t n, got, w;        /* rows of the file, ids seen so far, rows kept */
+    int indexed;              /* a row tensor came before any ids: whole on every rank */
+} own_tab;
+
+typedef struct own_cursor {   /* a keyed row tensor in flight in the second pass */
+    char *name;               /* owned */
+    int64_t next, out;        /* its next row in the file; rows passed on */
+} own_cursor;
+
+typedef struct own_il {
+    own_ctx *c;               /* path, rank, IM, visit, buf; kept and dropped */
+    own_tab *tab;             /* [nphys] */
+    int32_t resolved;         /* tables whose ids are whole or that are indexed */
+    own_cursor *cur;          /* [ncur] */
+    int32_t ncur, cap_cur;
+} own_il;
+
+static grm_status ids_after_rows(const own_ctx *c, const char *table)
+{
+    return grm_errorf(GRM_EFORMAT, "%s: the ids of table '%s' come after its rows; rewrite "
+                      "the checkpoints for this job with `grmhost reshard FILE.ini -n M` "
+                      "instead", c->path, table);
+}
+
+/* The first read: each keyed table's mask, then GRM_ECANCELED (with resolved == nphys) once
+ * every table is keyed with all of its ids or indexed, so the rest of the file is not read. */
+static grm_status own_mask(void *user, const grm_named_tensor *nt, int64_t row0, int64_t rows)
+{
+    own_il *il = user;
+    own_ctx *c = il->c;
+    const int32_t T = table_in(c->p, nt->name);
+    own_tab *tb = T >= 0 ? &il->tab[T] : NULL;
+    char ids_name[512];
+    snprintf(ids_name, sizeof ids_name, "emb.%s.ids", T >= 0 ? c->p->phys_names[T] : "");
+    const int is_ids = T >= 0 && strcmp(nt->name, ids_name) == 0;
+    if (T >= 0 && !is_ids) {
+        if (nt->tensor.ndim >= 2 && tb->keep == NULL && !tb->indexed) {
+            tb->indexed = 1;
+            il->resolved++;
+        }
+    } else if (is_ids) {
+        if (tb->indexed) return ids_after_rows(c, c->p->phys_names[T]);
+        grm_status st = grm__ckpt_piece_fits(c->path, nt, row0, rows);
+        if (st != GRM_OK) return st;
+        if (row0 == 0) {
+            if (tb->keep != NULL)
+                return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' comes twice; the file is "
+                                  "damaged or was not written by grmhost", c->path, nt->name);
+            tb->keep = malloc(rows ? (size_t)rows : 1);
+            if (!tb->keep)
+                return grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", c->path,
+                                  nt->name);
+            tb->n = rows;
+        }
+        if (row0 != tb->got || rows != tb->n)
+            return grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows from %lld of %lld arrive "
+                              "out of order; the file is damaged or was not written by "
+                              "grmhost", c->path, nt->name, (long long)row0, (long long)rows);
+        const int64_t *key = nt->tensor.data;
+        const int64_t m = nt->tensor.shape[0];
+        for (int64_t r = 0; r < m; r++) {
+            const int k = owner_in_group(key[r], c->IM) == c->rank % c->IM;
+            tb->keep[row0 + r] = (uint8_t)k;
+            tb->w += k;
+        }
+        tb->got += m;
+        if (tb->got == rows) il->resolved++;
+    }
+    return il->resolved == c->p->nphys ? GRM_ECANCELED : GRM_OK;
+}
+
+/* The cursor of keyed row tensor `name` at file row row0: made at row 0, dropped by the
+ * caller after its last row. NULL: out of memory, or its pieces out of order. */
+static own_cursor *own_cursor_at(own_il *il, const char *name, int64_t row0, grm_status *st)
+{
+    int32_t i = 0;
+    while (i < il->ncur && strcmp(il->cur[i].name, name) != 0) i++;
+    if (i < il->ncur && il->cur[i].next == row0) return &il->cur[i];
+    if (i < il->ncur || row0 != 0) {
+        *st = grm_errorf(GRM_EFORMAT, "%s: tensor '%s': rows from %lld arrive out of order; "
+                         "the file is damaged or was not written by grmhost", il->c->path, name,
+                         (long long)row0);
+        return NULL;
+    }
+    if (il->ncur == il->cap_cur) {
+        const int32_t cap = il->cap_cur ? 2 * il->cap_cur : 8;
+        own_cursor *n = realloc(il->cur, (size_t)cap * sizeof *n);
+        if (!n) goto oom;
+        il->cur = n;
+        il->cap_cur = cap;
+    }
+    own_cursor *k = &il->cur[il->ncur];
+    if (!(k->name = strdup(name))) goto oom;
+    k->next = k->out = 0;
+    il->ncur++;
+    return k;
+oom:
+    *st = grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", il->c->path, name);
+    return NULL;
+}
+
+/* The second read: the row tensors of keyed tables filtered by their masks, a piece at a
+ * time, the rest unchanged. */
+static grm_status own_piece_il(void *user, const grm_named_tensor *nt, int64_t row0,
+                               int64_t rows)
+{
+    own_il *il = user;
+    own_ctx *c = il->c;
+    const int32_t T = table_in(c->p, nt->name);
+    char ids_name[512];
+    snprintf(ids_name, sizeof ids_name, "emb.%s.ids", T >= 0 ? c->p->phys_names[T] : "");
+    const int is_ids = T >= 0 && strcmp(nt->name, ids_name) == 0;
+    if (T < 0 || (!is_ids && nt->tensor.ndim < 2) || il->tab[T].indexed) {
+        if (is_ids) return ids_after_rows(c, c->p->phys_names[T]);
+        return c->visit(c->user, nt, row0, rows);
+    }
+    const own_tab *tb = &il->tab[T];
+    if (tb->keep == NULL || tb->got != tb->n)
+        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' came in the second read of the file "
+                          "and its table's ids did not come whole in the first; the file is "
+                          "damaged or changed while it was read", c->path, nt->name);
+    if (rows != tb->n)
+        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' holds %lld rows and its table's ids "
+                          "%lld; the file is damaged or was not written by grmhost", c->path,
+                          nt->name, (long long)rows, (long long)tb->n);
+    grm_status st = grm__ckpt_piece_fits(c->path, nt, row0, rows);
+    if (st != GRM_OK) return st;
+    own_cursor *k = own_cursor_at(il, nt->name, row0, &st);
+    if (k == NULL) return st;
+    const int64_t m = nt->tensor.shape[0];
+    const size_t rb = grm__ckpt_row_bytes(&nt->tensor);
+    if ((size_t)m * rb > c->cap) {
+        void *b = realloc(c->buf, (size_t)m * rb);
+        if (!b) return grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", c->path,
+                                  nt->name);
+        c->buf = b;
+        c->cap = (size_t)m * rb;
+    }
+    int64_t w = 0;
+    for (int64_t r = 0; r < m; r++)
+        if (tb->keep[row0 + r])
+            memcpy((char *)c->buf + (size_t)w++ * rb, (const char *)nt->tensor.data
+                   + (size_t)r * rb, rb);
+    k->next += m;
+    // as own_piece: a piece that keeps nothing goes on only as its tensor's first
+    if (w > 0 || row0 == 0) {
+        grm_named_tensor out = *nt;
+        out.tensor.shape[0] = w;
+        out.tensor.data = c->buf;
+        st = c->visit(c->user, &out, k->out, tb->w);
+        k->out += w;
+    }
+    if (k->next == rows) {
+        free(k->name);
+        *k = il->cur[--il->ncur];
+    }
+    return st;
+}
+
+static grm_status load_owned_interleaved(own_ctx *c, const grm_ckpt_ops *kops, void *kinst)
+{
+    const grm__pipeline *p = c->p;
+    own_il il = { .c = c, .tab = calloc((size_t)p->nphys + 1, sizeof(own_tab)) };
+    grm_status st = il.tab ? kops->load_rows(kinst, c->path, own_mask, &il)
+                           : grm_errorf(GRM_ENOMEM, "out of memory");
+    if (st == GRM_ECANCELED && il.resolved == p->nphys) st = GRM_OK;   // own_mask's stop
+    for (int32_t T = 0; st == GRM_OK && T < p->nphys; T++)
+        if (il.tab[T].keep != NULL && il.tab[T].got != il.tab[T].n)
+            st = grm_errorf(GRM_EFORMAT, "%s: the ids of table '%s' end at row %lld of %lld; "
+                            "the file is damaged or was not written by grmhost", c->path,
+                            p->phys_names[T], (long long)il.tab[T].got,
+                            (long long)il.tab[T].n);
+    for (int32_t T = 0; st == GRM_OK && T < p->nphys; T++) {
+        c->kept += il.tab[T].w;
+        c->dropped += il.tab[T].n - il.tab[T].w;
+    }
+    if (st == GRM_OK) {
+        grm__log(GRM_LOG_DEBUG, "grmhost", "%s: the rows this rank owns known from the ids, "
+                 "read a range of each tensor in turn (load_rows_interleaved)", c->path);
+        st = kops->load_rows_interleaved(kinst, c->path, own_piece_il, &il);
+    }
+    for (int32_t i = 0; i < il.ncur; i++) free(il.cur[i].name);
+    free(il.cur);
+    for (int32_t T = 0; il.tab && T < p->nphys; T++) free(il.tab[T].keep);
+    free(il.tab);
+    return st;
+}
+
 grm_status grm__reshard_load_owned_rows(const grm__pipeline *p, const grm_ckpt_ops *kops,
                                         void *kinst, const char *path, int32_t rank,
-                                        int32_t M, grm_ckpt_piece_fn visit, void *user,
-                                        int64_t *kept, int64_t *dropped)
+                                        int32_t M, int interleaved, grm_ckpt_piece_fn visit,
+                                        void *user, int64_t *kept, int64_t *dropped)
 {
     own_ctx c = { .p = p, .path = path, .rank = rank, .IM = group_of(p->set.sparse_group, M),
                   .visit = visit, .user = user, .T = -1,
                   .indexed = calloc((size_t)p->nphys + 1, 1) };
-    grm_status st = c.indexed ? kops->load_rows(kinst, path, own_piece, &c)
-                              : grm_errorf(GRM_ENOMEM, "out of memory");
+    grm_status st = !c.indexed ? grm_errorf(GRM_ENOMEM, "out of memory")
+                    : interleaved ? load_owned_interleaved(&c, kops, kinst)
+                    : kops->load_rows(kinst, path, own_piece, &c);
     free(c.indexed);
     *kept = c.kept;
     *dropped = c.dropped;

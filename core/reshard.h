@@ -81,13 +81,17 @@ grm_status grm__reshard_load_owned(const grm__pipeline *p, const grm_ckpt_ops *k
                                    void *kinst, const char *path, int32_t rank, int32_t M,
                                    grm_ckpt_visit_fn visit, void *user, int64_t *kept,
                                    int64_t *dropped);
-/* The same through the format's load_rows, a piece at a time, so a table larger than
- * memory is never held whole: a keyed table's ids (which must come before its other row
- * tensors, as every store writes them) are filtered into one piece (8 bytes a kept row),
- * and its other row tensors' pieces are filtered as they come. */
+/* The same a piece at a time, so a table larger than memory is never held whole. A keyed
+ * table's ids must come before its other row tensors in the format's load_rows, as every
+ * store writes them. interleaved 0: through load_rows, the ids filtered into one piece (8
+ * bytes a kept row), the other row tensors' pieces filtered as they come. interleaved 1
+ * (the format has load_rows_interleaved and visit takes pieces so): the ids read first
+ * through load_rows, up to the last keyed table's, for a mask of the kept rows (a byte a row
+ * of the file), then every row tensor filtered as load_rows_interleaved hands it over, a
+ * range of each in turn, the ids too. */
 grm_status grm__reshard_load_owned_rows(const grm__pipeline *p, const grm_ckpt_ops *kops,
                                         void *kinst, const char *path, int32_t rank,
-                                        int32_t M, grm_ckpt_piece_fn visit, void *user,
-                                        int64_t *kept, int64_t *dropped);
+                                        int32_t M, int interleaved, grm_ckpt_piece_fn visit,
+                                        void *user, int64_t *kept, int64_t *dropped);
 
 #endif /* GRM_RESHARD_H */

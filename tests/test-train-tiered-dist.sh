@@ -12,7 +12,9 @@
 #  - 2 ranks tiered for 40 steps, resharded to 1 rank and resumed there tiered: the 60
 #    losses of the one-rank run within 1e-5;
 #  - 1 rank tiered for 40 steps, resumed directly on 2 ranks (each filters the one file a
-#    piece at a time): the 60 losses of the one-rank run within 1e-5;
+#    piece at a time): the 60 losses of the one-rank run within 1e-5, the file read a range
+#    of each tensor in turn and each kept record written once; the same through
+#    ckpt-safetensors;
 #  - 2 ranks resumed with every row in the file and a cache that holds them all: every row
 #    rank 0 fetched was its data thread's prefetch, those the other rank asked it for
 #    included (each rank prefetches the keys it owns of every rank's samples); with
@@ -31,7 +33,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tdist-tier-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..15"
+echo "1..17"
 
 dist_data || exit 1
 mkdir -p "$tmp/tier"
@@ -80,9 +82,9 @@ same_curve "$tmp/ref.jsonl" "$tmp/aa.jsonl" 1e-5
 ok $((rc | $?)) "... then 2 -> 1 and resumed tiered on one rank: the 60 losses of the \
 in-memory run within 1e-5"
 
-mpi_or_skip 4 15
-mpitrain() {   # N INI STEPS OUT.jsonl (stderr of all ranks in OUT.jsonl.out)
-    mpi "$1" train --max-steps "$3" --metrics-out "$4" "$2" >"$4.out" 2>&1
+mpi_or_skip 4 17
+mpitrain() {   # N INI STEPS OUT.jsonl [FLAG] (stderr of all ranks in OUT.jsonl.out)
+    mpi "$1" train ${5:-} --max-steps "$3" --metrics-out "$4" "$2" >"$4.out" 2>&1
     rc=$?
     [ $rc -ne 0 ] && sed 's/^/# /' "$4.out" | tail -8
     return $rc
@@ -117,12 +119,13 @@ same_curve "$tmp/ref.jsonl" "$tmp/bb.jsonl" 1e-5
 ok $((rc | $?)) "... resumed tiered on one rank: the 60 losses of the one-rank run within 1e-5"
 
 # 1 rank tiered for 40 steps, resumed directly on 2 ranks (no reshard): each rank reads the
-# one file a piece at a time (ckpt-grm's load_rows) and keeps the rows it owns, written
-# straight into its own backing file
+# one file's ids for the rows it owns (ckpt-grm's load_rows), then the file a range of each
+# tensor in turn (load_rows_interleaved), the rows it owns written straight into its own
+# backing file, each record once
 rank_ini comm-mpi "$tmp/o" 1 >"$tmp/o.ini"
 mpitrain 1 "$tmp/o.ini" 40 "$tmp/o.jsonl"
 rc=$?
-mpitrain 2 "$tmp/o.ini" 20 "$tmp/o.b.jsonl"
+mpitrain 2 "$tmp/o.ini" 20 "$tmp/o.b.jsonl" -v
 rc=$((rc | $?))
 grep -q "resuming 2 ranks from step 40 of the 1-rank checkpoints" "$tmp/o.b.jsonl.out"
 ok $((rc | $?)) "1 rank tiered for 40 steps, resumed on 2 ranks directly (each keeps the rows \
@@ -130,6 +133,30 @@ it owns of the one file)"
 cat "$tmp/o.jsonl" "$tmp/o.b.jsonl" >"$tmp/oo.jsonl"
 same_curve "$tmp/ref.jsonl" "$tmp/oo.jsonl" 1e-5
 ok $? "... the 60 losses of the one-rank run within 1e-5"
+grep "rows restored into" "$tmp/o.b.jsonl.out" | sed 's/^/# /'
+grep -q "the rows this rank owns known from the ids, read a range of each tensor in turn" \
+    "$tmp/o.b.jsonl.out" \
+    && grep -q "rows restored into .*(1.00 a record), 0 read back" "$tmp/o.b.jsonl.out"
+ok $? "... rank 0 read the file a range of each tensor in turn and wrote each record of its \
+rows once, reading none back (the other ranks log warnings only)"
+# the same through ckpt-safetensors: its ranges of the tensors of as many rows in turn
+rank_ini comm-mpi "$tmp/os" 1 \
+    | sed 's/^\[checkpoint\]$/[checkpoint]\nplugin = ckpt-safetensors/' >"$tmp/os.ini"
+mpitrain 1 "$tmp/os.ini" 40 "$tmp/os.jsonl"
+rc=$?
+mpitrain 2 "$tmp/os.ini" 20 "$tmp/os.b.jsonl" -v
+rc=$((rc | $?))
+cat "$tmp/os.jsonl" "$tmp/os.b.jsonl" >"$tmp/osos.jsonl"
+same_curve "$tmp/ref.jsonl" "$tmp/osos.jsonl" 1e-5
+rc=$((rc | $?))
+grep "rows restored into" "$tmp/os.b.jsonl.out" | sed 's/^/# /'
+grep -q "resuming 2 ranks from step 40 of the 1-rank checkpoints" "$tmp/os.b.jsonl.out" \
+    && grep -q "040.safetensors: the rows this rank owns known from the ids, read a range of \
+each tensor in turn" "$tmp/os.b.jsonl.out" \
+    && grep -q "rows restored into .*(1.00 a record), 0 read back" "$tmp/os.b.jsonl.out"
+ok $((rc | $?)) "ckpt-safetensors: 1 rank tiered for 40 steps, resumed on 2 ranks directly: \
+the 60 losses within 1e-5, the file read a range of each tensor in turn, each record written \
+once"
 
 # Every row of a resumed run starts in the file; with a cache that holds them all nothing is
 # evicted, so each fetch is either the data thread's prefetch or a lookup's. The rows rank 0
