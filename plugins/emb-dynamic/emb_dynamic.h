@@ -112,10 +112,17 @@ typedef struct ed_probe {
     uint64_t rounds;        /* M / T */
 } ed_probe;
 
+/* M / T: both are powers of two, and this 64-bit division took 28% of a claim's samples
+ * (perf of inserts at dim 16). */
+static inline uint64_t ed_probe_groups(int64_t M, int32_t T)
+{
+    return (uint64_t)M >> __builtin_ctz((unsigned)T);
+}
+
 static inline ed_probe ed_probe_start(uint64_t h, int64_t M, int32_t T)
 {
     ed_probe p;
-    const uint64_t groups = (uint64_t)M / (uint64_t)T;
+    const uint64_t groups = ed_probe_groups(M, T);
     p.mask = (uint64_t)M - 1;
     p.h0 = h & p.mask & ~((uint64_t)T - 1);
     p.step = (groups > 1 ? (((h >> 32) % (groups - 1)) + 1) | 1 : 1) * (uint64_t)T;
@@ -139,7 +146,7 @@ static inline ed_probe ed_probe_lazy(uint64_t h, int64_t M, int32_t T)
     ed_probe p;
     p.mask = (uint64_t)M - 1;
     p.h0 = h & p.mask & ~((uint64_t)T - 1);
-    p.rounds = (uint64_t)M / (uint64_t)T;
+    p.rounds = ed_probe_groups(M, T);
     p.step = 0;
     return p;
 }
