@@ -43,6 +43,27 @@ static inline void ed_count_access(ed_meta *m, int64_t now)
  * count, dirty flag and time) and the copy into out are done here, without the row's
  * lock, and *inserted is 2 (ed_lookup_one then only counts the miss). An FP16 record
  * (which the access may promote) and out NULL (an update) leave *inserted at 1. */
+/* The record of id, whose key this thread has just claimed in slot: ed_acquire's work once
+ * the claim succeeded (*st and out as there). Returns what *inserted becomes: 2 when out
+ * took the row and the first access was counted, else 1. */
+static int ed_create(const ed_job *j, ed_slot *slot, int64_t id, int pool, grm_status *st,
+                     float *out)
+{
+    ed_table *t = j->t;
+    int inserted = 1;
+    const int64_t ref = (ed_pool_alloc(&t->pools[pool]) << 1) | pool;
+    if (j->s->tiered) *st = ed_tier_fetch(j->s, t, ref, id, j->now);
+    else ed_record_fill(j->s, t, ref, id, j->now);
+    if (out != NULL && !(ref & 1)) {
+        char *rec = ed_record(t, ref);
+        ed_count_access(ed_rec_meta(rec), j->now);
+        ed_copy_floats(out, (const float *)ed_rec_row(rec), t->dim);
+        inserted = 2;
+    }
+    atomic_store_explicit(&slot->ref, ref, memory_order_release);
+    return inserted;
+}
+
 static ed_slot *ed_acquire(const ed_job *j, int64_t id, uint64_t h, int insert, int pool,
                            int *inserted, grm_status *st, float *out, int64_t *new_keys)
 {
@@ -59,16 +80,7 @@ static ed_slot *ed_acquire(const ed_job *j, int64_t id, uint64_t h, int insert, 
     if (slot == NULL) return NULL;
     if (*inserted) {
         (*new_keys)++;
-        const int64_t ref = (ed_pool_alloc(&t->pools[pool]) << 1) | pool;
-        if (j->s->tiered) *st = ed_tier_fetch(j->s, t, ref, id, j->now);
-        else ed_record_fill(j->s, t, ref, id, j->now);
-        if (out != NULL && !(ref & 1)) {
-            char *rec = ed_record(t, ref);
-            ed_count_access(ed_rec_meta(rec), j->now);
-            ed_copy_floats(out, (const float *)ed_rec_row(rec), t->dim);
-            *inserted = 2;
-        }
-        atomic_store_explicit(&slot->ref, ref, memory_order_release);
+        *inserted = ed_create(j, slot, id, pool, st, out);
     } else {
         ed_wait_ref(slot);
     }
@@ -200,12 +212,13 @@ static __attribute__((noinline)) grm_status ed_find_slow(ed_find_ctx *c, int64_t
 }
 
 /* Id id's slot among the T slots of its first probe round (hash h); NULL if not there,
- * with *empty set when the round holds an empty slot (then the id is absent). Slots fill
- * in probe order, so an id present in the round sits before any empty slot of it. */
+ * with *hole the round's first empty slot when it holds one (then the id is absent, and a
+ * claim of it would take that slot: ed_train_copy), else NULL. Slots fill in probe order,
+ * so an id present in the round sits before any empty slot of it. */
 static inline __attribute__((always_inline)) ed_slot *
-ed_find_first(ed_slot *base, int64_t id, const int32_t T, int *empty)
+ed_find_first(ed_slot *base, int64_t id, const int32_t T, ed_slot **hole)
 {
-    *empty = 0;
+    *hole = NULL;
     if (T == 4) {
         // the four keys compared at once: a loop that left at the matching lane
         // mispredicted about once an id (a plain lookup at dim 16: 44M -> 52M ids/s)
@@ -216,15 +229,18 @@ ed_find_first(ed_slot *base, int64_t id, const int32_t T, int *empty)
         const unsigned hit = (unsigned)(k0 == id) | (unsigned)(k1 == id) << 1
                              | (unsigned)(k2 == id) << 2 | (unsigned)(k3 == id) << 3;
         if (hit != 0) return &base[__builtin_ctz(hit)];
-        *empty = (k0 == ED_KEY_EMPTY) | (k1 == ED_KEY_EMPTY) | (k2 == ED_KEY_EMPTY)
-                 | (k3 == ED_KEY_EMPTY);
+        const unsigned none = (unsigned)(k0 == ED_KEY_EMPTY)
+                              | (unsigned)(k1 == ED_KEY_EMPTY) << 1
+                              | (unsigned)(k2 == ED_KEY_EMPTY) << 2
+                              | (unsigned)(k3 == ED_KEY_EMPTY) << 3;
+        if (none != 0) *hole = &base[__builtin_ctz(none)];
         return NULL;
     }
     for (int32_t g = 0; g < T; g++) {
         const int64_t key = atomic_load_explicit(&base[g].key, memory_order_acquire);
         if (key == id) return &base[g];
         if (key == ED_KEY_EMPTY) {
-            *empty = 1;
+            *hole = &base[g];
             return NULL;
         }
     }
@@ -249,6 +265,7 @@ static inline char *ed_find_rec(const ed_find_ctx *c, int64_t ref)
 typedef struct ed_pipe {
     uint64_t h;             /* the id's hash */
     ed_slot *slot;          /* its slot; NULL: absent, or not found */
+    ed_slot *hole;          /* absent: its first round's first empty slot, or NULL */
     char *rec;              /* the FP32 record of ref; NULL when ref is not one */
     int64_t ref;            /* slot's reference as stage 2 read it */
 } ed_pipe;
@@ -281,10 +298,9 @@ static inline __attribute__((always_inline)) void
 ed_pipe_probe(const ed_find_ctx *c, int64_t id, ed_pipe *e, const int32_t T, const int64_t D,
               int rw)
 {
-    int empty;
     e->rec = NULL;
-    e->slot = ed_find_first(&c->slots[e->h & c->first], id, T, &empty);
-    if (e->slot == NULL && !empty) e->slot = ed_find_later(c, id, e->h);
+    e->slot = ed_find_first(&c->slots[e->h & c->first], id, T, &e->hole);
+    if (e->slot == NULL && e->hole == NULL) e->slot = ed_find_later(c, id, e->h);
     if (e->slot == NULL) return;
     e->ref = atomic_load_explicit(&e->slot->ref, memory_order_relaxed);
     if (e->ref < 0 || (e->ref & 1)) return;
@@ -322,8 +338,10 @@ ed_find_copy(ed_find_ctx *c, int64_t i, const ed_pipe *e, float *out, const int6
 /* Stage 3 of a training lookup (find-or-insert, the access counted): a present id whose
  * slot still holds the FP32 record stage 2 found takes the row's lock, counts the access
  * and copies the row in line (ed_lookup_one's locked path for a hot row, which no access
- * promotes); a new id, a pending insert and an FP16 row (which the access may promote)
- * take ed_acquire and ed_lookup_one. */
+ * promotes); a new id whose first round had an empty slot claims that slot (the claim
+ * re-probed from round 0: about 80 of an insert's 400 instructions beside grm_row_init,
+ * callgrind); another new id, a pending insert and an FP16 row (which the access may
+ * promote) take ed_acquire and ed_lookup_one. */
 static inline __attribute__((always_inline)) grm_status
 ed_train_copy(ed_find_ctx *c, int64_t i, const ed_pipe *e, float *out, const int64_t D,
               int pool, int64_t *new_keys)
@@ -340,11 +358,27 @@ ed_train_copy(ed_find_ctx *c, int64_t i, const ed_pipe *e, float *out, const int
         }
         ed_stripe_unlock(t, e->h);
     }
-    int inserted;
-    grm_status st;
-    ed_slot *sl = ed_acquire(c->j, c->j->ids[i], e->h, 1, pool, &inserted, &st, out, new_keys);
-    if (st == GRM_OK) st = ed_lookup_one(c->j, i, e->h, sl, inserted, &c->misses);
-    return st;
+    const int64_t id = c->j->ids[i];
+    int inserted = 0;
+    grm_status st = GRM_OK;
+    ed_slot *sl = e->hole;
+    int64_t key = ED_KEY_EMPTY;
+    // absent, with an empty slot in its first round: ed_keys_claim's CAS there when it is
+    // still empty (the slots before it still hold other keys), without a second probe
+    if (sl != NULL && atomic_compare_exchange_strong_explicit(&sl->key, &key, id,
+                                                              memory_order_acq_rel,
+                                                              memory_order_acquire)) {
+        (*new_keys)++;
+        inserted = ed_create(c->j, sl, id, pool, &st, out);
+    } else {
+        sl = ed_acquire(c->j, id, e->h, 1, pool, &inserted, &st, out, new_keys);
+    }
+    if (st != GRM_OK) return st;
+    if (inserted == 2) {    // created, its first access counted and its row copied
+        c->misses++;
+        return GRM_OK;
+    }
+    return ed_lookup_one(c->j, i, e->h, sl, inserted, &c->misses);
 }
 
 /* One turn of the pipeline at i: id i hashed, id i - A probed, id i - 2A copied (train:
