@@ -1465,6 +1465,42 @@ typedef struct own_ctx {
     size_t cap;
 } own_ctx;
 
+static grm_status ids_after_rows(const own_ctx *c, const char *table)
+{
+    return grm_errorf(GRM_EFORMAT, "%s: the ids of table '%s' come after its rows; rewrite "
+                      "the checkpoints for this job with `grmhost reshard FILE.ini -n M` "
+                      "instead", c->path, table);
+}
+
+static grm_status rows_unlike_ids(const own_ctx *c, const grm_named_tensor *nt, int64_t rows,
+                                  int64_t ids)
+{
+    return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' holds %lld rows and its table's ids %lld; "
+                      "the file is damaged or was not written by grmhost", c->path, nt->name,
+                      (long long)rows, (long long)ids);
+}
+
+/* The rows of piece nt that keep[0..m) marks, into c->buf (grown as needed); *w of them. */
+static grm_status own_filter(own_ctx *c, const grm_named_tensor *nt, const uint8_t *keep,
+                             int64_t *w)
+{
+    const int64_t m = nt->tensor.shape[0];
+    const size_t rb = grm__ckpt_row_bytes(&nt->tensor);
+    if ((size_t)m * rb > c->cap) {
+        void *b = realloc(c->buf, (size_t)m * rb);
+        if (!b) return grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", c->path,
+                                  nt->name);
+        c->buf = b;
+        c->cap = (size_t)m * rb;
+    }
+    *w = 0;
+    for (int64_t r = 0; r < m; r++)
+        if (keep[r])
+            memcpy((char *)c->buf + (size_t)(*w)++ * rb, (const char *)nt->tensor.data
+                   + (size_t)r * rb, rb);
+    return GRM_OK;
+}
+
 static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0, int64_t rows)
 {
     own_ctx *c = user;
@@ -1477,10 +1513,7 @@ static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0
         return c->visit(c->user, nt, row0, rows);
     grm_status st = grm__ckpt_piece_fits(c->path, nt, row0, rows);
     if (st != GRM_OK) return st;
-    if (is_ids && c->indexed[T])
-        return grm_errorf(GRM_EFORMAT, "%s: the ids of table '%s' come after its rows; rewrite "
-                          "the checkpoints for this job with `grmhost reshard FILE.ini -n M` "
-                          "instead", c->path, c->p->phys_names[T]);
+    if (is_ids && c->indexed[T]) return ids_after_rows(c, c->p->phys_names[T]);
     if (!is_ids && c->T != T) {     /* no ids: every rank holds the whole table */
         c->indexed[T] = 1;
         return c->visit(c->user, nt, row0, rows);
@@ -1516,24 +1549,10 @@ static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0
         c->ids = NULL;
         return st;
     }
-    if (c->n != rows)
-        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' holds %lld rows and its table's ids "
-                          "%lld; the file is damaged or was not written by grmhost", c->path,
-                          nt->name, (long long)rows, (long long)c->n);
-    const size_t rb = grm__ckpt_row_bytes(&nt->tensor);
-    if ((size_t)m * rb > c->cap) {
-        void *b = realloc(c->buf, (size_t)m * rb);
-        if (!b) return grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", c->path,
-                                  nt->name);
-        c->buf = b;
-        c->cap = (size_t)m * rb;
-    }
+    if (c->n != rows) return rows_unlike_ids(c, nt, rows, c->n);
     if (row0 == 0) c->out = 0;
-    int64_t w = 0;
-    for (int64_t r = 0; r < m; r++)
-        if (c->keep[row0 + r])
-            memcpy((char *)c->buf + (size_t)w++ * rb, (const char *)nt->tensor.data
-                   + (size_t)r * rb, rb);
+    int64_t w;
+    if ((st = own_filter(c, nt, c->keep + row0, &w)) != GRM_OK) return st;
     /* a piece that keeps nothing is passed on only when it is the tensor's first, so that a
      * tensor of no kept rows still arrives (once) */
     if (w == 0 && row0 != 0) return GRM_OK;
@@ -1574,13 +1593,6 @@ typedef struct own_il {
     own_cursor *cur;          /* [ncur] */
     int32_t ncur, cap_cur;
 } own_il;
-
-static grm_status ids_after_rows(const own_ctx *c, const char *table)
-{
-    return grm_errorf(GRM_EFORMAT, "%s: the ids of table '%s' come after its rows; rewrite "
-                      "the checkpoints for this job with `grmhost reshard FILE.ini -n M` "
-                      "instead", c->path, table);
-}
 
 /* The first read: each keyed table's mask, then GRM_ECANCELED (with resolved == nphys) once
  * every table is keyed with all of its ids or indexed, so the rest of the file is not read. */
@@ -1679,29 +1691,14 @@ static grm_status own_piece_il(void *user, const grm_named_tensor *nt, int64_t r
         return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' came in the second read of the file "
                           "and its table's ids did not come whole in the first; the file is "
                           "damaged or changed while it was read", c->path, nt->name);
-    if (rows != tb->n)
-        return grm_errorf(GRM_EFORMAT, "%s: tensor '%s' holds %lld rows and its table's ids "
-                          "%lld; the file is damaged or was not written by grmhost", c->path,
-                          nt->name, (long long)rows, (long long)tb->n);
+    if (rows != tb->n) return rows_unlike_ids(c, nt, rows, tb->n);
     grm_status st = grm__ckpt_piece_fits(c->path, nt, row0, rows);
     if (st != GRM_OK) return st;
     own_cursor *k = own_cursor_at(il, nt->name, row0, &st);
     if (k == NULL) return st;
-    const int64_t m = nt->tensor.shape[0];
-    const size_t rb = grm__ckpt_row_bytes(&nt->tensor);
-    if ((size_t)m * rb > c->cap) {
-        void *b = realloc(c->buf, (size_t)m * rb);
-        if (!b) return grm_errorf(GRM_ENOMEM, "%s: out of memory filtering '%s'", c->path,
-                                  nt->name);
-        c->buf = b;
-        c->cap = (size_t)m * rb;
-    }
-    int64_t w = 0;
-    for (int64_t r = 0; r < m; r++)
-        if (tb->keep[row0 + r])
-            memcpy((char *)c->buf + (size_t)w++ * rb, (const char *)nt->tensor.data
-                   + (size_t)r * rb, rb);
-    k->next += m;
+    int64_t w;
+    if ((st = own_filter(c, nt, tb->keep + row0, &w)) != GRM_OK) return st;
+    k->next += nt->tensor.shape[0];
     // as own_piece: a piece that keeps nothing goes on only as its tensor's first
     if (w > 0 || row0 == 0) {
         grm_named_tensor out = *nt;

@@ -138,6 +138,16 @@ static grm_status rank_visit(void *user, const grm_named_tensor *t, int64_t row0
     return GRM_OK;
 }
 
+/* Rank r of M reads the fake file into a cleared *g. */
+static grm_status load_as(const grm__pipeline *p, const grm_ckpt_ops *kops, int32_t r,
+                          int32_t M, int interleaved, got *g, int64_t *kept, int64_t *dropped)
+{
+    memset(g, 0, sizeof *g);
+    *kept = *dropped = 0;
+    return grm__reshard_load_owned_rows(p, kops, NULL, "fake.grm", r, M, interleaved,
+                                        rank_visit, g, kept, dropped);
+}
+
 /* Ranks 0 and 1 of 2 each read the fake file (interleaved: in both orders); 3 checks. */
 static void two_ranks(const grm__pipeline *p, const grm_ckpt_ops *kops, int interleaved)
 {
@@ -145,12 +155,9 @@ static void two_ranks(const grm__pipeline *p, const grm_ckpt_ops *kops, int inte
     int64_t all = 0;
     for (int32_t r = 0; r < 2; r++) {
         got g;
-        memset(&g, 0, sizeof g);
-        int64_t kept = 0, dropped = 0;
+        int64_t kept, dropped;
         handed = reached_dense = 0;
-        grm_status s = grm__reshard_load_owned_rows(p, kops, NULL, "fake.grm", r, 2,
-                                                    interleaved, rank_visit, &g, &kept,
-                                                    &dropped);
+        grm_status s = load_as(p, kops, r, 2, interleaved, &g, &kept, &dropped);
         // the rows rank r owns, in file order
         int64_t want[N], nw = 0;
         int same = 1;
@@ -209,10 +216,8 @@ int main(void)
 
     for (int il = 0; il < 2; il++) {
         got g;
-        memset(&g, 0, sizeof g);
-        int64_t kept = 0, dropped = 0;
-        grm_status s = grm__reshard_load_owned_rows(&p, &kops, NULL, "fake.grm", 0, 1, il,
-                                                    rank_visit, &g, &kept, &dropped);
+        int64_t kept, dropped;
+        grm_status s = load_as(&p, &kops, 0, 1, il, &g, &kept, &dropped);
         tap_ok(s == GRM_OK && g.nids == N && g.wrows == N && kept == N && dropped == 0
                && memcmp(g.w, w, sizeof w) == 0 && memcmp(g.ids, ids, sizeof ids) == 0,
                "%s: one rank of 1 keeps every row", il ? "interleaved" : "a tensor at a time");
@@ -221,10 +226,8 @@ int main(void)
     ids_last = 1;
     for (int il = 0; il < 2; il++) {
         got g;
-        memset(&g, 0, sizeof g);
-        int64_t kept = 0, dropped = 0;
-        grm_status s = grm__reshard_load_owned_rows(&p, &kops, NULL, "fake.grm", 0, 2, il,
-                                                    rank_visit, &g, &kept, &dropped);
+        int64_t kept, dropped;
+        grm_status s = load_as(&p, &kops, 0, 2, il, &g, &kept, &dropped);
         tap_ok(s == GRM_EFORMAT && harness_error_has("come after its rows")
                && harness_error_has("grmhost reshard"),
                "%s: ids after their table's rows: GRM_EFORMAT pointing at grmhost reshard",
