@@ -8,7 +8,8 @@
  * after a first read through load_rows that stops once the ids and the indexed table are
  * known (it never reaches the dense tensor).
  * The expected rows are filtered here with grm__dist_owner_of, the ownership of core/dist.h.
- * A keyed table whose ids come after its rows is refused, in both orders. */
+ * A keyed table whose ids come after its rows is refused, in both orders; and, in the
+ * second read, a weight piece that skips rows or a weight of more rows than its ids. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,8 @@ static float st[S * 2];
 static int ids_last;        /* the fake file puts the ids after the weight */
 static int handed;          /* pieces the fake's load_rows handed over */
 static int reached_dense;   /* ... and whether it got to dense.w */
+static int forge;           /* interleaved: 1 skips the weight's second piece, 2 gives the
+                             * weight one row more than the ids */
 
 static grm_named_tensor mk(const char *name, void *data, int32_t dtype, int32_t ndim,
                            int64_t d0, int64_t d1)
@@ -69,7 +72,9 @@ static grm_status fake_pieces(grm_ckpt_piece_fn visit, void *user, int interleav
                 p.tensor.data = (char *)t[k].tensor.data + (size_t)r0 * rb;
                 handed += !interleaved;
                 reached_dense |= !interleaved && k == 4;
-                grm_status s = visit(user, &p, r0, rows);
+                if (interleaved && k == 1 && forge == 1 && r0 == PIECE) continue;
+                grm_status s = visit(user, &p, r0,
+                                     interleaved && k == 1 && forge == 2 ? rows + 1 : rows);
                 if (s != GRM_OK) return s;
             }
         }
@@ -194,7 +199,7 @@ static void two_ranks(const grm__pipeline *p, const grm_ckpt_ops *kops, int inte
 
 int main(void)
 {
-    tap_plan(14);
+    tap_plan(16);
     for (int i = 0; i < N; i++) {
         ids[i] = 1000 + 37 * i;
         for (int d = 0; d < 3; d++) w[3 * i + d] = (float)(i * 10 + d);
@@ -232,6 +237,19 @@ int main(void)
                && harness_error_has("grmhost reshard"),
                "%s: ids after their table's rows: GRM_EFORMAT pointing at grmhost reshard",
                il ? "interleaved" : "a tensor at a time");
+    }
+    ids_last = 0;
+    static const char *const forged[3] = { "", "rows from 14 arrive out of order",
+                                           "holds 51 rows and its table's ids 50" };
+    for (forge = 1; forge <= 2; forge++) {
+        got g;
+        int64_t kept, dropped;
+        grm_status s = load_as(&p, &kops, 0, 1, 1, &g, &kept, &dropped);
+        tap_ok(s == GRM_EFORMAT && harness_error_has(forged[forge])
+                   && harness_error_has("fake.grm"),
+               "interleaved, forged: a weight %s: GRM_EFORMAT naming the file ('%s')",
+               forge == 1 ? "piece that skips 7 rows" : "of one row more than its ids",
+               forged[forge]);
     }
     return tap_done();
 }
