@@ -32,17 +32,6 @@ static inline void ed_count_access(ed_meta *m, int64_t now)
     ed_meta_stamp(m, now);
 }
 
-/* Claim (or find) the key of id and, when this thread claimed it, create its record in
- * pool `pool` (tiered: read back from the backing file when the row is there). Returns the
- * slot, NULL when absent and insert is 0; *st is not GRM_OK when the backing read failed
- * (the record is then initialized, and the batch fails with *st). New keys are counted in
- * *new_keys, for the caller to add to the key structure's counts once (ed_keys_add).
- *
- * out: a training lookup's row. When this thread created an FP32 record, no other thread
- * can reach it before its reference is published, so its first access (ed_lookup_one's
- * count, dirty flag and time) and the copy into out are done here, without the row's
- * lock, and *inserted is 2 (ed_lookup_one then only counts the miss). An FP16 record
- * (which the access may promote) and out NULL (an update) leave *inserted at 1. */
 /* The record of id, whose key this thread has just claimed in slot: ed_acquire's work once
  * the claim succeeded (*st and out as there). Returns what *inserted becomes: 2 when out
  * took the row and the first access was counted, else 1. */
@@ -64,6 +53,17 @@ static int ed_create(const ed_job *j, ed_slot *slot, int64_t id, int pool, grm_s
     return inserted;
 }
 
+/* Claim (or find) the key of id and, when this thread claimed it, create its record in
+ * pool `pool` (tiered: read back from the backing file when the row is there). Returns the
+ * slot, NULL when absent and insert is 0; *st is not GRM_OK when the backing read failed
+ * (the record is then initialized, and the batch fails with *st). New keys are counted in
+ * *new_keys, for the caller to add to the key structure's counts once (ed_keys_add).
+ *
+ * out: a training lookup's row. When this thread created an FP32 record, no other thread
+ * can reach it before its reference is published, so its first access (ed_lookup_one's
+ * count, dirty flag and time) and the copy into out are done here, without the row's
+ * lock, and *inserted is 2 (ed_lookup_one then only counts the miss). An FP16 record
+ * (which the access may promote) and out NULL (an update) leave *inserted at 1. */
 static ed_slot *ed_acquire(const ed_job *j, int64_t id, uint64_t h, int insert, int pool,
                            int *inserted, grm_status *st, float *out, int64_t *new_keys)
 {
