@@ -1465,6 +1465,16 @@ typedef struct own_ctx {
     size_t cap;
 } own_ctx;
 
+/* The table tensor `name` belongs to (-1: none), and whether it is that table's ids. */
+static int32_t own_table_of(const grm__pipeline *p, const char *name, int *is_ids)
+{
+    const int32_t T = table_in(p, name);
+    char ids_name[512];
+    snprintf(ids_name, sizeof ids_name, "emb.%s.ids", T >= 0 ? p->phys_names[T] : "");
+    *is_ids = T >= 0 && strcmp(name, ids_name) == 0;
+    return T;
+}
+
 static grm_status ids_after_rows(const own_ctx *c, const char *table)
 {
     return grm_errorf(GRM_EFORMAT, "%s: the ids of table '%s' come after its rows; rewrite "
@@ -1504,10 +1514,8 @@ static grm_status own_filter(own_ctx *c, const grm_named_tensor *nt, const uint8
 static grm_status own_piece(void *user, const grm_named_tensor *nt, int64_t row0, int64_t rows)
 {
     own_ctx *c = user;
-    const int32_t T = table_in(c->p, nt->name);
-    char ids_name[512];
-    snprintf(ids_name, sizeof ids_name, "emb.%s.ids", T >= 0 ? c->p->phys_names[T] : "");
-    const int is_ids = T >= 0 && strcmp(nt->name, ids_name) == 0;
+    int is_ids;
+    const int32_t T = own_table_of(c->p, nt->name, &is_ids);
     const int64_t m = nt->tensor.shape[0];
     if (T < 0 || (!is_ids && nt->tensor.ndim < 2))      /* not per row: unchanged */
         return c->visit(c->user, nt, row0, rows);
@@ -1600,11 +1608,9 @@ static grm_status own_mask(void *user, const grm_named_tensor *nt, int64_t row0,
 {
     own_il *il = user;
     own_ctx *c = il->c;
-    const int32_t T = table_in(c->p, nt->name);
+    int is_ids;
+    const int32_t T = own_table_of(c->p, nt->name, &is_ids);
     own_tab *tb = T >= 0 ? &il->tab[T] : NULL;
-    char ids_name[512];
-    snprintf(ids_name, sizeof ids_name, "emb.%s.ids", T >= 0 ? c->p->phys_names[T] : "");
-    const int is_ids = T >= 0 && strcmp(nt->name, ids_name) == 0;
     if (T >= 0 && !is_ids) {
         if (nt->tensor.ndim >= 2 && tb->keep == NULL && !tb->indexed) {
             tb->indexed = 1;
@@ -1678,10 +1684,8 @@ static grm_status own_piece_il(void *user, const grm_named_tensor *nt, int64_t r
 {
     own_il *il = user;
     own_ctx *c = il->c;
-    const int32_t T = table_in(c->p, nt->name);
-    char ids_name[512];
-    snprintf(ids_name, sizeof ids_name, "emb.%s.ids", T >= 0 ? c->p->phys_names[T] : "");
-    const int is_ids = T >= 0 && strcmp(nt->name, ids_name) == 0;
+    int is_ids;
+    const int32_t T = own_table_of(c->p, nt->name, &is_ids);
     if (T < 0 || (!is_ids && nt->tensor.ndim < 2) || il->tab[T].indexed) {
         if (is_ids) return ids_after_rows(c, c->p->phys_names[T]);
         return c->visit(c->user, nt, row0, rows);
