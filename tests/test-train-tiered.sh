@@ -7,9 +7,10 @@
 # back every step, killed with SIGKILL once a checkpoint of step >= 20 exists (so inside a
 # write-back, a checkpoint or a step), resumes and ends bitwise as the uninterrupted run; so
 # does one killed inside a write-back pwrite (step 18's) and one killed inside a checkpoint
-# save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL); one whose
-# backing disk fills up inside a write-back stops with an error naming the fix and resumes
-# likewise.
+# save (tests/kill-at-write.c, LD_PRELOAD: half the bytes written, then SIGKILL), in
+# ckpt-grm and in ckpt-safetensors; one whose backing disk fills up inside a write-back
+# stops with an error naming the fix and resumes likewise, as do saves of either format
+# that fill the checkpoints' disk.
 # The data thread's trim ([train] prefetch_evict) moves most evicted rows out, and an oracle
 # (tests/plugins/emb-trim-check.c) checks that every trim keeps the batches in flight.
 # A resumed run (every row in the file) fetches every row through the data thread's
@@ -22,7 +23,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-tiered-XXXXXX")
 pid=
 trap '[ -n "$pid" ] && kill -9 $pid 2>/dev/null; rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..30"
+echo "1..34"
 
 "$g" generate --users 300 --items 400 --clusters 6 --seed 12 --out "$tmp/gen.tsv" || exit 1
 # Repeated items, which evaluation must exclude from the candidates once: every 4th user
@@ -311,6 +312,45 @@ test $rc -eq 0 && grep -q "resuming from $tmp/ckst/step-0000000030.safetensors" 
     "$tmp/st.jsonl"
 ok $? "tiered with ckpt-safetensors (by rows): 30 steps, resumed to 60, the uninterrupted \
 run's final loss and metrics, bitwise"
+
+# ... and its saves are as crash-safe as ckpt-grm's (both write through ckpt-common's
+# ckpt_tmp): SIGKILL inside the 100th pwrite to a .safetensors temporary (half of it
+# written, ~step 6), and the disk full at the 100th (the shim writes half, then ENOSPC):
+# the error names the file and ENOSPC, the temporary is gone, the checkpoints before it
+# stay, and either run resumes to the uninterrupted run's end, bitwise
+if [ -z "$kills" ]; then
+    for d in "SIGKILL inside a ckpt-safetensors save" "... resumes bitwise" \
+             "the disk full inside a ckpt-safetensors save" "... resumes bitwise"; do
+        skip "ASan must be the first library: no LD_PRELOAD" "$d"
+    done
+else
+    for v in KILL FULL; do
+        rm -rf "$tmp/ckst"
+        env GRM_KILL_MATCH=.safetensors.tmp GRM_${v}_AT=100 LD_PRELOAD="$shim" "$g" train \
+            --quiet "$tmp/st.ini" >/dev/null 2>"$tmp/st$v.err" &
+        pid=$!
+        { wait $pid; } 2>/dev/null
+        rc=$?
+        pid=
+        left=$(ls "$tmp/ckst" 2>/dev/null | tr '\n' ' ')
+        msg=$(grep "No space" "$tmp/st$v.err")
+        echo "# exit $rc: ${msg:-no message}; left: $left"
+        if [ $v = KILL ]; then
+            test $rc -eq 137 && echo "$left" | grep -q '\.safetensors\.tmp\.' &&
+                echo "$left" | grep -q 'step-[0-9]*\.safetensors '
+            ok $? "SIGKILL inside a ckpt-safetensors save: its temporary left half written, \
+the checkpoints before it kept"
+        else
+            test $rc -eq 1 && echo "$msg" | grep -q "ckpt-safetensors: $tmp/ckst/step-[0-9]*\.\
+safetensors: cannot write $tmp/ckst/step-[0-9]*\.safetensors\.tmp\.[0-9]*: No space" &&
+                ! echo "$left" | grep -q '\.tmp\.' && echo "$left" | grep -q '\.safetensors'
+            ok $? "the disk full inside a ckpt-safetensors save: exit 1 naming the file and \
+ENOSPC, its temporary removed, the checkpoints before it kept"
+        fi
+        resume_same "rst$v" "$tmp/st.ini"
+        ok $? "... resumed, the losses and metrics are the uninterrupted run's, bitwise"
+    done
+fi
 
 # How the resumes above read their checkpoints (ABI 1.13): both formats hand the tiered
 # table's tensors over a range of each in turn (load_rows_interleaved), and the store

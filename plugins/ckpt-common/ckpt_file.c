@@ -1,6 +1,7 @@
 /* plugins/ckpt-common/ckpt_file.c - see ckpt_file.h. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -77,4 +78,69 @@ int ckpt_fsync_dir(const char *path)
     }
     free(dir);
     return err;
+}
+
+grm_status ckpt_tmp_open(const grm_host_api *host, const char *who, const char *path,
+                         int stream, ckpt_tmp *o)
+{
+    const size_t len = strlen(path) + 32;
+    *o = (ckpt_tmp){ .who = who, .path = path, .fd = -1 };
+    if ((o->name = malloc(len)) == NULL)
+        return host->errorf(GRM_ENOMEM, "%s: %s: out of memory", who, path);
+    snprintf(o->name, len, "%s.tmp.%ld", path, (long)getpid());
+    o->fd = open(o->name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (o->fd >= 0 && stream && (o->f = fdopen(o->fd, "wb")) == NULL) {
+        const int err = errno;
+        close(o->fd);
+        unlink(o->name);
+        o->fd = -1;
+        errno = err;
+    }
+    if (o->fd < 0) {
+        const grm_status st = host->errorf(GRM_EIO, "%s: %s: cannot create %s: %s", who, path,
+                                           o->name, strerror(errno));
+        free(o->name);
+        o->name = NULL;
+        return st;
+    }
+    return GRM_OK;
+}
+
+int ckpt_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+    for (size_t done = 0; done < len;) {
+        errno = 0;
+        const ssize_t w = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (w <= 0) return errno ? errno : -1;
+        done += (size_t)w;
+    }
+    return 0;
+}
+
+void ckpt_tmp_pwrite(ckpt_tmp *o, const void *buf, size_t len, uint64_t off)
+{
+    if (o->err == 0) o->err = ckpt_pwrite_all(o->fd, buf, len, off);
+}
+
+grm_status ckpt_tmp_commit(const grm_host_api *host, ckpt_tmp *o, grm_status st)
+{
+    int err = o->err;
+    if (st == GRM_OK && err == 0 && o->f != NULL && fflush(o->f) != 0) err = errno;
+    if (st == GRM_OK && err == 0 && fsync(o->fd) != 0) err = errno;
+    // the close reports what a file system defers to it (NFS, a quota): a failed write
+    if ((o->f != NULL ? fclose(o->f) : close(o->fd)) != 0 && err == 0) err = errno;
+    if (st == GRM_OK && err != 0)
+        st = host->errorf(GRM_EIO, "%s: %s: cannot write %s: %s", o->who, o->path, o->name,
+                          err > 0 ? strerror(err) : "short write");
+    if (st == GRM_OK && rename(o->name, o->path) != 0)
+        st = host->errorf(GRM_EIO, "%s: %s: cannot rename %s to it: %s", o->who, o->path,
+                          o->name, strerror(errno));
+    if (st != GRM_OK)
+        unlink(o->name);
+    else if ((err = ckpt_fsync_dir(o->path)) != 0)
+        st = host->errorf(GRM_EIO, "%s: %s: saved, but cannot fsync its directory: %s", o->who,
+                          o->path, strerror(err));
+    free(o->name);
+    *o = (ckpt_tmp){ .fd = -1 };
+    return st;
 }

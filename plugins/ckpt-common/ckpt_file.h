@@ -1,11 +1,13 @@
 /* plugins/ckpt-common/ckpt_file.h - file handling every checkpoint format shares, compiled
  * into each ckpt-*.so (plugins link no libgrmcore): map a file read-only for verification,
- * and fsync the directory after the rename that makes a save atomic. */
+ * and write a file atomically (a temporary beside it, fsynced, renamed over it, its
+ * directory fsynced; removed on any failure). */
 #ifndef CKPT_FILE_H
 #define CKPT_FILE_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <grm/host.h>
 
@@ -48,5 +50,37 @@ static inline int64_t ckpt_group_rows(size_t group_row_bytes, int64_t rows)
 
 /* fsync the directory holding path, so a rename into it is durable. 0 or an errno. */
 int ckpt_fsync_dir(const char *path);
+
+/* The temporary a save writes beside path ("<path>.tmp.<pid>"), made the file at path by
+ * ckpt_tmp_commit: a crash at any moment leaves path as it was (or absent) and at worst a
+ * temporary that the host's next run removes. Written with ckpt_tmp_pwrite (at offsets)
+ * or through f (a stream, when opened with stream = 1); a write error through f is the
+ * caller's to record in err. */
+typedef struct ckpt_tmp {
+    const char *who;           /* the plugin, in messages */
+    const char *path;          /* borrowed: the file it becomes */
+    char *name;                /* owned: the temporary's path */
+    int fd;
+    FILE *f;                   /* over fd when opened as a stream, else NULL */
+    int err;                   /* the first write's errno (-1: a short write), 0: none */
+} ckpt_tmp;
+
+/* Create the temporary for path (truncating one of this pid's left from before). GRM_EIO
+ * naming who, path and the temporary when it cannot be created; nothing to release then. */
+grm_status ckpt_tmp_open(const grm_host_api *host, const char *who, const char *path,
+                         int stream, ckpt_tmp *o);
+
+/* All of buf [len] at offset off of the temporary, unless a write failed already; the
+ * error is kept in o->err for ckpt_tmp_commit. */
+void ckpt_tmp_pwrite(ckpt_tmp *o, const void *buf, size_t len, uint64_t off);
+
+/* All of buf [len] at offset off of fd: 0 or an errno (-1: a short write). */
+int ckpt_pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
+
+/* End the temporary. When st is GRM_OK and no write failed (o->err): flushed, fsynced,
+ * closed, renamed to path, and path's directory fsynced; otherwise closed and removed.
+ * Returns st, or GRM_EIO naming who, path and the failed step ("cannot write TMP: ENOSPC",
+ * "cannot rename TMP to it", "saved, but cannot fsync its directory"). Releases o. */
+grm_status ckpt_tmp_commit(const grm_host_api *host, ckpt_tmp *o, grm_status st);
 
 #endif /* CKPT_FILE_H */

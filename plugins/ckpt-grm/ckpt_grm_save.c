@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <xxhash.h>
 #include <zstd.h>
@@ -102,11 +101,6 @@ static void cg_write_head(cg_writer *w, const grm_named_tensor *nt, size_t raw, 
     cg_write_u64(w, (uint64_t)chunks);
 }
 
-static const char *cg_errno_str(int err)
-{
-    return err > 0 ? strerror(err) : "short write";
-}
-
 /* What the save needs of each tensor: its bytes and how it is written. */
 typedef struct cg_plan {
     size_t raw;             /* bytes */
@@ -189,13 +183,12 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
                    grm_ckpt_rows_fn rows, void *user)
 {
     grm_status st = GRM_OK;
-    char *tmp = NULL;
     void *zbuf = NULL, *in = NULL;
     size_t zcap = 0, cap = 0;
     ZSTD_CCtx *cctx = NULL;
     cg_plan *pl = NULL;
     cg_writer w = { NULL, NULL, 0 };
-    int created = 0;                  // tmp exists on disk and must be removed on failure
+    ckpt_tmp o = { .fd = -1 };        // the temporary; o.name != NULL while it exists
     static const uint8_t empty = 0;   // a valid pointer for zero-byte payloads
 
     if (path == NULL || path[0] == '\0')
@@ -209,7 +202,7 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
         cg_plan *p = &pl[i];
         const grm_tensor *t = &tensors[i].tensor;
         if ((st = cg_tensor_bytes(host, path, &tensors[i], i, rows != NULL, &p->raw)) != GRM_OK)
-            goto fail;
+            goto out;
         p->rows = t->ndim >= 1 ? t->shape[0] : 1;
         p->by_rows = t->data == NULL && p->raw > 0;
         p->chunks = 1;
@@ -237,29 +230,21 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
     }
     if (meta == NULL) meta = "{}";
 
-    const size_t tmp_len = strlen(path) + 32;
-    tmp = malloc(tmp_len);
     w.hash = XXH64_createState();
     cctx = ZSTD_createCCtx();
-    if (tmp == NULL || w.hash == NULL || cctx == NULL) {
+    if (w.hash == NULL || cctx == NULL) {
         st = host->errorf(GRM_ENOMEM, "ckpt-grm: %s: out of memory", path);
-        goto fail;
+        goto out;
     }
-    snprintf(tmp, tmp_len, "%s.tmp.%ld", path, (long)getpid());
     if (ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level))
         || ZSTD_isError(ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1))) {
         st = host->errorf(GRM_EINVAL, "ckpt-grm: %s: zstd refuses level %d", path, level);
-        goto fail;
+        goto out;
     }
     XXH64_reset(w.hash, CG_XXH_SEED);
 
-    w.f = fopen(tmp, "wb");
-    if (w.f == NULL) {
-        st = host->errorf(GRM_EIO, "ckpt-grm: %s: cannot create %s: %s", path, tmp,
-                          strerror(errno));
-        goto fail;
-    }
-    created = 1;
+    if ((st = ckpt_tmp_open(host, "ckpt-grm", path, 1, &o)) != GRM_OK) goto out;
+    w.f = o.f;
 
     // Header: magic, version, metadata, tensor count, the tensors' headers.
     const size_t meta_len = strlen(meta);
@@ -278,13 +263,13 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
             if (pl[i].lead == i
                 && (st = cg_group(host, path, &w, cctx, tensors, pl, n, i, rows, user, &in,
                                   &cap, &zbuf, &zcap)) != GRM_OK)
-                goto fail;
+                goto out;
             continue;
         }
         const void *src = pl[i].raw > 0 ? nt->tensor.data : &empty;
         if ((st = cg_put_chunk(host, path, &w, cctx, nt->name, i, 0, pl[i].rows, src,
                                pl[i].raw, &zbuf, &zcap)) != GRM_OK)
-            goto fail;
+            goto out;
     }
 
     // Trailer: the XXH64 of everything before it (not of itself), then the end marker.
@@ -296,44 +281,13 @@ grm_status cg_save(const grm_host_api *host, int level, const char *path,
         if (fwrite(trailer, 1, sizeof(trailer), w.f) != sizeof(trailer))
             w.err = errno != 0 ? errno : -1;
     }
-    if (w.err == 0 && fflush(w.f) != 0) w.err = errno;
-    if (w.err == 0 && fsync(fileno(w.f)) != 0) w.err = errno;
-    if (w.err != 0) {
-        st = host->errorf(GRM_EIO, "ckpt-grm: %s: cannot write %s: %s", path, tmp,
-                          cg_errno_str(w.err));
-        goto fail;
+out:
+    // written, fsynced and renamed over path when st is GRM_OK and every write went through
+    // (w.err); otherwise removed
+    if (o.name != NULL) {
+        if (o.err == 0) o.err = w.err;
+        st = ckpt_tmp_commit(host, &o, st);
     }
-    FILE *f = w.f;
-    w.f = NULL;
-    if (fclose(f) != 0) {
-        st = host->errorf(GRM_EIO, "ckpt-grm: %s: cannot close %s: %s", path, tmp,
-                          strerror(errno));
-        goto fail;
-    }
-    if (rename(tmp, path) != 0) {
-        st = host->errorf(GRM_EIO, "ckpt-grm: %s: cannot rename %s to it: %s", path, tmp,
-                          strerror(errno));
-        goto fail;
-    }
-    created = 0;
-    const int err = ckpt_fsync_dir(path);
-    if (err != 0) {
-        st = host->errorf(GRM_EIO, "ckpt-grm: %s: saved, but cannot fsync its directory: %s",
-                          path, strerror(err));
-        goto fail;
-    }
-    free(tmp);
-    free(zbuf);
-    free(in);
-    free(pl);
-    ZSTD_freeCCtx(cctx);
-    XXH64_freeState(w.hash);
-    return GRM_OK;
-
-fail:
-    if (w.f != NULL) fclose(w.f);
-    if (created) unlink(tmp);
-    free(tmp);
     free(zbuf);
     free(in);
     free(pl);

@@ -99,73 +99,6 @@ static void st_hash_whole(st_item *items, int64_t n)
     }
 }
 
-/* All of buf [len] at offset off of fd; 0 or an errno (-1: a short write). */
-static int st_pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-    for (size_t done = 0; done < len;) {
-        errno = 0;
-        const ssize_t w = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
-        if (w <= 0) return errno ? errno : -1;
-        done += (size_t)w;
-    }
-    return 0;
-}
-
-/* The temp file a save writes beside path ("<path>.tmp.<pid>"), made the file at path by
- * st_tmp_commit: written, fsynced, renamed, its directory fsynced, as ckpt-grm writes its
- * own. */
-typedef struct st_tmp {
-    char *name;                /* owned */
-    int fd;
-    int err;                   /* the first write's errno (-1: a short write), 0: none */
-} st_tmp;
-
-static grm_status st_tmp_open(const grm_host_api *host, const char *path, st_tmp *o)
-{
-    const size_t len = strlen(path) + 32;
-    o->fd = -1;
-    o->err = 0;
-    if ((o->name = malloc(len)) == NULL)
-        return host->errorf(GRM_ENOMEM, "ckpt-safetensors: %s: out of memory", path);
-    snprintf(o->name, len, "%s.tmp.%ld", path, (long)getpid());
-    if ((o->fd = open(o->name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0666)) < 0) {
-        const grm_status st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot create %s: "
-                                           "%s", path, o->name, strerror(errno));
-        free(o->name);
-        return st;
-    }
-    return GRM_OK;
-}
-
-/* buf [len] at offset off of the temp file, unless a write failed already. */
-static void st_tmp_put(st_tmp *o, const void *buf, size_t len, uint64_t off)
-{
-    if (o->err == 0) o->err = st_pwrite_all(o->fd, buf, len, off);
-}
-
-/* Close the temp file: when st is GRM_OK and every write went through, fsynced and renamed
- * to path, then path's directory fsynced; else removed. Returns st, or the I/O error. */
-static grm_status st_tmp_commit(const grm_host_api *host, const char *path, st_tmp *o,
-                                grm_status st)
-{
-    int err = o->err;
-    if (st == GRM_OK && err == 0 && fsync(o->fd) != 0) err = errno;
-    if (close(o->fd) != 0 && err == 0) err = errno;
-    if (st == GRM_OK && err != 0)
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot write %s: %s", path, o->name,
-                          err > 0 ? strerror(err) : "short write");
-    if (st == GRM_OK && rename(o->name, path) != 0)
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: cannot rename %s to it: %s", path,
-                          o->name, strerror(errno));
-    if (st != GRM_OK)
-        unlink(o->name);
-    else if ((err = ckpt_fsync_dir(path)) != 0)
-        st = host->errorf(GRM_EIO, "ckpt-safetensors: %s: saved, but cannot fsync its "
-                          "directory: %s", path, strerror(err));
-    free(o->name);
-    return st;
-}
-
 static int st_by_size(const void *a, const void *b)
 {
     const st_item *x = a, *y = b;
@@ -225,14 +158,14 @@ static void st_header_json(st_buf *b, st_item *items, int64_t n, int32_t s,
 }
 
 /* Write header hdr [hlen] and the data of shard s's items (all when s < 0; each held in
- * memory) to path atomically (st_tmp), in file order; *xxh (when not NULL) the XXH64 of the whole
- * file. prefix 0 writes hdr alone, without the 8-byte length (the shards' JSON index). */
+ * memory) to path atomically (ckpt_tmp), in file order; *xxh (when not NULL) the XXH64 of
+ * the whole file. prefix 0 writes hdr alone, without the 8-byte length (the shards' JSON index). */
 static grm_status st_write_file(const grm_host_api *host, const char *path, const char *hdr,
                                 size_t hlen, const st_item *items, int64_t n, int32_t s,
                                 int prefix, uint64_t *xxh)
 {
-    st_tmp o;
-    grm_status st = st_tmp_open(host, path, &o);
+    ckpt_tmp o;
+    grm_status st = ckpt_tmp_open(host, "ckpt-safetensors", path, 0, &o);
     if (st != GRM_OK) return st;
     XXH64_state_t hs;
     XXH64_reset(&hs, ST_XXH_SEED);
@@ -240,20 +173,20 @@ static grm_status st_write_file(const grm_host_api *host, const char *path, cons
     uint8_t len8[8];
     st_put_u64(len8, hlen);
     if (prefix) {
-        st_tmp_put(&o, len8, 8, 0);
+        ckpt_tmp_pwrite(&o, len8, 8, 0);
         XXH64_update(&hs, len8, 8);
         at = 8;
     }
-    st_tmp_put(&o, hdr, hlen, at);
+    ckpt_tmp_pwrite(&o, hdr, hlen, at);
     XXH64_update(&hs, hdr, hlen);
     at += hlen;
     for (int64_t i = 0; i < n && o.err == 0; i++) {
         if ((s >= 0 && items[i].shard != s) || items[i].bytes == 0) continue;
-        st_tmp_put(&o, items[i].t->tensor.data, items[i].bytes, at);
+        ckpt_tmp_pwrite(&o, items[i].t->tensor.data, items[i].bytes, at);
         XXH64_update(&hs, items[i].t->tensor.data, items[i].bytes);
         at += items[i].bytes;
     }
-    st = st_tmp_commit(host, path, &o, GRM_OK);
+    st = ckpt_tmp_commit(host, &o, GRM_OK);
     if (st == GRM_OK && xxh != NULL) *xxh = XXH64_digest(&hs);
     return st;
 }
@@ -428,7 +361,7 @@ static grm_status st_put_groups(const grm_host_api *host, const char *path, int 
                 if ((st = src->rows(src->user, items[j].index, r0, m, src->buf)) != GRM_OK)
                     break;
                 XXH64_update(&hs[j], src->buf, (size_t)m * rb);
-                *err = st_pwrite_all(fd, src->buf, (size_t)m * rb,
+                *err = ckpt_pwrite_all(fd, src->buf, (size_t)m * rb,
                                      data0 + items[j].begin + (uint64_t)r0 * rb);
             }
         }
@@ -471,22 +404,22 @@ static grm_status st_write_ranges(const grm_host_api *host, const char *path, co
                                   const char *const *extra, int nextra, st_src *src,
                                   uint64_t *xxh)
 {
-    st_tmp o;
-    grm_status st = st_tmp_open(host, path, &o);
+    ckpt_tmp o;
+    grm_status st = ckpt_tmp_open(host, "ckpt-safetensors", path, 0, &o);
     if (st != GRM_OK) return st;
     st_buf again = { 0 };
     const uint64_t data0 = 8 + (uint64_t)hdr->len;
     uint64_t end = data0;
     uint8_t len8[8];
     st_put_u64(len8, hdr->len);
-    st_tmp_put(&o, len8, 8, 0);
-    st_tmp_put(&o, hdr->s, hdr->len, 8);
+    ckpt_tmp_pwrite(&o, len8, 8, 0);
+    ckpt_tmp_pwrite(&o, hdr->s, hdr->len, 8);
     for (int64_t i = 0; i < n && o.err == 0; i++) {
         if (s >= 0 && items[i].shard != s) continue;
         if (data0 + items[i].begin + items[i].bytes > end)
             end = data0 + items[i].begin + items[i].bytes;
         if (items[i].t->tensor.data != NULL && items[i].bytes > 0)
-            st_tmp_put(&o, items[i].t->tensor.data, items[i].bytes, data0 + items[i].begin);
+            ckpt_tmp_pwrite(&o, items[i].t->tensor.data, items[i].bytes, data0 + items[i].begin);
     }
     if (o.err == 0) st = st_put_groups(host, path, o.fd, data0, items, n, s, src, &o.err);
     if (st == GRM_OK && o.err == 0
@@ -497,7 +430,7 @@ static grm_status st_write_ranges(const grm_host_api *host, const char *path, co
                               "from %zu to %zu bytes when the XXH64s were filled in", path,
                               hdr->len, again.len);
         else
-            st_tmp_put(&o, again.s, again.len, 8);
+            ckpt_tmp_pwrite(&o, again.s, again.len, 8);
     }
     if (st == GRM_OK && o.err == 0 && xxh != NULL) {
         if (src->cap == 0 && (src->buf = malloc((size_t)1 << 20)) != NULL) src->cap = 1u << 20;
@@ -506,7 +439,7 @@ static grm_status st_write_ranges(const grm_host_api *host, const char *path, co
         else *xxh = st_hash_back(o.fd, end, src->buf, src->cap, &o.err);
     }
     free(again.s);
-    return st_tmp_commit(host, path, &o, st);
+    return ckpt_tmp_commit(host, &o, st);
 }
 
 /* Write one file of shard s (all tensors when s < 0) with extra metadata pairs; *xxh (when
