@@ -56,6 +56,14 @@ grm_status grm__backend_host_copy(void *ctx, void *dst, grm_device dst_dev, cons
                                   grm_device src_dev, size_t bytes, void *stream);
 grm_status grm__backend_host_sync(void *ctx, void *stream);
 
+/* 1 for the two CPU backends (ref, cpu): their gemm works on host memory and may run on
+ * the host pool's threads at once, so a loop over users can multiply each thread's own
+ * block of them (evaluation, recommend) instead of the whole batch on one thread. */
+static inline int grm__backend_on_host(const grm_backend *b)
+{
+    return b->iface == &grm__backend_cpu_iface || b->iface == &grm__backend_ref_iface;
+}
+
 /* The bit of grm_plugin_info.devices for device type `type`. */
 #define GRM__DEVICE_BIT(type) (1u << (uint32_t)(type))
 

@@ -31,7 +31,18 @@ typedef struct rank_ctx {
     const float *lo, *hi;      /* [b] */
     float *bs;                 /* [b, EVAL_BAND] the kept items' scores */
     int32_t *bn;               /* [b] items kept; -1: counted again in a second pass */
+    const float *q;            /* [b, D] queries score_rank_range multiplies; NULL: scored */
 } rank_ctx;
+
+/* Users one product scores, which rank_range then counts while their scores are in the
+ * cache. OpenBLAS packs the chunk's rows once a product, so fewer users a product pay more
+ * packing (blocks of 4 took 17-19 s a split below, of 16 4.1-4.5 s), and more spill their
+ * scores out of the cache (64 users of 46,138 items are 11.8 MB). Each thread makes its
+ * own products: one product of the whole batch on one thread, then ranked on all, left the
+ * other cores idle through it (50,000 users, 46,138 items, dim 16, 2 threads: 5.1-6.4 s a
+ * split before, 3.4-4.4 s now, three alternated pairs; on one thread the two take the
+ * same time; bench/README.md, 2026-11-29). */
+#define EVAL_BLOCK 64
 
 /* Items a user keeps inside its band. The band is about 2^-17 of the scores' scale wide at
  * dim 128, a few items of a catalog of 10^5-10^6 at most; a user with more (a model whose
@@ -148,6 +159,27 @@ static grm_status rank_range(void *vctx, int64_t lo, int64_t hi)
         else if (c0 > ti) c->ranks[k] += count_above(sc, cc, ts);
         else c->ranks[k] += count_from(sc, ti - c0, ts)
                             + count_above(sc + (ti - c0) + 1, c0 + cc - ti - 1, ts);
+    }
+    return GRM_OK;
+}
+
+/* Users [lo, hi) of a batch: their scores against the chunk, EVAL_BLOCK users' queries a
+ * product (on the CPU backends: a thread's own; otherwise the batch's were made already),
+ * each block ranked while its scores are still in the cache (rank_range). */
+static grm_status score_rank_range(void *vctx, int64_t lo, int64_t hi)
+{
+    rank_ctx *c = vctx;
+    grm__trainer *t = c->t;
+    const int64_t cc = c->cc;
+    const int32_t D = t->p->tables[t->item_table].dim;
+    for (int64_t k0 = lo; k0 < hi; k0 += EVAL_BLOCK) {
+        const int64_t m = hi - k0 < EVAL_BLOCK ? hi - k0 : EVAL_BLOCK;
+        grm_status st = GRM_OK;
+        if (c->q)
+            st = t->be.iface->gemm(t->be.context, 0, 1, m, cc, D, 1.0f, c->q + k0 * D, D,
+                                   t->ev.cat_rows, D, 0.0f, t->ev.scores + k0 * cc, cc, NULL);
+        if (st == GRM_OK) st = rank_range(c, k0, k0 + m);
+        if (st != GRM_OK) return st;
     }
     return GRM_OK;
 }
@@ -424,10 +456,15 @@ static grm_status rank_chunks(grm__trainer *t, const rank_ctx *rc, int64_t n, in
                 grm__scratch_reset();
                 continue;
             }
-            st = t->be.iface->gemm(t->be.context, 0, 1, b, cc, D, 1.0f, q, D,
-                                   t->ev.cat_rows, D, 0.0f, t->ev.scores, cc, NULL);
-            if (st != GRM_OK) break;
+            /* on a device backend, one product for the batch; on the host, a block of
+             * users a thread (score_rank_range) */
+            const int host = grm__backend_on_host(&t->be);
+            if (!host && (st = t->be.iface->gemm(t->be.context, 0, 1, b, cc, D, 1.0f, q, D,
+                                                  t->ev.cat_rows, D, 0.0f, t->ev.scores, cc,
+                                                  NULL)) != GRM_OK)
+                break;
             rank_ctx r = *rc;
+            r.q = host ? q : NULL;
             r.users += i0;
             r.hist_end += i0;
             r.hs += i0;
@@ -441,7 +478,10 @@ static grm_status rank_chunks(grm__trainer *t, const rank_ctx *rc, int64_t n, in
                 r.bs += i0 * EVAL_BAND;
                 r.bn += i0;
             }
-            if ((st = grm__parallel_for(b, 8, rank_range, &r)) != GRM_OK) break;
+            const int64_t nt = grm__num_threads(), per = (b + nt - 1) / nt;
+            if ((st = grm__parallel_for(b, per < EVAL_BLOCK ? per : EVAL_BLOCK,
+                                        score_rank_range, &r)) != GRM_OK)
+                break;
             grm__scratch_reset();
         }
     }

@@ -415,7 +415,7 @@ grm_status grm__recommend(grm__pipeline *p, const grm__run_opts *opts,
                  "(step %lld), %lld candidates, history %s", (long long)K, (long long)nu,
                  path, (long long)t.step, (long long)C, ro->keep_history ? "kept" : "excluded");
     const double t0 = now_s();
-    const int cpu = t.be.iface == &grm__backend_cpu_iface || t.be.iface == &grm__backend_ref_iface;
+    const int cpu = grm__backend_on_host(&t.be);
     if (t.ev.chunk < C) {
         if (!opts->quiet)
             grm__log(GRM_LOG_INFO, "grmhost", "recommend: the catalog's %lld items are scored "

@@ -3,7 +3,8 @@
 # lowers the loss; a run interrupted by SIGTERM checkpoints and exits 0; a resumed run
 # continues from the checkpoint step and ends bit-identical to an uninterrupted run (so
 # save -> load restores every tensor exactly); a corrupted checkpoint is refused; eval
-# reproduces the final metrics from the checkpoint; usage errors and failures exit 2 and 1
+# reproduces the final metrics from the checkpoint, however its users are batched and
+# threaded and its catalog chunked; usage errors and failures exit 2 and 1
 # with one "grmhost: " line (core/cli.c). TAP output.
 set -u
 : "${GRM_TOP_BUILDDIR:?run through make check}" "${GRM_TOP_SRCDIR:?}"
@@ -11,7 +12,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-train-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..15"
+echo "1..16"
 
 "$g" generate --users 400 --items 300 --clusters 10 --seed 7 --out "$tmp/data.tsv" || exit 1
 ini() { # $1 file, $2 checkpoint dir, $3 steps
@@ -137,6 +138,21 @@ final "$tmp/e.out" >"$tmp/e.final"
 cmp -s "$tmp/b.final" "$tmp/e.final" || rc=1
 [ $rc -ne 0 ] && sed 's/^/# /' "$tmp/e.err" | tail -3
 ok $rc "eval --checkpoint reproduces the trained run's valid and test metrics exactly"
+# ... however its users are batched, threaded and its catalog chunked: one batch of all 400
+# on one thread (a product of 64 users at a time, core/eval.c EVAL_BLOCK), batches of 7 on
+# 2, and 63-item chunks (eval_memory_mb = 1 with batches of 4096: the banded pass)
+rc=0
+for v in "4096 1 256" "7 2 256" "4096 2 1"; do
+    set -- $v
+    "$g" eval "$tmp/b.ini" --checkpoint "$tmp/ck-b" --set train.eval_batch=$1 \
+        --set pipeline.threads=$2 --set train.eval_memory_mb=$3 >"$tmp/e2.out" 2>"$tmp/e2.err"
+    final "$tmp/e2.out" >"$tmp/e2.final"
+    [ $3 = 1 ] && ! grep -q "ranked in [0-9]* chunks of 63 items" "$tmp/e2.err" && rc=1
+    cmp -s "$tmp/b.final" "$tmp/e2.final" || { rc=1; echo "# differs: eval_batch=$1 threads=$2 \
+eval_memory_mb=$3"; diff "$tmp/b.final" "$tmp/e2.final" | head -4 | sed 's/^/# /'; }
+done
+ok $rc "and with every user in one batch on one thread, batches of 7 on two, or the catalog \
+in chunks of 63 items"
 
 "$g" eval "$tmp/b.ini" --checkpoint "$tmp/nonexistent" >/dev/null 2>"$tmp/f.err"
 rc=$?
