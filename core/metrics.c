@@ -336,10 +336,18 @@ void grm__metrics_prometheus(grm__metrics *m, FILE *f)
 
 void grm__metrics_summary(grm__metrics *m, FILE *f)
 {
-    fprintf(f, "%-10s %-16s %10s %12s\n", "split", "metric", "step", "value");
+    /* the metric and value columns as wide as their widest entry (table.NAME.evictions, a
+     * table's bytes), so the columns line up */
+    int w = 16, vw = 12;
+    for (int i = 0; i < m->n; i++) {
+        const int n = snprintf(NULL, 0, "%.6f", m->last[i].value);
+        if ((int)strlen(m->last[i].name) > w) w = (int)strlen(m->last[i].name);
+        if (n > vw) vw = n;
+    }
+    fprintf(f, "%-10s %-*s %10s %*s\n", "split", w, "metric", "step", vw, "value");
     for (int i = 0; i < m->n; i++)
-        fprintf(f, "%-10s %-16s %10lld %12.6f\n", m->last[i].split, m->last[i].name,
-                (long long)m->last[i].step, m->last[i].value);
+        fprintf(f, "%-10s %-*s %10lld %*.6f\n", m->last[i].split, w, m->last[i].name,
+                (long long)m->last[i].step, vw, m->last[i].value);
 }
 
 int64_t grm__metrics_tell(const grm__metrics *m)
