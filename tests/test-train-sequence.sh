@@ -11,7 +11,7 @@ g="$GRM_TOP_BUILDDIR/grmhost"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-seq-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$GRM_TOP_SRCDIR/tests/tap.sh"
-echo "1..16"
+echo "1..17"
 
 "$g" generate --users 600 --items 300 --clusters 10 --seed 11 --out "$tmp/data.tsv" || exit 1
 ini() { # $1 file, $2 checkpoint dir, $3 steps, $4 extra feature section
@@ -188,3 +188,37 @@ sed 's/^/# /' "$tmp/v-es.err" | head -2
 test $rc -eq 2 && grep -q "v-es.ini:[0-9]*: \[train\] train_on_valid = true with early_stop > 0" \
     "$tmp/v-es.err" && grep -q "set early_stop = 0" "$tmp/v-es.err"
 ok $? "train_on_valid with early stopping is refused naming file, line and the fix"
+
+# SASRec's row-wise and element-wise stages (LayerNorm, residual sums, dropout, the FFN
+# activation) run a range of rows a thread, each row's arithmetic the serial loop's: both
+# styles, dropout on, trained on 1 and on 3 threads (other ranges), give every validation
+# and test metric bitwise and the same losses to 1e-6 (the head sums its loss over ranges)
+for style in sasrec bert; do
+    for th in 1 3; do
+        ini "$tmp/th.ini" "" 20 ""
+        blk="[dense.0]\nplugin = dense-sasrec\nstyle = $style\nnum_heads = 2\ndropout = 0.3"
+        blk="$blk\npos_emb = true\nmax_len = 20\n[dense.1]\nplugin = dense-sasrec"
+        blk="$blk\nstyle = $style\nnum_heads = 2\ndropout = 0.3"
+        [ $style = sasrec ] && blk="$blk\nfinal_norm = true"
+        # the MLP block gives way to the two SASRec blocks; every 10 steps an evaluation
+        awk -v b="$blk" '/^\[dense\.0\]$/ { print b; skip = 1; next } /^\[/ { skip = 0 }
+            !skip' "$tmp/th.ini" | sed -e 's/^eval_every = .*/eval_every = 10/' \
+            -e 's/^dim = 16$/dim = 32/' -e 's/^log_every = .*/log_every = 1/' >"$tmp/th-$style-$th.ini"
+        "$g" train --fresh --set pipeline.threads=$th --metrics-out "$tmp/th-$style-$th.jsonl" \
+            "$tmp/th-$style-$th.ini" >/dev/null 2>"$tmp/th-$style-$th.err" ||
+            sed 's/^/# /' "$tmp/th-$style-$th.err" | tail -3
+        grep '"split":"\(valid\|test\)"' "$tmp/th-$style-$th.jsonl" |
+            sed 's/.*\("step":.*\)}/\1/' >"$tmp/th-$style-$th.v"
+        losses "$tmp/th-$style-$th.jsonl" >"$tmp/th-$style-$th.l"
+    done
+done
+rc=0
+for style in sasrec bert; do
+    n=$(grep -c . "$tmp/th-$style-1.v")
+    echo "# $style: $n metrics, $(grep -c . "$tmp/th-$style-1.l") losses"
+    [ "$n" -ge 15 ] && cmp -s "$tmp/th-$style-1.v" "$tmp/th-$style-3.v" || rc=1
+    paste "$tmp/th-$style-1.l" "$tmp/th-$style-3.l" | awk 'NF != 4 || $1 != $3 ||
+        ($2 - $4) ^ 2 > 1e-12 * $2 ^ 2 { bad = 1 } END { exit bad || NR < 20 }' || rc=1
+done
+ok $rc "SASRec (both styles, dropout on) trained on 1 and on 3 threads: every validation and \
+test metric bitwise, the losses to 1e-6"
