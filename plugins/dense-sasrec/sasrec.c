@@ -527,32 +527,71 @@ static inline float act_grad(int32_t gelu, float z)
  * loop's, so the result does not depend on the threads. Serial, they were a fifth of a
  * Beauty SASRec run's samples under perf (sasrec_ln_fwd 8 %, the sums and activation in
  * sasrec_forward 6 %, drop_inplace 5 %) while the other core waited. */
-enum { EW_ADD, EW_DROP, EW_ACT };
+enum { EW_ADD, EW_DROP, EW_ACT, EW_ACT_GRAD };
 typedef struct ew_job {
     int op;
-    float *y;                  /* EW_ADD: y += x; EW_DROP: y *= drop; EW_ACT: y = act(x drop) */
+    /* EW_ADD: y += x; EW_DROP: y *= drop; EW_ACT: y = act(x drop); EW_ACT_GRAD:
+     * y *= act'(x drop) drop */
+    float *y;
     const float *x;
     uint64_t key;              /* the dropout key, with p > 0 */
     double p;
     int32_t gelu;
 } ew_job;
 
+/* The loops below are compiled for the baseline, AVX2 and AVX-512 (x86-64-v4) and vectorised
+ * (picked at load time by the CPU); each element's result is the scalar loop's: a dropout
+ * keeps or zeroes by the same hash, and 1 / (1 - p) is computed once, not per element (a
+ * division an element was most of drop_inplace's time). */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define SASREC_VECTOR_CLONES \
+    __attribute__((target_clones("default", "avx2", "arch=x86-64-v4"), optimize("O3")))
+#endif
+#endif
+#ifndef SASREC_VECTOR_CLONES
+#define SASREC_VECTOR_CLONES
+#endif
+
+SASREC_VECTOR_CLONES static void ew_drop(float *y, int64_t lo, int64_t hi, uint64_t key,
+                                         double p)
+{
+    const float keep = (float)(1.0 / (1.0 - p));
+    for (int64_t i = lo; i < hi; i++)
+        y[i] *= sasrec_kept(key, (uint64_t)i, p) ? keep : 0.0f;
+}
+
+SASREC_VECTOR_CLONES static void ew_add(float *y, const float *x, int64_t lo, int64_t hi)
+{
+    for (int64_t i = lo; i < hi; i++)
+        y[i] += x[i];
+}
+
 static grm_status ew_range(void *ctx, int64_t lo, int64_t hi)
 {
     const ew_job *j = ctx;
     switch (j->op) {
     case EW_ADD:
-        for (int64_t i = lo; i < hi; i++)
-            j->y[i] += j->x[i];
+        ew_add(j->y, j->x, lo, hi);
         break;
     case EW_DROP:
-        for (int64_t i = lo; i < hi; i++)
-            j->y[i] *= sasrec_drop(j->key, (uint64_t)i, j->p);
+        ew_drop(j->y, lo, hi, j->key, j->p);
         break;
-    default:
+    case EW_ACT_GRAD:
         for (int64_t i = lo; i < hi; i++) {
-            const float v = j->p > 0 ? j->x[i] * sasrec_drop(j->key, (uint64_t)i, j->p) : j->x[i];
-            j->y[i] = act_fwd(j->gelu, v);
+            const float m = j->p > 0 ? sasrec_drop(j->key, (uint64_t)i, j->p) : 1.0f;
+            j->y[i] *= act_grad(j->gelu, j->x[i] * m) * m;
+        }
+        break;
+    default:   // EW_ACT: y = act(x), x after its dropout (erff keeps this loop scalar)
+        if (j->p > 0) {
+            memcpy(j->y + lo, j->x + lo, (size_t)(hi - lo) * sizeof *j->y);
+            ew_drop(j->y, lo, hi, j->key, j->p);
+            for (int64_t i = lo; i < hi; i++)
+                j->y[i] = act_fwd(j->gelu, j->y[i]);
+        } else {
+            for (int64_t i = lo; i < hi; i++)
+                j->y[i] = act_fwd(j->gelu, j->x[i]);
         }
     }
     return GRM_OK;
@@ -604,6 +643,33 @@ static void ln_fwd(const sasrec *s, float *y, float *mu, float *rs, const float 
     const ln_job j = { .y = y, .mu = mu, .rs = rs, .x = x, .g = g, .b = b, .d = s->D,
                        .eps = s->cfg.ln_eps };
     (void)s->host->parallel_for(rows, 64, ln_range, (void *)&j);   /* ln_range cannot fail */
+}
+
+typedef struct ln_bwd_job {
+    float *dx;
+    const float *dy, *x, *mu, *rs, *g;
+    int64_t d;
+    int32_t accumulate;
+} ln_bwd_job;
+
+static grm_status ln_bwd_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const ln_bwd_job *j = ctx;
+    sasrec_ln_bwd_dx(j->dx + lo * j->d, j->dy + lo * j->d, j->x + lo * j->d, j->mu + lo,
+                     j->rs + lo, j->g, hi - lo, j->d, j->accumulate);
+    return GRM_OK;
+}
+
+/* sasrec_ln_bwd: dgamma and dbeta summed over the rows in order on this thread (so they do
+ * not depend on the thread count), then dx a range of rows a thread. */
+static void ln_bwd(const sasrec *s, float *dx, float *dgamma, float *dbeta, const float *dy,
+                   const float *x, const float *mu, const float *rs, const float *g,
+                   int64_t rows, int32_t accumulate)
+{
+    sasrec_ln_bwd_params(dgamma, dbeta, dy, x, mu, rs, rows, s->D);   /* first: dx may be dy */
+    const ln_bwd_job j = { .dx = dx, .dy = dy, .x = x, .mu = mu, .rs = rs, .g = g, .d = s->D,
+                           .accumulate = accumulate };
+    (void)s->host->parallel_for(rows, 64, ln_bwd_range, (void *)&j);   /* cannot fail */
 }
 
 /* The attention sub-layer up to its output projection, r1 = out_proj(MHA(q_in, h0, h0)):
@@ -772,8 +838,7 @@ static grm_status backward_sasrec(sasrec *s, float *dx, const float *dy, int64_t
 
     const float *g = dy;                                  /* [rows, D] d r2 */
     if (s->cfg.final_norm) {
-        sasrec_ln_bwd(s->g_r2, s->dln3_g, s->dln3_b, dy, s->r2, s->mu3, s->rs3, s->ln3_g,
-                      rows, D, 0);
+        ln_bwd(s, s->g_r2, s->dln3_g, s->dln3_b, dy, s->r2, s->mu3, s->rs3, s->ln3_g, rows, 0);
         g = s->g_r2;
     }
     // r2 = u + drop2(z2): d u = g (residual), d z2 = g * mask2
@@ -784,24 +849,21 @@ static grm_status backward_sasrec(sasrec *s, float *dx, const float *dy, int64_t
                              &s->ex)) != GRM_OK)
         return st;
     // h1 = act(mask1 z1): d z1 = d h1 act'(mask1 z1) mask1
-    const uint64_t k1 = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN1);
-    for (int64_t i = 0; i < rows * F; i++) {
-        const float m = p > 0 ? sasrec_drop(k1, (uint64_t)i, p) : 1.0f;
-        s->g_h1[i] *= act_grad(s->gelu, s->z1[i] * m) * m;
-    }
+    const ew_job dact = { .op = EW_ACT_GRAD, .y = s->g_h1, .x = s->z1, .p = p,
+                          .gelu = s->gelu,
+                          .key = sasrec_drop_key(s->seed, step, SASREC_SITE_FFN1) };
+    ew(s, &dact, rows * F);
     if ((st = im->linear_bwd(s->g_u, s->dw1, s->db1, s->g_h1, s->u, s->w1, rows, D, F, 1,
                              &s->ex)) != GRM_OK)
         return st;
-    sasrec_ln_bwd(s->g_r1, s->dln2_g, s->dln2_b, s->g_u, s->r1, s->mu2, s->rs2, s->ln2_g,
-                  rows, D, 0);
+    ln_bwd(s, s->g_r1, s->dln2_g, s->dln2_b, s->g_u, s->r1, s->mu2, s->rs2, s->ln2_g, rows, 0);
 
     // r1 = qin + out_proj(att): d qin = d r1 (residual) + the query path below
     memcpy(s->g_qin, s->g_r1, (size_t)(rows * D) * sizeof *s->g_qin);
     if ((st = attention_bwd(s, s->g_qin, s->g_r1, s->qin, rows, 0)) != GRM_OK)
         return st;
     // qin = LN1(h0); h0 also fed keys and values (g_h0 so far)
-    sasrec_ln_bwd(s->g_h0, s->dln1_g, s->dln1_b, s->g_qin, s->h0, s->mu1, s->rs1, s->ln1_g,
-                  rows, D, 1);
+    ln_bwd(s, s->g_h0, s->dln1_g, s->dln1_b, s->g_qin, s->h0, s->mu1, s->rs1, s->ln1_g, rows, 1);
 
     if (s->cfg.pos_emb) {
         // h0 = drop(x sqrt(D) + P[pos]): dP[pos] += d h0 mask, dx = sqrt(D) d h0 mask
@@ -822,22 +884,20 @@ static grm_status backward_bert(sasrec *s, float *dx, const float *dy, int64_t r
     grm_status st;
 
     // y = LN2(r2), r2 = u + drop(W2 h1 + b2): d u = d r2, d z2 = d r2 mask
-    sasrec_ln_bwd(s->g_r2, s->dln2_g, s->dln2_b, dy, s->r2, s->mu2, s->rs2, s->ln2_g, rows,
-                  D, 0);
+    ln_bwd(s, s->g_r2, s->dln2_g, s->dln2_b, dy, s->r2, s->mu2, s->rs2, s->ln2_g, rows, 0);
     memcpy(s->g_u, s->g_r2, (size_t)(rows * D) * sizeof *s->g_u);
     drop_inplace(s, s->g_r2, rows * D, step, SASREC_SITE_FFN2, p);
     if ((st = im->linear_bwd(s->g_h1, s->dw2, s->db2, s->g_r2, s->h1, s->w2, rows, F, D, 0,
                              &s->ex)) != GRM_OK)
         return st;
-    for (int64_t i = 0; i < rows * F; i++)
-        s->g_h1[i] *= act_grad(s->gelu, s->z1[i]);
+    const ew_job dact = { .op = EW_ACT_GRAD, .y = s->g_h1, .x = s->z1, .gelu = s->gelu };
+    ew(s, &dact, rows * F);
     if ((st = im->linear_bwd(s->g_u, s->dw1, s->db1, s->g_h1, s->u, s->w1, rows, D, F, 1,
                              &s->ex)) != GRM_OK)
         return st;
 
     // u = LN1(r1), r1 = h0 + drop(out_proj(att)): d h0 = d r1 + the q, k, v paths below
-    sasrec_ln_bwd(s->g_r1, s->dln1_g, s->dln1_b, s->g_u, s->r1, s->mu1, s->rs1, s->ln1_g,
-                  rows, D, 0);
+    ln_bwd(s, s->g_r1, s->dln1_g, s->dln1_b, s->g_u, s->r1, s->mu1, s->rs1, s->ln1_g, rows, 0);
     memcpy(s->g_h0, s->g_r1, (size_t)(rows * D) * sizeof *s->g_h0);
     drop_inplace(s, s->g_r1, rows * D, step, SASREC_SITE_ATTN_OUT, p);
     if ((st = attention_bwd(s, s->g_h0, s->g_r1, s->h0, rows, 1)) != GRM_OK)
@@ -846,8 +906,7 @@ static grm_status backward_bert(sasrec *s, float *dx, const float *dy, int64_t r
     if (s->cfg.pos_emb) {
         // h0 = drop(LN0(e)), e = x + P[pos]: d e = LN0'(d h0 mask); dP[pos] += d e, dx = d e
         drop_inplace(s, s->g_h0, rows * D, step, SASREC_SITE_EMB, p);
-        sasrec_ln_bwd(s->g_qin, s->dln0_g, s->dln0_b, s->g_h0, s->e, s->mu0, s->rs0, s->ln0_g,
-                      rows, D, 0);
+        ln_bwd(s, s->g_qin, s->dln0_g, s->dln0_b, s->g_h0, s->e, s->mu0, s->rs0, s->ln0_g, rows, 0);
         position_grads(s, dx, s->g_qin, 1.0f);
     } else if (dx != NULL) {
         memcpy(dx, s->g_h0, (size_t)(rows * D) * sizeof *dx);

@@ -146,12 +146,18 @@ static inline uint64_t sasrec_drop_key(uint64_t seed, int64_t step, int32_t site
                                                                  + (uint64_t)site)));
 }
 
-/* The inverted-dropout factor (0 or 1 / (1 - p)) of element `index` under `key`. */
-static inline float sasrec_drop(uint64_t key, uint64_t index, double p)
+/* Whether element `index` under `key` is kept by a dropout of rate p. */
+static inline int sasrec_kept(uint64_t key, uint64_t index, double p)
 {
     const uint64_t bits = grm_mix64(key + index * 0x9E3779B97F4A7C15ULL);
     const double u = (double)(bits >> 11) * (1.0 / 9007199254740992.0);   /* [0, 1) */
-    return u >= p ? (float)(1.0 / (1.0 - p)) : 0.0f;
+    return u >= p;
+}
+
+/* The inverted-dropout factor (0 or 1 / (1 - p)) of element `index` under `key`. */
+static inline float sasrec_drop(uint64_t key, uint64_t index, double p)
+{
+    return sasrec_kept(key, index, p) ? (float)(1.0 / (1.0 - p)) : 0.0f;
 }
 
 /* The attention-dropout factor of (query row i, key row j, head h), rows global. */
@@ -169,10 +175,18 @@ static inline float sasrec_attn_drop(const sasrec_attn_args *a, int64_t i, int64
  * y = (x - mu) rstd gamma + beta, rstd = 1 / sqrt(var + eps). mu, rstd [rows] out. */
 void sasrec_ln_fwd(float *y, float *mu, float *rstd, const float *x, const float *gamma,
                    const float *beta, int64_t rows, int64_t d, double eps);
-/* dx [rows, d] = (accumulate ? dx + : ) LN'(x)^T dy; dgamma, dbeta [d] += ... */
+/* dx [rows, d] = (accumulate ? dx + : ) LN'(x)^T dy; dgamma, dbeta [d] += ... (the two
+ * parts below; dx may be dy) */
 void sasrec_ln_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
                    const float *mu, const float *rstd, const float *gamma, int64_t rows,
                    int64_t d, int32_t accumulate);
+/* dgamma [d] += sum over the rows, in order, of dy xhat; dbeta [d] += of dy. */
+void sasrec_ln_bwd_params(float *dgamma, float *dbeta, const float *dy, const float *x,
+                          const float *mu, const float *rstd, int64_t rows, int64_t d);
+/* dx's rows alone (each row its own: a range of rows may go to each thread). */
+void sasrec_ln_bwd_dx(float *dx, const float *dy, const float *x, const float *mu,
+                      const float *rstd, const float *gamma, int64_t rows, int64_t d,
+                      int32_t accumulate);
 
 /* ---- the block (sasrec.c) ---- */
 

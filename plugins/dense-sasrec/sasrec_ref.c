@@ -144,9 +144,23 @@ void sasrec_ln_fwd(float *y, float *mu, float *rstd, const float *x, const float
 
 /* xhat = (x - mu) rstd, g = dy gamma:
  * dx = rstd (g - mean(g) - xhat mean(g xhat)), dgamma += dy xhat, dbeta += dy. */
-void sasrec_ln_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
-                   const float *mu, const float *rstd, const float *gamma, int64_t rows,
-                   int64_t d, int32_t accumulate)
+void sasrec_ln_bwd_params(float *dgamma, float *dbeta, const float *dy, const float *x,
+                          const float *mu, const float *rstd, int64_t rows, int64_t d)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d, *gr = dy + r * d;   /* [d] */
+        const double m = mu[r], rs = rstd[r];
+        for (int64_t c = 0; c < d; c++) {
+            const double xh = ((double)xr[c] - m) * rs;
+            dgamma[c] += (float)(gr[c] * xh);
+            dbeta[c] += gr[c];
+        }
+    }
+}
+
+void sasrec_ln_bwd_dx(float *dx, const float *dy, const float *x, const float *mu,
+                      const float *rstd, const float *gamma, int64_t rows, int64_t d,
+                      int32_t accumulate)
 {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * d, *gr = dy + r * d;   /* [d] */
@@ -158,8 +172,6 @@ void sasrec_ln_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, cons
             const double g = (double)gr[c] * gamma[c];
             mg += g;
             mgx += g * xh;
-            dgamma[c] += (float)(gr[c] * xh);
-            dbeta[c] += gr[c];
         }
         mg /= (double)d;
         mgx /= (double)d;
@@ -170,4 +182,12 @@ void sasrec_ln_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, cons
             dr[c] = accumulate ? dr[c] + v : v;
         }
     }
+}
+
+void sasrec_ln_bwd(float *dx, float *dgamma, float *dbeta, const float *dy, const float *x,
+                   const float *mu, const float *rstd, const float *gamma, int64_t rows,
+                   int64_t d, int32_t accumulate)
+{
+    sasrec_ln_bwd_params(dgamma, dbeta, dy, x, mu, rstd, rows, d);   /* before dx: dx may be dy */
+    sasrec_ln_bwd_dx(dx, dy, x, mu, rstd, gamma, rows, d, accumulate);
 }
