@@ -82,6 +82,15 @@ typedef struct ed_slot {
     _Atomic int64_t ref;    /* row reference, ED_REF_PENDING while being inserted */
 } ed_slot;
 
+/* Claim slot sl for id when its key is still *key (ED_KEY_EMPTY): 1 when this thread won,
+ * else 0 with *key the key another thread put there. The one CAS every insert goes through
+ * (ed_keys_claim, and a training lookup's claim of the empty slot its find saw). */
+static inline int ed_slot_claim(ed_slot *sl, int64_t *key, int64_t id)
+{
+    return atomic_compare_exchange_strong_explicit(&sl->key, key, id, memory_order_acq_rel,
+                                                   memory_order_acquire);
+}
+
 typedef struct ed_keys {
     ed_slot *slots;         /* [M] owned (host->alloc) */
     int64_t M;              /* slots, a power of two >= 2 * lanes */

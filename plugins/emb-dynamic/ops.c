@@ -363,11 +363,9 @@ ed_train_copy(ed_find_ctx *c, int64_t i, const ed_pipe *e, float *out, const int
     grm_status st = GRM_OK;
     ed_slot *sl = e->hole;
     int64_t key = ED_KEY_EMPTY;
-    // absent, with an empty slot in its first round: ed_keys_claim's CAS there when it is
-    // still empty (the slots before it still hold other keys), without a second probe
-    if (sl != NULL && atomic_compare_exchange_strong_explicit(&sl->key, &key, id,
-                                                              memory_order_acq_rel,
-                                                              memory_order_acquire)) {
+    // absent, with an empty slot in its first round: claimed there when it is still empty
+    // (the slots before it still hold other keys), without a second probe
+    if (sl != NULL && ed_slot_claim(sl, &key, id)) {
         (*new_keys)++;
         inserted = ed_create(c->j, sl, id, pool, &st, out);
     } else {

@@ -68,9 +68,7 @@ ed_slot *ed_keys_claim(ed_keys *k, int64_t id, uint64_t h, int *inserted)
             for (;;) {
                 if (key == id) return sl;
                 if (key != ED_KEY_EMPTY) break;
-                if (atomic_compare_exchange_strong_explicit(&sl->key, &key, id,
-                                                            memory_order_acq_rel,
-                                                            memory_order_acquire)) {
+                if (ed_slot_claim(sl, &key, id)) {
                     *inserted = 1;
                     return sl;
                 }
