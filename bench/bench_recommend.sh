@@ -29,12 +29,16 @@ steps=${BENCH_RECOMMEND_STEPS:-300}
 if [ -z "$data" ] || [ ! -r "$data/amazon-beauty/Beauty.txt.zst" ]; then
     echo "# bench_recommend: no \$GRM_DATA_DIR/amazon-beauty/Beauty.txt.zst; skipped"; exit 0
 fi
-for c in /tmp/venv-st/bin/python "$py"; do
+# the peers' python (run.sh's PYTHON3: bench/setup-venv.sh's current PyTorch, which then
+# needs `pip install safetensors`) first; the tests' /tmp/venv-st (Debian's torch) only
+# when it lacks safetensors, and the torch it ran on is printed either way
+for c in "$py" /tmp/venv-st/bin/python; do
     "$c" -c 'import torch, safetensors' 2>/dev/null && py=$c && break
 done
 if ! "$py" -c 'import torch, safetensors' 2>/dev/null; then
     echo "# bench_recommend: no python with torch and safetensors; skipped"; exit 0
 fi
+echo "# bench_recommend: peer torch $("$py" -c 'import torch; print(torch.__version__)') from $py"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/grm-bench-recommend-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 

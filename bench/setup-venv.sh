@@ -26,7 +26,7 @@ if [ ! -x "$dir/bin/python" ]; then
     echo "bench: making the virtualenv $dir"
     "$py" -m venv "$dir"
 fi
-"$dir/bin/pip" install -q "torch==$TORCH" numpy
+"$dir/bin/pip" install -q "torch==$TORCH" numpy safetensors   # safetensors: bench_recommend.sh
 # the release and the nightly write the same fbgemm_gpu/ files: keep only the nightly
 [ $hsturef -eq 1 ] && { "$dir/bin/pip" uninstall -y -q fbgemm-gpu-cpu 2>/dev/null || :; }
 [ $hsturef -eq 1 ] && "$dir/bin/pip" install -q --no-deps \
